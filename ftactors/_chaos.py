@@ -1,0 +1,88 @@
+"""Failure injection: which ranks die, when, and how.
+
+``Chaos`` is a plan, not an action: the coordinator turns it into kills. Kills at an
+iteration fire inside the rank at that safe point (before the protocols see it), kills at
+a time fire from the coordinator, random kills are drawn from ``seed`` so a failing
+experiment can be replayed exactly. Every kill is recorded in the run's timeline.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+KILL_METHODS = ("sigkill", "ray.kill")
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One planned failure: ``rank`` dies at ``iteration`` (of its first safe-point loop
+    that reaches it) or at ``time_s`` after the start; ``incarnation`` says which life of
+    the rank (0 = the original, 1 = its first replacement, ...)."""
+
+    rank: int
+    iteration: int | None = None
+    time_s: float | None = None
+    incarnation: int = 0
+
+
+@dataclass(frozen=True)
+class Chaos:
+    """A failure plan for ``ft.run(chaos=...)``.
+
+    Args:
+        kill: ``(rank, iteration)`` pairs, or ``Kill`` records.
+        kill_at: ``(rank, seconds after start)`` pairs.
+        random_kills: this many extra kills of random ranks at random times in
+            ``[0, horizon_s)``, drawn from ``seed``.
+        mtbf_s: add a Poisson failure process with this mean time between failures
+            (exponential gaps, random ranks, up to ``horizon_s``), drawn from ``seed``.
+        horizon_s: the time window for random and Poisson kills.
+        method: ``"sigkill"`` (the rank's process gets SIGKILL) or ``"ray.kill"``.
+        seed: the seed of every random draw; printed with any failure so it can be replayed.
+    """
+
+    kill: tuple = ()
+    kill_at: tuple = ()
+    random_kills: int = 0
+    mtbf_s: float | None = None
+    horizon_s: float = 10.0
+    method: str = "sigkill"
+    seed: int = 0
+    kills: tuple = field(init=False, default=())
+
+    def __post_init__(self):
+        if self.method not in KILL_METHODS:
+            raise ValueError(f"Chaos method must be one of {KILL_METHODS}, got {self.method!r}")
+        if self.random_kills < 0:
+            raise ValueError(f"random_kills must be >= 0, got {self.random_kills}")
+        if self.mtbf_s is not None and self.mtbf_s <= 0:
+            raise ValueError(f"mtbf_s must be > 0, got {self.mtbf_s}")
+        kills = [k if isinstance(k, Kill) else Kill(int(k[0]), iteration=int(k[1]))
+                 for k in self.kill]
+        kills += [Kill(int(r), time_s=float(t)) for r, t in self.kill_at]
+        object.__setattr__(self, "kills", tuple(kills))
+
+    def plan(self, ranks: int) -> list[Kill]:
+        """All kills for a run of ``ranks`` ranks, random ones drawn from ``seed``.
+
+        Raises:
+            ValueError: a kill names a rank that does not exist, or a negative time or
+                iteration.
+        """
+        for k in self.kills:
+            if not 0 <= k.rank < ranks:
+                raise ValueError(f"chaos kill names rank {k.rank}, but the run has ranks 0..{ranks - 1}")
+            if k.iteration is not None and k.iteration < 0:
+                raise ValueError(f"chaos kill of rank {k.rank} at negative iteration {k.iteration}")
+            if k.time_s is not None and k.time_s < 0:
+                raise ValueError(f"chaos kill of rank {k.rank} at negative time {k.time_s}")
+        rng = random.Random(self.seed)
+        out = list(self.kills)
+        out += [Kill(rng.randrange(ranks), time_s=rng.uniform(0, self.horizon_s))
+                for _ in range(self.random_kills)]
+        if self.mtbf_s is not None:
+            t = rng.expovariate(1.0 / self.mtbf_s)
+            while t < self.horizon_s:
+                out.append(Kill(rng.randrange(ranks), time_s=t))
+                t += rng.expovariate(1.0 / self.mtbf_s)
+        return out

@@ -1,0 +1,134 @@
+"""Collective operations written on point-to-point messages.
+
+Theory of operation: each collective sends ordinary application envelopes on the
+communicator's collective context, so every protocol mixin sees (and may log, hold or
+replay) them like any other message. Receives always name their source, and channels
+are FIFO, so consecutive collectives on one communicator never mix up their messages
+even with a single tag per kind of collective.
+
+Shapes: barrier is a dissemination barrier (ceil(log2 n) rounds); bcast and scatter go
+down a binomial tree rooted at ``root``; gather goes up the same tree. Reductions gather
+the operands to the root and fold them there strictly in rank order, so the result does
+not depend on arrival order and non-commutative operations get MPI's canonical order;
+allreduce and allgather are a gather to rank 0 followed by a bcast. bcast packs the
+object once at the root and forwards the same packed payload down the tree: on Ray,
+large buffers are put in the object store once and only references travel.
+"""
+from __future__ import annotations
+
+from ._ops import check_op, fold
+from ._payload import unpack
+
+BARRIER, BCAST, GATHER, SCATTER, ALLTOALL = 1, 2, 3, 4, 5
+
+
+async def barrier(comm) -> None:
+    n, me = comm.size, comm.rank
+    k = 1
+    while k < n:
+        comm._csend(None, (me + k) % n, BARRIER)
+        await comm._crecv((me - k) % n, BARRIER)
+        k <<= 1
+
+
+def _tree_parent(vr: int) -> tuple[int, int]:
+    """(parent virtual rank, mask of the edge to it) in the binomial tree; vr > 0."""
+    mask = 1
+    while not vr & mask:
+        mask <<= 1
+    return vr - mask, mask
+
+
+async def bcast(comm, obj, root: int):
+    n, vr = comm.size, (comm.rank - root) % comm.size
+    if vr == 0:
+        payload = comm._ep.pack(obj)
+        value = obj
+        top = 1
+        while top < n:
+            top <<= 1
+    else:
+        parent, top = _tree_parent(vr)
+        env = await comm._crecv((parent + root) % n, BCAST)
+        payload = env.payload.origin
+        value = unpack(env.payload)
+    mask = top >> 1
+    while mask:
+        if vr + mask < n:
+            comm._csend(payload, (vr + mask + root) % n, BCAST)
+        mask >>= 1
+    return value
+
+
+async def _gather_items(comm, obj, root: int) -> list | None:
+    """Binomial gather of ``(rank, obj)`` pairs; the root gets all of them."""
+    n, vr = comm.size, (comm.rank - root) % comm.size
+    items = [(comm.rank, obj)]
+    mask = 1
+    while mask < n:
+        if vr & mask:
+            comm._csend(items, (vr - mask + root) % n, GATHER)
+            return None
+        if vr + mask < n:
+            env = await comm._crecv((vr + mask + root) % n, GATHER)
+            items.extend(unpack(env.payload))
+        mask <<= 1
+    items.sort(key=lambda item: item[0])
+    return items
+
+
+async def gather(comm, obj, root: int) -> list | None:
+    items = await _gather_items(comm, obj, root)
+    return None if items is None else [v for _, v in items]
+
+
+async def reduce(comm, obj, op, root: int):
+    check_op(op)
+    items = await _gather_items(comm, obj, root)
+    return None if items is None else fold(op, [v for _, v in items])
+
+
+async def allreduce(comm, obj, op):
+    return await bcast(comm, await reduce(comm, obj, op, 0), 0)
+
+
+async def allgather(comm, obj) -> list:
+    return await bcast(comm, await gather(comm, obj, 0), 0)
+
+
+async def scatter(comm, objs, root: int):
+    n, vr = comm.size, (comm.rank - root) % comm.size
+    if vr == 0:
+        if objs is None or len(objs) != n:
+            got = "None" if objs is None else f"{len(objs)} items"
+            raise ValueError(f"scatter root needs a sequence of {n} items (one per rank), got {got}")
+        chunk = [objs[(v + root) % n] for v in range(n)]  # indexed by virtual rank
+        top = 1
+        while top < n:
+            top <<= 1
+    else:
+        parent, top = _tree_parent(vr)
+        env = await comm._crecv((parent + root) % n, SCATTER)
+        chunk = unpack(env.payload)  # entries for virtual ranks vr .. vr+len-1
+    mask = top >> 1
+    while mask:
+        if vr + mask < n:
+            comm._csend(chunk[mask:], (vr + mask + root) % n, SCATTER)
+            chunk = chunk[:mask]
+        mask >>= 1
+    return chunk[0]
+
+
+async def alltoall(comm, objs) -> list:
+    n, me = comm.size, comm.rank
+    if objs is None or len(objs) != n:
+        got = "None" if objs is None else f"{len(objs)} items"
+        raise ValueError(f"alltoall needs a sequence of {n} items (one per rank), got {got}")
+    out = [None] * n
+    out[me] = objs[me]
+    for k in range(1, n):
+        comm._csend(objs[(me + k) % n], (me + k) % n, ALLTOALL)
+    for k in range(1, n):
+        src = (me - k) % n
+        out[src] = unpack((await comm._crecv(src, ALLTOALL)).payload)
+    return out

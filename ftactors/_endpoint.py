@@ -1,0 +1,406 @@
+"""The per-rank message engine that every communicator and protocol goes through.
+
+Theory of operation
+-------------------
+Send: a communicator hands over (context, destination, tag, packed payload). The
+endpoint gives the message its ``app_seq`` (the k-th message to that destination),
+passes it down the protocol stack (``on_send``: a protocol may add piggyback data, log,
+hold or drop it), stamps the channel sequence number and puts it in the per-destination
+outbox. Outboxes are flushed as one batch per destination when the sending task yields
+to the event loop, when a batch is full, or at once for a large message, because on Ray
+one call per message costs far more than one call per batch.
+
+Receive: the transport hands over batches. The channel layer (``_channels``) restores
+FIFO order and drops duplicates and stale incarnations. Control envelopes go to the
+protocol stack (``on_control``) in channel order, so a marker really flushes a channel.
+Application envelopes are checked against ``received[src]``: an ``app_seq`` already
+received is a re-sent duplicate (after a rollback) and is dropped; a later one waits
+for the gap to fill. Then ``on_receive`` runs (a protocol may buffer or hold it) and the
+matcher completes a posted receive or queues the message.
+
+State that survives failures (see ``snapshot``): the registered application state, the
+safe-point position, the ``sent``/``received`` counters, the messages that arrived but
+were not yet received, the log of messages received outside ``iterations()`` loops
+(straight-line code runs again after a restore and must get the same messages back),
+and each protocol's own state. Restoring puts the logged and queued messages back in
+front of the matcher, so receives are served first from them, in their original order,
+then from the network (CoCheck, section 4), while re-sent messages are dropped by their
+receivers' counters. This is correct under the piecewise-determinism assumption: from
+the same state and the same received messages, a rank sends the same messages.
+"""
+from __future__ import annotations
+
+import asyncio
+import pickle
+from typing import Any, Callable
+
+import cloudpickle
+
+from . import _storage
+from ._channels import InChannels, OutChannels
+from ._envelope import APP, CTRL, KIND_NAMES, Envelope
+from ._errors import ProtocolError
+from ._events import EventLog
+from ._matching import Matcher, Posted
+from ._payload import LARGE_BUFFER_BYTES, Payload, pack, unpack
+
+BATCH_MAX = 512
+"""Messages per destination batch before the outbox is flushed without waiting."""
+
+
+class Link:
+    """What an endpoint needs from its transport (one per rank).
+
+    ``send`` must not block and must not run receiver code synchronously.
+    """
+
+    def send(self, dst: int, envs: list[Envelope]) -> None:
+        raise NotImplementedError
+
+    def put_large(self, view: memoryview) -> Any:
+        """Store one large buffer for shipping; default: an immutable copy."""
+        return bytes(view)
+
+    needs_resolve = False
+    """True when payload buffers are references to fetch before use (Ray)."""
+
+    async def resolve(self, payload: Payload) -> Payload:
+        return payload
+
+    def clock(self) -> float:
+        raise NotImplementedError
+
+
+class Endpoint:
+    """Messaging state and services of one rank; protocols reach it as ``self.ft``."""
+
+    def __init__(self, rank: int, size: int, link: Link, owner, *, epoch: int = 0,
+                 trace=None, record_deliveries: bool = False):
+        self.rank = rank
+        self.size = size
+        self.epoch = epoch
+        self.link = link
+        self.owner = owner
+        self.peer_epochs = [0] * size
+        self._out = OutChannels()
+        self._in = InChannels(epoch)
+        self.sent = [0] * size
+        self.received = [0] * size
+        self._gaps: dict[int, dict[int, Envelope]] = {}
+        self.matcher = Matcher()
+        self._outbox: dict[int, list[Envelope]] = {}
+        self._flush_pending = False
+        self._loop = asyncio.get_running_loop()
+        self.events = EventLog(link.clock, rank)
+        self.trace = trace
+        self.duplicates_dropped = 0
+        # replay support (see module docstring)
+        self._record = record_deliveries
+        self._prefix_log: list[Envelope] = []
+        self._since_safe_point: list[Envelope] | None = None
+        self._log: list[Envelope] | None = self._prefix_log if record_deliveries else None
+        # safe points and registered state
+        self.registered: list[str] = []
+        self.restored_values: dict[str, Any] = {}
+        self.position: tuple[int, int] | None = None
+        self._resume: tuple[int, int] | None = None
+        self._loop_count = 0
+        self._in_loop = False
+        self._base: dict | None = None
+        self.keep_base = False
+        # set by the host: protocol tasks, chaos kills at safe points
+        self.spawn: Callable[[Any], asyncio.Task] | None = None
+        self.kill_iterations: set[int] = set()
+        self.die: Callable[[], None] | None = None
+
+    # ---------------------------------------------------------------- sending
+    def pack(self, obj: Any, dst: int | None = None) -> Payload:
+        """Pickle ``obj`` for sending (large buffers to the transport's store)."""
+        put = None if dst == self.rank else self.link.put_large
+        return pack(obj, put)
+
+    def send_app(self, ctx: str, dst: int, tag: int, payload: Payload) -> None:
+        """Send one application message (world rank ``dst``) through the protocol stack."""
+        env = Envelope(APP, self.rank, dst, ctx, tag, self.sent[dst], payload)
+        self.sent[dst] += 1
+        env = self.owner.on_send(env)
+        if env is not None:
+            self.transmit(env)
+
+    def send_control(self, dst: int, protocol: str, op: str, data: Any = None) -> None:
+        """Send a protocol control message on the FIFO channel to world rank ``dst``."""
+        env = Envelope(CTRL, self.rank, dst, protocol, 0, -1, pack((op, data)))
+        self.transmit(env)
+
+    def transmit(self, env: Envelope) -> None:
+        """Stamp and queue an envelope for the wire (protocols release held ones here)."""
+        dst = env.dst
+        self._out.stamp(env, self.epoch, self.peer_epochs[dst])
+        env.t_send = self.link.clock()
+        box = self._outbox.get(dst)
+        if box is None:
+            box = self._outbox[dst] = []
+        box.append(env)
+        if len(box) >= BATCH_MAX or env.payload.nbytes >= LARGE_BUFFER_BYTES:
+            self._flush_one(dst)
+        elif not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send every queued batch now."""
+        self._flush_pending = False
+        if self._outbox:
+            for dst in list(self._outbox):
+                self._flush_one(dst)
+
+    def _flush_one(self, dst: int) -> None:
+        envs = self._outbox.pop(dst, None)
+        if not envs:
+            return
+        if dst == self.rank:
+            self._loop.call_soon(self.deliver, envs)
+        else:
+            self.link.send(dst, envs)
+
+    # --------------------------------------------------------------- receiving
+    def deliver(self, envs: list[Envelope]) -> None:
+        """Take a batch from the transport (payload references already resolved)."""
+        accept = self._in.accept
+        for env in envs:
+            for e in accept(env):
+                self._dispatch(e)
+
+    def _dispatch(self, env: Envelope) -> None:
+        if self.trace is not None:
+            self.trace.record(env.t_send, self.link.clock(), env.src, env.dst, env.tag,
+                              env.payload.nbytes, KIND_NAMES[env.kind], env.comm)
+        if env.kind == CTRL:
+            self.owner.on_control(env)
+            return
+        src = env.src
+        expected = self.received[src]
+        if env.app_seq != expected:
+            if env.app_seq < expected:
+                self.duplicates_dropped += 1
+            else:
+                self._gaps.setdefault(src, {})[env.app_seq] = env
+            return
+        self.received[src] = expected + 1
+        self._accept_app(env)
+        gaps = self._gaps.get(src)
+        while gaps and self.received[src] in gaps:
+            nxt = gaps.pop(self.received[src])
+            self.received[src] += 1
+            self._accept_app(nxt)
+
+    def _accept_app(self, env: Envelope) -> None:
+        env = self.owner.on_receive(env)
+        if env is not None:
+            self.matcher.arrive(env)
+
+    def deliver_now(self, env: Envelope) -> None:
+        """Hand an application envelope to matching (protocols release held ones here)."""
+        self.matcher.arrive(env)
+
+    def control_data(self, env: Envelope) -> tuple[str, Any]:
+        """The ``(op, data)`` carried by a control envelope."""
+        return unpack(env.payload)
+
+    # -------------------------------------------------------- receives, probes
+    def _consumed(self, env: Envelope) -> Envelope:
+        if self._log is not None:
+            self._log.append(env)
+        return env
+
+    async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
+        """Wait for and consume the first message matching (world ``source``)."""
+        fut = self._loop.create_future()
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher))
+        env = self.matcher.post(p)
+        if env is not None:
+            return self._consumed(env)
+        try:
+            env = await fut
+        except asyncio.CancelledError:
+            self.matcher.withdraw(p)
+            if fut.done() and not fut.cancelled():
+                self.matcher.arrive(fut.result())  # matched just before the cancel: give back
+            raise
+        return self._consumed(env)
+
+    def receive_later(self, ctx: str, source: int, tag: int) -> asyncio.Future:
+        """Post a receive now; the future completes with the consumed envelope."""
+        fut = self._loop.create_future()
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._consumed))
+        env = self.matcher.post(p)
+        if env is not None:
+            fut.set_result(self._consumed(env))
+        else:
+            fut.add_done_callback(lambda f: f.cancelled() and self.matcher.withdraw(p))
+        return fut
+
+    async def probe(self, ctx: str, source: int, tag: int) -> Envelope:
+        """Wait until a matching message is queued; it stays queued."""
+        env = self.matcher.find(ctx, source, tag, consume=False)
+        if env is not None:
+            return env
+        fut = self._loop.create_future()
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
+        self.matcher.post(p)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self.matcher.withdraw(p)
+            raise
+
+    def iprobe(self, ctx: str, source: int, tag: int) -> Envelope | None:
+        return self.matcher.find(ctx, source, tag, consume=False)
+
+    # ------------------------------------------------------------ safe points
+    def enter_loop(self, n: int) -> int:
+        """Start an ``iterations(n)`` loop; returns the iteration to start from."""
+        if self._in_loop:
+            raise RuntimeError("iterations() loops cannot be nested")
+        index = self._loop_count
+        self._loop_count += 1
+        start = 0
+        if self._resume is not None:
+            r_index, r_iter = self._resume
+            if index < r_index:
+                start = n  # finished before the snapshot: run no iteration of it again
+            elif index == r_index:
+                start = min(r_iter, n)
+                self._resume = None
+        self._in_loop = True
+        self._since_safe_point = [] if self._record else None
+        self._log = self._since_safe_point
+        return start
+
+    def at_safe_point(self, iteration: int) -> None:
+        if iteration in self.kill_iterations:
+            self.kill_iterations.discard(iteration)
+            self.die()
+        self.position = (self._loop_count - 1, iteration)
+        if self._since_safe_point:
+            self._since_safe_point.clear()
+        if self.keep_base:
+            self._base = self._snapshot_parts()
+
+    def exit_loop(self, n: int) -> None:
+        self.position = (self._loop_count - 1, n)
+        self._in_loop = False
+        self._since_safe_point = None
+        self._log = self._prefix_log if self._record else None
+
+    def register(self, name: str, initial: Any) -> Any:
+        if name not in self.registered:
+            self.registered.append(name)
+        return self.restored_values.get(name, initial)
+
+    @property
+    def restored(self) -> bool:
+        """True while re-running ``main()`` after a restore."""
+        return bool(self.restored_values) or self._resume is not None
+
+    # -------------------------------------------------------------- snapshots
+    def _snapshot_parts(self) -> dict:
+        values = {name: getattr(self.owner, name) for name in self.registered}
+        return {
+            "rank": self.rank,
+            "position": self.position,
+            "registered": cloudpickle.dumps(values, protocol=5),
+            "sent": list(self.sent),
+            "received": list(self.received),
+            "prefix_log": list(self._prefix_log),
+        }
+
+    def snapshot(self, protocol_state: dict | None = None) -> bytes:
+        """The rank's recoverable state now, as a sealed blob (see module docstring).
+
+        Taken at a safe point it needs nothing else. Taken between safe points (only when
+        ``keep_base`` is on) it is the last safe point's state plus the messages received
+        since, which a restore replays.
+        """
+        if self._in_loop and self._since_safe_point:
+            if self._base is None:
+                raise ProtocolError(
+                    "a snapshot between safe points needs keep_base = True from the start")
+            parts = dict(self._base)
+            parts["received"] = list(self.received)
+            replay = parts["prefix_log"] + list(self._since_safe_point)
+        else:
+            parts = self._snapshot_parts()
+            replay = list(parts["prefix_log"])
+        parts["replay"] = replay + self.matcher.queued()
+        parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
+        return _storage.dumps(parts)
+
+    def load(self, blob: bytes) -> dict:
+        """Check and decode a snapshot blob (raises CheckpointCorrupted)."""
+        parts = _storage.loads(blob)
+        if parts.get("rank") != self.rank:
+            raise ProtocolError(f"snapshot of rank {parts.get('rank')} given to rank {self.rank}")
+        return parts
+
+    def restore(self, parts: dict, epoch: int) -> None:
+        """Install a decoded snapshot and become incarnation ``epoch``.
+
+        ``main()`` must be (re)started afterwards; it resumes at the saved position.
+        """
+        self.restored_values = pickle.loads(parts["registered"])
+        self._resume = parts["position"]
+        self.sent = list(parts["sent"])
+        self.received = list(parts["received"])
+        self._gaps.clear()
+        self._outbox.clear()
+        self._prefix_log = list(parts["prefix_log"])
+        self._loop_count = 0
+        self._in_loop = False
+        self._since_safe_point = None
+        self._log = self._prefix_log if self._record else None
+        self._base = None
+        self.set_epoch(epoch)
+        self.matcher.reset(list(parts["replay"]))
+        self.owner.restore_protocol_state(parts["protocols"])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Become incarnation ``epoch``: channels in and out start afresh."""
+        self.epoch = epoch
+        self._out.reset()
+        for env in self._in.new_epoch(epoch):
+            self._dispatch(env)
+
+    def set_peer_epoch(self, rank: int, epoch: int) -> None:
+        """Peer ``rank`` now runs as ``epoch``; traffic from its older lives is stale."""
+        self.peer_epochs[rank] = epoch
+        self._in.peer_epoch(rank, epoch)
+
+    def reset_for_rerun(self) -> None:
+        """Before re-entering ``main()``: loops count from the top again."""
+        self._loop_count = 0
+        self._in_loop = False
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> dict:
+        return {
+            "sent": sum(self.sent), "received": sum(self.received),
+            "duplicates_dropped": self.duplicates_dropped,
+            "stale_dropped": self._in.stale, "channel_duplicates": self._in.duplicates,
+        }
+
+
+def _resolver(fut: asyncio.Future, matcher: Matcher,
+              on_done: Callable[[Envelope], Envelope] | None = None, requeue: bool = True):
+    """Completion callback for a posted receive: a cancelled waiter gives the message back."""
+
+    def deliver(env: Envelope) -> None:
+        if fut.done():
+            if requeue:
+                matcher.arrive(env)
+            return
+        fut.set_result(on_done(env) if on_done else env)
+
+    return deliver
+
+

@@ -1,0 +1,148 @@
+"""Hosting one rank: its user object, its endpoint and its ``main()`` task.
+
+A ``RankHost`` is transport-agnostic: the local and sim transports keep hosts as plain
+objects in one process, the Ray transport wraps one in each actor. The coordinator talks
+to a host only through the async methods here (``setup``, ``run``, ``collect``, ...), so
+the three transports share one code path above the wire.
+"""
+from __future__ import annotations
+
+import asyncio
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ._comm import Communicator
+from ._endpoint import Endpoint, Link
+from ._protocol import protocol_classes
+from ._trace import TraceBuffer
+
+WORLD = "w"
+"""The world communicator's id."""
+
+
+@dataclass
+class RankSpec:
+    """Everything a host needs to become rank ``rank`` of a run."""
+
+    rank_cls: type
+    rank: int
+    size: int
+    epoch: int = 0
+    trace: bool = False
+    options: dict = field(default_factory=dict)
+    kill_iterations: tuple = ()
+
+
+class Killed(BaseException):
+    """Raised inside a local/sim rank that chaos kills: it stops dead, like a process."""
+
+
+class RankHost:
+    """One rank's runtime; ``die`` is how the transport makes it vanish."""
+
+    def __init__(self, spec: RankSpec, link: Link, die: Callable[[], None]):
+        self.spec = spec
+        self.link = link
+        self._die = die
+        self.obj = spec.rank_cls()
+        self.obj.rank = spec.rank
+        self.obj.size = spec.size
+        self.obj.options = dict(spec.options)
+        self.ep = Endpoint(spec.rank, spec.size, link, self.obj, epoch=spec.epoch,
+                           trace=TraceBuffer() if spec.trace else None,
+                           record_deliveries=any(p.records_deliveries
+                                                 for p in protocol_classes(spec.rank_cls)))
+        self.ep.spawn = self.spawn
+        self.ep.kill_iterations = set(spec.kill_iterations)
+        self.ep.die = self.die
+        self.obj.ft = self.ep
+        self.obj.comm = Communicator(self.ep, WORLD, tuple(range(spec.size)))
+        self._main: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._failure: BaseException | None = None
+        self._rerun: dict | None = None
+
+    # ------------------------------------------------------------------- running
+    async def run(self, args: tuple, kwargs: dict) -> dict:
+        """Run ``main()`` to the end (re-entering it after restores); never raises for
+        an application error: returns ``{"ok": False, "error", "traceback"}`` instead."""
+        obj, ep = self.obj, self.ep
+        ep.events.record("start", epoch=ep.epoch)
+        try:
+            await obj.on_start()
+            while True:
+                self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
+                try:
+                    value = await self._main
+                except asyncio.CancelledError:
+                    if self._failure is not None:
+                        raise self._failure
+                    if self._rerun is None:
+                        raise
+                    await self._reenter()
+                    continue
+                break
+            await obj.on_finish()
+        except Killed:
+            raise
+        except Exception as exc:  # an application (or protocol) error: report, don't crash
+            ep.flush()
+            ep.events.record("error", error=f"{type(exc).__name__}: {exc}")
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+        ep.flush()
+        ep.events.record("finish")
+        return {"ok": True, "value": value}
+
+    def restart_main(self, parts: dict, epoch: int) -> None:
+        """Roll this rank back in place: stop ``main()``, restore ``parts``, run again."""
+        self._rerun = {"parts": parts, "epoch": epoch}
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    async def _reenter(self) -> None:
+        rerun, self._rerun = self._rerun, None
+        self.ep.restore(rerun["parts"], rerun["epoch"])
+        self.obj.comm = Communicator(self.ep, WORLD, tuple(range(self.spec.size)))
+        self.ep.events.record("restored", epoch=self.ep.epoch, position=self.ep._resume)
+        await self.obj.on_restored()
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Run protocol work beside ``main()``; an exception in it fails the rank."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        self._failure = task.exception()
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    def die(self) -> None:
+        """Chaos: this rank's process dies now."""
+        self.ep.events.record("killed", how="chaos")
+        self._die()
+
+    # ------------------------------------------------------------------ queries
+    def collect(self) -> dict:
+        """Events, trace rows and counters recorded so far (events are handed over)."""
+        return {
+            "rank": self.spec.rank,
+            "events": self.ep.events.drain(),
+            "trace": self.ep.trace.rows() if self.ep.trace is not None else None,
+            "stats": self.ep.stats(),
+        }
+
+    def progress(self) -> tuple | None:
+        return self.ep.position
+
+    def cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._main is not None:
+            self._main.cancel()

@@ -1,0 +1,116 @@
+"""MPI message matching: posted receives against arrived (unexpected) messages.
+
+Theory of operation: messages are matched by (communicator context, source, tag) with
+ANY_SOURCE / ANY_TAG wildcards. Both queues are scanned in order (arrivals in arrival
+order, receives in posting order), and channels deliver each sender's messages in send
+order, so MPI's non-overtaking rule holds: of two messages from one sender that both match
+a receive, the first sent is received first. Contexts never match each other, so a
+communicator's collectives (their own context) never steal its point-to-point messages.
+
+Probes are waiters that look without consuming. Everything here is synchronous: a
+posted receive is completed through its ``deliver`` callback.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from ._constants import ANY_SOURCE, ANY_TAG
+from ._envelope import Envelope
+
+
+class Posted:
+    """A pending receive or probe: ``source`` is a world rank or ANY_SOURCE."""
+
+    __slots__ = ("ctx", "source", "tag", "deliver", "consume")
+
+    def __init__(self, ctx: str, source: int, tag: int,
+                 deliver: Callable[[Envelope], None], consume: bool = True):
+        self.ctx = ctx
+        self.source = source
+        self.tag = tag
+        self.deliver = deliver
+        self.consume = consume
+
+    def matches(self, env: Envelope) -> bool:
+        return ((self.source == ANY_SOURCE or self.source == env.src)
+                and (self.tag == ANY_TAG or self.tag == env.tag))
+
+
+class Matcher:
+    """Matching state of one rank, all communicators."""
+
+    def __init__(self):
+        self._unexpected: dict[str, deque[Envelope]] = {}
+        self._posted: dict[str, list[Posted]] = {}
+        self._order: dict[int, int] = {}  # id(env) -> arrival number, for snapshots
+        self._arrivals = 0
+
+    # -- arrivals -------------------------------------------------------------------
+    def arrive(self, env: Envelope) -> None:
+        """A message is ready for the application: complete a receive or queue it."""
+        posted = self._posted.get(env.comm)
+        if posted:
+            for i, p in enumerate(posted):
+                if p.matches(env):
+                    if not p.consume:
+                        del posted[i]
+                        p.deliver(env)
+                        return self.arrive(env)  # probes never consume; look again
+                    del posted[i]
+                    p.deliver(env)
+                    return
+        q = self._unexpected.get(env.comm)
+        if q is None:
+            q = self._unexpected[env.comm] = deque()
+        q.append(env)
+        self._order[id(env)] = self._arrivals
+        self._arrivals += 1
+
+    # -- receives and probes ----------------------------------------------------------
+    def find(self, ctx: str, source: int, tag: int, consume: bool) -> Envelope | None:
+        """The first queued message matching, removed from the queue if ``consume``."""
+        q = self._unexpected.get(ctx)
+        if not q:
+            return None
+        for i, env in enumerate(q):
+            if (source == ANY_SOURCE or source == env.src) and (tag == ANY_TAG or tag == env.tag):
+                if consume:
+                    del q[i]
+                    self._order.pop(id(env), None)
+                return env
+        return None
+
+    def post(self, p: Posted) -> Envelope | None:
+        """Match ``p`` against queued messages now, or queue it; returns the match."""
+        env = self.find(p.ctx, p.source, p.tag, p.consume)
+        if env is None:
+            self._posted.setdefault(p.ctx, []).append(p)
+        return env
+
+    def withdraw(self, p: Posted) -> None:
+        """Forget a pending receive or probe (its waiter was cancelled)."""
+        posted = self._posted.get(p.ctx)
+        if posted and p in posted:
+            posted.remove(p)
+
+    # -- snapshots ----------------------------------------------------------------------
+    def queued(self) -> list[Envelope]:
+        """Every arrived-but-unreceived message, in arrival order."""
+        envs = [env for q in self._unexpected.values() for env in q]
+        envs.sort(key=lambda e: self._order.get(id(e), 0))
+        return envs
+
+    def reset(self, queued: list[Envelope]) -> None:
+        """Drop all state and queue ``queued`` (in that order) as if they had just arrived.
+
+        Pending receives are dropped too: after a rollback nobody awaits them.
+        """
+        self._unexpected.clear()
+        self._posted.clear()
+        self._order.clear()
+        for env in queued:
+            self.arrive(env)
+
+    def pending_receives(self) -> int:
+        return sum(len(v) for v in self._posted.values())

@@ -1,0 +1,65 @@
+"""Reduction operations, named as in MPI.
+
+An op is applied elementwise to numpy arrays and to plain numbers; any callable
+``op(a, b)`` is accepted wherever an op is. Reductions fold operands strictly in rank
+order (``((x0 op x1) op x2) ...``), so results never depend on message arrival order and a
+non-commutative op gets MPI's canonical order.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Op:
+    """A named binary reduction operation."""
+
+    name: str
+    array_fn: Callable[[Any, Any], Any]
+    scalar_fn: Callable[[Any, Any], Any]
+
+    def __call__(self, a, b):
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return self.array_fn(a, b)
+        return self.scalar_fn(a, b)
+
+    def __repr__(self):
+        return f"ft.{self.name}"
+
+    def __reduce__(self):
+        return (_op_by_name, (self.name,))
+
+
+SUM = Op("SUM", np.add, operator.add)
+PROD = Op("PROD", np.multiply, operator.mul)
+MIN = Op("MIN", np.minimum, min)
+MAX = Op("MAX", np.maximum, max)
+LAND = Op("LAND", np.logical_and, lambda a, b: bool(a) and bool(b))
+LOR = Op("LOR", np.logical_or, lambda a, b: bool(a) or bool(b))
+BAND = Op("BAND", np.bitwise_and, operator.and_)
+BOR = Op("BOR", np.bitwise_or, operator.or_)
+
+_OPS = {op.name: op for op in (SUM, PROD, MIN, MAX, LAND, LOR, BAND, BOR)}
+
+
+def _op_by_name(name: str) -> Op:
+    return _OPS[name]
+
+
+def check_op(op) -> Callable[[Any, Any], Any]:
+    """Return ``op`` if it can reduce, else raise TypeError naming what was given."""
+    if not callable(op):
+        raise TypeError(f"op must be an ft op (ft.SUM, ...) or a callable op(a, b), got {op!r}")
+    return op
+
+
+def fold(op, values: list):
+    """Left fold in list order: ``((v0 op v1) op v2) ...``."""
+    acc = values[0]
+    for v in values[1:]:
+        acc = op(acc, v)
+    return acc

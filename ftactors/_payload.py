@@ -1,0 +1,83 @@
+"""Turning Python objects into message payloads and back.
+
+Theory of operation: every payload is pickled at send time (cloudpickle, protocol 5), so
+the sender may reuse or mutate its object as soon as ``send`` returns, the receiver gets
+its own copy, an unpicklable object fails at the sender as a ``TypeError`` naming its
+type, and ``Status.count`` is the payload's size in bytes.
+
+Buffers of at least ``LARGE_BUFFER_BYTES`` (numpy array data, bytes, ...) travel
+out-of-band: the transport's ``put_large`` stores each one once (the Ray transport puts it
+in the shared object store and ships only the reference), and the receiver rebuilds the
+object over that buffer. Such buffers are read-only on every transport (on Ray they are
+zero-copy views of the object store; the local and sim transports hand out immutable
+copies so that code behaves the same everywhere). Smaller buffers are pickled in-band and
+arrive writable.
+"""
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable
+
+import cloudpickle
+
+LARGE_BUFFER_BYTES = 100 * 1024
+"""Buffers at least this large go out-of-band (the object store on Ray)."""
+
+
+class Payload:
+    """A packed message body: the pickle stream plus its out-of-band buffers.
+
+    ``buffers`` holds whatever the transport's ``put_large`` returned (an ObjectRef on Ray,
+    immutable bytes elsewhere). A transport that must fetch references makes a resolved
+    copy whose ``origin`` is the payload as it travelled, so a collective can forward the
+    references instead of the data.
+    """
+
+    __slots__ = ("data", "buffers", "nbytes", "origin")
+
+    def __init__(self, data: bytes, buffers: tuple = (), nbytes: int | None = None):
+        self.data = data
+        self.buffers = buffers
+        self.nbytes = len(data) if nbytes is None else nbytes
+        self.origin = self
+        """The payload as it travelled (with references): what to forward unchanged."""
+
+    def __reduce__(self):
+        return (Payload, (self.data, self.buffers, self.nbytes))
+
+    def __repr__(self):
+        return f"Payload({self.nbytes} bytes, {len(self.buffers)} out-of-band)"
+
+
+def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None) -> Payload:
+    """Pickle ``obj``; buffers >= LARGE_BUFFER_BYTES go through ``put_large``.
+
+    Raises:
+        TypeError: ``obj`` (or something inside it) cannot be pickled.
+    """
+    large: list = []
+    total = [0]
+
+    def on_buffer(buf: pickle.PickleBuffer) -> bool:
+        view = buf.raw()
+        if view.nbytes < LARGE_BUFFER_BYTES:
+            return True  # pickle in-band
+        total[0] += view.nbytes
+        large.append(put_large(view) if put_large else bytes(view))
+        return False
+
+    try:
+        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=on_buffer)
+    except Exception as exc:  # pickle raises many types (PicklingError, TypeError, ...)
+        raise TypeError(
+            f"cannot send an object of type {type(obj).__module__}.{type(obj).__qualname__}: "
+            f"it is not picklable ({type(exc).__name__}: {exc})"
+        ) from exc
+    return Payload(data, tuple(large), len(data) + total[0])
+
+
+def unpack(payload: Payload) -> Any:
+    """Rebuild the object; out-of-band buffers must already be resolved to buffers."""
+    if not payload.buffers:
+        return pickle.loads(payload.data)
+    return pickle.loads(payload.data, buffers=payload.buffers)

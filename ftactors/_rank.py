@@ -1,0 +1,101 @@
+"""``ft.Rank``: the base class of every program, the end of the protocol-mixin chain.
+
+A program subclasses ``Rank`` and writes ``async def main(self, *args, **kwargs)``. It may
+register the state that must survive failures (``self.register``) and offer safe points
+(``async for it in self.iterations(n)``). After a rollback the framework re-enters
+``main()`` from the top with the registered attributes restored, every ``iterations()``
+loop that had finished is skipped, and the loop that was running resumes at the saved
+iteration.
+
+Rules that make re-entry correct (the piecewise-determinism assumption, see
+docs/ARCHITECTURE.md): whatever ``main()`` computes must follow from its arguments, its
+registered state and the messages it receives; state changed inside a loop and used later
+must be registered; safe-point loops are not nested (use ``range`` for inner loops).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+from ._protocol import Protocol
+
+
+class Rank(Protocol):
+    """One MPI-like rank. Attributes set by the framework before ``main()``:
+
+    * ``rank``, ``size``: this rank's number and the number of ranks;
+    * ``comm``: the world communicator;
+    * ``ft``: the rank's endpoint (for protocols: sends, snapshots, events).
+    """
+
+    _ft_rank_class: ClassVar[bool] = True
+
+    rank: int
+    size: int
+
+    async def main(self, *args, **kwargs) -> Any:
+        raise NotImplementedError("a Rank subclass must define async def main(self, ...)")
+
+    def register(self, name: str, initial: Any = None) -> Any:
+        """Declare ``self.<name>`` part of the state that survives failures.
+
+        Sets ``self.<name>`` to its restored value when ``main()`` is re-entered after a
+        restore, else to ``initial``, and returns it. Rebinding ``self.<name>`` later is
+        fine: snapshots read the attribute.
+        """
+        if not name.isidentifier():
+            raise ValueError(f"register() needs an attribute name, got {name!r}")
+        value = self.ft.register(name, initial)
+        setattr(self, name, value)
+        return value
+
+    def iterations(self, n: int) -> "SafePoints":
+        """``async for i in self.iterations(n)``: iterations 0..n-1 with a safe point at
+        the top of each; after a restore it resumes where the snapshot was taken."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"iterations() needs a count >= 0, got {n!r}")
+        return SafePoints(self, n)
+
+    @property
+    def restored(self) -> bool:
+        """True while ``main()`` runs again after a restore."""
+        return self.ft.restored
+
+    def event(self, kind: str, **detail) -> None:
+        """Record an application event in the run's timeline."""
+        self.ft.events.record(kind, **detail)
+
+
+class SafePoints:
+    """The async iterator behind ``Rank.iterations``."""
+
+    __slots__ = ("_rank", "_n", "_i")
+
+    def __init__(self, rank: Rank, n: int):
+        self._rank = rank
+        self._n = n
+        self._i = 0
+
+    def __aiter__(self):
+        self._i = self._rank.ft.enter_loop(self._n)
+        return self
+
+    async def __anext__(self) -> int:
+        ft = self._rank.ft
+        if self._i >= self._n:
+            ft.exit_loop(self._n)
+            raise StopAsyncIteration
+        i = self._i
+        self._i = i + 1
+        ft.at_safe_point(i)
+        await self._rank.on_safe_point(i)
+        return i
+
+
+def check_rank_class(cls) -> None:
+    """Raise ConfigError-style TypeError unless ``cls`` is a Rank with ``async def main``."""
+    if not (isinstance(cls, type) and issubclass(cls, Rank)):
+        raise TypeError(f"ft.run needs a subclass of ft.Rank, got {cls!r}")
+    main = getattr(cls, "main", None)
+    if main is None or main is Rank.main or not inspect.iscoroutinefunction(main):
+        raise TypeError(f"{cls.__qualname__} must define 'async def main(self, ...)'")

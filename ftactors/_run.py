@@ -1,0 +1,150 @@
+"""``ft.run`` / ``ft.run_async``: validate everything, pick a transport, run the job.
+
+All checks happen here, before any actor or task starts: the class must be an
+``ft.Rank`` with ``async def main``, ``ranks`` a positive int, the transport known, every
+option known to the core or to a protocol in the stack, and the chaos plan must name
+existing ranks.
+"""
+from __future__ import annotations
+
+import asyncio
+import numbers
+from typing import Any
+
+from ._chaos import Chaos
+from ._coordinator import Coordinator, RunResult
+from ._errors import ConfigError
+from ._protocol import protocol_classes
+from ._rank import check_rank_class
+from ._trace import write_trace
+
+TRANSPORTS = ("ray", "local", "sim")
+
+CORE_OPTIONS = {
+    "kill_method": "how time-based chaos kills a rank: 'sigkill' or 'ray.kill'",
+    "rank_num_cpus": "CPUs Ray reserves per rank actor (default 0: ranks share the cores)",
+    "sim_latency_s": "sim: per-message latency (s)",
+    "sim_bandwidth_Bps": "sim: link bandwidth (bytes/s)",
+    "sim_jitter_s": "sim: uniform random extra delay per batch (s), from the seed",
+}
+
+
+def _known_options(rank_cls) -> dict[str, str]:
+    known = dict(CORE_OPTIONS)
+    for proto in protocol_classes(rank_cls):
+        known.update(getattr(proto, "ft_options", {}))
+    return known
+
+
+def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> list:
+    check_rank_class(rank_cls)
+    if not isinstance(ranks, numbers.Integral) or isinstance(ranks, bool) or ranks < 1:
+        raise ConfigError(f"ranks must be an int >= 1, got {ranks!r}")
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"unknown transport {transport!r}; choose one of {', '.join(TRANSPORTS)}")
+    if not isinstance(spares, numbers.Integral) or spares < 0:
+        raise ConfigError(f"spares must be an int >= 0, got {spares!r}")
+    if spares and not any(getattr(p, "uses_spares", False) for p in protocol_classes(rank_cls)):
+        raise ConfigError(
+            f"spares={spares} but no protocol in {rank_cls.__qualname__}'s stack promotes spares "
+            f"(add StandbyReplacement)")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
+    known = _known_options(rank_cls)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if chaos is not None and not isinstance(chaos, Chaos):
+        raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
+    return chaos.plan(ranks) if chaos is not None else []
+
+
+def _fabric(transport: str, address: str | None, seed: int, options: dict):
+    if transport == "local":
+        from .transports.local import LocalFabric
+        return LocalFabric(options)
+    if transport == "sim":
+        from .transports.sim import SimFabric
+        return SimFabric(options, seed)
+    from .transports.ray import RayFabric
+    return RayFabric(options, address)
+
+
+async def run_async(rank_cls, ranks: int, *, args: tuple = (), kwargs: dict | None = None,
+                    transport: str = "ray", address: str | None = None, spares: int = 0,
+                    seed: int = 0, chaos: Chaos | None = None, timeout_s: float | None = None,
+                    trace: str | None = None, **options: Any) -> RunResult:
+    """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's result.
+
+    Args:
+        rank_cls: an ``ft.Rank`` subclass (with its protocol mixins).
+        ranks: number of ranks (>= 1).
+        args, kwargs: passed to every rank's ``main()``.
+        transport: ``"ray"`` (actors; starts an embedded local Ray when none is running),
+            ``"local"`` (asyncio tasks in this process) or ``"sim"`` (deterministic
+            discrete-event simulation on a virtual clock).
+        address: a Ray cluster to join (``"auto"``, ``"ray://host:10001"``, ``"host:port"``).
+        spares: standby ranks for protocols that promote them.
+        seed: seed of the sim's network jitter and of random chaos.
+        chaos: a failure plan (``ft.Chaos``).
+        timeout_s: give up (and stop every rank) after this many seconds.
+        trace: write every message to this Parquet file.
+        **options: settings of the core (``CORE_OPTIONS``) and of the protocols in the stack.
+
+    Raises:
+        ConfigError: bad arguments (nothing was started).
+        RankError: a rank's ``main()`` raised; carries its traceback.
+        RankFailed: a rank died and no protocol recovered it.
+        TimeoutError: ``timeout_s`` passed.
+    """
+    kwargs = dict(kwargs or {})
+    kills = _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options)
+    if transport == "sim":
+        from .transports._simloop import run_virtual
+        return await asyncio.to_thread(
+            run_virtual, lambda: _run(rank_cls, ranks, args, kwargs, transport, address, seed,
+                                      kills, timeout_s, trace, options))
+    return await _run(rank_cls, ranks, args, kwargs, transport, address, seed, kills,
+                      timeout_s, trace, options)
+
+
+async def _run(rank_cls, ranks, args, kwargs, transport, address, seed, kills, timeout_s,
+               trace, options) -> RunResult:
+    fabric = _fabric(transport, address, seed, options)
+    coordinator = Coordinator(fabric, rank_cls, ranks, tuple(args), kwargs, kills=kills,
+                              trace=trace is not None, options=options)
+    try:
+        result = await asyncio.wait_for(coordinator.run(), timeout_s)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"the run did not finish within {timeout_s} s") from None
+    if trace is not None:
+        result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
+        result.metrics["trace_path"] = str(trace)
+    return result
+
+
+def run(rank_cls, ranks: int, **kw) -> RunResult:
+    """Synchronous ``run_async`` (see there); not callable inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("ft.run() was called inside a running event loop; use 'await ft.run_async(...)'")
+    if kw.get("transport") == "sim":
+        kw = dict(kw)
+        kills = _validate(rank_cls, ranks, "sim", kw.get("spares", 0), kw.get("chaos"),
+                          kw.get("timeout_s"), {k: v for k, v in kw.items() if k not in _RUN_KEYS})
+        from .transports._simloop import run_virtual
+        kw.pop("transport")
+        return run_virtual(lambda: _run_kw(rank_cls, ranks, "sim", kills, **kw))
+    return asyncio.run(run_async(rank_cls, ranks, **kw))
+
+
+_RUN_KEYS = {"args", "kwargs", "transport", "address", "spares", "seed", "chaos", "timeout_s", "trace"}
+
+
+async def _run_kw(rank_cls, ranks, transport, kills, *, args=(), kwargs=None, address=None,
+                  spares=0, seed=0, chaos=None, timeout_s=None, trace=None, **options):
+    return await _run(rank_cls, ranks, args, dict(kwargs or {}), transport, address, seed,
+                      kills, timeout_s, trace, options)

@@ -1,0 +1,337 @@
+"""Deterministic virtual-time asyncio event loop for the ``sim`` transport.
+
+Theory of operation
+-------------------
+The ``sim`` transport models thousands of MPI ranks as asyncio tasks whose
+messages are delayed by ``call_later``/``sleep`` calls that stand for network
+latency.  Those delays are *modelled*, not experienced: waiting for them in
+wall time would make a simulated hour take an hour.  :class:`VirtualClockLoop`
+therefore keeps its own clock, ``time()``, which starts at ``0.0`` and changes
+in exactly one place: when the loop has nothing ready to run, it sets the
+clock to the deadline of the earliest pending timer ("autojump", as in trio's
+``MockClock(autojump_threshold=0)``) and runs that timer.  Computation takes
+zero virtual time; only scheduled delays make the clock move, so
+``await asyncio.sleep(3600)`` returns at once with ``loop.time() == 3600.0``.
+
+Determinism follows from three facts.  (1) The clock is a pure function of
+the timers the program scheduled, never of the wall clock.  (2) The ready
+queue is FIFO, exactly as in the stock loop.  (3) Timers due at the same
+virtual time run in the order they were scheduled: asyncio's heap orders
+``TimerHandle`` objects by deadline only, and equal deadlines come out of a
+binary heap in an order that is reproducible but not FIFO, so every timer made
+by :meth:`VirtualClockLoop.call_at` carries a sequence number that breaks
+ties.  The stock loop also polls the selector on every iteration and fires
+whichever timers wall time has reached, which lets real time decide the
+interleaving; this loop polls only when idle and fires a timer only once the
+virtual clock has reached it.  A program that is itself deterministic (seeded
+``random``, no iteration over sets of tasks or other id-hashed objects, no
+wall-clock reads) therefore produces the same callback order on every run.
+
+When nothing is ready, no timer is pending, and no thread is working for the
+loop, nothing can ever happen again: the loop raises :class:`SimDeadlock`
+(naming the stuck tasks) instead of blocking forever, which is what a lost
+message or a mismatched send/receive looks like in a simulation.
+
+Why ``SelectorEventLoop``
+-------------------------
+The loop subclasses :class:`asyncio.SelectorEventLoop` rather than the bare
+``BaseEventLoop`` because the selector machinery supplies the self-pipe that
+``call_soon_threadsafe`` writes to.  That is what lets ``run_in_executor`` /
+``asyncio.to_thread`` and ``shutdown_default_executor`` work, and it keeps
+every other public loop method available.  Only ``_run_once`` (one loop
+iteration) is replaced, together with ``time``, ``call_at`` and the two
+executor entry points that must be counted.
+
+What is not simulated
+---------------------
+* CPU time: a callback that computes for a wall-clock minute takes no virtual
+  time.  Model costs with explicit ``sleep``/``call_later`` calls.
+* Threads: work handed to ``run_in_executor``/``to_thread`` is waited for in
+  real time while the virtual clock stands still, so it takes zero virtual time
+  and timers cannot overtake it.  The moment at which its result arrives
+  relative to other *ready* callbacks depends on the OS scheduler, so it is
+  not deterministic.  Other cross-thread input (``call_soon_threadsafe`` or
+  ``run_coroutine_threadsafe`` from an unrelated thread) is not waited for; if
+  the simulation depends on it alone, it ends in :class:`SimDeadlock`.
+* Real I/O: sockets, pipes and subprocesses are polled without blocking
+  whenever the loop is idle, but are never waited for and never move the
+  clock.  A simulation that can only progress through real I/O ends in
+  :class:`SimDeadlock`.  Use the Ray transport for real networking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from typing import Any, Callable, Coroutine, TypeVar, Union
+
+__all__ = ["SimDeadlock", "VirtualClockLoop", "run_virtual"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# Same thresholds as asyncio.base_events: rebuild the timer heap once more
+# than half of more than 100 timers are cancelled (typical of wait_for
+# timeouts that did not fire).
+_MIN_SCHEDULED_TIMER_HANDLES = 100
+_MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
+
+# How many stuck tasks a SimDeadlock message lists, and how much of each.
+_DEADLOCK_TASKS_SHOWN = 10
+_DEADLOCK_REPR_CHARS = 240
+
+
+class SimDeadlock(RuntimeError):
+    """The simulation can never make progress.
+
+    Raised out of ``run_until_complete``/``run_virtual`` when the loop has no
+    ready callbacks, no pending timers and no executor work in flight, yet the
+    awaited future is not done.
+    """
+
+
+class _SeqTimerHandle(asyncio.TimerHandle):
+    """A timer ordered by ``(when, seq)`` so equal deadlines run FIFO."""
+
+    __slots__ = ("_seq",)
+
+    def __lt__(self, other: _SeqTimerHandle) -> bool:
+        # heapq compares with ``<`` only, and the loop's heap holds nothing
+        # but these handles (``call_at`` is the only producer).
+        if self._when == other._when:
+            return self._seq < other._seq
+        return self._when < other._when
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop whose clock jumps to the next timer whenever idle.
+
+    See the module docstring for the theory of operation.  The loop is an
+    ordinary ``SelectorEventLoop`` in every respect except time: ``time()``
+    is virtual and starts at 0.0, idle periods cost no wall time, same-time
+    timers run in scheduling order, and a loop that can never progress raises
+    :class:`SimDeadlock` instead of hanging.
+    """
+
+    def __init__(self) -> None:
+        self._vtime = 0.0
+        self._timer_seq = itertools.count()
+        # Executor jobs (and executor shutdowns) whose completion will arrive
+        # through call_soon_threadsafe; the clock stands still until they do.
+        self._threads_in_flight = 0
+        super().__init__()
+
+    def time(self) -> float:
+        """Return the virtual time in seconds (0.0 when the loop is created)."""
+        return self._vtime
+
+    def call_at(self, when, callback, *args, context=None):
+        """Schedule ``callback`` at virtual time ``when``.
+
+        Same contract as ``BaseEventLoop.call_at`` (``call_later`` delegates
+        here), but the handle carries a sequence number so that timers with
+        equal deadlines fire in the order they were scheduled.
+        """
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_at")
+        timer = _SeqTimerHandle(when, callback, args, self, context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        timer._seq = next(self._timer_seq)
+        heapq.heappush(self._scheduled, timer)
+        timer._scheduled = True
+        return timer
+
+    def run_in_executor(self, executor, func, *args):
+        """Run ``func`` in a thread; virtual time stands still until it ends.
+
+        Counting the job keeps the loop from jumping past pending timers (or
+        declaring a deadlock) while the only progress is happening in another
+        thread.  Cancelling the returned future stops the wait, not the thread.
+        """
+        future = super().run_in_executor(executor, func, *args)
+        self._threads_in_flight += 1
+        future.add_done_callback(self._thread_finished)
+        return future
+
+    def _thread_finished(self, _future: asyncio.Future) -> None:
+        self._threads_in_flight -= 1
+
+    async def shutdown_default_executor(self, *args, **kwargs):
+        """Shut down the default executor, counted like an executor job.
+
+        The stock implementation joins the executor in a helper thread that
+        reports back with ``call_soon_threadsafe`` and sets no timer, which
+        would otherwise look like a deadlock.
+        """
+        self._threads_in_flight += 1
+        try:
+            await super().shutdown_default_executor(*args, **kwargs)
+        finally:
+            self._threads_in_flight -= 1
+
+    def _run_once(self) -> None:
+        """Run one iteration: maybe advance the clock, then run ready callbacks.
+
+        Mirrors ``BaseEventLoop._run_once`` with three differences: the
+        selector is consulted only when nothing is ready (see ``_idle``),
+        timers are due when ``when <= time()`` exactly (no clock-resolution
+        slack, which would misbehave at large virtual times), and slow
+        callbacks are measured in wall time in debug mode.
+        """
+        scheduled = self._scheduled
+        sched_count = len(scheduled)
+        if (sched_count > _MIN_SCHEDULED_TIMER_HANDLES
+                and self._timer_cancelled_count / sched_count
+                > _MIN_CANCELLED_TIMER_HANDLES_FRACTION):
+            live = []
+            for handle in scheduled:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    live.append(handle)
+            heapq.heapify(live)
+            self._scheduled = scheduled = live
+            self._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0]._cancelled:
+                self._timer_cancelled_count -= 1
+                handle = heapq.heappop(scheduled)
+                handle._scheduled = False
+
+        ready = self._ready
+        if not ready and not self._stopping:
+            self._idle()
+
+        now = self._vtime
+        while scheduled and scheduled[0]._when <= now:
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+            ready.append(handle)
+
+        # Run only what is ready now; callbacks scheduled by these run in the
+        # next iteration, as in the stock loop.
+        popleft = ready.popleft
+        if self._debug:
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                try:
+                    self._current_handle = handle
+                    t0 = time.perf_counter()
+                    handle._run()
+                    dt = time.perf_counter() - t0
+                    if dt >= self.slow_callback_duration:
+                        logger.warning("Executing %r took %.3f wall seconds",
+                                       handle, dt)
+                finally:
+                    self._current_handle = None
+        else:
+            for _ in range(len(ready)):
+                handle = popleft()
+                if not handle._cancelled:
+                    handle._run()
+        handle = None  # Break reference cycles if a callback raised.
+
+    def _idle(self) -> None:
+        """Find the next thing to do when no callback is ready.
+
+        In order: take any I/O or thread wake-up that has already arrived;
+        wait in real time for executor work in flight; jump the clock to the
+        earliest timer; otherwise raise :class:`SimDeadlock`.
+        """
+        event_list = self._selector.select(0)
+        if event_list:
+            self._process_events(event_list)
+            return
+        if self._ready:  # appended by another thread since the check above
+            return
+        if self._threads_in_flight:
+            self._process_events(self._selector.select(None))
+            return
+        if self._scheduled:
+            when = self._scheduled[0]._when
+            if when > self._vtime:
+                self._vtime = when
+            return
+        raise SimDeadlock(self._deadlock_message())
+
+    def _deadlock_message(self) -> str:
+        """Describe the stuck state: virtual time and the pending tasks."""
+        tasks = sorted(asyncio.all_tasks(self), key=lambda t: t.get_name())
+        lines = [
+            f"simulation deadlocked at virtual time {self._vtime!r}: nothing "
+            f"is ready, no timer is pending, {len(tasks)} task(s) wait forever"
+        ]
+        for task in tasks[:_DEADLOCK_TASKS_SHOWN]:
+            text = repr(task)
+            if len(text) > _DEADLOCK_REPR_CHARS:
+                text = text[:_DEADLOCK_REPR_CHARS - 3] + "..."
+            lines.append(f"  {text}")
+        if len(tasks) > _DEADLOCK_TASKS_SHOWN:
+            lines.append(f"  ... and {len(tasks) - _DEADLOCK_TASKS_SHOWN} more")
+        return "\n".join(lines)
+
+
+def run_virtual(
+    main: Union[Coroutine[Any, Any, _T], Callable[[], Coroutine[Any, Any, _T]]],
+    *,
+    debug: bool = False,
+) -> _T:
+    """Run a coroutine to completion on a fresh :class:`VirtualClockLoop`.
+
+    Like ``asyncio.run``: cancels leftover tasks, shuts down async generators
+    and the default executor, closes the loop and returns the coroutine's
+    result.  ``main`` may be a coroutine or a zero-argument callable returning
+    one; the callable form suits ``await asyncio.to_thread(run_virtual,
+    factory)``, where the coroutine should be created in the worker thread.
+    The loop is not installed as the thread's current event loop, so a loop
+    belonging to the calling thread (or any other) is left untouched.
+
+    Raises :class:`SimDeadlock` if the simulation can never finish, and
+    ``RuntimeError`` if called from a thread whose event loop is running.
+    """
+    if asyncio._get_running_loop() is not None:
+        raise RuntimeError(
+            "run_virtual() cannot be called from a running event loop; "
+            "use 'await asyncio.to_thread(run_virtual, factory)'")
+    coro = main() if callable(main) else main
+    if not asyncio.iscoroutine(coro):
+        raise TypeError(f"run_virtual() needs a coroutine, got {coro!r}")
+    loop = VirtualClockLoop()
+    try:
+        loop.set_debug(debug)
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            _cancel_all_tasks(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
+
+
+def _cancel_all_tasks(loop: VirtualClockLoop) -> None:
+    """Cancel leftover tasks and let them unwind, as ``asyncio.run`` does."""
+    to_cancel = asyncio.all_tasks(loop)
+    if not to_cancel:
+        return
+    for task in to_cancel:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*to_cancel, return_exceptions=True))
+    for task in to_cancel:
+        if not task.cancelled() and task.exception() is not None:
+            loop.call_exception_handler({
+                "message": "unhandled exception during run_virtual() shutdown",
+                "exception": task.exception(),
+                "task": task,
+            })
