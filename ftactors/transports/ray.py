@@ -1,0 +1,191 @@
+"""The ``ray`` transport: each rank is a Ray async actor.
+
+This is the only module of ftactors that imports Ray. What it handles, measured on Ray
+2.60 (see docs/ARCHITECTURE.md):
+
+* calls to async actors run out of submission order, so envelopes go in batches (one
+  actor call per destination per flush) and the channel layer reorders them;
+* a killed actor's pending calls fail with ``ActorDiedError`` within milliseconds, which
+  the coordinator turns into a failure; actors are created with ``max_restarts=0`` and
+  calls with ``max_task_retries=0`` (a retried call would re-run from the start) because
+  recovery is the framework's job;
+* buffers of 100 KiB and more are ``ray.put`` once by the sender and travel as references;
+  receivers fetch them before the channel layer sees the envelope, as read-only zero-copy
+  views of the object store. The sender owns those objects, so a message from a rank that
+  died before its receiver fetched it is lost with that rank, as on a real network.
+
+``address`` joins an existing cluster (``"auto"``, ``"ray://host:10001"``, ``host:port``);
+with none, an embedded local Ray is started once per process and reused. Ray 2.60 turns
+token authentication on by default: a client joining an explicit address needs
+``RAY_AUTH_MODE=token`` (and the cluster's token) in its environment.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import numpy as np
+import ray
+from ray.exceptions import RayActorError
+
+from .._coordinator import RankDied
+from .._endpoint import Link
+from .._envelope import Envelope
+from .._host import RankHost, RankSpec
+from .._payload import Payload
+
+
+class RayLink(Link):
+    """Sends batches with one-way actor calls; large buffers through the object store."""
+
+    needs_resolve = True
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.peers: list = []
+
+    def send(self, dst: int, envs: list[Envelope]) -> None:
+        self.peers[dst].deliver.remote(envs)
+
+    def put_large(self, view: memoryview):
+        return ray.put(np.frombuffer(view, dtype=np.uint8))
+
+    async def resolve(self, payload: Payload) -> Payload:
+        buffers = await asyncio.gather(*payload.buffers)
+        resolved = Payload(payload.data, tuple(buffers), payload.nbytes)
+        resolved.origin = payload
+        return resolved
+
+    def clock(self) -> float:
+        return time.time()
+
+
+class RankActor:
+    """The Ray actor around one ``RankHost``."""
+
+    def __init__(self):
+        self.host: RankHost | None = None
+        self.link: RayLink | None = None
+
+    async def setup(self, spec_blob: bytes) -> int:
+        spec: RankSpec = cloudpickle.loads(spec_blob)
+        self.link = RayLink(spec.rank)
+        self.host = RankHost(spec, self.link, self.die)
+        return os.getpid()
+
+    async def wire(self, peers: list) -> None:
+        self.link.peers = peers
+
+    async def run(self, args: tuple, kwargs: dict) -> dict:
+        return await self.host.run(args, kwargs)
+
+    async def deliver(self, envs: list[Envelope]) -> None:
+        for env in envs:
+            if env.payload.buffers and isinstance(env.payload.buffers[0], ray.ObjectRef):
+                env.payload = await self.link.resolve(env.payload)
+        self.host.ep.deliver(envs)
+
+    async def collect(self) -> dict:
+        return self.host.collect()
+
+    async def progress(self):
+        return self.host.progress()
+
+    def die(self) -> None:
+        """SIGKILL this actor's own process (chaos), wherever it runs."""
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to ``address``, or start an embedded local Ray once per process."""
+    if ray.is_initialized():
+        return
+    if address is None:
+        ray.init(include_dashboard=False, logging_level="WARNING", log_to_driver=True)
+    else:
+        ray.init(address=address, logging_level="WARNING")
+
+
+def _pickle_by_value(cls: type) -> None:
+    """Ship the user's classes by value when workers could not import their modules
+    (scripts, notebooks, test files)."""
+    for klass in cls.__mro__:
+        mod = sys.modules.get(klass.__module__)
+        name = klass.__module__
+        if mod is None or name == "builtins" or name.split(".")[0] in ("ftactors", "ray"):
+            continue
+        if name == "__main__" or not _importable_everywhere(mod):
+            cloudpickle.register_pickle_by_value(mod)
+
+
+def _importable_everywhere(mod) -> bool:
+    path = getattr(mod, "__file__", None) or ""
+    return "site-packages" in path or "dist-packages" in path
+
+
+class RayFabric:
+    name = "ray"
+
+    def __init__(self, options: dict, address: str | None):
+        self.options = options
+        self.address = address
+        self.actors: list = []
+        self.rank_of: dict = {}
+
+    def clock(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def start(self, ranks: int) -> None:
+        ensure_ray(self.address)
+        self._cls = ray.remote(RankActor).options(
+            max_restarts=0, max_task_retries=0, max_concurrency=10_000,
+            num_cpus=float(self.options.get("rank_num_cpus", 0)))
+
+    async def spawn(self, spec: RankSpec):
+        _pickle_by_value(spec.rank_cls)
+        actor = self._cls.remote()
+        self.actors.append(actor)
+        self.rank_of[actor] = spec.rank
+        try:
+            await actor.setup.remote(cloudpickle.dumps(spec))
+        except RayActorError as exc:
+            raise RankDied(spec.rank, f"could not start: {exc}") from None
+        return actor
+
+    async def wire(self, handles: list) -> None:
+        await asyncio.gather(*(h.wire.remote(handles) for h in handles))
+
+    async def run(self, handle, args: tuple, kwargs: dict) -> dict:
+        try:
+            return await handle.run.remote(args, kwargs)
+        except RayActorError as exc:
+            raise RankDied(self.rank_of[handle], _death_reason(exc)) from None
+
+    async def collect(self, handle) -> dict:
+        try:
+            return await handle.collect.remote()
+        except RayActorError as exc:
+            raise RankDied(self.rank_of[handle], _death_reason(exc)) from None
+
+    async def kill(self, handle, method: str) -> None:
+        if method == "ray.kill":
+            ray.kill(handle, no_restart=True)
+        else:
+            handle.die.remote()
+
+    async def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors.clear()
+
+
+def _death_reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return "its actor died" + (f" ({text[0][:200]})" if text else "")
