@@ -62,6 +62,8 @@ class Coordinator:
         self.kills = kills
         self.trace = trace
         self.options = options
+        self.progress = options.pop("progress", None)
+        self.progress_interval_s = float(options.pop("progress_interval_s", 1.0))
         self.events = EventLog(fabric.clock)
         self.handles: list[Any] = []
         self.collected: list[dict] = []
@@ -93,6 +95,8 @@ class Coordinator:
                  for r, h in enumerate(self.handles)}
         timers = [asyncio.ensure_future(self._kill_later(k)) for k in self.kills
                   if k.time_s is not None and k.incarnation == 0]
+        if self.progress is not None:
+            timers.append(asyncio.ensure_future(self._report_progress()))
         results: list = [None] * self.n
         pending = set(tasks)
         try:
@@ -111,7 +115,7 @@ class Coordinator:
                         raise RankError(rank, outcome["error"], outcome["traceback"])
                     results[rank] = outcome["value"]
         finally:
-            for t in list(pending) + timers:
+            for t in sorted(pending, key=tasks.get) + timers:  # sets iterate by address
                 t.cancel()
         return results
 
@@ -119,6 +123,14 @@ class Coordinator:
         await self.fabric.sleep(kill.time_s)
         self.events.record("kill", rank=kill.rank, at_s=kill.time_s)
         await self.fabric.kill(self.handles[kill.rank], self.options.get("kill_method", "sigkill"))
+
+    async def _report_progress(self) -> None:
+        """Poll every rank's safe-point position and hand them to the progress callback."""
+        while True:
+            await self.fabric.sleep(self.progress_interval_s)
+            positions = await asyncio.gather(
+                *(self.fabric.progress(h) for h in self.handles), return_exceptions=True)
+            self.progress([None if isinstance(p, BaseException) else p for p in positions])
 
     async def _collect(self) -> None:
         """Gather events, traces and counters from every live host (best effort)."""

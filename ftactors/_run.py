@@ -22,6 +22,9 @@ TRANSPORTS = ("ray", "local", "sim")
 
 CORE_OPTIONS = {
     "kill_method": "how time-based chaos kills a rank: 'sigkill' or 'ray.kill'",
+    "progress": "callable(positions) called every progress_interval_s with each rank's "
+                "(loop, iteration) position",
+    "progress_interval_s": "seconds between progress reports (default 1)",
     "rank_num_cpus": "CPUs Ray reserves per rank actor (default 0: ranks share the cores)",
     "sim_latency_s": "sim: per-message latency (s)",
     "sim_bandwidth_Bps": "sim: link bandwidth (bytes/s)",

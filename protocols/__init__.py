@@ -1,0 +1,6 @@
+"""Fault-tolerance protocols, one mixin per paper (see docs/ARCHITECTURE.md).
+
+``PROTOCOLS`` maps the command-line name of each protocol to its mixin class.
+"""
+
+PROTOCOLS: dict[str, type] = {}

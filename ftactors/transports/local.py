@@ -83,6 +83,9 @@ class LocalFabric:
             raise RankDied(host.spec.rank)
         return host.collect()
 
+    async def progress(self, host: RankHost):
+        return host.progress()
+
     def _die_inside(self, rank: int) -> None:
         self.dead.add(rank)
         raise Killed()

@@ -174,6 +174,9 @@ class RayFabric:
         except RayActorError as exc:
             raise RankDied(self.rank_of[handle], _death_reason(exc)) from None
 
+    async def progress(self, handle):
+        return await handle.progress.remote()
+
     async def kill(self, handle, method: str) -> None:
         if method == "ray.kill":
             ray.kill(handle, no_restart=True)
