@@ -90,6 +90,7 @@ class Endpoint:
         self.matcher = Matcher()
         self._outbox: dict[int, list[Envelope]] = {}
         self._flush_pending = False
+        self._waiting: list[list[Envelope]] | None = []
         self._loop = asyncio.get_running_loop()
         self.events = EventLog(link.clock, rank)
         self.trace = trace
@@ -165,11 +166,24 @@ class Endpoint:
 
     # --------------------------------------------------------------- receiving
     def deliver(self, envs: list[Envelope]) -> None:
-        """Take a batch from the transport (payload references already resolved)."""
+        """Take a batch from the transport (payload references already resolved).
+
+        Batches that come before the rank has started (its protocols' ``on_start`` has
+        not run yet) wait in arrival order and are taken by ``open``.
+        """
+        if self._waiting is not None:
+            self._waiting.append(envs)
+            return
         accept = self._in.accept
         for env in envs:
             for e in accept(env):
                 self._dispatch(e)
+
+    def open(self) -> None:
+        """The rank has started: take the batches that arrived before."""
+        waiting, self._waiting = self._waiting, None
+        for envs in waiting or ():
+            self.deliver(envs)
 
     def _dispatch(self, env: Envelope) -> None:
         if self.trace is not None:

@@ -71,6 +71,7 @@ class RankHost:
         ep.events.record("start", epoch=ep.epoch)
         try:
             await obj.on_start()
+            ep.open()
             while True:
                 self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
                 try:

@@ -93,9 +93,20 @@ class Protocol:
 
 
 def protocol_classes(cls) -> list[type]:
-    """The protocol mixins of a class, outermost first."""
-    return [k for k in cls.__mro__
-            if isinstance(k, type) and issubclass(k, Protocol) and k.__dict__.get("protocol_name")]
+    """The protocol mixins of a class, outermost first.
+
+    A subclass that keeps its parent's ``protocol_name`` refines that protocol (for
+    example to change a setting) and stands for it: the parent is not listed again.
+    """
+    out: list[type] = []
+    for k in cls.__mro__:
+        name = k.__dict__.get("protocol_name") if isinstance(k, type) else None
+        if not name or not issubclass(k, Protocol):
+            continue
+        if any(o.protocol_name == name and issubclass(o, k) for o in out):
+            continue
+        out.append(k)
+    return out
 
 
 def protocol_names(cls) -> list[str]:
@@ -108,7 +119,7 @@ def check_stack(cls) -> None:
     seen = set()
     for name in names:
         if name in seen:
-            raise TypeError(f"{cls.__qualname__}: protocol {name!r} appears twice in the stack")
+            raise TypeError(f"{cls.__qualname__}: two different protocols are named {name!r}")
         seen.add(name)
     for proto in protocol_classes(cls):
         for other in proto.conflicts:

@@ -236,3 +236,75 @@ class Iterating(ft.Rank):
         async for it in self.iterations(n):
             total += await self.comm.allreduce(it)
         return total
+
+
+class Counting(ft.Protocol):
+    """Test mixin: counts every application message in and out, per context."""
+
+    protocol_name = "counting"
+
+    async def on_start(self):
+        self._counting = {"sent": 0, "received": 0, "contexts": set()}
+        await super().on_start()
+
+    def on_send(self, env):
+        self._counting["sent"] += 1
+        self._counting["contexts"].add(env.comm)
+        return super().on_send(env)
+
+    def on_receive(self, env):
+        self._counting["received"] += 1
+        return super().on_receive(env)
+
+
+class Piggyback(ft.Protocol):
+    """Test mixin: piggybacks a per-rank counter; receivers check it grows per sender."""
+
+    protocol_name = "piggyback"
+
+    async def on_start(self):
+        self._piggyback = {"next": 0, "last": {}, "seen": 0, "out_of_order": 0}
+        await super().on_start()
+
+    def on_send(self, env):
+        env = super().on_send(env)
+        state = self._piggyback
+        env.piggyback = dict(env.piggyback or {}, piggyback=state["next"])
+        state["next"] += 1
+        return env
+
+    def on_receive(self, env):
+        state = self._piggyback
+        value = env.piggyback["piggyback"]
+        if value <= state["last"].get(env.src, -1):
+            state["out_of_order"] += 1
+        state["last"][env.src] = value
+        state["seen"] += 1
+        return super().on_receive(env)
+
+
+class Stacked(Counting, Piggyback, ft.Rank):
+    async def main(self):
+        comm = self.comm
+        right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
+        await comm.send(self.rank, dest=right, tag=1)
+        await comm.recv(source=left, tag=1)
+        total = await comm.allreduce(self.rank)
+        everyone = await comm.allgather(self.rank)
+        await comm.bcast(np.zeros(2**15) if self.rank == 0 else None, root=0)
+        sub = await comm.split(color=self.rank % 2)
+        await sub.barrier()
+        await comm.barrier()
+        return {"counting": self._counting, "piggyback": self._piggyback,
+                "total": total, "everyone": everyone, "app_sent": self.ft.sent[:],
+                "app_received": self.ft.received[:]}
+
+
+class Conflicting(ft.Protocol):
+    protocol_name = "conflicting"
+    conflicts = ("counting",)
+
+
+class NeedsCounting(ft.Protocol):
+    protocol_name = "needs-counting"
+    requires = ("counting",)
