@@ -134,11 +134,15 @@ def scaled_residual(a: np.ndarray, x: np.ndarray, b: np.ndarray) -> float:
     """HPL's normwise backward error
     ``||Ax-b||_oo / (eps (||A||_oo ||x||_oo + ||b||_oo) N)`` with ``eps = 2**-53``;
     ``||A||_oo`` is the largest absolute row sum."""
-    n = a.shape[0]
     resid = np.max(np.abs(a @ x - b))
     a_norm = np.max(np.sum(np.abs(a), axis=1))
-    x_norm = np.max(np.abs(x))
-    b_norm = np.max(np.abs(b))
+    return backward_error(resid, a_norm, np.max(np.abs(x)), np.max(np.abs(b)), a.shape[0])
+
+
+def backward_error(resid: float, a_norm: float, x_norm: float, b_norm: float, n: int) -> float:
+    """HPL's scaled residual from its parts: ``||Ax-b||_oo``, ``||A||_oo``,
+    ``||x||_oo``, ``||b||_oo`` and the order ``n`` (a distributed check
+    computes the norms with reductions, then calls this)."""
     return float(resid / (HPL_EPS * (a_norm * x_norm + b_norm) * n))
 
 

@@ -28,14 +28,19 @@ inside the matrix-vector product.
 ``matvec`` callable and the vector space through a ``dot`` callable, so the
 distributed version reuses them with row-block vectors, a ``matvec`` that
 gathers ``p`` and multiplies its :func:`row_block`, and a ``dot`` that
-all-reduces partial sums.  Element-wise arithmetic is in NPB's order; the
-reductions use numpy's (or the caller's) summation order.
+all-reduces partial sums.  Because a distributed ``matvec``/``dot`` must wait
+for messages, the algorithm is written once as coroutines
+(:func:`conj_grad_async`, :func:`power_step_async`) that await their
+callables; the synchronous :func:`conj_grad` and :func:`power_step` drive the
+same coroutines with plain callables (:func:`run_sync`: a coroutine that
+never suspends finishes on its first step).  Element-wise arithmetic is in
+NPB's order; the reductions use numpy's (or the caller's) summation order.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 
 import numpy as np
@@ -236,41 +241,75 @@ def row_block(m: CSRMatrix, lo: int, hi: int) -> CSRMatrix:
 Vector = np.ndarray
 MatVec = Callable[[Vector], Vector]
 Dot = Callable[[Vector, Vector], float]
+AsyncMatVec = Callable[[Vector], Awaitable[Vector]]
+AsyncDot = Callable[[Vector, Vector], Awaitable[float]]
 
 
-def conj_grad(matvec: MatVec, x: Vector, dot: Dot) -> tuple[Vector, float]:
+def run_sync(coro: Coroutine):
+    """Run a coroutine that never suspends (every callable it awaits returns
+    at once) to completion without an event loop; returns its value."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("run_sync: the coroutine suspended; it needs an event loop")
+
+
+def _immediate(fn: Callable) -> Callable:
+    """``fn`` as an async function that returns without suspending."""
+
+    async def call(*args):
+        return fn(*args)
+
+    return call
+
+
+async def conj_grad_async(matvec: AsyncMatVec, x: Vector, dot: AsyncDot) -> tuple[Vector, float]:
     """NPB ``conj_grad``: 25 CG steps on ``A z = x`` from ``z = 0``, no convergence
     test; returns ``z`` and the explicit residual norm ``||x - A z||``.
 
-    ``matvec(p)`` returns ``A p`` and ``dot(a, b)`` the global inner product,
-    both on whatever (local) vector layout the caller uses.
+    ``await matvec(p)`` gives ``A p`` and ``await dot(a, b)`` the global inner
+    product, both on whatever (local) vector layout the caller uses.
     """
     z = np.zeros_like(x)
     r = x.copy()
     p = r.copy()
-    rho = dot(r, r)
+    rho = await dot(r, r)
     for _ in range(CG_INNER_ITERATIONS):
-        q = matvec(p)
-        d = dot(p, q)
+        q = await matvec(p)
+        d = await dot(p, q)
         alpha = rho / d
         rho0 = rho
         z = z + alpha * p
         r = r - alpha * q
-        rho = dot(r, r)
+        rho = await dot(r, r)
         beta = rho / rho0
         p = r + beta * p
-    residual = x - matvec(z)
-    return z, math.sqrt(dot(residual, residual))
+    residual = x - await matvec(z)
+    return z, math.sqrt(await dot(residual, residual))
+
+
+async def power_step_async(
+    matvec: AsyncMatVec, x: Vector, dot: AsyncDot, shift: float
+) -> tuple[Vector, float, float]:
+    """One outer (inverse power) iteration of NPB CG; returns the next ``x``,
+    ``zeta = shift + 1 / (x . z)`` and the inner residual norm."""
+    z, rnorm = await conj_grad_async(matvec, x, dot)
+    norm_temp1 = await dot(x, z)
+    norm_temp2 = 1.0 / math.sqrt(await dot(z, z))
+    zeta = shift + 1.0 / norm_temp1
+    return norm_temp2 * z, float(zeta), rnorm
+
+
+def conj_grad(matvec: MatVec, x: Vector, dot: Dot) -> tuple[Vector, float]:
+    """:func:`conj_grad_async` with synchronous ``matvec`` and ``dot``."""
+    return run_sync(conj_grad_async(_immediate(matvec), x, _immediate(dot)))
 
 
 def power_step(matvec: MatVec, x: Vector, dot: Dot, shift: float) -> tuple[Vector, float, float]:
-    """One outer (inverse power) iteration of NPB CG; returns the next ``x``,
-    ``zeta = shift + 1 / (x . z)`` and the inner residual norm."""
-    z, rnorm = conj_grad(matvec, x, dot)
-    norm_temp1 = dot(x, z)
-    norm_temp2 = 1.0 / math.sqrt(dot(z, z))
-    zeta = shift + 1.0 / norm_temp1
-    return norm_temp2 * z, float(zeta), rnorm
+    """:func:`power_step_async` with synchronous ``matvec`` and ``dot``."""
+    return run_sync(power_step_async(_immediate(matvec), x, _immediate(dot), shift))
 
 
 def verify_zeta(cls: CGClass, zeta: float) -> tuple[bool, float]:
