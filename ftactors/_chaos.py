@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-KILL_METHODS = ("sigkill", "ray.kill")
+KILL_METHODS = ("sigkill", "ray.kill", "sigstop")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ class Chaos:
         mtbf_s: add a Poisson failure process with this mean time between failures
             (exponential gaps, random ranks, up to ``horizon_s``), drawn from ``seed``.
         horizon_s: the time window for random and Poisson kills.
-        method: ``"sigkill"`` (the rank's process gets SIGKILL) or ``"ray.kill"``.
+        method: ``"sigkill"`` (the rank's process gets SIGKILL), ``"ray.kill"``, or
+            ``"sigstop"`` (the process hangs: only heartbeats can tell; time kills only).
         seed: the seed of every random draw; printed with any failure so it can be replayed.
     """
 

@@ -1,15 +1,25 @@
-"""The run's central instance: starts the ranks, watches them, ends the run.
+"""The run's central instance: starts the ranks, watches them, arbitrates failures.
 
 The coordinator is transport-agnostic: it drives a *fabric* (``transports``) that knows
-how to start a rank host, call it, and kill it. It turns what it observes into the run's
-outcome: every rank's return value, a ``RankError`` carrying the original traceback when
-a ``main()`` raises, ``RankFailed`` when a rank dies and nothing in the stack recovers
-it. Whatever happens, every host it started is stopped before it returns or raises.
+how to start a rank host, call it, ping it and kill it. It turns what it observes into the
+run's outcome: every rank's return value, ``RankError`` (with the original traceback)
+when a ``main()`` raises, ``RankFailed`` when a rank dies and nothing in the stack can
+recover it. Whatever happens, every host it started is stopped before it returns.
+
+Failure detection and arbitration (NR-MPI section 1.2): a rank is failed when its
+process dies (the fabric reports it within milliseconds) or when it stops answering
+heartbeats (a hung process). The coordinator is the single arbiter: it handles failures
+one *recovery round* at a time, each round with every failure known when it starts, so
+every survivor sees the same failures in the same order. A failure noticed during a
+round (a call to a rank fails, or another rank's process dies) ends that round and starts
+a new one with all failures so far (NR-MPI's self-loops 2, 9 and 12).
+
+What a round does is the business of the stack's recovery policy: the outermost protocol
+mixin with a ``recovery_policy`` class. Without one, a failure ends the run.
 """
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +27,7 @@ from ._chaos import Kill
 from ._errors import RankError, RankFailed
 from ._events import Event, EventLog, merge
 from ._host import RankSpec
+from ._protocol import protocol_classes
 
 COLLECT_TIMEOUT_S = 5.0
 
@@ -28,6 +39,14 @@ class RankDied(Exception):
         super().__init__(rank, reason)
         self.rank = rank
         self.reason = reason
+
+
+class NewFailure(Exception):
+    """Raised inside a recovery round when more ranks are found failed."""
+
+    def __init__(self, ranks):
+        super().__init__(ranks)
+        self.ranks = set(ranks)
 
 
 @dataclass
@@ -53,35 +72,62 @@ class Coordinator:
     """Runs one job on one fabric."""
 
     def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
-                 kills: list[Kill], trace: bool, options: dict):
+                 kills: list[Kill], kill_method: str = "sigkill", spares: int = 0,
+                 trace: bool, options: dict):
         self.fabric = fabric
         self.rank_cls = rank_cls
         self.n = ranks
         self.args = args
         self.kwargs = kwargs
         self.kills = kills
+        self.kill_method = kill_method
+        self.n_spares = spares
         self.trace = trace
-        self.options = options
-        self.progress = options.pop("progress", None)
-        self.progress_interval_s = float(options.pop("progress_interval_s", 1.0))
+        self.options = dict(options)
+        self.progress = self.options.pop("progress", None)
+        self.progress_interval_s = float(self.options.pop("progress_interval_s", 1.0))
+        default_hb = 1.0 if fabric.name == "ray" else None  # only real processes hang
+        hb = self.options.get("heartbeat_interval_s", default_hb)
+        self.heartbeat_interval_s = None if hb is None else float(hb)
+        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s", 10.0))
         self.events = EventLog(fabric.clock)
         self.handles: list[Any] = []
+        self.spares: list[Any] = []
+        self.epochs = [0] * ranks
+        self.incarnations = [0] * ranks
         self.collected: list[dict] = []
+        self.reports: list[Event] = []
+        self._runs: dict[asyncio.Task, int] = {}
+        self._results: list = [None] * ranks
+        self._done: set[int] = set()
+        self._failed: set[int] = set()
+        self._wake = asyncio.Event()
+        policy_cls = next((p.recovery_policy for p in protocol_classes(rank_cls)
+                           if getattr(p, "recovery_policy", None)), None)
+        self.policy = policy_cls(self) if policy_cls else None
 
-    def spec(self, rank: int, epoch: int = 0) -> RankSpec:
+    # ------------------------------------------------------------------- specs
+    def spec(self, rank: int) -> RankSpec:
+        inc = self.incarnations[rank]
         its = tuple(k.iteration for k in self.kills
-                    if k.rank == rank and k.iteration is not None and k.incarnation == epoch)
-        return RankSpec(self.rank_cls, rank, self.n, epoch, self.trace, self.options, its)
+                    if k.rank == rank and k.iteration is not None and k.incarnation == inc)
+        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
+                        self.options, its, inc)
 
+    # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
         fabric = self.fabric
+        fabric.on_report = self._on_report
         await fabric.start(self.n)
         t0 = fabric.clock()
         try:
             self.handles = list(await asyncio.gather(
                 *(fabric.spawn(self.spec(r)) for r in range(self.n))))
+            self.spares = list(await asyncio.gather(
+                *(fabric.spawn_spare() for _ in range(self.n_spares))))
             await fabric.wire(self.handles)
-            self.events.record("run_start", ranks=self.n, transport=fabric.name)
+            self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+                               transport=fabric.name)
             results = await self._supervise()
             self.events.record("run_end")
             await self._collect()
@@ -89,40 +135,171 @@ class Coordinator:
             await fabric.shutdown()
         return self._result(results, fabric.clock() - t0)
 
-    async def _supervise(self) -> list:
-        fabric = self.fabric
-        tasks = {asyncio.ensure_future(fabric.run(h, self.args, self.kwargs)): r
-                 for r, h in enumerate(self.handles)}
-        timers = [asyncio.ensure_future(self._kill_later(k)) for k in self.kills
-                  if k.time_s is not None and k.incarnation == 0]
-        if self.progress is not None:
-            timers.append(asyncio.ensure_future(self._report_progress()))
-        results: list = [None] * self.n
-        pending = set(tasks)
-        try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=tasks.get):
-                    rank = tasks[task]
-                    try:
-                        outcome = task.result()
-                    except RankDied as died:
-                        self.events.record("failure", rank=rank, reason=died.reason)
-                        await self._collect()
-                        raise RankFailed([rank], died.reason or "its process died") from None
-                    if not outcome["ok"]:
-                        await self._collect()
-                        raise RankError(rank, outcome["error"], outcome["traceback"])
-                    results[rank] = outcome["value"]
-        finally:
-            for t in sorted(pending, key=tasks.get) + timers:  # sets iterate by address
-                t.cancel()
-        return results
+    def start_rank(self, rank: int, restore: Any = None) -> None:
+        """Run (or run again, from ``restore``) rank ``rank``'s ``main()``."""
+        task = asyncio.ensure_future(
+            self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
+        self._runs[task] = rank
+        self._done.discard(rank)
+        self._wake.set()
 
+    async def _supervise(self) -> list:
+        for rank in range(self.n):
+            self.start_rank(rank)
+        helpers = [asyncio.ensure_future(self._kill_later(k)) for k in self.kills
+                   if k.time_s is not None and k.incarnation == 0]
+        if self.policy is not None and self.heartbeat_interval_s:
+            helpers.append(asyncio.ensure_future(self._heartbeats()))
+        if self.progress is not None:
+            helpers.append(asyncio.ensure_future(self._report_progress()))
+        try:
+            while len(self._done) < self.n or self._failed:
+                if self._failed:
+                    await self._recover()
+                    continue
+                self._wake.clear()
+                waker = asyncio.ensure_future(self._wake.wait())
+                done, _ = await asyncio.wait(list(self._runs) + [waker],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                waker.cancel()
+                for task in sorted((t for t in done if t in self._runs), key=self._runs.get):
+                    error = self._finished(task)
+                    if error is not None:
+                        await self._collect()
+                        raise error
+        finally:
+            for task in sorted(self._runs, key=self._runs.get):
+                task.cancel()
+            for task in helpers:
+                task.cancel()
+        return self._results
+
+    def _finished(self, task: asyncio.Task) -> RankError | None:
+        """Take the outcome of a rank's run; returns the error that ends the run, if any."""
+        rank = self._runs.pop(task)
+        if task.cancelled():
+            return None
+        try:
+            outcome = task.result()
+        except RankDied as died:
+            self.fail(rank, died.reason or "its process died")
+            return None
+        if not outcome["ok"]:
+            return RankError(rank, outcome["error"], outcome["traceback"])
+        self._results[rank] = outcome["value"]
+        self._done.add(rank)
+        return None
+
+    def fail(self, rank: int, reason: str) -> None:
+        """Rank ``rank`` (its current incarnation) is failed: arbitrate it."""
+        if rank in self._failed:
+            return
+        killed = [e for e in self.reports if e.rank == rank and e.kind == "killed"]
+        detail = {"reason": reason, "incarnation": self.incarnations[rank]}
+        if killed:
+            detail["detection_s"] = self.fabric.clock() - killed[-1].time
+        self.events.record("failure_detected", rank=rank, **detail)
+        self._failed.add(rank)
+        self._done.discard(rank)
+        self._wake.set()
+
+    async def _recover(self) -> None:
+        if self.policy is None:
+            await self._collect()
+            ranks = sorted(self._failed)
+            reasons = "; ".join(e.detail["reason"] for e in self.events.events
+                                if e.kind == "failure_detected" and e.rank in ranks)
+            raise RankFailed(ranks, reasons or "its process died")
+        failed = set(self._failed)
+        round_no = sum(1 for e in self.events.events if e.kind == "recovery_start")
+        self.events.record("recovery_start", round=round_no, failed=sorted(failed))
+        for task, rank in list(self._runs.items()):
+            if rank in failed:
+                task.cancel()
+                del self._runs[task]
+        try:
+            await self.policy.recover(failed)
+        except NewFailure as more:
+            for rank in sorted(more.ranks - failed):
+                self.fail(rank, "failed during recovery")
+            self.events.record("recovery_restart", round=round_no, failed=sorted(self._failed))
+            return
+        except RankFailed:
+            await self._collect()
+            raise
+        self._failed -= failed
+        self.events.record("recovery_end", round=round_no)
+
+    # -------------------------------------------------- services for policies
+    async def call(self, rank: int, name: str, *args) -> Any:
+        """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
+        try:
+            return await self.fabric.call(self.handles[rank], name, *args)
+        except RankDied:
+            raise NewFailure({rank}) from None
+
+    async def replace(self, rank: int) -> None:
+        """Promote a spare to be the next incarnation of ``rank`` and rewire everyone.
+
+        Raises:
+            RankFailed: no spare is left.
+        """
+        if not self.spares:
+            raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
+        spare = self.spares.pop(0)
+        old = self.handles[rank]
+        self.incarnations[rank] += 1
+        self.epochs[rank] = self.next_epoch()
+        try:
+            self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
+        except RankDied:
+            raise NewFailure({rank}) from None
+        await self.fabric.kill(old, "ray.kill")
+        self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
+                           epoch=self.epochs[rank], spares_left=len(self.spares))
+
+    def next_epoch(self) -> int:
+        """A fresh incarnation number, larger than any used so far."""
+        self._epoch_counter = max(getattr(self, "_epoch_counter", 0), max(self.epochs)) + 1
+        return self._epoch_counter
+
+    async def rewire(self) -> None:
+        """Give every rank the current peer table."""
+        try:
+            await self.fabric.wire(self.handles)
+        except RankDied as died:
+            raise NewFailure({died.rank}) from None
+
+    def running(self, rank: int) -> bool:
+        """Whether rank ``rank``'s ``main()`` call is still under way (not finished)."""
+        return rank in self._runs.values()
+
+    # ----------------------------------------------------------------- helpers
     async def _kill_later(self, kill: Kill) -> None:
         await self.fabric.sleep(kill.time_s)
-        self.events.record("kill", rank=kill.rank, at_s=kill.time_s)
-        await self.fabric.kill(self.handles[kill.rank], self.options.get("kill_method", "sigkill"))
+        ev = self.events.record("killed", rank=kill.rank, how=self.kill_method, at_s=kill.time_s)
+        self.reports.append(ev)
+        await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+
+    def _on_report(self, event: Event) -> None:
+        """An event a rank posted to the coordinator (its own kill, ...)."""
+        self.reports.append(event)
+        self.events.events.append(event)
+
+    async def _heartbeats(self) -> None:
+        """Ping every rank; one that does not answer in time is hung: kill it."""
+        while True:
+            await self.fabric.sleep(self.heartbeat_interval_s)
+            ranks = [r for r in range(self.n) if r not in self._failed]
+            answers = await asyncio.gather(
+                *(asyncio.wait_for(self.fabric.ping(self.handles[r]), self.heartbeat_timeout_s)
+                  for r in ranks), return_exceptions=True)
+            for rank, answer in zip(ranks, answers):
+                if isinstance(answer, asyncio.TimeoutError):
+                    self.events.record("hang_detected", rank=rank,
+                                       timeout_s=self.heartbeat_timeout_s)
+                    await self.fabric.kill(self.handles[rank], "ray.kill")
+                    self.fail(rank, f"no heartbeat for {self.heartbeat_timeout_s} s")
 
     async def _report_progress(self) -> None:
         """Poll every rank's safe-point position and hand them to the progress callback."""
@@ -148,10 +325,8 @@ class Coordinator:
         metrics: dict[str, Any] = {"wall_s": wall_s, "ranks": self.n, "transport": self.fabric.name}
         for key in ("sent", "received", "duplicates_dropped", "stale_dropped", "channel_duplicates"):
             metrics[key] = sum(s[key] for s in stats)
+        metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
+        metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
         result = RunResult(results, merge(logs), metrics)
         result.trace_rows = [c["trace"] for c in self.collected if c["trace"] is not None]
         return result
-
-
-def wall_clock() -> float:
-    return time.time()

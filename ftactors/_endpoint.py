@@ -61,11 +61,22 @@ class Link:
         """Store one large buffer for shipping; default: an immutable copy."""
         return bytes(view)
 
-    needs_resolve = False
-    """True when payload buffers are references to fetch before use (Ray)."""
-
     async def resolve(self, payload: Payload) -> Payload:
+        """Fetch a payload's out-of-band references (identity where there are none)."""
         return payload
+
+    def share(self, data: bytes) -> Any:
+        """Make ``data`` fetchable by another rank through a small handle (a snapshot a
+        replacement will load); the data stays owned by this rank."""
+        return data
+
+    async def fetch(self, handle: Any) -> bytes:
+        """The data behind a ``share`` handle."""
+        return handle
+
+    def report(self, event, wait: bool = False) -> None:
+        """Tell the coordinator now (an event that must outlive this rank)."""
+        raise NotImplementedError
 
     def clock(self) -> float:
         raise NotImplementedError

@@ -2,18 +2,27 @@
 
 A ``RankHost`` is transport-agnostic: the local and sim transports keep hosts as plain
 objects in one process, the Ray transport wraps one in each actor. The coordinator talks
-to a host only through the async methods here (``setup``, ``run``, ``collect``, ...), so
-the three transports share one code path above the wire.
+to a host only through ``run``, ``collect``, ``progress`` and ``call`` (pause, resume,
+and the protocols' own ``ft_rpc_<name>`` methods), so the three transports share one code
+path above the wire.
+
+Recovery in place: ``pause`` cancels ``main()`` and the protocol tasks and parks the
+rank; ``resume`` installs a snapshot as a new incarnation and re-enters ``main()``. A
+replacement host gets its snapshot with ``run(..., restore=...)`` and installs it before
+it takes any message, so nothing from the new incarnations of its peers is counted
+against a fresh state.
 """
 from __future__ import annotations
 
 import asyncio
+import inspect
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ._comm import Communicator
 from ._endpoint import Endpoint, Link
+from ._errors import ProtocolError
 from ._protocol import protocol_classes
 from ._trace import TraceBuffer
 
@@ -32,6 +41,7 @@ class RankSpec:
     trace: bool = False
     options: dict = field(default_factory=dict)
     kill_iterations: tuple = ()
+    incarnation: int = 0
 
 
 class Killed(BaseException):
@@ -49,6 +59,7 @@ class RankHost:
         self.obj.rank = spec.rank
         self.obj.size = spec.size
         self.obj.options = dict(spec.options)
+        self.obj.incarnation = spec.incarnation
         self.ep = Endpoint(spec.rank, spec.size, link, self.obj, epoch=spec.epoch,
                            trace=TraceBuffer() if spec.trace else None,
                            record_deliveries=any(p.records_deliveries
@@ -61,16 +72,21 @@ class RankHost:
         self._main: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._failure: BaseException | None = None
-        self._rerun: dict | None = None
+        self._parked: asyncio.Future | None = None
 
     # ------------------------------------------------------------------- running
-    async def run(self, args: tuple, kwargs: dict) -> dict:
-        """Run ``main()`` to the end (re-entering it after restores); never raises for
-        an application error: returns ``{"ok": False, "error", "traceback"}`` instead."""
+    async def run(self, args: tuple, kwargs: dict, restore: Any = None) -> dict:
+        """Run ``main()`` to the end, re-entering it after every resume; never raises for
+        an application error: returns ``{"ok": False, "error", "traceback"}`` instead.
+
+        ``restore``: a shared snapshot handle (``Link.share``) this replacement starts from.
+        """
         obj, ep = self.obj, self.ep
-        ep.events.record("start", epoch=ep.epoch)
+        ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
         try:
             await obj.on_start()
+            if restore is not None:
+                await self._install(restore, ep.epoch)
             ep.open()
             while True:
                 self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
@@ -78,10 +94,12 @@ class RankHost:
                     value = await self._main
                 except asyncio.CancelledError:
                     if self._failure is not None:
-                        raise self._failure
-                    if self._rerun is None:
+                        raise self._failure from None
+                    if self._parked is None:
                         raise
-                    await self._reenter()
+                    handle, epoch = await self._parked
+                    self._parked = None
+                    await self._install(handle, epoch)
                     continue
                 break
             await obj.on_finish()
@@ -96,17 +114,11 @@ class RankHost:
         ep.events.record("finish")
         return {"ok": True, "value": value}
 
-    def restart_main(self, parts: dict, epoch: int) -> None:
-        """Roll this rank back in place: stop ``main()``, restore ``parts``, run again."""
-        self._rerun = {"parts": parts, "epoch": epoch}
-        if self._main is not None and not self._main.done():
-            self._main.cancel()
-
-    async def _reenter(self) -> None:
-        rerun, self._rerun = self._rerun, None
-        self.ep.restore(rerun["parts"], rerun["epoch"])
+    async def _install(self, handle: Any, epoch: int) -> None:
+        parts = self.ep.load(await self.link.fetch(handle))
+        self.ep.restore(parts, epoch)
         self.obj.comm = Communicator(self.ep, WORLD, tuple(range(self.spec.size)))
-        self.ep.events.record("restored", epoch=self.ep.epoch, position=self.ep._resume)
+        self.ep.events.record("restored", epoch=epoch, position=parts["position"])
         await self.obj.on_restored()
 
     def spawn(self, coro) -> asyncio.Task:
@@ -125,9 +137,36 @@ class RankHost:
             self._main.cancel()
 
     def die(self) -> None:
-        """Chaos: this rank's process dies now."""
-        self.ep.events.record("killed", how="chaos")
+        """Chaos: this rank's process dies now (its last word goes to the coordinator)."""
+        self.link.report(self.ep.events.record("killed", how="chaos", position=self.ep.position))
         self._die()
+
+    # ------------------------------------------------------- coordinator calls
+    async def call(self, name: str, *args) -> Any:
+        """A coordinator request: ``pause``/``resume`` here, else the rank's
+        ``ft_rpc_<name>`` method (protocols add those)."""
+        if name in ("pause", "resume"):
+            return getattr(self, name)(*args)
+        method = getattr(self.obj, f"ft_rpc_{name}", None)
+        if method is None:
+            raise ProtocolError(f"rank {self.spec.rank} has no coordinator request {name!r}")
+        result = method(*args)
+        return await result if inspect.isawaitable(result) else result
+
+    def pause(self) -> None:
+        """Stop ``main()`` and the protocol tasks; the rank waits for ``resume``."""
+        if self._parked is None:
+            self._parked = asyncio.get_running_loop().create_future()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    def resume(self, handle: Any, epoch: int) -> None:
+        """Restore the shared snapshot ``handle`` as incarnation ``epoch`` and go on."""
+        if self._parked is None or self._parked.done():
+            raise ProtocolError(f"rank {self.spec.rank} was resumed without being paused")
+        self._parked.set_result((handle, epoch))
 
     # ------------------------------------------------------------------ queries
     def collect(self) -> dict:

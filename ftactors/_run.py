@@ -21,7 +21,9 @@ from ._trace import write_trace
 TRANSPORTS = ("ray", "local", "sim")
 
 CORE_OPTIONS = {
-    "kill_method": "how time-based chaos kills a rank: 'sigkill' or 'ray.kill'",
+    "heartbeat_interval_s": "seconds between heartbeats to every rank when a recovery "
+                            "protocol is in the stack (default 1 on Ray, off elsewhere)",
+    "heartbeat_timeout_s": "a rank silent this long is declared hung and killed (default 10)",
     "progress": "callable(positions) called every progress_interval_s with each rank's "
                 "(loop, iteration) position",
     "progress_interval_s": "seconds between progress reports (default 1)",
@@ -73,19 +75,37 @@ def _fabric(transport: str, address: str | None, seed: int, options: dict):
     return RayFabric(options, address)
 
 
-async def run_async(rank_cls, ranks: int, *, args: tuple = (), kwargs: dict | None = None,
-                    transport: str = "ray", address: str | None = None, spares: int = 0,
-                    seed: int = 0, chaos: Chaos | None = None, timeout_s: float | None = None,
-                    trace: str | None = None, **options: Any) -> RunResult:
+def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=None,
+             spares=0, seed=0, chaos=None, timeout_s=None, trace=None, **options):
+    """Validate everything; return a zero-argument coroutine factory that runs the job."""
+    kills = _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options)
+    kwargs = dict(kwargs or {})
+
+    async def job() -> RunResult:
+        coordinator = Coordinator(
+            _fabric(transport, address, seed, options), rank_cls, ranks, tuple(args), kwargs,
+            kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
+            spares=spares, trace=trace is not None, options=options)
+        try:
+            result = await asyncio.wait_for(coordinator.run(), timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"the run did not finish within {timeout_s} s") from None
+        if trace is not None:
+            result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
+            result.metrics["trace_path"] = str(trace)
+        return result
+
+    return job
+
+
+async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
     """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's result.
 
-    Args:
-        rank_cls: an ``ft.Rank`` subclass (with its protocol mixins).
-        ranks: number of ranks (>= 1).
+    Keyword arguments (all optional):
         args, kwargs: passed to every rank's ``main()``.
-        transport: ``"ray"`` (actors; starts an embedded local Ray when none is running),
-            ``"local"`` (asyncio tasks in this process) or ``"sim"`` (deterministic
-            discrete-event simulation on a virtual clock).
+        transport: ``"ray"`` (actors; starts an embedded local Ray when none is running;
+            the default), ``"local"`` (asyncio tasks in this process) or ``"sim"``
+            (deterministic discrete-event simulation on a virtual clock).
         address: a Ray cluster to join (``"auto"``, ``"ray://host:10001"``, ``"host:port"``).
         spares: standby ranks for protocols that promote them.
         seed: seed of the sim's network jitter and of random chaos.
@@ -96,58 +116,29 @@ async def run_async(rank_cls, ranks: int, *, args: tuple = (), kwargs: dict | No
 
     Raises:
         ConfigError: bad arguments (nothing was started).
+        TypeError: ``rank_cls`` is not an ``ft.Rank`` with ``async def main``.
         RankError: a rank's ``main()`` raised; carries its traceback.
         RankFailed: a rank died and no protocol recovered it.
         TimeoutError: ``timeout_s`` passed.
     """
-    kwargs = dict(kwargs or {})
-    kills = _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options)
-    if transport == "sim":
+    job = _prepare(rank_cls, ranks, **kw)
+    if kw.get("transport") == "sim":
         from .transports._simloop import run_virtual
-        return await asyncio.to_thread(
-            run_virtual, lambda: _run(rank_cls, ranks, args, kwargs, transport, address, seed,
-                                      kills, timeout_s, trace, options))
-    return await _run(rank_cls, ranks, args, kwargs, transport, address, seed, kills,
-                      timeout_s, trace, options)
+        return await asyncio.to_thread(run_virtual, job)
+    return await job()
 
 
-async def _run(rank_cls, ranks, args, kwargs, transport, address, seed, kills, timeout_s,
-               trace, options) -> RunResult:
-    fabric = _fabric(transport, address, seed, options)
-    coordinator = Coordinator(fabric, rank_cls, ranks, tuple(args), kwargs, kills=kills,
-                              trace=trace is not None, options=options)
-    try:
-        result = await asyncio.wait_for(coordinator.run(), timeout_s)
-    except asyncio.TimeoutError:
-        raise TimeoutError(f"the run did not finish within {timeout_s} s") from None
-    if trace is not None:
-        result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
-        result.metrics["trace_path"] = str(trace)
-    return result
-
-
-def run(rank_cls, ranks: int, **kw) -> RunResult:
+def run(rank_cls, ranks: int, **kw: Any) -> RunResult:
     """Synchronous ``run_async`` (see there); not callable inside a running event loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         pass
     else:
-        raise RuntimeError("ft.run() was called inside a running event loop; use 'await ft.run_async(...)'")
+        raise RuntimeError("ft.run() was called inside a running event loop; "
+                           "use 'await ft.run_async(...)'")
+    job = _prepare(rank_cls, ranks, **kw)
     if kw.get("transport") == "sim":
-        kw = dict(kw)
-        kills = _validate(rank_cls, ranks, "sim", kw.get("spares", 0), kw.get("chaos"),
-                          kw.get("timeout_s"), {k: v for k, v in kw.items() if k not in _RUN_KEYS})
         from .transports._simloop import run_virtual
-        kw.pop("transport")
-        return run_virtual(lambda: _run_kw(rank_cls, ranks, "sim", kills, **kw))
-    return asyncio.run(run_async(rank_cls, ranks, **kw))
-
-
-_RUN_KEYS = {"args", "kwargs", "transport", "address", "spares", "seed", "chaos", "timeout_s", "trace"}
-
-
-async def _run_kw(rank_cls, ranks, transport, kills, *, args=(), kwargs=None, address=None,
-                  spares=0, seed=0, chaos=None, timeout_s=None, trace=None, **options):
-    return await _run(rank_cls, ranks, args, dict(kwargs or {}), transport, address, seed,
-                      kills, timeout_s, trace, options)
+        return run_virtual(job)
+    return asyncio.run(job())

@@ -27,6 +27,9 @@ class LocalLink(Link):
     def clock(self) -> float:
         return self.fabric.clock()
 
+    def report(self, event, wait: bool = False) -> None:
+        self.fabric.on_report(event)
+
 
 class LocalFabric:
     """In-process hosts, wired through the event loop."""
@@ -37,6 +40,8 @@ class LocalFabric:
         self.options = options
         self.hosts: dict[int, RankHost] = {}
         self.dead: set[int] = set()
+        self.hung: set[int] = set()
+        self.on_report = lambda event: None
         self._t0 = time.perf_counter()
 
     def clock(self) -> float:
@@ -52,30 +57,50 @@ class LocalFabric:
         host = RankHost(spec, LocalLink(self, spec.rank), lambda: self._die_inside(spec.rank))
         self.hosts[spec.rank] = host
         self.dead.discard(spec.rank)
+        self.hung.discard(spec.rank)
         return host
+
+    async def spawn_spare(self) -> None:
+        """In one process a spare is only a promise: the host is built at promotion."""
+
+    async def promote(self, spare, spec: RankSpec) -> RankHost:
+        return await self.spawn(spec)
+
+    async def call(self, host: RankHost, name: str, *args):
+        if host.spec.rank in self.dead or self.hosts.get(host.spec.rank) is not host:
+            raise RankDied(host.spec.rank, "gone")
+        return await host.call(name, *args)
+
+    async def ping(self, host: RankHost) -> None:
+        if host.spec.rank in self.dead or self.hosts.get(host.spec.rank) is not host:
+            raise RankDied(host.spec.rank, "gone")
+        if host.spec.rank in self.hung:
+            await asyncio.get_running_loop().create_future()  # never answers
 
     async def wire(self, handles: list[RankHost]) -> None:
         """Local links look peers up at send time: nothing to hand out."""
 
     def route(self, src: int, dst: int, envs: list[Envelope]) -> None:
-        if src in self.dead:
+        if src in self.dead or src in self.hung:
             return
         self.loop.call_soon(self._arrive, dst, envs)
 
     def _arrive(self, dst: int, envs: list[Envelope]) -> None:
         host = self.hosts.get(dst)
-        if host is not None and dst not in self.dead:
+        if host is not None and dst not in self.dead and dst not in self.hung:
             host.ep.deliver(envs)
 
-    async def run(self, host: RankHost, args: tuple, kwargs: dict) -> dict:
+    async def run(self, host: RankHost, args: tuple, kwargs: dict, restore=None) -> dict:
         rank = host.spec.rank
         try:
-            return await host.run(args, kwargs)
+            return await host.run(args, kwargs, restore)
         except Killed:
             raise RankDied(rank, "killed by chaos") from None
         except asyncio.CancelledError:
             if rank in self.dead:
                 raise RankDied(rank, "killed") from None
+            if rank in self.hung:  # a hung process never answers again
+                await asyncio.get_running_loop().create_future()
             raise
 
     async def collect(self, host: RankHost) -> dict:
@@ -91,7 +116,10 @@ class LocalFabric:
         raise Killed()
 
     async def kill(self, host: RankHost, method: str) -> None:
-        self.dead.add(host.spec.rank)
+        """``sigstop`` leaves a hung rank: silent, but not reported dead (heartbeats must
+        find it); every other method kills it at once."""
+        if self.hosts.get(host.spec.rank) is host:
+            (self.hung if method == "sigstop" else self.dead).add(host.spec.rank)
         host.cancel_all()
 
     async def shutdown(self) -> None:

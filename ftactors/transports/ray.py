@@ -42,10 +42,9 @@ from .._payload import Payload
 class RayLink(Link):
     """Sends batches with one-way actor calls; large buffers through the object store."""
 
-    needs_resolve = True
-
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, inbox):
         self.rank = rank
+        self.inbox = inbox
         self.peers: list = []
 
     def send(self, dst: int, envs: list[Envelope]) -> None:
@@ -60,8 +59,42 @@ class RayLink(Link):
         resolved.origin = payload
         return resolved
 
+    def share(self, data: bytes):
+        return (ray.put(data),)  # wrapped: a bare ref in a return value would be fetched
+
+    async def fetch(self, handle) -> bytes:
+        return await handle[0]
+
+    def report(self, event, wait: bool = False) -> None:
+        ref = self.inbox.post.remote(event)
+        if wait:
+            ray.get(ref, timeout=5)
+
     def clock(self) -> float:
         return time.time()
+
+
+class Inbox:
+    """The coordinator's mailbox: ranks post events that must outlive them."""
+
+    def __init__(self):
+        self.events: list = []
+        self.arrived = asyncio.Event()
+
+    async def post(self, event) -> None:
+        self.events.append(event)
+        self.arrived.set()
+
+    async def take(self, wait_s: float) -> list:
+        """Everything posted so far, waiting up to ``wait_s`` for the first one."""
+        if not self.events:
+            try:
+                await asyncio.wait_for(self.arrived.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+        self.arrived.clear()
+        out, self.events = self.events, []
+        return out
 
 
 class RankActor:
@@ -71,17 +104,23 @@ class RankActor:
         self.host: RankHost | None = None
         self.link: RayLink | None = None
 
-    async def setup(self, spec_blob: bytes) -> int:
+    async def setup(self, spec_blob: bytes, inbox) -> int:
         spec: RankSpec = cloudpickle.loads(spec_blob)
-        self.link = RayLink(spec.rank)
+        self.link = RayLink(spec.rank, inbox)
         self.host = RankHost(spec, self.link, self.die)
         return os.getpid()
 
     async def wire(self, peers: list) -> None:
         self.link.peers = peers
 
-    async def run(self, args: tuple, kwargs: dict) -> dict:
-        return await self.host.run(args, kwargs)
+    async def run(self, args: tuple, kwargs: dict, restore=None) -> dict:
+        return await self.host.run(args, kwargs, restore)
+
+    async def call(self, name: str, args: tuple):
+        return await self.host.call(name, *args)
+
+    async def ping(self) -> None:
+        """Answered by the event loop: a rank that cannot answer is hung."""
 
     async def deliver(self, envs: list[Envelope]) -> None:
         for env in envs:
@@ -98,6 +137,10 @@ class RankActor:
     def die(self) -> None:
         """SIGKILL this actor's own process (chaos), wherever it runs."""
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGSTOP this actor's own process (chaos: a hang only heartbeats can see)."""
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def ensure_ray(address: str | None = None) -> None:
@@ -135,6 +178,7 @@ class RayFabric:
         self.address = address
         self.actors: list = []
         self.rank_of: dict = {}
+        self.on_report = lambda event: None
 
     def clock(self) -> float:
         return time.time()
@@ -147,24 +191,52 @@ class RayFabric:
         self._cls = ray.remote(RankActor).options(
             max_restarts=0, max_task_retries=0, max_concurrency=10_000,
             num_cpus=float(self.options.get("rank_num_cpus", 0)))
+        self.inbox = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000).remote()
+        self.actors.append(self.inbox)
+        self._drain = asyncio.ensure_future(self._drain_inbox())
+
+    async def _drain_inbox(self) -> None:
+        while True:
+            for event in await self.inbox.take.remote(0.5):
+                self.on_report(event)
 
     async def spawn(self, spec: RankSpec):
-        _pickle_by_value(spec.rank_cls)
+        return await self.promote(await self.spawn_spare(), spec)
+
+    async def spawn_spare(self):
+        """A started actor (its process is warm) that is not a rank yet."""
         actor = self._cls.remote()
         self.actors.append(actor)
+        return actor
+
+    async def promote(self, actor, spec: RankSpec):
+        _pickle_by_value(spec.rank_cls)
         self.rank_of[actor] = spec.rank
         try:
-            await actor.setup.remote(cloudpickle.dumps(spec))
+            await actor.setup.remote(cloudpickle.dumps(spec), self.inbox)
         except RayActorError as exc:
             raise RankDied(spec.rank, f"could not start: {exc}") from None
         return actor
 
+    async def call(self, handle, name: str, *args):
+        try:
+            return await handle.call.remote(name, args)
+        except RayActorError as exc:
+            raise RankDied(self.rank_of[handle], _death_reason(exc)) from None
+
+    async def ping(self, handle) -> None:
+        try:
+            await handle.ping.remote()
+        except RayActorError as exc:
+            raise RankDied(self.rank_of[handle], _death_reason(exc)) from None
+
+
     async def wire(self, handles: list) -> None:
         await asyncio.gather(*(h.wire.remote(handles) for h in handles))
 
-    async def run(self, handle, args: tuple, kwargs: dict) -> dict:
+    async def run(self, handle, args: tuple, kwargs: dict, restore=None) -> dict:
         try:
-            return await handle.run.remote(args, kwargs)
+            return await handle.run.remote(args, kwargs, restore)
         except RayActorError as exc:
             raise RankDied(self.rank_of[handle], _death_reason(exc)) from None
 
@@ -180,10 +252,14 @@ class RayFabric:
     async def kill(self, handle, method: str) -> None:
         if method == "ray.kill":
             ray.kill(handle, no_restart=True)
+        elif method == "sigstop":
+            handle.stop.remote()
         else:
             handle.die.remote()
 
     async def shutdown(self) -> None:
+        if getattr(self, "_drain", None) is not None:
+            self._drain.cancel()
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors.clear()
