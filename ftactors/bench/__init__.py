@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHES = ()
+BENCHES = ("transport", "sim", "apps")
 """Names of the benchmark modules in this package."""
 
 

@@ -27,6 +27,7 @@ per destination), 16 MiB bandwidth at least 0.8x raw Ray.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
 import platform
 import statistics
@@ -39,7 +40,7 @@ import ftactors as ft
 
 MIB = 1 << 20
 
-FULL = {"repetitions": 5, "round_trips": 500, "messages": 20_000,
+FULL = {"repetitions": 5, "round_trips": 500, "messages": 8_000,
         "arrays": {MIB: 50, 16 * MIB: 8}}
 QUICK = {"repetitions": 2, "round_trips": 50, "messages": 2_000,
          "arrays": {MIB: 5, 16 * MIB: 2}}
@@ -268,9 +269,9 @@ def summarize(samples: dict) -> dict:
 
 def machine_info() -> dict:
     """Where the figures were measured (they mean little without it)."""
-    import ray
     info = {"python": sys.version.split()[0], "platform": platform.platform(),
-            "cpus": os.cpu_count(), "ray": ray.__version__, "numpy": np.__version__,
+            "cpus": os.cpu_count(), "ray": importlib.metadata.version("ray"),
+            "numpy": np.__version__,
             "ftactors": ft.__version__, "load_avg_1m": os.getloadavg()[0]}
     try:
         with open("/proc/cpuinfo") as f:

@@ -1,0 +1,57 @@
+"""Smoke tests of ``ftactors bench sim`` and ``ftactors bench transport``: they run at a
+small size through the bench registry and write JSON with every field. Performance is
+never asserted here (the machine is shared); only the shape of the results is."""
+import argparse
+import json
+
+from ftactors.bench import add_bench
+
+
+def bench(*argv: str) -> int:
+    """Run ``ftactors bench ARGV`` through the registry (not the whole CLI)."""
+    parser = argparse.ArgumentParser()
+    add_bench(parser.add_subparsers(dest="cmd", required=True))
+    args = parser.parse_args(["bench", *argv])
+    return args.func(args)
+
+
+def test_sim_bench_json(tmp_path):
+    out = tmp_path / "sim.json"
+    assert bench("sim", "--ranks", "16", "--rounds", "2", "--repetitions", "1",
+                 "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "sim"
+    assert (data["ranks"], data["rounds"], data["repetitions"]) == (16, 2, 1)
+    for transport in ("sim", "local"):
+        fig = data[transport]
+        assert fig["messages"] > 16 * 2  # at least the ring passes
+        assert fig["wall_s"] > 0 and fig["msgs_per_s"] > 0 and fig["run_wall_s"] > 0
+        assert len(data["runs"][transport]) == 1
+    assert data["sim"]["messages"] == data["local"]["messages"]  # the same workload
+    assert data["sim"]["virtual_s"] > 0
+    assert data["ratio_sim_over_local"] > 0
+    assert data["machine"]["cpus"] >= 1
+
+
+def test_sim_bench_rejects_bad_sizes():
+    assert bench("sim", "--ranks", "1") == 2
+
+
+def test_transport_bench_json(tmp_path, ray_session):
+    out = tmp_path / "transport.json"
+    assert bench("transport", "--quick", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "transport" and data["quick"] is True
+    reps = data["repetitions"]
+    figures = data["figures"]
+    assert set(figures) == {"latency", "throughput", "bandwidth_1048576", "bandwidth_16777216"}
+    for key, fig in figures.items():
+        for side in ("ftactors", "ray"):
+            assert fig[side] > 0
+            assert len(fig[f"{side}_samples"]) == reps
+        assert fig["ratio"] > 0
+        assert ("target" in fig) == ("met" in fig)
+    targeted = {k for k, f in figures.items() if "target" in f}
+    assert targeted == {"latency", "throughput", "bandwidth_16777216"}
+    assert data["targets_met"] == all(figures[k]["met"] for k in targeted)
+    assert {"python", "platform", "cpus", "ray", "numpy"} <= set(data["machine"])
