@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 The application model of the HC3I paper: two modules, each on its own set of ranks,
 that talk a lot inside the module and rarely across. The global ``ny x nx`` heat
-problem of ``_stencil_ref`` is cut at column ``nx_left``: the left module (world ranks
-``0 .. left_ranks-1``) owns interior columns ``1 .. nx_left``, the right module the rest.
+problem of ``_stencil_ref`` is cut after column ``nx_left`` (by default in proportion to
+the modules' ranks): the left module (world ranks ``0 .. left_ranks-1``) owns interior
+columns ``1 .. nx_left``, the right module the rest.
 Each module is a distributed Jacobi stencil on its own communicator (from ``split``),
 with a halo exchange every iteration (``stencil.exchange_halos``). Across the cut the
 modules exchange their interface columns only at iterations ``k, 2k, ...``
@@ -83,10 +84,10 @@ class Coupled(ft.Rank):
 
     async def main(self, ny: int = 256, nx: int = 512, iterations: int = 200,
                    couple_every: int = 10, left_ranks: int | None = None,
-                   verify: bool = True) -> dict:
+                   nx_left: int | None = None, verify: bool = True) -> dict:
         left_ranks = self.size // 2 if left_ranks is None else left_ranks
-        check_modules(self.size, left_ranks, couple_every)
-        nx_left = split_columns(nx, left_ranks, self.size)
+        nx_left = split_columns(nx, left_ranks, self.size) if nx_left is None else nx_left
+        check_modules(self.size, left_ranks, couple_every, nx, nx_left)
         layouts = (Layout.part(ny, nx, 1, nx_left + 1, left_ranks),
                    Layout.part(ny, nx, nx_left + 1, nx + 1, self.size - left_ranks))
         module = 0 if self.rank < left_ranks else 1
@@ -113,14 +114,18 @@ class Coupled(ft.Rank):
         return out
 
 
-def check_modules(ranks: int, left_ranks: int, couple_every: int) -> None:
-    """Raise ValueError unless both modules get ranks and the coupling period is >= 1."""
+def check_modules(ranks: int, left_ranks: int, couple_every: int, nx: int, nx_left: int) -> None:
+    """Raise ValueError unless both modules get ranks and columns and the coupling
+    period is >= 1."""
     if ranks < 2:
         raise ValueError(f"the coupled app needs at least 2 ranks (one per module), got {ranks}")
     if not 1 <= left_ranks < ranks:
         raise ValueError(f"left module ranks must be 1 .. {ranks - 1}, got {left_ranks}")
     if couple_every < 1:
         raise ValueError(f"coupling period must be >= 1, got {couple_every}")
+    if not 1 <= nx_left < nx:
+        raise ValueError(f"the cut must leave columns to both modules: nx_left must be "
+                         f"1 .. {nx - 1}, got {nx_left}")
 
 
 # ------------------------------------------------------------------ CLI contract
@@ -133,17 +138,20 @@ def add_arguments(parser) -> None:
                         help="exchange interface columns every K iterations (default 10)")
     parser.add_argument("--left-ranks", type=int, default=None,
                         help="ranks of the left module (default half)")
+    parser.add_argument("--nx-left", type=int, default=None,
+                        help="interior columns of the left module (default: in proportion "
+                             "to its ranks)")
 
 
 def kwargs_from_args(args) -> dict:
     check_grid(args)
     left = args.ranks // 2 if args.left_ranks is None else args.left_ranks
-    check_modules(args.ranks, left, args.couple_every)
-    nx_left = split_columns(args.nx, left, args.ranks)
+    nx_left = split_columns(args.nx, left, args.ranks) if args.nx_left is None else args.nx_left
+    check_modules(args.ranks, left, args.couple_every, args.nx, nx_left)
     Layout.part(args.ny, args.nx, 1, nx_left + 1, left)
     Layout.part(args.ny, args.nx, nx_left + 1, args.nx + 1, args.ranks - left)
     return {"ny": args.ny, "nx": args.nx, "iterations": args.iterations,
-            "couple_every": args.couple_every, "left_ranks": left}
+            "couple_every": args.couple_every, "left_ranks": left, "nx_left": nx_left}
 
 
 def summarize(result) -> tuple[bool, list[str], dict]:
