@@ -16,13 +16,18 @@ KILL_METHODS = ("sigkill", "ray.kill", "sigstop")
 @dataclass(frozen=True)
 class Kill:
     """One planned failure: ``rank`` dies at ``iteration`` (of its first safe-point loop
-    that reaches it) or at ``time_s`` after the start; ``incarnation`` says which life of
-    the rank (0 = the original, 1 = its first replacement, ...)."""
+    that reaches it), at ``time_s`` after the start, or while recovery round
+    ``recovery_round`` (0, 1, ...) reaches ``recovery_phase`` (``"start"``, or a phase the
+    stack's recovery policy announces, such as ``"notified"`` or ``"repaired"``);
+    ``incarnation`` says which life of the rank (0 = the original, 1 = its first
+    replacement, ...) an iteration kill is for."""
 
     rank: int
     iteration: int | None = None
     time_s: float | None = None
     incarnation: int = 0
+    recovery_round: int | None = None
+    recovery_phase: str = "start"
 
 
 @dataclass(frozen=True)

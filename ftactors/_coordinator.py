@@ -101,6 +101,7 @@ class Coordinator:
         self._results: list = [None] * ranks
         self._done: set[int] = set()
         self._failed: set[int] = set()
+        self._fresh: set[int] = set()  # replaced, not started yet
         self._wake = asyncio.Event()
         policy_cls = next((p.recovery_policy for p in protocol_classes(rank_cls)
                            if getattr(p, "recovery_policy", None)), None)
@@ -129,6 +130,9 @@ class Coordinator:
             self.events.record("run_start", ranks=self.n, spares=self.n_spares,
                                transport=fabric.name)
             results = await self._supervise()
+            if self.policy is not None:
+                await asyncio.gather(*(fabric.call(h, "finalize") for h in self.handles),
+                                     return_exceptions=True)
             self.events.record("run_end")
             await self._collect()
         finally:
@@ -141,6 +145,7 @@ class Coordinator:
             self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
         self._runs[task] = rank
         self._done.discard(rank)
+        self._fresh.discard(rank)
         self._wake.set()
 
     async def _supervise(self) -> list:
@@ -200,6 +205,7 @@ class Coordinator:
             detail["detection_s"] = self.fabric.clock() - killed[-1].time
         self.events.record("failure_detected", rank=rank, **detail)
         self._failed.add(rank)
+        self._fresh.discard(rank)
         self._done.discard(rank)
         self._wake.set()
 
@@ -215,8 +221,12 @@ class Coordinator:
         self.events.record("recovery_start", round=round_no, failed=sorted(failed))
         for task, rank in list(self._runs.items()):
             if rank in failed:
-                task.cancel()
                 del self._runs[task]
+                if task.done() and not task.cancelled():
+                    task.exception()  # its death is known: consume it
+                task.cancel()
+        self._round = round_no
+        await self.phase("start")
         try:
             await self.policy.recover(failed)
         except NewFailure as more:
@@ -231,6 +241,15 @@ class Coordinator:
         self.events.record("recovery_end", round=round_no)
 
     # -------------------------------------------------- services for policies
+    async def phase(self, name: str) -> None:
+        """A recovery policy reached phase ``name`` of the current round: chaos may
+        strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``)."""
+        for kill in self.kills:
+            if kill.recovery_round == self._round and kill.recovery_phase == name:
+                self.events.record("killed", rank=kill.rank, how=self.kill_method,
+                                   during_recovery=self._round, phase=name)
+                await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+
     async def call(self, rank: int, name: str, *args) -> Any:
         """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
         try:
@@ -244,6 +263,8 @@ class Coordinator:
         Raises:
             RankFailed: no spare is left.
         """
+        if rank in self._fresh:
+            return  # promoted in an earlier (aborted) round and still unused
         if not self.spares:
             raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
         spare = self.spares.pop(0)
@@ -254,6 +275,7 @@ class Coordinator:
             self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
         except RankDied:
             raise NewFailure({rank}) from None
+        self._fresh.add(rank)
         await self.fabric.kill(old, "ray.kill")
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], spares_left=len(self.spares))

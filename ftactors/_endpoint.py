@@ -74,9 +74,13 @@ class Link:
         """The data behind a ``share`` handle."""
         return handle
 
-    def report(self, event, wait: bool = False) -> None:
-        """Tell the coordinator now (an event that must outlive this rank)."""
+    def report(self, event) -> None:
+        """Tell the coordinator (an event that must outlive this rank)."""
         raise NotImplementedError
+
+    async def report_now(self, event) -> None:
+        """``report`` and wait until the coordinator has it (before dying)."""
+        self.report(event)
 
     def clock(self) -> float:
         raise NotImplementedError
@@ -120,10 +124,11 @@ class Endpoint:
         self._in_loop = False
         self._base: dict | None = None
         self.keep_base = False
+        self.restored_from: tuple | None = None  # (position, blob) of the last restore
         # set by the host: protocol tasks, chaos kills at safe points
         self.spawn: Callable[[Any], asyncio.Task] | None = None
         self.kill_iterations: set[int] = set()
-        self.die: Callable[[], None] | None = None
+        self.die: Callable[[], Any] | None = None
 
     # ---------------------------------------------------------------- sending
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
@@ -228,6 +233,11 @@ class Endpoint:
         """Hand an application envelope to matching (protocols release held ones here)."""
         self.matcher.arrive(env)
 
+    def report(self, kind: str, **detail) -> None:
+        """Record an event in the coordinator's timeline rather than this rank's, so it
+        survives this rank."""
+        self.link.report(self.events.make(kind, **detail))
+
     def control_data(self, env: Envelope) -> tuple[str, Any]:
         """The ``(op, data)`` carried by a control envelope."""
         return unpack(env.payload)
@@ -303,9 +313,6 @@ class Endpoint:
         return start
 
     def at_safe_point(self, iteration: int) -> None:
-        if iteration in self.kill_iterations:
-            self.kill_iterations.discard(iteration)
-            self.die()
         self.position = (self._loop_count - 1, iteration)
         if self._since_safe_point:
             self._since_safe_point.clear()
@@ -361,6 +368,14 @@ class Endpoint:
         parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
         return _storage.dumps(parts)
 
+    def blank_snapshot(self, rank: int) -> bytes:
+        """The state of rank ``rank`` before ``main()`` first ran: restoring it re-runs
+        the program from the start (protocols keep their fresh state)."""
+        return _storage.dumps({
+            "rank": rank, "position": None, "registered": cloudpickle.dumps({}),
+            "sent": [0] * self.size, "received": [0] * self.size, "prefix_log": [],
+            "replay": [], "protocols": None})
+
     def load(self, blob: bytes) -> dict:
         """Check and decode a snapshot blob (raises CheckpointCorrupted)."""
         parts = _storage.loads(blob)
@@ -387,7 +402,8 @@ class Endpoint:
         self._base = None
         self.set_epoch(epoch)
         self.matcher.reset(list(parts["replay"]))
-        self.owner.restore_protocol_state(parts["protocols"])
+        if parts["protocols"] is not None:
+            self.owner.restore_protocol_state(parts["protocols"])
 
     def set_epoch(self, epoch: int) -> None:
         """Become incarnation ``epoch``: channels in and out start afresh."""

@@ -31,8 +31,12 @@ class EventLog:
         self.rank = rank
         self.events: list[Event] = []
 
+    def make(self, kind: str, rank: int | None = None, **detail: Any) -> Event:
+        """An event stamped now, not kept here (to hand to someone else)."""
+        return Event(self._clock(), kind, self.rank if rank is None else rank, detail)
+
     def record(self, kind: str, rank: int | None = None, **detail: Any) -> Event:
-        ev = Event(self._clock(), kind, self.rank if rank is None else rank, detail)
+        ev = self.make(kind, rank, **detail)
         self.events.append(ev)
         return ev
 

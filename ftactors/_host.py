@@ -73,6 +73,9 @@ class RankHost:
         self._tasks: set[asyncio.Task] = set()
         self._failure: BaseException | None = None
         self._parked: asyncio.Future | None = None
+        self._installed: asyncio.Future | None = None
+        self._ready: asyncio.Future | None = None
+        self._started = False
 
     # ------------------------------------------------------------------- running
     async def run(self, args: tuple, kwargs: dict, restore: Any = None) -> dict:
@@ -83,11 +86,16 @@ class RankHost:
         """
         obj, ep = self.obj, self.ep
         ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
+        self._parked = None
+        self._ready = asyncio.get_running_loop().create_future()
         try:
-            await obj.on_start()
+            if not self._started:
+                self._started = True
+                await obj.on_start()
             if restore is not None:
                 await self._install(restore, ep.epoch)
             ep.open()
+            self._ready.set_result(None)
             while True:
                 self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
                 try:
@@ -114,12 +122,22 @@ class RankHost:
         ep.events.record("finish")
         return {"ok": True, "value": value}
 
-    async def _install(self, handle: Any, epoch: int) -> None:
-        parts = self.ep.load(await self.link.fetch(handle))
-        self.ep.restore(parts, epoch)
-        self.obj.comm = Communicator(self.ep, WORLD, tuple(range(self.spec.size)))
-        self.ep.events.record("restored", epoch=epoch, position=parts["position"])
+    async def _install(self, restore: dict, epoch: int) -> None:
+        """Become incarnation ``epoch`` from ``restore``: ``{"snapshot": share handle,
+        "peer_epochs": [epoch of every rank]}``."""
+        ep = self.ep
+        blob = await self.link.fetch(restore["snapshot"])
+        parts = ep.load(blob)
+        for rank, peer_epoch in enumerate(restore["peer_epochs"]):
+            if rank != self.spec.rank:
+                ep.set_peer_epoch(rank, peer_epoch)
+        ep.restore(parts, epoch)
+        ep.restored_from = (parts["position"], blob)
+        self.obj.comm = Communicator(ep, WORLD, tuple(range(self.spec.size)))
+        ep.events.record("restored", epoch=epoch, position=parts["position"])
         await self.obj.on_restored()
+        if self._installed is not None and not self._installed.done():
+            self._installed.set_result(None)
 
     def spawn(self, coro) -> asyncio.Task:
         """Run protocol work beside ``main()``; an exception in it fails the rank."""
@@ -136,24 +154,27 @@ class RankHost:
         if self._main is not None and not self._main.done():
             self._main.cancel()
 
-    def die(self) -> None:
+    async def die(self) -> None:
         """Chaos: this rank's process dies now (its last word goes to the coordinator)."""
-        self.link.report(self.ep.events.record("killed", how="chaos", position=self.ep.position))
+        await self.link.report_now(self.ep.events.make(
+            "killed", how="chaos", position=self.ep.position))
         self._die()
 
     # ------------------------------------------------------- coordinator calls
     async def call(self, name: str, *args) -> Any:
         """A coordinator request: ``pause``/``resume`` here, else the rank's
         ``ft_rpc_<name>`` method (protocols add those)."""
-        if name in ("pause", "resume"):
-            return getattr(self, name)(*args)
+        if name in ("pause", "resume", "ready"):
+            return await getattr(self, name)(*args)
+        if name == "finalize":
+            return await self.obj.on_finalize()
         method = getattr(self.obj, f"ft_rpc_{name}", None)
         if method is None:
             raise ProtocolError(f"rank {self.spec.rank} has no coordinator request {name!r}")
         result = method(*args)
         return await result if inspect.isawaitable(result) else result
 
-    def pause(self) -> None:
+    async def pause(self) -> None:
         """Stop ``main()`` and the protocol tasks; the rank waits for ``resume``."""
         if self._parked is None:
             self._parked = asyncio.get_running_loop().create_future()
@@ -162,11 +183,20 @@ class RankHost:
         if self._main is not None and not self._main.done():
             self._main.cancel()
 
-    def resume(self, handle: Any, epoch: int) -> None:
-        """Restore the shared snapshot ``handle`` as incarnation ``epoch`` and go on."""
+    async def ready(self) -> None:
+        """Return once ``run`` has started and installed its snapshot (if any)."""
+        while self._ready is None:
+            await asyncio.sleep(0)
+        await asyncio.shield(self._ready)
+
+    async def resume(self, restore: dict, epoch: int) -> None:
+        """Install ``restore`` (see ``_install``) as incarnation ``epoch``, re-enter
+        ``main()``; returns once the state is installed."""
         if self._parked is None or self._parked.done():
             raise ProtocolError(f"rank {self.spec.rank} was resumed without being paused")
-        self._parked.set_result((handle, epoch))
+        self._installed = asyncio.get_running_loop().create_future()
+        self._parked.set_result((restore, epoch))
+        await self._installed
 
     # ------------------------------------------------------------------ queries
     def collect(self) -> dict:

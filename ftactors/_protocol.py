@@ -38,6 +38,11 @@ class Protocol:
     """Protocol names that must also be in the stack."""
     records_deliveries: ClassVar[bool] = True
     """Whether the stack needs received messages logged for replay after a restore."""
+    recovery_policy: ClassVar[type | None] = None
+    """Coordinator-side class ``Policy(coordinator)`` with ``async recover(failed)``,
+    run by the coordinator for each recovery round (the outermost one in the stack)."""
+    uses_spares: ClassVar[bool] = False
+    """Whether this protocol promotes ``ft.run(spares=k)`` standby ranks."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -77,6 +82,10 @@ class Protocol:
 
     async def on_restored(self) -> None:
         """The rank was restored from a snapshot and ``main()`` is about to re-enter."""
+
+    async def on_finalize(self) -> None:
+        """Every rank's ``main()`` has returned: the run is over (asked by the
+        coordinator when the stack has a recovery policy)."""
 
     # -------------------------------------------------------------------- state
     def protocol_state(self) -> dict[str, Any]:

@@ -87,6 +87,9 @@ class SafePoints:
             raise StopAsyncIteration
         i = self._i
         self._i = i + 1
+        if i in ft.kill_iterations:  # chaos strikes before the safe point is offered
+            ft.kill_iterations.discard(i)
+            await ft.die()
         ft.at_safe_point(i)
         await self._rank.on_safe_point(i)
         return i

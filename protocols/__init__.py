@@ -3,4 +3,10 @@
 ``PROTOCOLS`` maps the command-line name of each protocol to its mixin class.
 """
 
-PROTOCOLS: dict[str, type] = {}
+from .standby import StandbyReplacement
+
+PROTOCOLS: dict[str, type] = {
+    "standby": StandbyReplacement,
+}
+
+__all__ = ["PROTOCOLS", "StandbyReplacement"]

@@ -27,7 +27,7 @@ class LocalLink(Link):
     def clock(self) -> float:
         return self.fabric.clock()
 
-    def report(self, event, wait: bool = False) -> None:
+    def report(self, event) -> None:
         self.fabric.on_report(event)
 
 

@@ -65,10 +65,11 @@ class RayLink(Link):
     async def fetch(self, handle) -> bytes:
         return await handle[0]
 
-    def report(self, event, wait: bool = False) -> None:
-        ref = self.inbox.post.remote(event)
-        if wait:
-            ray.get(ref, timeout=5)
+    def report(self, event) -> None:
+        self.inbox.post.remote(event)
+
+    async def report_now(self, event) -> None:
+        await self.inbox.post.remote(event)
 
     def clock(self) -> float:
         return time.time()
@@ -204,9 +205,11 @@ class RayFabric:
         return await self.promote(await self.spawn_spare(), spec)
 
     async def spawn_spare(self):
-        """A started actor (its process is warm) that is not a rank yet."""
+        """A started actor (its process is up and has imported ftactors) that is not a
+        rank yet, so that promoting it costs one call, not a process start."""
         actor = self._cls.remote()
         self.actors.append(actor)
+        await actor.ping.remote()
         return actor
 
     async def promote(self, actor, spec: RankSpec):

@@ -1,0 +1,48 @@
+"""Ready-message channel flushing (CoCheck, section 4), shared by the protocols.
+
+Theory of operation: every participant sends a *ready message* (a marker) on its
+channel to every other participant and then keeps receiving. Channels are FIFO, so once
+a participant holds the markers of a round from all its peers, every application
+message they sent before their marker has arrived: it was received already or waits in
+the matcher, and a snapshot taken now captures it. Nothing addressed to this rank from
+those peers is in transit, which makes the set of snapshots of one round a consistent
+global state (no message lost, none received but not sent).
+
+A marker may carry a small value (for example rank 0's decision on when to take the next
+backup) so that one exchange also makes the participants agree.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Hashable, Iterable
+
+
+class Flush:
+    """Markers of flush rounds, and waiting for a round to complete."""
+
+    def __init__(self):
+        self._got: dict[Hashable, dict[int, Any]] = {}
+        self._arrived = asyncio.Event()
+
+    def start(self, ft, protocol: str, round_id: Hashable, peers: Iterable[int],
+              data: Any = None) -> None:
+        """Send this rank's marker of ``round_id`` to every peer."""
+        for peer in peers:
+            ft.send_control(peer, protocol, "marker", (round_id, data))
+
+    def on_marker(self, src: int, payload: tuple) -> None:
+        round_id, data = payload
+        self._got.setdefault(round_id, {})[src] = data
+        self._arrived.set()
+
+    async def wait(self, round_id: Hashable, peers: Iterable[int]) -> dict[int, Any]:
+        """Wait for the markers of ``round_id`` from every peer; returns their data."""
+        peers = set(peers)
+        while not peers <= self._got.get(round_id, {}).keys():
+            self._arrived.clear()
+            await self._arrived.wait()
+        return self._got.pop(round_id)
+
+    def reset(self) -> None:
+        """Forget every round (after a rollback the peers start over)."""
+        self._got.clear()
