@@ -86,7 +86,7 @@ class Grid:
 
     def local_rows(self, ig: np.ndarray) -> np.ndarray:
         """Local indices of global rows ``ig`` (all owned by this process row)."""
-        return (ig // (self.nb * self.p)) * self.nb + ig % self.nb
+        return hpl.global_to_local(ig, self.nb, self.p)
 
 
 def resolve_grid(n: int, nb: int, p: int | None, q: int | None, ranks: int) -> tuple[int, int]:
@@ -153,7 +153,7 @@ async def exchange_rows(g: Grid, a: np.ndarray, dst: np.ndarray, src: np.ndarray
     changes process row) carries the rows between process rows, in list order.
     """
     nb, p, me = g.nb, g.p, g.myrow
-    dst_owner, src_owner = (dst // nb) % p, (src // nb) % p
+    dst_owner, src_owner = hpl.owner(dst, nb, p), hpl.owner(src, nb, p)
     outgoing = [a[g.local_rows(src[(src_owner == me) & (dst_owner == t)]), c0:] for t in range(p)]
     incoming = (await g.col_comm.alltoall(outgoing) if np.any(dst_owner != src_owner)
                 else outgoing)

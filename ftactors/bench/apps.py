@@ -109,10 +109,9 @@ def run_kwargs(app: str, problem: dict) -> dict:
 
 def check(app: str, result, base: dict) -> bool:
     """The run's verdict: its own verification, or the stencils' checksum vs numpy."""
-    first = result.results[0]
     if app in ("cg", "hpl"):
         return all(r["verified"] for r in result.results)
-    return first["checksum"] == base["checksum"]
+    return result.results[0]["checksum"] == base["checksum"]
 
 
 def measure(app: str, problem: dict, ranks: int, transport: str, address: str | None) -> dict:
