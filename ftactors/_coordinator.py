@@ -96,6 +96,7 @@ class Coordinator:
         self.epochs = [0] * ranks
         self.incarnations = [0] * ranks
         self.collected: list[dict] = []
+        self.rank_events: list[Event] = []
         self.reports: list[Event] = []
         self._runs: dict[asyncio.Task, int] = {}
         self._results: list = [None] * ranks
@@ -239,6 +240,7 @@ class Coordinator:
             raise
         self._failed -= failed
         self.events.record("recovery_end", round=round_no)
+        await self._collect_events()  # so a rank that dies later does not take them along
 
     # -------------------------------------------------- services for policies
     async def phase(self, name: str) -> None:
@@ -339,10 +341,17 @@ class Coordinator:
             except (RankDied, asyncio.TimeoutError):
                 return None
         got = await asyncio.gather(*(one(h) for h in self.handles))
-        self.collected.extend(c for c in got if c is not None)
+        self.collected = [c for c in got if c is not None]
+        for c in self.collected:
+            self.rank_events.extend(c["events"])
+
+    async def _collect_events(self) -> None:
+        """Take the events recorded so far from every live rank."""
+        await self._collect()
+        self.collected = []
 
     def _result(self, results: list, wall_s: float) -> RunResult:
-        logs = [self.events.drain()] + [c["events"] for c in self.collected]
+        logs = [self.events.drain(), self.rank_events]
         stats = [c["stats"] for c in self.collected]
         metrics: dict[str, Any] = {"wall_s": wall_s, "ranks": self.n, "transport": self.fabric.name}
         for key in ("sent", "received", "duplicates_dropped", "stale_dropped", "channel_duplicates"):

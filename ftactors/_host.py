@@ -154,11 +154,14 @@ class RankHost:
         if self._main is not None and not self._main.done():
             self._main.cancel()
 
-    async def die(self) -> None:
-        """Chaos: this rank's process dies now (its last word goes to the coordinator)."""
-        await self.link.report_now(self.ep.events.make(
-            "killed", how="chaos", position=self.ep.position))
-        self._die()
+    async def die(self, iteration: int) -> None:
+        """Chaos: this rank's process dies now, at the top of ``iteration``; its last word
+        goes to the coordinator. Nothing (not even a pause) can cancel a planned death."""
+        event = self.ep.events.make("killed", how="chaos", iteration=iteration)
+        try:
+            await asyncio.shield(self.link.report_now(event))
+        finally:
+            self._die()
 
     # ------------------------------------------------------- coordinator calls
     async def call(self, name: str, *args) -> Any:

@@ -89,7 +89,7 @@ class SafePoints:
         self._i = i + 1
         if i in ft.kill_iterations:  # chaos strikes before the safe point is offered
             ft.kill_iterations.discard(i)
-            await ft.die()
+            await ft.die(i)
         ft.at_safe_point(i)
         await self._rank.on_safe_point(i)
         return i
