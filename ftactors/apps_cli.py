@@ -48,6 +48,20 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write the result record as JSON")
     p.add_argument("--trace", default=None, metavar="PATH", help="write a Parquet message trace")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--spares", type=int, default=0, help="standby ranks (StandbyReplacement)")
+    p.add_argument("--kill", action="append", default=[], metavar="RANK:ITERATION",
+                   help="SIGKILL RANK at the top of ITERATION (repeatable)")
+
+
+def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
+    kills = []
+    for spec in specs:
+        try:
+            rank, it = (int(v) for v in spec.split(":"))
+        except ValueError:
+            raise ValueError(f"--kill takes RANK:ITERATION, got {spec!r}") from None
+        kills.append((rank, it))
+    return kills
 
 
 def add_run(sub) -> None:
@@ -71,19 +85,29 @@ def _cmd_run(args) -> int:
         return 2
     try:
         kwargs = mod.kwargs_from_args(args)
+        kills = _parse_kills(args.kill)
+        cls = protocol_stack(mod.RANK_CLASS, args.protocol)
+        chaos = ft.Chaos(kill=kills) if kills else None
+        if chaos is not None:
+            chaos.plan(args.ranks)
+        if args.spares and not getattr(cls, "uses_spares", False):
+            raise ValueError(f"--spares needs a protocol that promotes them (--protocol standby)")
     except ValueError as exc:
         print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
         return 2
-    cls = protocol_stack(mod.RANK_CLASS, args.protocol)
     print(f"{args.app}: {args.ranks} ranks on {args.transport}, protocol {args.protocol}, "
-          f"{', '.join(f'{k}={v}' for k, v in kwargs.items())}", flush=True)
+          f"{', '.join(f'{k}={v}' for k, v in kwargs.items())}"
+          + (f", spares={args.spares}, kills={kills}" if kills or args.spares else ""), flush=True)
     try:
         result = ft.run(cls, ranks=args.ranks, kwargs=kwargs, transport=args.transport,
                         address=args.address, seed=args.seed, timeout_s=args.timeout,
-                        trace=args.trace, progress=_progress_printer())
+                        trace=args.trace, spares=args.spares, chaos=chaos,
+                        progress=_progress_printer())
     except (ft.RankError, ft.RankFailed, TimeoutError) as exc:
         print(f"run failed: {exc}", file=sys.stderr)
         return 1
+    for line in failure_story(result):
+        print(line)
     verified, lines, record = mod.summarize(result)
     for line in lines:
         print(line)
@@ -93,15 +117,42 @@ def _cmd_run(args) -> int:
     return 0 if verified else 1
 
 
+def failure_story(result) -> list[str]:
+    """One line per kill, detection and recovery in the run's timeline."""
+    t0 = result.events[0].time if result.events else 0.0
+    lines = []
+    for ev in result.events:
+        d = ev.detail
+        if ev.kind == "killed":
+            where = f"at iteration {d['iteration']}" if "iteration" in d else "now"
+            lines.append(f"  {ev.time - t0:7.3f}s  rank {ev.rank} killed ({d.get('how')}) {where}")
+        elif ev.kind == "failure_detected":
+            took = f" after {d['detection_s'] * 1e3:.0f} ms" if "detection_s" in d else ""
+            lines.append(f"  {ev.time - t0:7.3f}s  rank {ev.rank} failure detected{took}")
+        elif ev.kind == "recovery_line":
+            pos = d["position"]
+            lines.append(f"  {ev.time - t0:7.3f}s  rolling back to "
+                         + ("the start" if pos is None else f"iteration {pos[1]}"))
+        elif ev.kind == "replaced":
+            lines.append(f"  {ev.time - t0:7.3f}s  spare promoted to rank {ev.rank} "
+                         f"({d['spares_left']} spare(s) left)")
+        elif ev.kind == "recovery_end":
+            lines.append(f"  {ev.time - t0:7.3f}s  all ranks RUNNING again")
+    return lines
+
+
 def add_demo(sub) -> None:
-    p = sub.add_parser("demo", help="the local demo: CG on an embedded Ray")
-    p.add_argument("--problem-class", default="S", choices=("S", "W", "A"))
+    p = sub.add_parser("demo", help="CG on an embedded Ray, surviving killed ranks")
+    p.add_argument("--class", dest="problem_class", default="S", choices=("S", "W", "A"))
     p.add_argument("--ranks", type=int, default=4)
     p.set_defaults(func=_cmd_demo)
 
 
 def _cmd_demo(args) -> int:
+    """NAS CG with StandbyReplacement on an embedded Ray; two ranks are SIGKILLed while it
+    runs, spares take their place, and the answer still verifies."""
+    n = max(2, args.ranks)
     return _cmd_run(argparse.Namespace(
-        app="cg", app_module=_app("cg"), ranks=args.ranks, transport="ray", address=None,
-        protocol="none", seed=0, json=None, trace=None, timeout=None,
-        problem_class=args.problem_class))
+        app="cg", app_module=_app("cg"), ranks=n, transport="ray", address=None,
+        protocol="standby", seed=0, json=None, trace=None, timeout=600, spares=2,
+        kill=[f"1:4", f"{n - 1}:10"], problem_class=args.problem_class))
