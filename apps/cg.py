@@ -64,6 +64,7 @@ class CG(ft.Rank):
         cls = npb.CG_CLASSES[problem_class]
         comm = self.comm
         lo, hi = row_range(cls.na, self.rank, self.size)
+        # row_block views the whole matrix; copies keep only this rank's rows in memory
         rows = npb.row_block(npb.make_matrix(cls), lo, hi)
         block = npb.CSRMatrix(rows.rowptr, rows.colidx.copy(), rows.values.copy(), rows.n)
 
