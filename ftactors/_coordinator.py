@@ -73,7 +73,7 @@ class Coordinator:
 
     def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
                  kills: list[Kill], kill_method: str = "sigkill", spares: int = 0,
-                 trace: bool, options: dict):
+                 trace: bool, options: dict, restore: list[bytes] | None = None):
         self.fabric = fabric
         self.rank_cls = rank_cls
         self.n = ranks
@@ -82,6 +82,7 @@ class Coordinator:
         self.kills = kills
         self.kill_method = kill_method
         self.n_spares = spares
+        self.restore = restore
         self.trace = trace
         self.options = dict(options)
         self.progress = self.options.pop("progress", None)
@@ -151,7 +152,8 @@ class Coordinator:
 
     async def _supervise(self) -> list:
         for rank in range(self.n):
-            self.start_rank(rank)
+            self.start_rank(rank, None if self.restore is None else
+                            {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n})
         helpers = [asyncio.ensure_future(self._kill_later(k)) for k in self.kills
                    if k.time_s is not None and k.incarnation == 0]
         if self.policy is not None and self.heartbeat_interval_s:

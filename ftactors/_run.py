@@ -12,6 +12,7 @@ import numbers
 from typing import Any
 
 from ._chaos import Chaos
+from ._checkpoints import load_latest
 from ._coordinator import Coordinator, RunResult
 from ._errors import ConfigError
 from ._protocol import protocol_classes
@@ -76,16 +77,20 @@ def _fabric(transport: str, address: str | None, seed: int, options: dict):
 
 
 def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=None,
-             spares=0, seed=0, chaos=None, timeout_s=None, trace=None, **options):
+             spares=0, seed=0, chaos=None, timeout_s=None, trace=None, restart_from=None,
+             **options):
     """Validate everything; return a zero-argument coroutine factory that runs the job."""
     kills = _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options)
     kwargs = dict(kwargs or {})
+    restore = None
+    if restart_from is not None:
+        _, restore, _ = load_latest(restart_from, ranks)
 
     async def job() -> RunResult:
         coordinator = Coordinator(
             _fabric(transport, address, seed, options), rank_cls, ranks, tuple(args), kwargs,
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
-            spares=spares, trace=trace is not None, options=options)
+            spares=spares, trace=trace is not None, options=options, restore=restore)
         try:
             result = await asyncio.wait_for(coordinator.run(), timeout_s)
         except asyncio.TimeoutError:
@@ -112,6 +117,8 @@ async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
         chaos: a failure plan (``ft.Chaos``).
         timeout_s: give up (and stop every rank) after this many seconds.
         trace: write every message to this Parquet file.
+        restart_from: a store (a directory or pyarrow URI) holding checkpoint sets: every
+            rank starts from the latest complete one (a restart after the job was lost).
         **options: settings of the core (``CORE_OPTIONS``) and of the protocols in the stack.
 
     Raises:

@@ -507,7 +507,13 @@ def _is_complete(store: Store, prefix: str) -> bool:
 
 
 def load_part(store: Store, manifest: dict, part: str) -> Any:
-    """Load one part of a checkpoint, verified against its manifest.
+    """Load one part of a checkpoint, verified against its manifest (see
+    :func:`load_part_blob`)."""
+    return loads(load_part_blob(store, manifest, part))
+
+
+def load_part_blob(store: Store, manifest: dict, part: str) -> bytes:
+    """The sealed blob of one part of a checkpoint, verified against its manifest.
 
     Args:
         store: the store holding the checkpoint.
@@ -527,11 +533,12 @@ def load_part(store: Store, manifest: dict, part: str) -> Any:
             f"checkpoint {manifest.get('prefix')!r} has no part {part!r} (parts: {known})"
         ) from None
     where = f"part {part!r} {store._where(entry['key'])}"
-    payload, digest = _open_seal(store.get_bytes(entry["key"]), where)
+    blob = store.get_bytes(entry["key"])
+    _, digest = _open_seal(blob, where)
     if digest.hex() != entry["sha256"]:
         raise _corrupted(
             f"SHA-256 {digest.hex()} differs from {entry['sha256']} recorded in the manifest "
             "(the part was replaced after the checkpoint was written)",
             where,
         )
-    return pickle.loads(payload)
+    return blob

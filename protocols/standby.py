@@ -50,8 +50,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ftactors._checkpoints import seal_set, store_part
 from ftactors._errors import ProtocolError, RankFailed
 from ftactors._protocol import Protocol
+from ftactors._storage import open_store
 
 from ._flush import Flush
 
@@ -184,8 +186,16 @@ class _Standby:
     flush: Flush = field(default_factory=Flush)
     next_backup: int = 0
     failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
+    stable: Any = None                                # a Store, with the stable_store option
+    stored: dict = field(default_factory=dict)        # rank 0: round -> ranks stored
     last_backup_t: float = 0.0
     last_backup_it: int = 0
+
+
+def _index(round_id) -> int:
+    """Checkpoint-set number of a backup round (its safe-point position)."""
+    loop, iteration = round_id
+    return loop * 1_000_000 + iteration + 1
 
 
 def _keep(store: dict, round_id, blob: bytes) -> None:
@@ -206,12 +216,16 @@ class StandbyReplacement(Protocol):
     ft_options = {
         "backup_interval": "iterations between partner backups (overrides the class value)",
         "backup_interval_s": "seconds between partner backups (overrides backup_interval)",
+        "stable_store": "also write every backup round to this directory or pyarrow URI "
+                        "as a checkpoint set (ft.run(restart_from=...) restarts from it)",
     }
 
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:
         self._standby = _Standby()
         self._standby.last_backup_t = time.monotonic()
+        uri = getattr(self, "options", {}).get("stable_store")
+        self._standby.stable = None if uri is None else open_store(uri)
         self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
         await super().on_start()
 
@@ -254,6 +268,8 @@ class StandbyReplacement(Protocol):
         holder = partner(self.rank, self.size)
         if holder != self.rank:
             ft.send_control(holder, NAME, "copy", (round_id, blob))
+        if st.stable is not None:
+            self.ft_spawn(self._store_stable(round_id, blob))
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder)
 
@@ -269,6 +285,17 @@ class StandbyReplacement(Protocol):
         per_iteration = (time.monotonic() - st.last_backup_t) / done
         return iteration + max(1, round(seconds / max(per_iteration, 1e-9)))
 
+    async def _store_stable(self, round_id, blob: bytes) -> None:
+        """Write this rank's part of the round to stable storage, then tell rank 0."""
+        await asyncio.to_thread(store_part, self._standby.stable, "", _index(round_id),
+                                self.rank, blob)
+        self.ft.send_control(0, NAME, "stored", round_id)
+
+    async def _seal_stable(self, round_id) -> None:
+        await asyncio.to_thread(seal_set, self._standby.stable, "", _index(round_id),
+                                self.size, {"position": round_id, "protocol": NAME})
+        self.ft.events.record("stable_checkpoint", position=round_id)
+
     def on_control(self, env) -> None:
         if env.comm != NAME:
             return super().on_control(env)
@@ -279,6 +306,12 @@ class StandbyReplacement(Protocol):
         elif op == "copy":
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
+        elif op == "stored":
+            ranks = st.stored.setdefault(data, set())
+            ranks.add(env.src)
+            if len(ranks) == self.size:
+                del st.stored[data]
+                self.ft_spawn(self._seal_stable(data))
         else:
             raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
 
@@ -312,6 +345,7 @@ class StandbyReplacement(Protocol):
         if st.machine.state in (State.FAILURE, State.REPLACE_FAILURE):
             self._nr_fire(Input.CORE_RECOVERED)
         st.flush.reset()
+        st.stored.clear()  # counts from the abandoned execution
         position, blob = ft.restored_from
         if position is not None:
             # the restored round becomes this rank's newest copy, and the partner (maybe
@@ -322,7 +356,11 @@ class StandbyReplacement(Protocol):
                 ft.send_control(holder, NAME, "copy", (position, blob))
         else:
             st.own = {}
-        self._nr_fire(Input.DATA_RECOVERED, position=position)
+        if st.machine.state is State.RUNNING:
+            # a new job restarted from stable storage: not a transition of NR-MPI's machine
+            ft.events.record("restarted_from_stable", position=position)
+        else:
+            self._nr_fire(Input.DATA_RECOVERED, position=position)
         await super().on_restored()
 
     # ---------------------------------------------------------- NR-MPI interface

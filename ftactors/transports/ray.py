@@ -69,6 +69,8 @@ class RayLink(Link):
         return (ray.put(data),)  # wrapped: a bare ref in a return value would be fetched
 
     async def fetch(self, handle) -> bytes:
+        if isinstance(handle, (bytes, bytearray, memoryview)):
+            return handle  # sent by value (a restart from stable storage)
         return await handle[0]
 
     def report(self, event) -> None:

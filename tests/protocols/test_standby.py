@@ -207,3 +207,37 @@ def test_backup_interval_in_seconds_agreed_by_rank_0():
     for e in r.events_of("backup"):
         rounds.setdefault(e.rank, []).append(e.detail["position"])
     assert rounds[0] == rounds[1] == rounds[2] and len(rounds[0]) >= 3
+
+
+def test_stable_store_checkpoint_sets_restart_a_lost_job(tmp_path):
+    """Backups also go to disk; after the whole job is lost, a new job restarts there."""
+    store = str(tmp_path / "ckpts")
+    with pytest.raises(ft.RankFailed):  # no spare: the run is lost at iteration 13
+        ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 20},
+               stable_store=store, chaos=ft.Chaos(kill=[(2, 13)]))
+    r = ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 20},
+               restart_from=store)
+    assert_same(r.results, reference())
+    assert [e.detail["position"] for e in r.events_of("restored")] == [(0, 12)] * 4
+
+
+def test_restart_from_rejects_wrong_rank_count_and_empty_store(tmp_path):
+    store = str(tmp_path / "ckpts")
+    ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, stable_store=store)
+    with pytest.raises(ft.ConfigError, match="taken with 4 ranks, not 3"):
+        ft.run(FTHeat, ranks=3, transport="local", restart_from=store)
+    with pytest.raises(ft.ConfigError, match="no complete checkpoint"):
+        ft.run(FTHeat, ranks=3, transport="local", restart_from=str(tmp_path / "empty"))
+
+
+def test_corrupted_stable_checkpoint_is_never_loaded(tmp_path):
+    import glob
+    store = str(tmp_path / "ckpts")
+    ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, stable_store=store)
+    newest = sorted(glob.glob(f"{store}/ckpt-*"))[-1]
+    part = f"{newest}/rank-00001"
+    data = bytearray(open(part, "rb").read())
+    data[-10] ^= 0xFF
+    open(part, "wb").write(bytes(data))
+    with pytest.raises(ft.CheckpointCorrupted):
+        ft.run(FTHeat, ranks=4, transport="local", restart_from=store)
