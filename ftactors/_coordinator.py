@@ -131,7 +131,12 @@ class Coordinator:
             await fabric.wire(self.handles)
             self.events.record("run_start", ranks=self.n, spares=self.n_spares,
                                transport=fabric.name)
-            results = await self._supervise()
+            try:
+                results = await self._supervise()
+            except (RankError, RankFailed) as exc:
+                exc.events = merge([self.events.events, self.rank_events] +
+                                   [c["events"] for c in self.collected])
+                raise
             if self.policy is not None:
                 await asyncio.gather(*(fabric.call(h, "finalize") for h in self.handles),
                                      return_exceptions=True)

@@ -16,7 +16,10 @@ class RankError(FTError):
     Attributes:
         rank: the world rank whose ``main()`` raised.
         remote_traceback: the original traceback, formatted in the rank's process.
+        events: the run's timeline up to the error (when raised by ``ft.run``).
     """
+
+    events: list = []
 
     def __init__(self, rank: int, message: str, remote_traceback: str = ""):
         self.rank = rank
@@ -42,7 +45,10 @@ class RankFailed(FTError):
 
     Attributes:
         ranks: the world ranks that were lost.
+        events: the run's timeline up to the failure (when raised by ``ft.run``).
     """
+
+    events: list = []
 
     def __init__(self, ranks, reason: str = ""):
         self.ranks = tuple(sorted(ranks))

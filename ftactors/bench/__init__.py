@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHES = ("transport", "sim", "apps")
+BENCHES = ("transport", "sim", "apps", "recovery")
 """Names of the benchmark modules in this package."""
 
 
