@@ -5,6 +5,7 @@ import pytest
 import ftactors as ft
 from ftactors.apps import _npb_cg as npb
 from ftactors.apps.cg import CG
+from ftactors.protocols import StandbyReplacement
 
 
 def run_cg(problem_class, ranks, transport="local"):
@@ -59,3 +60,17 @@ def test_class_s_on_ray(ray_session):
 def test_unknown_class_is_an_error_in_main():
     with pytest.raises(ft.RankError, match="unknown NPB CG class 'Z'"):
         run_cg("Z", 1)
+
+
+class FTCG(StandbyReplacement, CG):
+    """CG with a protocol mixed in, and no change to CG."""
+
+    backup_interval = 3
+
+
+def test_recovers_bit_identically_under_a_protocol():
+    plain = run_cg("S", 4)
+    r = ft.run(FTCG, ranks=4, spares=1, transport="local", kwargs={"problem_class": "S"},
+               chaos=ft.Chaos(kill=[(2, 7)]), timeout_s=120)
+    assert r.events_of("restored")
+    assert [o["zetas"] for o in r.results] == [o["zetas"] for o in plain]

@@ -5,6 +5,7 @@ import pytest
 import ftactors as ft
 from ftactors.apps import _stencil_ref as ref
 from ftactors.apps.stencil import Layout, Stencil, process_grid
+from ftactors.protocols import StandbyReplacement
 
 
 def run_stencil(ranks, transport="local", **kwargs):
@@ -55,3 +56,17 @@ def test_layout_blocks_tile_the_interior_and_neighbours_are_mutual():
 def test_ray_two_ranks(ray_session):
     results = run_stencil(2, "ray", ny=32, nx=32, iterations=10)
     assert all(r["verified"] for r in results)
+
+
+class FTStencil(StandbyReplacement, Stencil):
+    """The stencil with a protocol mixed in, and no change to the stencil."""
+
+    backup_interval = 4
+
+
+def test_recovers_bit_identically_under_a_protocol():
+    r = ft.run(FTStencil, ranks=4, spares=1, transport="local",
+               kwargs={"ny": 30, "nx": 30, "iterations": 20}, chaos=ft.Chaos(kill=[(1, 9)]),
+               timeout_s=120)
+    assert r.events_of("restored")
+    assert all(o["identical"] for o in r.results)
