@@ -76,8 +76,6 @@ def test_cg_failure_during_recovery(ray_session, cg_reference):
 def test_stencil_survives_seeded_random_kill(ray_session, stencil_reference):
     seed = 11
     chaos = ft.Chaos(random_kills=1, horizon_s=0.6, seed=seed, method="sigkill")
-    r = ft.run(FTStencil, ranks=4, spares=1, transport="ray", timeout_s=180,
-               kwargs={"ny": 96, "nx": 96, "iterations": 1500, "verify": False})
     r = ft.run(FTStencil, ranks=4, spares=1, transport="ray", timeout_s=180, chaos=chaos,
                kwargs={"ny": 96, "nx": 96, "iterations": 1500, "verify": False})
     print(f"chaos seed {seed}: {chaos.plan(4)}")
