@@ -10,6 +10,10 @@ What is measured, in one run, for each app and rank count:
   factorisation and solve, the stencils' iterations; the slowest rank), against the
   **numpy compute**: the same section of the serial run.
 
+The numpy run is timed where the ranks run, so that both use the same BLAS threading:
+on Ray in a Ray task (Ray gives its workers ``OMP_NUM_THREADS=1``, so single-threaded
+BLAS, like the rank actors), on ``local`` and ``sim`` in this process.
+
 A ratio above 1 is how much slower the distributed run is. On a 2-core machine the
 distributed runs cannot be much faster than numpy (which already uses both cores in
 BLAS for HPL); the ratios show what the messaging costs at each rank count, which is
@@ -123,6 +127,17 @@ def measure(app: str, problem: dict, ranks: int, transport: str, address: str | 
             "result": result, "messages": result.metrics["sent"]}
 
 
+def run_baseline(app: str, problem: dict, transport: str, address: str | None) -> dict:
+    """The numpy run of ``problem``, in a Ray task on Ray, else in this process."""
+    if transport != "ray":
+        return BASELINES[app](**problem)
+    import ray
+
+    from ..transports.ray import ensure_ray
+    ensure_ray(address)
+    return ray.get(ray.remote(BASELINES[app]).remote(**problem))
+
+
 def bench(apps, ranks_list, problems, transport, address, repetitions, log=print) -> dict:
     """Baselines and runs, alternated per repetition so that machine load hits both."""
     baselines: dict[str, list[dict]] = {app: [] for app in apps}
@@ -130,7 +145,7 @@ def bench(apps, ranks_list, problems, transport, address, repetitions, log=print
     verdicts: dict[tuple[str, int], bool] = {}
     for rep in range(repetitions):
         for app in apps:
-            base = BASELINES[app](**problems[app])
+            base = run_baseline(app, problems[app], transport, address)
             baselines[app].append(base)
             for ranks in ranks_list:
                 if app == "coupled" and ranks < 2:
@@ -255,7 +270,7 @@ def main(args) -> int:
           f"{args.repetitions} repetition(s)", flush=True)
     machine = machine_info()
     for app in apps:  # untimed warm-up: Ray, BLAS threads, first-call costs
-        BASELINES[app](**QUICK[app])
+        run_baseline(app, QUICK[app], args.transport, args.address)
     ft.run(Stencil, ranks=1, kwargs={"ny": 8, "nx": 8, "iterations": 1},
            transport=args.transport, address=args.address)
     out = bench(apps, sorted(set(args.ranks)), problems, args.transport, args.address,
@@ -266,7 +281,8 @@ def main(args) -> int:
         print("some runs FAILED verification", file=sys.stderr)
     write_json(args.json, {
         "benchmark": "apps", "transport": args.transport, "quick": bool(args.quick),
-        "repetitions": args.repetitions, "problems": problems, **out,
+        "repetitions": args.repetitions, "problems": problems,
+        "numpy_runs_in": "a Ray task" if args.transport == "ray" else "this process", **out,
         "all_verified": all_ok, "machine": machine,
     })
     return 0 if all_ok else 1
