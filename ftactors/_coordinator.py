@@ -361,7 +361,8 @@ class Coordinator:
         logs = [self.events.drain(), self.rank_events]
         stats = [c["stats"] for c in self.collected]
         metrics: dict[str, Any] = {"wall_s": wall_s, "ranks": self.n, "transport": self.fabric.name}
-        for key in ("sent", "received", "duplicates_dropped", "stale_dropped", "channel_duplicates"):
+        for key in ("sent", "received", "duplicates_dropped", "resends_suppressed",
+                    "stale_dropped", "channel_duplicates"):
             metrics[key] = sum(s[key] for s in stats)
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")

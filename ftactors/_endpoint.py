@@ -24,8 +24,10 @@ were not yet received, the log of messages received outside ``iterations()`` loo
 (straight-line code runs again after a restore and must get the same messages back),
 and each protocol's own state. Restoring puts the logged and queued messages back in
 front of the matcher, so receives are served first from them, in their original order,
-then from the network (CoCheck, section 4), while re-sent messages are dropped by their
-receivers' counters. This is correct under the piecewise-determinism assumption: from
+then from the network (CoCheck, section 4). While ``main()`` re-runs the code before the
+resume point, its sends are suppressed (they happened before the snapshot, and the flush
+that made the snapshot consistent delivered them); from the resume point on, messages
+sent again get their original numbers and their receivers drop the ones they have. This is correct under the piecewise-determinism assumption: from
 the same state and the same received messages, a rank sends the same messages.
 """
 from __future__ import annotations
@@ -110,6 +112,8 @@ class Endpoint:
         self.events = EventLog(link.clock, rank)
         self.trace = trace
         self.duplicates_dropped = 0
+        self.resends_suppressed = 0
+        self._replay_sent: list[int] | None = None  # while re-running code before the resume point
         # replay support (see module docstring)
         self._record = record_deliveries
         self._prefix_log: list[Envelope] = []
@@ -137,7 +141,15 @@ class Endpoint:
         return pack(obj, put)
 
     def send_app(self, ctx: str, dst: int, tag: int, payload: Payload) -> None:
-        """Send one application message (world rank ``dst``) through the protocol stack."""
+        """Send one application message (world rank ``dst``) through the protocol stack.
+
+        While a restored rank re-runs the code before its resume point, its sends are
+        the ones it made before the snapshot: they were sent then, so they are dropped
+        here, before any protocol sees them again.
+        """
+        if self._replay_sent is not None:
+            self.resends_suppressed += 1
+            return
         env = Envelope(APP, self.rank, dst, ctx, tag, self.sent[dst], payload)
         self.sent[dst] += 1
         env = self.owner.on_send(env)
@@ -307,6 +319,7 @@ class Endpoint:
             elif index == r_index:
                 start = min(r_iter, n)
                 self._resume = None
+                self.sent, self._replay_sent = self._replay_sent, None  # caught up
         self._in_loop = True
         self._since_safe_point = [] if self._record else None
         self._log = self._since_safe_point
@@ -391,6 +404,7 @@ class Endpoint:
         self.restored_values = pickle.loads(parts["registered"])
         self._resume = parts["position"]
         self.sent = list(parts["sent"])
+        self._replay_sent = None if self._resume is None else self.sent
         self.received = list(parts["received"])
         self._gaps.clear()
         self._outbox.clear()
@@ -427,6 +441,7 @@ class Endpoint:
         return {
             "sent": sum(self.sent), "received": sum(self.received),
             "duplicates_dropped": self.duplicates_dropped,
+            "resends_suppressed": self.resends_suppressed,
             "stale_dropped": self._in.stale, "channel_duplicates": self._in.duplicates,
         }
 

@@ -80,10 +80,6 @@ class FTCoupled(StandbyReplacement, Coupled):
     backup_interval = 4
 
 
-@pytest.mark.xfail(strict=True, raises=ft.RankError, reason=(
-    "core bug: after a restore, messages sent again by the code before the resumed loop "
-    "(here the module split) get new app_seq numbers instead of being recognised as "
-    "re-sends (ftactors/_endpoint.py send_app/restore), so a later receive takes them"))
 def test_recovers_bit_identically_under_a_protocol():
     r = ft.run(FTCoupled, ranks=4, spares=1, transport="local",
                kwargs={"ny": 20, "nx": 40, "iterations": 30, "couple_every": 4},

@@ -98,10 +98,6 @@ class FTHPL(StandbyReplacement, HPL):
     backup_interval = 2
 
 
-@pytest.mark.xfail(strict=True, raises=ft.RankError, reason=(
-    "core bug: after a restore, messages sent again by the code before the resumed loop "
-    "(here the row/column splits) get new app_seq numbers instead of being recognised as "
-    "re-sends (ftactors/_endpoint.py send_app/restore), so a later receive takes them"))
 def test_recovers_bit_identically_under_a_protocol():
     kwargs = {"n": 120, "nb": 16, "p": 2, "q": 2}
     plain = run_hpl(**kwargs)
