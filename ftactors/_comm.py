@@ -18,7 +18,7 @@ from typing import Any
 
 from . import _collectives as coll
 from ._constants import ANY_SOURCE, ANY_TAG, TAG_UB, UNDEFINED
-from ._envelope import Envelope
+from ._envelope import COLLECTIVE_SUFFIX, Envelope
 from ._ops import SUM
 from ._payload import Payload, unpack
 from ._request import Request, Status
@@ -35,7 +35,7 @@ class Communicator:
         self._local = {w: i for i, w in enumerate(self.group)}
         self.rank = self._local[endpoint.rank]
         self._ctx = comm_id
-        self._cctx = comm_id + "/c"
+        self._cctx = comm_id + COLLECTIVE_SUFFIX
         self._derived = 0
 
     def Get_rank(self) -> int:

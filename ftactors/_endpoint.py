@@ -40,7 +40,7 @@ import cloudpickle
 
 from . import _storage
 from ._channels import InChannels, OutChannels
-from ._envelope import APP, CTRL, KIND_NAMES, Envelope
+from ._envelope import APP, COLLECTIVE_SUFFIX, CTRL, KIND_NAMES, Envelope
 from ._errors import ProtocolError
 from ._events import EventLog
 from ._matching import Matcher, Posted
@@ -215,8 +215,9 @@ class Endpoint:
 
     def _dispatch(self, env: Envelope) -> None:
         if self.trace is not None:
+            kind = "coll" if env.comm.endswith(COLLECTIVE_SUFFIX) else KIND_NAMES[env.kind]
             self.trace.record(env.t_send, self.link.clock(), env.src, env.dst, env.tag,
-                              env.payload.nbytes, KIND_NAMES[env.kind], env.comm)
+                              env.payload.nbytes, kind, env.comm)
         if env.kind == CTRL:
             self.owner.on_control(env)
             return

@@ -25,6 +25,9 @@ CTRL = 1
 
 KIND_NAMES = {APP: "app", CTRL: "ctrl"}
 
+COLLECTIVE_SUFFIX = "/c"
+"""A communicator's collective context is its id plus this suffix."""
+
 
 class Envelope:
     """One message. ``piggyback`` is a dict that protocols may add entries to."""

@@ -87,7 +87,8 @@ def test_trace_written_to_parquet(tmp_path, transport):
     table = read_trace(path)
     assert table.num_rows == r.metrics["trace_rows"] == r.metrics["received"]
     cols = table.to_pydict()
-    assert set(cols["kind"]) == {"app"}
+    assert set(cols["kind"]) == {"app", "coll"}
+    assert all((k == "coll") == c.endswith("/c") for k, c in zip(cols["kind"], cols["comm"]))
     assert {"w", "w/c"} <= set(cols["comm"])
     assert all(t_recv >= t_send for t_send, t_recv in zip(cols["t_send"], cols["t_recv"]))
     assert set(cols["source"]) == set(cols["dest"]) == {0, 1, 2}

@@ -237,11 +237,10 @@ def test_restart_from_rejects_wrong_rank_count_and_empty_store(tmp_path):
 
 
 def test_corrupted_stable_checkpoint_is_never_loaded(tmp_path):
-    import glob
+    from ftactors._storage import latest_complete, open_store
     store = str(tmp_path / "ckpts")
     ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, stable_store=store)
-    newest = sorted(glob.glob(f"{store}/ckpt-*"))[-1]
-    part = f"{newest}/rank-00001"
+    part = f"{store}/{latest_complete(open_store(store), '')}/rank-00001"
     data = bytearray(open(part, "rb").read())
     data[-10] ^= 0xFF
     open(part, "wb").write(bytes(data))
