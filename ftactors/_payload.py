@@ -38,16 +38,28 @@ class Payload:
     immutable bytes elsewhere). A transport that must fetch references makes a resolved
     copy whose ``origin`` is the payload as it travelled, so a collective can forward the
     references instead of the data.
+
+    A payload that is its own origin stores None rather than itself: a self-reference
+    would make every payload cyclic garbage, freed only by the cycle collector, and on
+    Ray the object-store buffers it references would stay pinned until then.
     """
 
-    __slots__ = ("data", "buffers", "nbytes", "origin")
+    __slots__ = ("data", "buffers", "nbytes", "_origin")
 
     def __init__(self, data: bytes, buffers: tuple = (), nbytes: int | None = None):
         self.data = data
         self.buffers = buffers
         self.nbytes = len(data) if nbytes is None else nbytes
-        self.origin = self
+        self._origin: Payload | None = None
+
+    @property
+    def origin(self) -> "Payload":
         """The payload as it travelled (with references): what to forward unchanged."""
+        return self if self._origin is None else self._origin
+
+    @origin.setter
+    def origin(self, payload: "Payload") -> None:
+        self._origin = None if payload is self else payload
 
     def __reduce__(self):
         return (Payload, (self.data, self.buffers, self.nbytes))
