@@ -13,12 +13,18 @@ What is measured, in one run, on the same embedded (or given) Ray:
   call argument, which Ray puts in the object store, as ftactors does for large buffers).
 
 Each figure is timed with ``time.perf_counter`` inside the sending actor around the
-measured loop only (after a warm-up, excluding actor start-up), so both sides pay the
-same costs. The baseline is raw Ray because it is what ftactors is built on: the ratio
-says what the framework (envelopes, channels, matching, batching) adds or saves
-compared with writing the same exchange by hand. The two are run alternately, one
-repetition of each in turn, so that load from other users of this shared machine hits
-both; every figure is the median over repetitions, and a ratio is the ratio of medians.
+measured loop only, after a warm-up, so both sides pay the same costs. The baseline is
+raw Ray because it is what ftactors is built on: the ratio says what the framework
+(envelopes, channels, matching, batching) adds or saves compared with writing the same
+exchange by hand.
+
+Both sides live for the whole run and take turns: one ``ft.run`` whose rank 0, after
+each ftactors repetition, has the raw-Ray actors do theirs while rank 1 waits. Turns
+let load from other users of this shared machine hit both sides; living actors keep
+actor start-up out of every repetition of both, including what a fresh process pays on
+its first touches of object-store memory (page-table faults that made 16 MiB transfers
+of freshly started actors up to twice as slow as those of warm ones). Every figure is
+the median over repetitions; a ratio is the ratio of medians.
 
 The targets checked are those of the core issue: latency at most 1.3x raw Ray,
 small-message throughput at least 3x raw Ray's one call per message (ftactors batches
@@ -41,7 +47,7 @@ import ftactors as ft
 MIB = 1 << 20
 
 FULL = {"repetitions": 5, "round_trips": 500, "messages": 8_000,
-        "arrays": {MIB: 50, 16 * MIB: 8}}
+        "arrays": {MIB: 64, 16 * MIB: 16}}
 QUICK = {"repetitions": 2, "round_trips": 50, "messages": 2_000,
          "arrays": {MIB: 5, 16 * MIB: 2}}
 """Work per repetition: round trips, small messages, and array count per array size."""
@@ -70,14 +76,23 @@ def _touch(arr: np.ndarray, nbytes: int) -> float:
 
 # ------------------------------------------------------------------------- ftactors side
 class TransportBench(ft.Rank):
-    """Rank 0 drives every measurement and returns the timings; rank 1 answers."""
+    """Rank 0 drives every measurement; rank 1 answers. Between two ftactors
+    repetitions rank 0 has ``raw`` (a ``RawDriver``) run one of raw Ray; rank 0 returns
+    ``[(ftactors figures, raw Ray figures)]``, one pair per repetition."""
 
-    async def main(self, plan: dict) -> dict | None:
-        out = {"latency": await self._pingpong(plan["round_trips"]),
-               "throughput": await self._stream(plan["messages"])}
-        for nbytes, count in plan["arrays"].items():
-            out[f"bandwidth_{nbytes}"] = await self._arrays(nbytes, count)
-        return out if self.rank == 0 else None
+    async def main(self, plan: dict, repetitions: int, raw) -> list | None:
+        pairs = []
+        for _ in range(repetitions):
+            mine = {"latency": await self._pingpong(plan["round_trips"]),
+                    "throughput": await self._stream(plan["messages"])}
+            for nbytes, count in plan["arrays"].items():
+                mine[f"bandwidth_{nbytes}"] = await self._arrays(nbytes, count)
+            if self.rank == 0:
+                pairs.append((mine, await raw.run.remote(plan)))
+                await self.comm.send(None, dest=1)  # rank 1's turn again
+            else:
+                await self.comm.recv(source=0)
+        return pairs if self.rank == 0 else None
 
     async def _pingpong(self, n: int) -> float:
         """Seconds per round trip."""
@@ -218,25 +233,18 @@ def _raw_actors(address: str | None):
     return ray, driver, peer
 
 
-def measure(plan: dict, repetitions: int, address: str | None = None,
-            log=print) -> dict[str, dict[str, list[float]]]:
-    """Alternate one ftactors and one raw-Ray repetition; the samples of each figure."""
+def measure(plan: dict, repetitions: int,
+            address: str | None = None) -> dict[str, dict[str, list[float]]]:
+    """Alternating ftactors and raw-Ray repetitions; the samples of each figure."""
     ray, driver, peer = _raw_actors(address)
-    samples: dict[str, dict[str, list[float]]] = {}
     try:
-        for rep in range(repetitions):
-            ftr = ft.run(TransportBench, 2, args=(plan,), transport="ray", address=address,
-                         timeout_s=600).results[0]
-            raw = ray.get(driver.run.remote(plan))
-            for key in ftr:
-                s = samples.setdefault(key, {"ftactors": [], "ray": []})
-                s["ftactors"].append(ftr[key])
-                s["ray"].append(raw[key])
-            log(f"  repetition {rep + 1}/{repetitions} done")
+        pairs = ft.run(TransportBench, 2, args=(plan, repetitions, driver), transport="ray",
+                       address=address, timeout_s=1800).results[0]
     finally:
         ray.kill(driver)
         ray.kill(peer)
-    return samples
+    return {key: {"ftactors": [mine[key] for mine, _ in pairs],
+                  "ray": [raw[key] for _, raw in pairs]} for key in pairs[0][0]}
 
 
 FIGURES = [
