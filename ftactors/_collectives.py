@@ -31,32 +31,42 @@ async def barrier(comm) -> None:
         k <<= 1
 
 
-def _tree_parent(vr: int) -> tuple[int, int]:
-    """(parent virtual rank, mask of the edge to it) in the binomial tree; vr > 0."""
-    mask = 1
-    while not vr & mask:
-        mask <<= 1
-    return vr - mask, mask
+async def _from_parent(comm, root: int, tag: int):
+    """Top of a walk down the binomial tree rooted at ``root``.
 
-
-async def bcast(comm, obj, root: int):
+    Returns ``(n, vr, top, env)``: the size, this rank's virtual rank, the mask above its
+    highest child edge, and the envelope from its parent (None at the root).
+    """
     n, vr = comm.size, (comm.rank - root) % comm.size
     if vr == 0:
-        payload = comm._ep.pack(obj)
-        value = obj
         top = 1
         while top < n:
             top <<= 1
-    else:
-        parent, top = _tree_parent(vr)
-        env = await comm._crecv((parent + root) % n, BCAST)
-        payload = env.payload.origin
-        value = unpack(env.payload)
+        return n, vr, top, None
+    top = 1
+    while not vr & top:
+        top <<= 1
+    env = await comm._crecv((vr - top + root) % n, tag)
+    return n, vr, top, env
+
+
+def _children(n: int, vr: int, top: int):
+    """The edge masks to this rank's children, farthest first."""
     mask = top >> 1
     while mask:
         if vr + mask < n:
-            comm._csend(payload, (vr + mask + root) % n, BCAST)
+            yield mask
         mask >>= 1
+
+
+async def bcast(comm, obj, root: int):
+    n, vr, top, env = await _from_parent(comm, root, BCAST)
+    if env is None:
+        payload, value = comm._ep.pack(obj), obj
+    else:
+        payload, value = env.payload.origin, unpack(env.payload)
+    for mask in _children(n, vr, top):
+        comm._csend(payload, (vr + mask + root) % n, BCAST)
     return value
 
 
@@ -97,25 +107,16 @@ async def allgather(comm, obj) -> list:
 
 
 async def scatter(comm, objs, root: int):
-    n, vr = comm.size, (comm.rank - root) % comm.size
-    if vr == 0:
-        if objs is None or len(objs) != n:
-            got = "None" if objs is None else f"{len(objs)} items"
-            raise ValueError(f"scatter root needs a sequence of {n} items (one per rank), got {got}")
-        chunk = [objs[(v + root) % n] for v in range(n)]  # indexed by virtual rank
-        top = 1
-        while top < n:
-            top <<= 1
-    else:
-        parent, top = _tree_parent(vr)
-        env = await comm._crecv((parent + root) % n, SCATTER)
-        chunk = unpack(env.payload)  # entries for virtual ranks vr .. vr+len-1
-    mask = top >> 1
-    while mask:
-        if vr + mask < n:
-            comm._csend(chunk[mask:], (vr + mask + root) % n, SCATTER)
-            chunk = chunk[:mask]
-        mask >>= 1
+    if comm.rank == root and (objs is None or len(objs) != comm.size):
+        got = "None" if objs is None else f"{len(objs)} items"
+        raise ValueError(f"scatter root needs a sequence of {comm.size} items (one per rank), "
+                         f"got {got}")
+    n, vr, top, env = await _from_parent(comm, root, SCATTER)
+    # entries for virtual ranks vr .. vr+len-1
+    chunk = [objs[(v + root) % n] for v in range(n)] if env is None else unpack(env.payload)
+    for mask in _children(n, vr, top):
+        comm._csend(chunk[mask:], (vr + mask + root) % n, SCATTER)
+        chunk = chunk[:mask]
     return chunk[0]
 
 
