@@ -134,8 +134,7 @@ class Coordinator:
             try:
                 results = await self._supervise()
             except (RankError, RankFailed) as exc:
-                exc.events = merge([self.events.events, self.rank_events] +
-                                   [c["events"] for c in self.collected])
+                exc.events = merge([self.events.events, self.rank_events])
                 raise
             if self.policy is not None:
                 await asyncio.gather(*(fabric.call(h, "finalize") for h in self.handles),

@@ -62,6 +62,8 @@ INITIAL = None
 """The round "before main() first ran": every rank can restore it without a backup."""
 KEEP_ROUNDS = 2
 """Ping-pong: the newest two complete rounds are kept."""
+STABLE_SEAL_WAIT_S = 60.0
+"""At the end of a run, how long rank 0 waits for the last checkpoint sets to be sealed."""
 
 
 class State(enum.Enum):
@@ -188,6 +190,8 @@ class _Standby:
     failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
     stable: Any = None                                # a Store, with the stable_store option
     stored: dict = field(default_factory=dict)        # rank 0: round -> ranks stored
+    writing: set = field(default_factory=set)         # stable-storage tasks under way
+    news: asyncio.Event = field(default_factory=asyncio.Event)  # a part stored or a set sealed
     last_backup_t: float = 0.0
     last_backup_it: int = 0
 
@@ -229,9 +233,35 @@ class StandbyReplacement(Protocol):
         self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
         await super().on_start()
 
+    async def on_finish(self) -> None:
+        """Finish this rank's writes to stable storage before the rank reports done."""
+        st = self._standby
+        if st.writing:
+            await asyncio.gather(*st.writing)
+        await super().on_finish()
+
     async def on_finalize(self) -> None:
+        """Rank 0 seals the checkpoint sets whose parts are all stored, then FINISH."""
+        st = self._standby
+        if self.rank == 0 and st.stable is not None:
+            await self._await_seals(STABLE_SEAL_WAIT_S)
         self._nr_fire(Input.FINALIZE)
         await super().on_finalize()
+
+    async def _await_seals(self, limit_s: float) -> None:
+        """Wait (at most ``limit_s``) for every round some rank stored to be sealed."""
+        st = self._standby
+        deadline = time.monotonic() + limit_s
+        while st.stored or st.writing:
+            st.news.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.ft.events.record("stable_checkpoint_incomplete", rounds=sorted(st.stored))
+                return
+            try:
+                await asyncio.wait_for(st.news.wait(), left)
+            except asyncio.TimeoutError:
+                pass
 
     # ------------------------------------------------------------------ backups
     def _interval(self) -> tuple[int, float | None]:
@@ -269,7 +299,9 @@ class StandbyReplacement(Protocol):
         if holder != self.rank:
             ft.send_control(holder, NAME, "copy", (round_id, blob))
         if st.stable is not None:
-            self.ft_spawn(self._store_stable(round_id, blob))
+            task = self.ft_spawn(self._store_stable(round_id, blob))
+            st.writing.add(task)
+            task.add_done_callback(st.writing.discard)
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder)
 
@@ -292,9 +324,11 @@ class StandbyReplacement(Protocol):
         self.ft.send_control(0, NAME, "stored", round_id)
 
     async def _seal_stable(self, round_id) -> None:
-        await asyncio.to_thread(seal_set, self._standby.stable, "", _index(round_id),
+        st = self._standby
+        await asyncio.to_thread(seal_set, st.stable, "", _index(round_id),
                                 self.size, {"position": round_id, "protocol": NAME})
         self.ft.events.record("stable_checkpoint", position=round_id)
+        st.news.set()
 
     def on_control(self, env) -> None:
         if env.comm != NAME:
@@ -311,7 +345,10 @@ class StandbyReplacement(Protocol):
             ranks.add(env.src)
             if len(ranks) == self.size:
                 del st.stored[data]
-                self.ft_spawn(self._seal_stable(data))
+                task = self.ft_spawn(self._seal_stable(data))
+                st.writing.add(task)
+                task.add_done_callback(st.writing.discard)
+            st.news.set()
         else:
             raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
 
