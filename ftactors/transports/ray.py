@@ -8,8 +8,9 @@ This is the only module of ftactors that imports Ray. What it handles, measured 
 * Ray pickles call arguments with its own cloudpickle, whose per-object Python hooks
   cost more than the rest of a small message's path (profiled: 60% of a flooding
   sender's time). A batch of envelopes that carry nothing Ray must see (no object
-  references, plain piggyback data) is therefore pickled by the C pickler into one
-  ``bytes`` argument, which Ray passes through untouched; other batches go as objects;
+  references, plain piggyback data) is therefore pickled by the C pickler, as tuples of
+  fields (``to_rows``), into one ``bytes`` argument, which Ray passes through untouched;
+  other batches go as objects;
 * nobody waits for a delivery, so ``deliver`` is declared with no return value
   (``num_returns=0``): a call with a return makes the callee store and ship back a
   result object that the caller's core worker then registers and frees (measured:
@@ -46,7 +47,7 @@ from ray.exceptions import RayActorError, RayError
 
 from .._coordinator import RankDied
 from .._endpoint import Link
-from .._envelope import Envelope
+from .._envelope import Envelope, from_rows, to_rows
 from .._host import RankHost, RankSpec
 from .._payload import Payload, is_plain
 
@@ -60,7 +61,8 @@ class RayLink(Link):
         self.peers: list = []
 
     def send(self, dst: int, envs: list[Envelope]) -> None:
-        self.peers[dst].deliver.remote(pickle.dumps(envs, protocol=5) if _plain(envs) else envs)
+        batch = pickle.dumps(to_rows(envs), protocol=5) if _plain(envs) else envs
+        self.peers[dst].deliver.remote(batch)
 
     def put_large(self, view: memoryview):
         return ray.put(np.frombuffer(view, dtype=np.uint8))
@@ -150,7 +152,7 @@ class RankActor:
         envelopes whose object references are fetched here first. A reference that
         cannot be fetched (its sender died) loses the batch with its sender."""
         if type(batch) is bytes:
-            envs = pickle.loads(batch)
+            envs = from_rows(pickle.loads(batch))
         else:
             envs = batch
             try:

@@ -1,6 +1,7 @@
 """Payload packing: the C-pickle fast path for plain data gives cloudpickle's exact bytes,
 and everything else still goes through cloudpickle."""
 import enum
+import pickle
 
 import cloudpickle
 import numpy as np
@@ -68,3 +69,16 @@ def test_unpicklable_object_is_a_type_error():
         pack(threading.Lock())
     with pytest.raises(TypeError):
         pack([threading.Lock()])
+
+
+def test_envelope_rows_round_trip():
+    from ftactors._envelope import APP, CTRL, Envelope, from_rows, to_rows
+    envs = [Envelope(APP, 0, 3, "w/c", 7, 41, pack((1, "x")), 2, 5, 9, {"ddv": [1, 2]}, 1.25),
+            Envelope(CTRL, 1, 0, "flush", 0, -1, pack(None))]
+    back = from_rows(pickle.loads(pickle.dumps(to_rows(envs), protocol=5)))
+    for a, b in zip(envs, back, strict=True):
+        assert a.__reduce__()[1][:6] == b.__reduce__()[1][:6]
+        assert a.__reduce__()[1][7:] == b.__reduce__()[1][7:]
+        assert (b.payload.data, b.payload.buffers, b.payload.nbytes) == (
+            a.payload.data, a.payload.buffers, a.payload.nbytes)
+        assert b.payload.origin is b.payload
