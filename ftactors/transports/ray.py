@@ -14,8 +14,9 @@ This is the only module of ftactors that imports Ray. What it handles, measured 
 * nobody waits for a delivery, so ``deliver`` is declared with no return value
   (``num_returns=0``): a call with a return makes the callee store and ship back a
   result object that the caller's core worker then registers and frees (measured:
-  10% of a ping-pong's round trip). An error inside a delivery is printed by the
-  receiver, which is where Ray printed it before as an unhandled error of the call;
+  10% of the CPU both ranks spend per ping-pong round trip, 2-10% of its wall time).
+  An error inside a delivery is printed by the receiver, which is where Ray printed it
+  before as an unhandled error of the call;
 * a killed actor's pending calls fail with ``ActorDiedError`` within milliseconds, which
   the coordinator turns into a failure; actors are created with ``max_restarts=0`` and
   calls with ``max_task_retries=0`` (a retried call would re-run from the start) because
