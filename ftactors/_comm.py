@@ -49,7 +49,7 @@ class Communicator:
 
     # ------------------------------------------------------------ validation
     def _peer(self, r, what: str) -> int:
-        if not isinstance(r, numbers.Integral) or isinstance(r, bool):
+        if type(r) is not int and (not isinstance(r, numbers.Integral) or isinstance(r, bool)):
             raise TypeError(f"{what} must be an int rank, got {type(r).__name__} {r!r}")
         if not 0 <= r < self.size:
             raise ValueError(
@@ -64,7 +64,7 @@ class Communicator:
 
     @staticmethod
     def _send_tag(tag) -> int:
-        if not isinstance(tag, numbers.Integral) or isinstance(tag, bool):
+        if type(tag) is not int and (not isinstance(tag, numbers.Integral) or isinstance(tag, bool)):
             raise TypeError(f"tag must be an int, got {type(tag).__name__} {tag!r}")
         if not 0 <= tag <= TAG_UB:
             raise ValueError(f"tag {tag} is invalid for a send: tags are 0..{TAG_UB}")

@@ -263,11 +263,12 @@ class Endpoint:
 
     async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
         """Wait for and consume the first message matching (world ``source``)."""
+        env = self.matcher.find(ctx, source, tag, consume=True)
+        if env is not None:  # already here: no waiter to build
+            return self._consumed(env)
         fut = self._loop.create_future()
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher))
-        env = self.matcher.post(p)
-        if env is not None:
-            return self._consumed(env)
+        self.matcher.post(p)
         try:
             env = await fut
         except asyncio.CancelledError:

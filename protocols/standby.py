@@ -286,12 +286,14 @@ class StandbyReplacement(Protocol):
         st, ft = self._standby, self.ft
         if ft.position is None:
             raise ProtocolError("backup() must be called at a safe point (inside iterations())")
+        t0 = time.perf_counter()
         iteration = ft.position[1]
         round_id = ft.position
         decision = self._next_backup_after(iteration) if self.rank == 0 else None
         peers = [r for r in range(self.size) if r != self.rank]
         st.flush.start(ft, NAME, round_id, peers, decision)
         markers = await st.flush.wait(round_id, peers)
+        t_flushed = time.perf_counter()
         st.next_backup = decision if self.rank == 0 else markers[0]
         blob = ft.snapshot()
         _keep(st.own, round_id, blob)
@@ -303,7 +305,8 @@ class StandbyReplacement(Protocol):
             st.writing.add(task)
             task.add_done_callback(st.writing.discard)
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
-        ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder)
+        ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
+                         flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
 
     def _next_backup_after(self, iteration: int) -> int:
         """Rank 0's decision: the iteration of the next backup."""
@@ -449,10 +452,9 @@ class StandbyRecovery:
         await c.rewire()
         c.events.record("repaired", failed=sorted(failed))
         await c.phase("repaired")
-        handles = {}
-        for rank in range(c.n):
-            source = partner(rank, c.n) if rank in failed else rank
-            handles[rank] = await c.call(source, "standby_share", rank, round_id)
+        sources = [partner(rank, c.n) if rank in failed else rank for rank in range(c.n)]
+        handles = await asyncio.gather(
+            *(c.call(src, "standby_share", rank, round_id) for rank, src in enumerate(sources)))
 
         def restore(rank):
             return {"snapshot": handles[rank], "peer_epochs": list(c.epochs)}

@@ -82,3 +82,15 @@ def test_stencil_survives_seeded_random_kill(ray_session, stencil_reference):
     assert r.metrics["failures"] == 1, f"seed {seed}: the kill came after the run ended"
     assert r.results[0]["checksum"] == stencil_reference[0]["checksum"]
     assert r.results[0]["checksum"] is not None
+
+
+def test_hung_rank_found_by_heartbeats_on_ray(ray_session, stencil_reference):
+    """SIGSTOP: Ray never reports the actor, heartbeats find it and the run recovers."""
+    r = ft.run(FTStencil, ranks=4, spares=1, transport="ray", timeout_s=180,
+               chaos=ft.Chaos(kill_at=[(2, 0.3)], method="sigstop"),
+               heartbeat_interval_s=0.2, heartbeat_timeout_s=1.0,
+               kwargs={"ny": 96, "nx": 96, "iterations": 1500, "verify": False})
+    hang = r.events_of("hang_detected")
+    assert [e.rank for e in hang] == [2]
+    assert r.metrics["recoveries"] == 1
+    assert r.results[0]["checksum"] == stencil_reference[0]["checksum"]
