@@ -97,7 +97,11 @@ def measure_online(args, interval: int, per_iteration_s: float) -> dict:
     assert all(res["verified"] for res in r.results)
     ev = r.events
     detected = _at(ev, "failure_detected")
-    start, repaired, end = _at(ev, "recovery_start"), _at(ev, "repaired"), _at(ev, "recovery_end")
+    start, repaired, done = _at(ev, "recovery_start"), _at(ev, "repaired"), _at(ev, "recovery_end")
+    # every rank reports its own transition to RUNNING; the coordinator's recovery_end
+    # comes later, when the resumed ranks (already computing) answer its calls
+    end = max((e for e in ev if e.kind == "nr_state" and e.detail["state"] == "RUNNING"
+               and start.time <= e.time <= done.time), key=lambda e: e.time)
     line = _at(ev, "recovery_line").detail["position"]
     lost_iterations = args.kill_iteration - (line[1] if line else 0)
     detection = detected.detail.get("detection_s", 0.0)
