@@ -160,7 +160,7 @@ class Coordinator:
                             {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n})
         helpers = [asyncio.ensure_future(self._kill_later(k)) for k in self.kills
                    if k.time_s is not None and k.incarnation == 0]
-        if self.policy is not None and self.heartbeat_interval_s:
+        if self.heartbeat_interval_s:
             helpers.append(asyncio.ensure_future(self._heartbeats()))
         if self.progress is not None:
             helpers.append(asyncio.ensure_future(self._report_progress()))

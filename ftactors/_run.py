@@ -22,8 +22,8 @@ from ._trace import write_trace
 TRANSPORTS = ("ray", "local", "sim")
 
 CORE_OPTIONS = {
-    "heartbeat_interval_s": "seconds between heartbeats to every rank when a recovery "
-                            "protocol is in the stack (default 1 on Ray, off elsewhere)",
+    "heartbeat_interval_s": "seconds between heartbeats to every rank (default 1 on Ray, "
+                            "off elsewhere)",
     "heartbeat_timeout_s": "a rank silent this long is declared hung and killed (default 10)",
     "progress": "callable(positions) called every progress_interval_s with each rank's "
                 "(loop, iteration) position",

@@ -93,3 +93,16 @@ def test_trace_written_to_parquet(tmp_path, transport):
     assert all(t_recv >= t_send for t_send, t_recv in zip(cols["t_send"], cols["t_recv"]))
     assert set(cols["source"]) == set(cols["dest"]) == {0, 1, 2}
     assert pq.read_schema(path).names[:3] == ["t_send", "t_recv", "source"]
+
+
+async def test_run_async_on_local_and_sim():
+    for transport in ("local", "sim"):
+        r = await ft.run_async(b.Ring, ranks=3, args=(4,), transport=transport)
+        assert r.results == [12, 10, 11]
+
+
+def test_hung_rank_without_protocol_fails_the_run_instead_of_hanging():
+    with pytest.raises(ft.RankFailed, match="no heartbeat"):
+        ft.run(b.Iterating, ranks=3, transport="local", args=(10**7,), timeout_s=60,
+               chaos=ft.Chaos(kill_at=[(1, 0.05)], method="sigstop"),
+               heartbeat_interval_s=0.05, heartbeat_timeout_s=0.2)
