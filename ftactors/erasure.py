@@ -1,0 +1,291 @@
+"""Reed-Solomon erasure codec over GF(2^8) for the RSBackup protocol.
+
+Theory of operation
+-------------------
+A rank's snapshot is cut into ``k`` equal data blocks; ``m`` parity blocks are computed so
+that *any* ``k`` of the ``k + m`` blocks give the data back. Every byte position is coded
+independently: byte ``b`` of parity block ``i`` is ``sum_j M[i][j] * data_j[b]``, a linear
+combination over a field.
+
+*Why GF(2^8).* A byte is a field element, so blocks need no conversion and the code is
+exact (no floating point, no rounding). Addition is XOR; multiplication is polynomial
+multiplication modulo x^8+x^4+x^3+x^2+1 (0x11D, the polynomial of ISA-L and most RAID-6
+codes, with 2 as a generator). 256 elements bound the code to ``k + m <= 256`` blocks.
+
+*Why Cauchy.* The distribution matrix is the identity (data blocks are stored as they are:
+the code is systematic) on top of the ``m x k`` Cauchy matrix
+``M[i][j] = 1 / ((k + i) XOR j)`` — ISA-L's ``gf_gen_cauchy1_matrix``. Its row labels
+``k..k+m-1`` and column labels ``0..k-1`` are distinct, and every square submatrix of a
+Cauchy matrix is invertible; hence every ``k x k`` choice of rows of the distribution
+matrix is invertible and any ``m`` erasures are recoverable (MDS). A Vandermonde matrix
+stacked under an identity does not have this property in general.
+
+*Decoding* picks ``k`` available blocks, inverts the ``k x k`` submatrix of the
+distribution matrix formed by their rows (Gauss-Jordan over GF(2^8)) and multiplies;
+only the rows of missing data blocks are computed, present data blocks are returned as is.
+
+*Why m = k later.* With ``m = k`` the protocol survives the loss of half the blocks at the
+storage cost of a partner copy (each rank's snapshot stored twice in total), but tolerates
+any ``k`` losses rather than the loss of a specific partner pair.
+
+*Distributed ("star") encoding.* Parity is linear, so rank ``j``, holding data block ``j``,
+computes the ``m`` partial products ``M[i][j] * data_j`` (:func:`partial_products`) and
+the holder of parity ``i`` XORs what it receives (:func:`xor_into`); the sum equals
+:meth:`RSCode.encode`.
+
+Speed
+-----
+Blocks are processed in cache-sized chunks (:data:`CHUNK_BYTES`) as uint64 words (the
+tail padded with zeros). Multiplying by a constant ``c`` uses the shift-and-XOR
+("xtime") kernel: ``x`` runs through ``x, 2x, 4x, ... 128x`` (each doubling is
+``((x & 0x7f..) << 1) ^ (((x >> 7) & 0x01..) * 0x1D)`` on eight bytes at once) and is
+XORed into the result where ``c`` has a bit set. The doublings of one input chunk are
+shared by all coefficients applied to it (all ``m`` parities, or all missing blocks), so
+the cost per extra coefficient is only its XORs. Measured on this machine it beats a
+256-entry lookup table with ``np.take`` by a factor of 2 to 4 (``ftactors bench erasure``
+reports the rates), so it is the only implementation.
+
+No ISA-L backend: ``ldconfig -p | grep isal`` finds no libisal on this machine, and
+installing packages is out of scope, so the codec is numpy only.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+POLY = 0x11D
+"""The field's reduction polynomial x^8+x^4+x^3+x^2+1."""
+
+CHUNK_BYTES = 64 * 1024
+"""Bytes of each block processed at a time: the chunk of one input, its doubling
+temporary and the ``m`` output chunks stay in L2."""
+
+
+def _build_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exponent and logarithm tables for generator 2, and the full multiplication table."""
+    exp = np.zeros(512, dtype=np.int64)
+    log = np.zeros(256, dtype=np.int64)
+    x = 1
+    for i in range(255):
+        exp[i] = x
+        log[x] = i
+        x <<= 1
+        if x & 0x100:
+            x ^= POLY
+    exp[255:510] = exp[:255]
+    mul = exp[(log[:, None] + log[None, :])].astype(np.uint8)
+    mul[0, :] = 0
+    mul[:, 0] = 0
+    return exp, log, mul
+
+
+_EXP, _LOG, MUL_TABLE = _build_tables()
+"""``MUL_TABLE[a, b]`` is ``a * b`` in GF(2^8)."""
+
+_INV = np.zeros(256, dtype=np.uint8)
+_INV[1:] = _EXP[255 - _LOG[1:]]
+
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_LOW1 = np.uint64(0x0101010101010101)
+_REDUCE = np.uint64(POLY & 0xFF)
+_ONE = np.uint64(1)
+_SEVEN = np.uint64(7)
+
+
+def gf_mul(a: int, b: int) -> int:
+    """Product of two field elements (ints in 0..255)."""
+    return int(MUL_TABLE[a, b])
+
+
+def gf_inv(a: int) -> int:
+    """Multiplicative inverse of a nonzero field element; ``ZeroDivisionError`` for 0."""
+    if not 0 < a < 256:
+        raise ZeroDivisionError(f"no inverse of {a} in GF(2^8)")
+    return int(_INV[a])
+
+
+def cauchy_matrix(k: int, m: int) -> np.ndarray:
+    """The ``m x k`` Cauchy matrix ``1 / ((k + i) XOR j)`` as uint8 (ISA-L's
+    ``gf_gen_cauchy1_matrix`` without its identity rows)."""
+    _check_km(k, m)
+    i = np.arange(k, k + m)[:, None]
+    j = np.arange(k)[None, :]
+    return _INV[i ^ j]
+
+
+def gf_inv_matrix(mat) -> np.ndarray:
+    """Inverse of a square matrix over GF(2^8) by Gauss-Jordan elimination;
+    ``ValueError`` if it is singular."""
+    a = np.array(mat, dtype=np.uint8)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"need a square matrix, got shape {a.shape}")
+    n = a.shape[0]
+    aug = np.concatenate([a, np.eye(n, dtype=np.uint8)], axis=1)
+    for col in range(n):
+        nonzero = np.nonzero(aug[col:, col])[0]
+        if nonzero.size == 0:
+            raise ValueError("matrix is singular over GF(2^8)")
+        piv = col + int(nonzero[0])
+        if piv != col:
+            aug[[col, piv]] = aug[[piv, col]]
+        aug[col] = MUL_TABLE[_INV[aug[col, col]], aug[col]]
+        factors = aug[:, col].copy()
+        factors[col] = 0
+        # row_r ^= factor_r * row_col for every other row, as one table gather
+        aug ^= MUL_TABLE[factors[:, None], aug[col][None, :]]
+    return aug[:, n:].copy()
+
+
+def _check_km(k: int, m: int) -> None:
+    for name, v in (("k", k), ("m", m)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if k < 1 or m < 0 or k + m > 256:
+        raise ValueError(f"need k >= 1, m >= 0 and k + m <= 256 (GF(2^8) has 256 "
+                         f"elements), got k={k}, m={m}")
+
+
+def _as_bytes(block, what: str) -> np.ndarray:
+    """A 1-D uint8 view of a bytes-like block or uint8 array (no copy)."""
+    if isinstance(block, np.ndarray):
+        if block.dtype != np.uint8:
+            raise TypeError(f"{what}: numpy blocks must be uint8, got {block.dtype}")
+        return block.reshape(-1)
+    if isinstance(block, (bytes, bytearray, memoryview)):
+        return np.frombuffer(block, dtype=np.uint8)
+    raise TypeError(f"{what}: expected bytes-like or a uint8 array, "
+                    f"got {type(block).__name__}")
+
+
+def _same_length(blocks: Sequence[np.ndarray], what: str) -> int:
+    lengths = {b.size for b in blocks}
+    if len(lengths) != 1:
+        raise ValueError(f"{what} must have equal lengths, got {sorted(lengths)}")
+    return lengths.pop()
+
+
+def _combine(coeffs: np.ndarray, blocks: Sequence[np.ndarray], length: int) -> list[np.ndarray]:
+    """``out[i] = XOR_j coeffs[i, j] * blocks[j]`` for uint8 blocks of ``length`` bytes.
+
+    Chunk by chunk, each input chunk is copied into a uint64 buffer (zero-padded at the
+    tail) and doubled seven times with the xtime kernel; after each doubling it is XORed
+    into every output whose coefficient has that bit set, so the doublings are shared by
+    all outputs.
+    """
+    n_out = coeffs.shape[0]
+    words = -(-length // 8)
+    outs = [np.zeros(words, dtype=np.uint64) for _ in range(n_out)]
+    chunk = max(1, CHUNK_BYTES // 8)
+    x = np.empty(chunk, dtype=np.uint64)
+    t = np.empty(chunk, dtype=np.uint64)
+    x8 = x.view(np.uint8)
+    for w0 in range(0, words, chunk):
+        w1 = min(w0 + chunk, words)
+        nw = w1 - w0
+        b0, b1 = w0 * 8, min(w1 * 8, length)
+        xc, tc = x[:nw], t[:nw]
+        accs = [out[w0:w1] for out in outs]
+        for j, block in enumerate(blocks):
+            col = [int(c) for c in coeffs[:, j]]
+            top = max(col, default=0).bit_length()
+            if top == 0:
+                continue
+            x8[:b1 - b0] = block[b0:b1]
+            x8[b1 - b0:nw * 8] = 0
+            for bit in range(top):
+                if bit:
+                    np.right_shift(xc, _SEVEN, out=tc)
+                    tc &= _LOW1
+                    tc *= _REDUCE
+                    xc &= _LOW7
+                    xc <<= _ONE
+                    xc ^= tc
+                for acc, c in zip(accs, col):
+                    if c >> bit & 1:
+                        acc ^= xc
+    return [out.view(np.uint8)[:length] for out in outs]
+
+
+def gf_mul_block(block, c: int) -> np.ndarray:
+    """``c * block`` byte by byte, as a new uint8 array."""
+    if not 0 <= int(c) < 256:
+        raise ValueError(f"constant must be in 0..255, got {c}")
+    b = _as_bytes(block, "block")
+    return _combine(np.array([[c]], dtype=np.uint8), [b], b.size)[0]
+
+
+def partial_products(block, column) -> list[np.ndarray]:
+    """``[column[i] * block for i]``: what rank ``j`` contributes to each of the ``m``
+    parity blocks when ``column`` is column ``j`` of :func:`cauchy_matrix`."""
+    b = _as_bytes(block, "block")
+    col = np.asarray(column)
+    if col.ndim != 1 or col.size and (col.min() < 0 or col.max() > 255):
+        raise ValueError("column must be a 1-D sequence of field elements 0..255")
+    return _combine(col.astype(np.uint8)[:, None], [b], b.size)
+
+
+def xor_into(acc: np.ndarray, block) -> np.ndarray:
+    """``acc ^= block`` in place (field addition) and return ``acc``."""
+    b = _as_bytes(block, "block")
+    if not isinstance(acc, np.ndarray) or acc.dtype != np.uint8:
+        raise TypeError("acc must be a uint8 numpy array")
+    if acc.size != b.size:
+        raise ValueError(f"lengths differ: {acc.size} != {b.size}")
+    np.bitwise_xor(acc.reshape(-1), b, out=acc.reshape(-1))
+    return acc
+
+
+class RSCode:
+    """A systematic ``(k + m, k)`` Reed-Solomon code: ``k`` data blocks, ``m`` parity
+    blocks, any ``k`` of them recover the data."""
+
+    def __init__(self, k: int, m: int):
+        _check_km(k, m)
+        self.k, self.m = int(k), int(m)
+        self.cauchy = cauchy_matrix(self.k, self.m)
+        """Rows ``k..k+m-1`` of the distribution matrix."""
+        self.matrix = np.concatenate([np.eye(self.k, dtype=np.uint8), self.cauchy])
+        """The ``(k + m) x k`` distribution matrix: identity on top of Cauchy."""
+
+    def __repr__(self) -> str:
+        return f"RSCode(k={self.k}, m={self.m})"
+
+    def encode(self, blocks) -> list[np.ndarray]:
+        """The ``m`` parity blocks (uint8 arrays) of ``k`` equal-length data blocks."""
+        if isinstance(blocks, (bytes, bytearray, np.ndarray)) or not hasattr(blocks, "__len__"):
+            raise TypeError("blocks must be a sequence of k blocks")
+        if len(blocks) != self.k:
+            raise ValueError(f"need k={self.k} data blocks, got {len(blocks)}")
+        data = [_as_bytes(b, f"block {j}") for j, b in enumerate(blocks)]
+        length = _same_length(data, "data blocks")
+        return _combine(self.cauchy, data, length)
+
+    def decode(self, available: Mapping[int, object], length: int) -> list[np.ndarray]:
+        """The ``k`` data blocks from at least ``k`` of the ``k + m`` blocks, given as
+        ``{index: block}`` (data ``0..k-1``, parity ``k..k+m-1``), each of ``length``
+        bytes. Available data blocks are preferred (returned as they are); the rest are
+        recomputed from the inverse of the chosen rows of the distribution matrix."""
+        if not isinstance(available, Mapping):
+            raise TypeError("available must be a dict {block index: block}")
+        n = self.k + self.m
+        blocks = {}
+        for idx, b in available.items():
+            if isinstance(idx, bool) or not isinstance(idx, (int, np.integer)) \
+                    or not 0 <= idx < n:
+                raise ValueError(f"block index {idx!r} not in 0..{n - 1}")
+            blocks[int(idx)] = _as_bytes(b, f"block {idx}")
+        if len(blocks) < self.k:
+            raise ValueError(f"cannot decode: {len(blocks)} of {n} blocks available, "
+                             f"need k={self.k} ({self.k - len(blocks)} missing)")
+        for idx, b in blocks.items():
+            if b.size != length:
+                raise ValueError(f"block {idx} has {b.size} bytes, expected {length}")
+        missing = [j for j in range(self.k) if j not in blocks]
+        if not missing:
+            return [blocks[j] for j in range(self.k)]
+        rows = sorted(blocks)[:self.k]  # data indices first: fewer products
+        inv = gf_inv_matrix(self.matrix[rows])
+        rebuilt = _combine(inv[missing], [blocks[r] for r in rows], length)
+        out = dict(zip(missing, rebuilt))
+        return [blocks[j] if j in blocks else out[j] for j in range(self.k)]
