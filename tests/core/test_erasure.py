@@ -235,3 +235,15 @@ def test_bad_parameters_and_inputs():
         code.decode(list(blocks), 2)
     with pytest.raises(ValueError):
         gf_mul_block(b"ab", 256)
+
+
+@pytest.mark.parametrize("length", [1, 2, 9, 2 * 128 * 1024 + 3])
+def test_both_kernels_match_table(length):
+    """Few constants go through pair tables, many through shared doublings; both exact,
+    including the top bit (0x80, 0xFF), zero and one, odd tails and several chunks."""
+    rng = np.random.default_rng(8)
+    block = rng.integers(0, 256, length, dtype=np.uint8)
+    for column in ([0x80, 0xFF], [0, 1, 2, 0x80, 0xFF, 0x1D], list(range(256))):
+        got = partial_products(block, column)
+        for c, g in zip(column, got):
+            np.testing.assert_array_equal(g, MUL_TABLE[c][block])
