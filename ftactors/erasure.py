@@ -24,9 +24,11 @@ stacked under an identity does not have this property in general.
 distribution matrix formed by their rows (Gauss-Jordan over GF(2^8)) and multiplies;
 only the rows of missing data blocks are computed, present data blocks are returned as is.
 
-*Why m = k later.* With ``m = k`` the protocol survives the loss of half the blocks at the
-storage cost of a partner copy (each rank's snapshot stored twice in total), but tolerates
-any ``k`` losses rather than the loss of a specific partner pair.
+*Why m = k later.* RSBackup is to replace partner copies, which already store every
+snapshot twice. With ``m = k`` the parity costs exactly that storage, yet any ``k`` of the
+``2k`` blocks recover a snapshot, where partner copies lose it as soon as a rank and its
+partner fail together. Smaller ``m`` trades tolerance for storage and encoding time
+(encoding costs ``m`` products per data byte).
 
 *Distributed ("star") encoding.* Parity is linear, so rank ``j``, holding data block ``j``,
 computes the ``m`` partial products ``M[i][j] * data_j`` (:func:`partial_products`) and
@@ -222,7 +224,7 @@ def _combine(coeffs: np.ndarray, blocks: Sequence[np.ndarray], length: int) -> l
     shared doublings."""
     outs = [np.zeros(length, dtype=np.uint8) for _ in range(coeffs.shape[0])]
     columns = [[int(c) for c in coeffs[:, j]] for j in range(coeffs.shape[1])]
-    chunk = min(CHUNK_BYTES, length)
+    chunk = max(1, min(CHUNK_BYTES, length))
     x = np.empty(chunk, dtype=np.uint8)
     t = np.empty(chunk, dtype=np.uint8)
     tmp = np.empty(chunk // 2, dtype=np.uint16)

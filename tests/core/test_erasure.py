@@ -247,3 +247,10 @@ def test_both_kernels_match_table(length):
         got = partial_products(block, column)
         for c, g in zip(column, got):
             np.testing.assert_array_equal(g, MUL_TABLE[c][block])
+
+
+def test_empty_blocks():
+    code = RSCode(3, 2)
+    parity = code.encode([b"", b"", b""])
+    assert [p.size for p in parity] == [0, 0]
+    assert [b.size for b in code.decode({0: b"", 3: parity[0], 4: parity[1]}, 0)] == [0] * 3
