@@ -157,11 +157,12 @@ def _check_km(k: int, m: int) -> None:
 
 
 def _as_bytes(block, what: str) -> np.ndarray:
-    """A 1-D uint8 view of a bytes-like block or uint8 array (no copy)."""
+    """A contiguous 1-D uint8 view of a bytes-like block or uint8 array (a copy only if
+    the array is not contiguous)."""
     if isinstance(block, np.ndarray):
         if block.dtype != np.uint8:
             raise TypeError(f"{what}: numpy blocks must be uint8, got {block.dtype}")
-        return block.reshape(-1)
+        return np.ascontiguousarray(block).reshape(-1)
     if isinstance(block, (bytes, bytearray, memoryview)):
         return np.frombuffer(block, dtype=np.uint8)
     raise TypeError(f"{what}: expected bytes-like or a uint8 array, "
@@ -179,11 +180,10 @@ def _same_length(blocks: Sequence[np.ndarray], what: str) -> int:
 def _pair_table(c: int) -> np.ndarray:
     """``c`` times each of the 65536 byte pairs, as a uint16 table (128 KiB): entry
     ``hi << 8 | lo`` is ``(c*hi) << 8 | c*lo``, so a block viewed as uint16 is multiplied
-    two bytes per lookup (on either byte order: the table is symmetric in the two bytes). Cached: a code uses at most ``k * m`` constants
-    (64 tables, 8 MiB, bound the cache)."""
+    two bytes per lookup (on either byte order: the table is symmetric in the two bytes).
+    Cached, at most 64 tables (8 MiB)."""
     row = MUL_TABLE[c].astype(np.uint16)
-    table = np.bitwise_or.outer(row << 8, row).reshape(-1)
-    return table
+    return np.bitwise_or.outer(row << 8, row).reshape(-1)
 
 
 def _lookup_into(acc: np.ndarray, src: np.ndarray, c: int, tmp: np.ndarray) -> None:

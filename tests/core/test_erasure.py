@@ -254,3 +254,15 @@ def test_empty_blocks():
     parity = code.encode([b"", b"", b""])
     assert [p.size for p in parity] == [0, 0]
     assert [b.size for b in code.decode({0: b"", 3: parity[0], 4: parity[1]}, 0)] == [0] * 3
+
+
+def test_strided_and_2d_uint8_blocks():
+    rng = np.random.default_rng(9)
+    base = rng.integers(0, 256, (4, 202), dtype=np.uint8)
+    data = [base[j, ::2] for j in range(3)] + [base[3, 1::2]]
+    code = RSCode(4, 2)
+    parity = code.encode(data)
+    np.testing.assert_array_equal(gf_mul_block(base[0, ::2], 7), MUL_TABLE[7][base[0, ::2]])
+    got = code.decode({1: data[1], 2: data[2], 4: parity[0], 5: parity[1]}, 101)
+    assert_blocks_equal(got, [bytes(d) for d in data])
+    np.testing.assert_array_equal(gf_mul_block(base[:2, :4], 3), MUL_TABLE[3][base[:2, :4]].ravel())
