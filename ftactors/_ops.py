@@ -1,9 +1,9 @@
 """Reduction operations, named as in MPI.
 
 An op is applied elementwise to numpy arrays and to plain numbers; any callable
-``op(a, b)`` is accepted wherever an op is. Reductions fold operands strictly in rank
-order (``((x0 op x1) op x2) ...``), so results never depend on message arrival order and a
-non-commutative op gets MPI's canonical order.
+``op(a, b)`` is accepted wherever an op is. Reductions combine operands in rank order with
+a fixed bracketing (see ``_collectives``), so results never depend on message arrival
+order; like MPI, an op is assumed associative, not commutative.
 """
 from __future__ import annotations
 
@@ -56,10 +56,3 @@ def check_op(op) -> Callable[[Any, Any], Any]:
         raise TypeError(f"op must be an ft op (ft.SUM, ...) or a callable op(a, b), got {op!r}")
     return op
 
-
-def fold(op, values: list):
-    """Left fold in list order: ``((v0 op v1) op v2) ...``."""
-    acc = values[0]
-    for v in values[1:]:
-        acc = op(acc, v)
-    return acc

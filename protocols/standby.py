@@ -62,8 +62,6 @@ INITIAL = None
 """The round "before main() first ran": every rank can restore it without a backup."""
 KEEP_ROUNDS = 2
 """Ping-pong: the newest two complete rounds are kept."""
-STABLE_SEAL_WAIT_S = 60.0
-"""At the end of a run, how long rank 0 waits for the last checkpoint sets to be sealed."""
 
 
 class State(enum.Enum):
@@ -189,9 +187,7 @@ class _Standby:
     next_backup: int = 0
     failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
     stable: Any = None                                # a Store, with the stable_store option
-    stored: dict = field(default_factory=dict)        # rank 0: round -> ranks stored
-    writing: set = field(default_factory=set)         # stable-storage tasks under way
-    news: asyncio.Event = field(default_factory=asyncio.Event)  # a part stored or a set sealed
+    unsealed: Any = None                              # the round written but not sealed yet
     last_backup_t: float = 0.0
     last_backup_it: int = 0
 
@@ -221,7 +217,8 @@ class StandbyReplacement(Protocol):
         "backup_interval": "iterations between partner backups (overrides the class value)",
         "backup_interval_s": "seconds between partner backups (overrides backup_interval)",
         "stable_store": "also write every backup round to this directory or pyarrow URI "
-                        "as a checkpoint set (ft.run(restart_from=...) restarts from it)",
+                        "as a checkpoint set (ft.run(restart_from=...) restarts from it); "
+                        "round k's set is sealed at backup k+1 (the last one at the end)",
     }
 
     # ----------------------------------------------------------------- start, end
@@ -233,35 +230,13 @@ class StandbyReplacement(Protocol):
         self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
         await super().on_start()
 
-    async def on_finish(self) -> None:
-        """Finish this rank's writes to stable storage before the rank reports done."""
-        st = self._standby
-        if st.writing:
-            await asyncio.gather(*st.writing)
-        await super().on_finish()
-
     async def on_finalize(self) -> None:
-        """Rank 0 seals the checkpoint sets whose parts are all stored, then FINISH."""
+        """Every rank has written the last round: rank 0 seals it; then FINISH."""
         st = self._standby
-        if self.rank == 0 and st.stable is not None:
-            await self._await_seals(STABLE_SEAL_WAIT_S)
+        if self.rank == 0 and st.unsealed is not None:
+            await self._seal_stable(st.unsealed)
         self._nr_fire(Input.FINALIZE)
         await super().on_finalize()
-
-    async def _await_seals(self, limit_s: float) -> None:
-        """Wait (at most ``limit_s``) for every round some rank stored to be sealed."""
-        st = self._standby
-        deadline = time.monotonic() + limit_s
-        while st.stored or st.writing:
-            st.news.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.ft.events.record("stable_checkpoint_incomplete", rounds=sorted(st.stored))
-                return
-            try:
-                await asyncio.wait_for(st.news.wait(), left)
-            except asyncio.TimeoutError:
-                pass
 
     # ------------------------------------------------------------------ backups
     def _interval(self) -> tuple[int, float | None]:
@@ -295,15 +270,17 @@ class StandbyReplacement(Protocol):
         markers = await st.flush.wait(round_id, peers)
         t_flushed = time.perf_counter()
         st.next_backup = decision if self.rank == 0 else markers[0]
+        if self.rank == 0 and st.unsealed is not None:
+            # every rank wrote its part of the previous round before sending this marker
+            await self._seal_stable(st.unsealed)
         blob = ft.snapshot()
         _keep(st.own, round_id, blob)
         holder = partner(self.rank, self.size)
         if holder != self.rank:
             ft.send_control(holder, NAME, "copy", (round_id, blob))
         if st.stable is not None:
-            task = self.ft_spawn(self._store_stable(round_id, blob))
-            st.writing.add(task)
-            task.add_done_callback(st.writing.discard)
+            await asyncio.to_thread(store_part, st.stable, "", _index(round_id), self.rank, blob)
+            st.unsealed = round_id
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
@@ -320,18 +297,13 @@ class StandbyReplacement(Protocol):
         per_iteration = (time.monotonic() - st.last_backup_t) / done
         return iteration + max(1, round(seconds / max(per_iteration, 1e-9)))
 
-    async def _store_stable(self, round_id, blob: bytes) -> None:
-        """Write this rank's part of the round to stable storage, then tell rank 0."""
-        await asyncio.to_thread(store_part, self._standby.stable, "", _index(round_id),
-                                self.rank, blob)
-        self.ft.send_control(0, NAME, "stored", round_id)
-
     async def _seal_stable(self, round_id) -> None:
+        """Rank 0: write the manifest that makes the round's checkpoint set complete."""
         st = self._standby
         await asyncio.to_thread(seal_set, st.stable, "", _index(round_id),
                                 self.size, {"position": round_id, "protocol": NAME})
+        st.unsealed = None
         self.ft.events.record("stable_checkpoint", position=round_id)
-        st.news.set()
 
     def on_control(self, env) -> None:
         if env.comm != NAME:
@@ -343,15 +315,6 @@ class StandbyReplacement(Protocol):
         elif op == "copy":
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
-        elif op == "stored":
-            ranks = st.stored.setdefault(data, set())
-            ranks.add(env.src)
-            if len(ranks) == self.size:
-                del st.stored[data]
-                task = self.ft_spawn(self._seal_stable(data))
-                st.writing.add(task)
-                task.add_done_callback(st.writing.discard)
-            st.news.set()
         else:
             raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
 
@@ -385,7 +348,7 @@ class StandbyReplacement(Protocol):
         if st.machine.state in (State.FAILURE, State.REPLACE_FAILURE):
             self._nr_fire(Input.CORE_RECOVERED)
         st.flush.reset()
-        st.stored.clear()  # counts from the abandoned execution
+        st.unsealed = None  # its parts may belong to the abandoned execution
         position, blob = ft.restored_from
         if position is not None:
             # the restored round becomes this rank's newest copy, and the partner (maybe

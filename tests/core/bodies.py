@@ -157,6 +157,10 @@ class Collectives(ft.Rank):
             out[f"allreduce_{op.name}"] = await comm.allreduce(vec, op=op)
             out[f"allreduce_num_{op.name}"] = await comm.allreduce(r + 1, op=op)
         out["fold"] = await comm.allreduce(str(r), op=lambda a, b: f"({a}+{b})")
+        floats = np.sin(np.arange(8) + r) * 1e3
+        total = await comm.allreduce(floats)
+        at_root = await comm.reduce(floats, root=0)
+        out["reduce_is_allreduce"] = at_root is None or bool(np.array_equal(at_root, total))
         out["gather"] = [await comm.gather(r * r, root=root) for root in range(n)]
         out["scatter"] = await comm.scatter([i * 10 for i in range(n)] if r == 1 % n else None,
                                             root=1 % n)

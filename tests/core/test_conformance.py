@@ -83,7 +83,7 @@ def test_collectives(transport, ranks):
     nums = {"SUM": sum(range(1, n + 1)), "PROD": np.prod(range(1, n + 1)), "MIN": 1, "MAX": n,
             "LAND": True, "LOR": True, "BAND": _fold(lambda a, c: a & c, range(1, n + 1)),
             "BOR": _fold(lambda a, c: a | c, range(1, n + 1))}
-    fold = _fold(lambda a, c: f"({a}+{c})", [str(r) for r in range(n)])
+    bracketing = {1: "0", 3: "((0+1)+2)", 4: "((0+1)+(2+3))"}[n]
     for r, out in enumerate(results):
         assert out["bcast"] == [{"root": root} for root in range(n)]
         # the root keeps its own (writable) object; others get read-only large buffers
@@ -96,7 +96,10 @@ def test_collectives(transport, ranks):
                 assert out[f"reduce_{name}"] is None
             np.testing.assert_array_equal(out[f"allreduce_{name}"], expect)
             assert out[f"allreduce_num_{name}"] == nums[name], name
-        assert out["fold"] == fold  # strictly in rank order: ((0+1)+2)+...
+        # operands in rank order, the same bracketing on every rank (recursive doubling)
+        assert out["fold"] == bracketing
+        assert out["fold"].replace("(", "").replace(")", "") == "+".join(map(str, range(n)))
+        assert out["reduce_is_allreduce"]  # the same bits on the root
         for root in range(n):
             assert out["gather"][root] == ([i * i for i in range(n)] if r == root else None)
         assert out["scatter"] == r * 10
@@ -157,3 +160,15 @@ def test_killed_rank_raises_rank_failed(transport):
 def test_iterations_without_failure(transport):
     r = run(b.Iterating, transport, ranks=3, args=(6,))
     assert r.results == [3 * sum(range(6))] * 3
+
+
+@pytest.mark.parametrize("ranks", [2, 5, 6, 7, 8])
+def test_reductions_for_non_powers_of_two(ranks):
+    r = ft.run(b.Collectives, ranks=ranks, transport="sim", timeout_s=120).results
+    n = ranks
+    for out in r:
+        assert out["fold"].replace("(", "").replace(")", "") == "+".join(map(str, range(n)))
+        assert out["fold"] == r[0]["fold"]
+        assert out["allgather"] == [("r", i) for i in range(n)]
+        np.testing.assert_array_equal(out["allreduce_SUM"], sum(np.arange(4) + i for i in range(n)))
+        assert out["reduce_is_allreduce"]
