@@ -94,12 +94,19 @@ class TransportBench(ft.Rank):
                 await self.comm.recv(source=0)
         return pairs if self.rank == 0 else None
 
+    @staticmethod
+    async def _timed(n: int, body) -> float:
+        """Run ``body(count)`` once on a warm-up count, then timed on ``n``; seconds."""
+        await body(_warmup(n))
+        t0 = time.perf_counter()
+        await body(n)
+        return time.perf_counter() - t0
+
     async def _pingpong(self, n: int) -> float:
         """Seconds per round trip."""
         comm = self.comm
-        for timed in (False, True):
-            count = n if timed else _warmup(n)
-            t0 = time.perf_counter()
+
+        async def body(count):
             if self.rank == 0:
                 for i in range(count):
                     await comm.send(i, dest=1)
@@ -107,14 +114,13 @@ class TransportBench(ft.Rank):
             else:
                 for _ in range(count):
                     await comm.send(await comm.recv(source=0), dest=0)
-        return (time.perf_counter() - t0) / n
+        return await self._timed(n, body) / n
 
     async def _stream(self, n: int) -> float:
         """Messages per second, one way, until the receiver has them all."""
         comm = self.comm
-        for timed in (False, True):
-            count = n if timed else _warmup(n)
-            t0 = time.perf_counter()
+
+        async def body(count):
             if self.rank == 0:
                 for i in range(count):
                     await comm.send(i, dest=1)
@@ -123,15 +129,14 @@ class TransportBench(ft.Rank):
                 for _ in range(count):
                     await comm.recv(source=0)
                 await comm.send(None, dest=0)
-        return n / (time.perf_counter() - t0)
+        return n / await self._timed(n, body)
 
     async def _arrays(self, nbytes: int, n: int) -> float:
         """Bytes per second, one way, ``n`` arrays of ``nbytes`` in flight."""
         comm = self.comm
         arr = np.ones(nbytes // 8)
-        for timed in (False, True):
-            count = n if timed else _warmup(n)
-            t0 = time.perf_counter()
+
+        async def body(count):
             if self.rank == 0:
                 for _ in range(count):
                     await comm.send(arr, dest=1)
@@ -141,7 +146,7 @@ class TransportBench(ft.Rank):
                 for _ in range(count):
                     total += _touch(await comm.recv(source=0), nbytes)
                 await comm.send(total, dest=0)
-        return n * nbytes / (time.perf_counter() - t0)
+        return n * nbytes / await self._timed(n, body)
 
 
 # -------------------------------------------------------------------------- raw Ray side
