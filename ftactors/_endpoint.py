@@ -113,6 +113,7 @@ class Endpoint:
         self.trace = trace
         self.duplicates_dropped = 0
         self.resends_suppressed = 0
+        self._consumed_since = 0  # messages received since the last safe point
         self._replay_sent: list[int] | None = None  # while re-running code before the resume point
         # replay support (see module docstring)
         self._record = record_deliveries
@@ -257,6 +258,7 @@ class Endpoint:
 
     # -------------------------------------------------------- receives, probes
     def _consumed(self, env: Envelope) -> Envelope:
+        self._consumed_since += 1
         if self._log is not None:
             self._log.append(env)
         return env
@@ -329,6 +331,7 @@ class Endpoint:
 
     def at_safe_point(self, iteration: int) -> None:
         self.position = (self._loop_count - 1, iteration)
+        self._consumed_since = 0
         if self._since_safe_point:
             self._since_safe_point.clear()
         if self.keep_base:
@@ -369,10 +372,12 @@ class Endpoint:
         ``keep_base`` is on) it is the last safe point's state plus the messages received
         since, which a restore replays.
         """
-        if self._in_loop and self._since_safe_point:
-            if self._base is None:
+        if self._in_loop and self._consumed_since:
+            if self._base is None or self._since_safe_point is None:
                 raise ProtocolError(
-                    "a snapshot between safe points needs keep_base = True from the start")
+                    "a snapshot between safe points (after receiving since the last one) "
+                    "needs keep_base = True from the start and a protocol that records "
+                    "deliveries")
             parts = dict(self._base)
             parts["received"] = list(self.received)
             replay = parts["prefix_log"] + list(self._since_safe_point)
