@@ -55,3 +55,16 @@ def test_transport_bench_json(tmp_path, ray_session):
     assert targeted == {"latency", "throughput", "bandwidth_16777216"}
     assert data["targets_met"] == all(figures[k]["met"] for k in targeted)
     assert {"python", "platform", "cpus", "ray", "numpy"} <= set(data["machine"])
+
+
+def test_erasure_bench_json(tmp_path):
+    out = tmp_path / "erasure.json"
+    assert bench("erasure", "--codes", "4x2", "--sizes-mib", "0.25",
+                 "--repeat", "1", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "erasure"
+    (row,) = data["results"]
+    assert (row["k"], row["m"]) == (4, 2)
+    for key in ("memcpy_MBps", "encode_MBps", "decode_MBps", "gf_mul_block_GBps",
+                "partial_products_GBps", "encode_over_memcpy", "decode_over_memcpy"):
+        assert row[key] > 0, key
