@@ -113,7 +113,3 @@ class InChannels:
         for env in waiting:
             out.extend(self.accept(env))
         return out
-
-    def pending(self) -> int:
-        """Envelopes held back (early or for a future epoch)."""
-        return len(self._future) + sum(len(ch.early) for ch in self._chan.values())

@@ -438,11 +438,6 @@ class Endpoint:
         self.peer_epochs[rank] = epoch
         self._in.peer_epoch(rank, epoch)
 
-    def reset_for_rerun(self) -> None:
-        """Before re-entering ``main()``: loops count from the top again."""
-        self._loop_count = 0
-        self._in_loop = False
-
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:
         return {

@@ -56,10 +56,6 @@ class Envelope:
                            self.payload, self.src_epoch, self.dst_epoch, self.seq,
                            self.piggyback, self.t_send))
 
-    def copy(self) -> "Envelope":
-        """A shallow copy (the payload is immutable and shared)."""
-        return Envelope(*self.__reduce__()[1])
-
     def __repr__(self):
         kind = KIND_NAMES.get(self.kind, self.kind)
         return (f"Envelope({kind} {self.src}.{self.src_epoch}->{self.dst}.{self.dst_epoch} "

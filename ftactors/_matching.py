@@ -111,6 +111,3 @@ class Matcher:
         self._order.clear()
         for env in queued:
             self.arrive(env)
-
-    def pending_receives(self) -> int:
-        return sum(len(v) for v in self._posted.values())

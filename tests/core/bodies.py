@@ -312,3 +312,53 @@ class Conflicting(ft.Protocol):
 class NeedsCounting(ft.Protocol):
     protocol_name = "needs-counting"
     requires = ("counting",)
+
+
+class Gate(ft.Protocol):
+    """Test mixin: holds outgoing messages until main opens the gate, and incoming ones
+    until the peer's 'open' control message arrives, then releases them in order."""
+
+    protocol_name = "gate"
+
+    async def on_start(self):
+        self._gate = {"out": [], "in": [], "open": False}
+        await super().on_start()
+
+    def on_send(self, env):
+        env = super().on_send(env)
+        self._gate["out"].append(env)
+        return None
+
+    def on_receive(self, env):
+        env = super().on_receive(env)
+        if self._gate["open"]:
+            return env
+        self._gate["in"].append(env)
+        return None
+
+    def on_control(self, env):
+        if env.comm != "gate":
+            return super().on_control(env)
+        self._gate["open"] = True
+        for held in self._gate["in"]:
+            self.ft.deliver_now(held)
+        self._gate["in"].clear()
+
+    def open_gate(self, peer):
+        for held in self._gate["out"]:
+            self.ft.transmit(held)
+        self._gate["out"].clear()
+        self.ft.send_control(peer, "gate", "open")
+
+
+class Gated(Gate, ft.Rank):
+    async def main(self):
+        if self.rank == 0:
+            for i in range(5):
+                await self.comm.send(i, dest=1, tag=i % 2)
+            held = len(self._gate["out"])
+            probe_before = self.comm.iprobe(source=1)
+            self.open_gate(1)
+            return held, probe_before
+        got = [await self.comm.recv(source=0) for _ in range(5)]
+        return got, self._gate["open"]

@@ -51,3 +51,10 @@ def test_refining_a_protocol_is_not_a_duplicate_but_a_namesake_is():
         protocol_name = "counting"
     with pytest.raises(TypeError, match="two different protocols are named 'counting'"):
         type("Bad", (Namesake, b.Counting, ft.Rank), {})
+
+
+def test_protocols_can_hold_and_release_messages_in_order(transport):
+    (held, probe_before), (got, opened) = ft.run(
+        b.Gated, ranks=2, transport=transport, timeout_s=120).results
+    assert held == 5 and probe_before is False
+    assert got == [0, 1, 2, 3, 4] and opened  # released after the control message, in order
