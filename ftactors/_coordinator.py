@@ -95,6 +95,7 @@ class Coordinator:
         self.handles: list[Any] = []
         self.spares: list[Any] = []
         self.epochs = [0] * ranks
+        self._epoch_counter = 0  # the largest epoch handed out
         self.incarnations = [0] * ranks
         self.collected: list[dict] = []
         self.rank_events: list[Event] = []
@@ -290,7 +291,7 @@ class Coordinator:
 
     def next_epoch(self) -> int:
         """A fresh incarnation number, larger than any used so far."""
-        self._epoch_counter = max(getattr(self, "_epoch_counter", 0), max(self.epochs)) + 1
+        self._epoch_counter += 1
         return self._epoch_counter
 
     async def rewire(self) -> None:

@@ -166,7 +166,8 @@ class Endpoint:
         """Stamp and queue an envelope for the wire (protocols release held ones here)."""
         dst = env.dst
         self._out.stamp(env, self.epoch, self.peer_epochs[dst])
-        env.t_send = self.link.clock()
+        if self.trace is not None:  # tracing is run-wide: only traces read send times
+            env.t_send = self.link.clock()
         box = self._outbox.get(dst)
         if box is None:
             box = self._outbox[dst] = []
