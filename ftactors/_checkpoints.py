@@ -15,6 +15,13 @@ from . import _storage
 from ._errors import ConfigError
 
 
+def position_index(position: tuple[int, int]) -> int:
+    """Checkpoint-set number of a safe-point position ``(loop, iteration)``: later
+    positions get larger numbers, so the newest set is the latest position."""
+    loop, iteration = position
+    return loop * 1_000_000 + iteration + 1
+
+
 def part_name(rank: int) -> str:
     return f"rank-{rank:05d}"
 

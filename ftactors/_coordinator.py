@@ -106,6 +106,7 @@ class Coordinator:
         self._failed: set[int] = set()
         self._fresh: set[int] = set()  # replaced, not started yet
         self._wake = asyncio.Event()
+        self.wired = asyncio.Event()  # set once every rank is started and wired
         policy_cls = next((p.recovery_policy for p in protocol_classes(rank_cls)
                            if getattr(p, "recovery_policy", None)), None)
         self.policy = policy_cls(self) if policy_cls else None
@@ -132,6 +133,7 @@ class Coordinator:
             await fabric.wire(self.handles)
             self.events.record("run_start", ranks=self.n, spares=self.n_spares,
                                transport=fabric.name)
+            self.wired.set()
             try:
                 results = await self._supervise()
             except (RankError, RankFailed) as exc:
@@ -165,6 +167,9 @@ class Coordinator:
             helpers.append(asyncio.ensure_future(self._heartbeats()))
         if self.progress is not None:
             helpers.append(asyncio.ensure_future(self._report_progress()))
+        service = getattr(self.policy, "service", None)
+        if service is not None:
+            helpers.append(asyncio.ensure_future(service()))
         try:
             while len(self._done) < self.n or self._failed:
                 if self._failed:
@@ -247,7 +252,7 @@ class Coordinator:
             raise
         self._failed -= failed
         self.events.record("recovery_end", round=round_no)
-        await self._collect_events()  # so a rank that dies later does not take them along
+        await self.collect_events()  # so a rank that dies later does not take them along
 
     # -------------------------------------------------- services for policies
     async def phase(self, name: str) -> None:
@@ -289,6 +294,29 @@ class Coordinator:
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], spares_left=len(self.spares))
 
+    async def respawn(self, rank: int) -> None:
+        """Give rank ``rank`` a new host: a warm spare if one is left, else a new one
+        (a global restart runs every rank in a new actor). The old host is stopped and its
+        ``main()`` call forgotten (it is not a failure)."""
+        for task, r in list(self._runs.items()):
+            if r == rank:
+                del self._runs[task]
+                task.cancel()
+        old = self.handles[rank]
+        self.incarnations[rank] += 1
+        self.epochs[rank] = self.next_epoch()
+        await self.fabric.kill(old, "ray.kill")
+        try:
+            if self.spares:
+                self.handles[rank] = await self.fabric.promote(self.spares.pop(0), self.spec(rank))
+            else:
+                self.handles[rank] = await self.fabric.spawn(self.spec(rank))
+        except RankDied:
+            raise NewFailure({rank}) from None
+        self._fresh.add(rank)
+        self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
+                           epoch=self.epochs[rank])
+
     def next_epoch(self) -> int:
         """A fresh incarnation number, larger than any used so far."""
         self._epoch_counter += 1
@@ -313,7 +341,11 @@ class Coordinator:
         await self.fabric.kill(self.handles[kill.rank], self.kill_method)
 
     def _on_report(self, event: Event) -> None:
-        """An event a rank posted to the coordinator (its own kill, ...)."""
+        """An event a rank posted to the coordinator (its own kill, a checkpoint part for
+        the policy, ...)."""
+        take = getattr(self.policy, "on_report", None)
+        if take is not None:
+            take(event)
         self.reports.append(event)
         self.events.events.append(event)
 
@@ -352,7 +384,7 @@ class Coordinator:
         for c in self.collected:
             self.rank_events.extend(c["events"])
 
-    async def _collect_events(self) -> None:
+    async def collect_events(self) -> None:
         """Take the events recorded so far from every live rank."""
         await self._collect()
         self.collected = []

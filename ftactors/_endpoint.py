@@ -73,8 +73,13 @@ class Link:
         return data
 
     async def fetch(self, handle: Any) -> bytes:
-        """The data behind a ``share`` handle."""
+        """The data behind a ``share`` or ``keep`` handle."""
         return handle
+
+    def keep(self, data: bytes) -> Any:
+        """Like ``share``, but owned by the run's coordinator, so the data outlives this
+        rank (a checkpoint part in memory)."""
+        return data
 
     def report(self, event) -> None:
         """Tell the coordinator (an event that must outlive this rank)."""
@@ -127,6 +132,7 @@ class Endpoint:
         self._resume: tuple[int, int] | None = None
         self._loop_count = 0
         self._in_loop = False
+        self._loop_n = 0
         self._base: dict | None = None
         self.keep_base = False
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
@@ -326,6 +332,7 @@ class Endpoint:
                 self._resume = None
                 self.sent, self._replay_sent = self._replay_sent, None  # caught up
         self._in_loop = True
+        self._loop_n = n
         self._since_safe_point = [] if self._record else None
         self._log = self._since_safe_point
         return start
@@ -343,6 +350,17 @@ class Endpoint:
         self._in_loop = False
         self._since_safe_point = None
         self._log = self._prefix_log if self._record else None
+
+    def next_safe_point(self) -> tuple[int, int] | None:
+        """The position of the next safe point this rank will offer, if it is inside a
+        loop that has one left; else None."""
+        if not self._in_loop:
+            return None
+        index = self._loop_count - 1
+        if self.position is None or self.position[0] != index:
+            return None  # entering the loop: its first iteration is not known yet
+        nxt = self.position[1] + 1
+        return (index, nxt) if nxt < self._loop_n else None
 
     def register(self, name: str, initial: Any) -> Any:
         if name not in self.registered:
@@ -371,8 +389,14 @@ class Endpoint:
 
         Taken at a safe point it needs nothing else. Taken between safe points (only when
         ``keep_base`` is on) it is the last safe point's state plus the messages received
-        since, which a restore replays.
+        since, which a restore replays. A receive posted before the safe point and still
+        pending (an ``irecv`` not waited for yet) cannot be saved: the code that posted it
+        does not run again after a restore, so that is a ProtocolError.
         """
+        if self.matcher.pending():
+            raise ProtocolError(
+                f"rank {self.rank}: {self.matcher.pending()} receive(s) still pending at the "
+                f"snapshot; complete irecv requests before the next safe point")
         if self._in_loop and self._consumed_since:
             if self._base is None or self._since_safe_point is None:
                 raise ProtocolError(

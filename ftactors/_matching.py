@@ -95,6 +95,10 @@ class Matcher:
             posted.remove(p)
 
     # -- snapshots ----------------------------------------------------------------------
+    def pending(self) -> int:
+        """How many receives are posted and not completed yet (probes not counted)."""
+        return sum(p.consume for ps in self._posted.values() for p in ps)
+
     def queued(self) -> list[Envelope]:
         """Every arrived-but-unreceived message, in arrival order."""
         envs = [env for q in self._unexpected.values() for env in q]

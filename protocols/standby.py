@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ftactors._checkpoints import seal_set, store_part
+from ftactors._checkpoints import position_index, seal_set, store_part
 from ftactors._errors import ProtocolError, RankFailed
 from ftactors._protocol import Protocol
 from ftactors._storage import open_store
@@ -192,12 +192,6 @@ class _Standby:
     last_backup_it: int = 0
 
 
-def _index(round_id) -> int:
-    """Checkpoint-set number of a backup round (its safe-point position)."""
-    loop, iteration = round_id
-    return loop * 1_000_000 + iteration + 1
-
-
 def _keep(store: dict, round_id, blob: bytes) -> None:
     store[round_id] = blob
     for old in sorted(store)[:-KEEP_ROUNDS]:
@@ -279,7 +273,7 @@ class StandbyReplacement(Protocol):
         if holder != self.rank:
             ft.send_control(holder, NAME, "copy", (round_id, blob))
         if st.stable is not None:
-            await asyncio.to_thread(store_part, st.stable, "", _index(round_id), self.rank, blob)
+            await asyncio.to_thread(store_part, st.stable, "", position_index(round_id), self.rank, blob)
             st.unsealed = round_id
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
@@ -300,7 +294,7 @@ class StandbyReplacement(Protocol):
     async def _seal_stable(self, round_id) -> None:
         """Rank 0: write the manifest that makes the round's checkpoint set complete."""
         st = self._standby
-        await asyncio.to_thread(seal_set, st.stable, "", _index(round_id),
+        await asyncio.to_thread(seal_set, st.stable, "", position_index(round_id),
                                 self.size, {"position": round_id, "protocol": NAME})
         st.unsealed = None
         self.ft.events.record("stable_checkpoint", position=round_id)

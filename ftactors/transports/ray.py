@@ -77,6 +77,10 @@ class RayLink(Link):
     def share(self, data: bytes):
         return (ray.put(data),)  # wrapped: a bare ref in a return value would be fetched
 
+    def keep(self, data: bytes):
+        # owned by the coordinator's Inbox actor: survives this rank, lost with its node
+        return (ray.put(data, _owner=self.inbox),)
+
     async def fetch(self, handle) -> bytes:
         if isinstance(handle, (bytes, bytearray, memoryview)):
             return handle  # sent by value (a restart from stable storage)
