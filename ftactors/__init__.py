@@ -13,7 +13,7 @@ from ._ops import BAND, BOR, LAND, LOR, MAX, MIN, PROD, SUM, Op
 from ._protocol import Protocol
 from ._rank import Rank
 from ._request import Request, Status, waitall
-from ._run import run, run_async
+from ._run import Run, launch, run, run_async
 
 __version__ = "0.1.0"
 
@@ -21,6 +21,6 @@ __all__ = [
     "ANY_SOURCE", "ANY_TAG", "APP", "BAND", "BOR", "CTRL", "Chaos", "CheckpointCorrupted",
     "Communicator", "ConfigError", "Envelope", "Event", "FTError", "Kill", "LAND", "LOR",
     "MAX", "MIN", "Op", "PROD", "Protocol", "ProtocolError", "Rank", "RankError",
-    "RankFailed", "Request", "RunResult", "SUM", "Status", "TAG_UB", "UNDEFINED", "run",
+    "RankFailed", "Request", "Run", "RunResult", "SUM", "Status", "TAG_UB", "UNDEFINED", "launch", "run",
     "run_async", "waitall",
 ]

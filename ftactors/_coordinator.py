@@ -26,6 +26,7 @@ from typing import Any
 from ._chaos import Kill
 from ._errors import RankError, RankFailed
 from ._events import Event, EventLog, merge
+from ._endpoint import blank_snapshot
 from ._host import RankSpec
 from ._protocol import protocol_classes
 
@@ -294,10 +295,12 @@ class Coordinator:
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], spares_left=len(self.spares))
 
-    async def respawn(self, rank: int) -> None:
-        """Give rank ``rank`` a new host: a warm spare if one is left, else a new one
-        (a global restart runs every rank in a new actor). The old host is stopped and its
-        ``main()`` call forgotten (it is not a failure)."""
+    async def respawn(self, rank: int, spare: Any = None, *, stop_old: bool = True) -> Any:
+        """Make ``spare`` (default: a warm spare if one is left, else a new host) the next
+        incarnation of rank ``rank``; returns the old host. Its ``main()`` call is
+        forgotten (that is not a failure) and it is stopped unless ``stop_old`` is False
+        (a migration stops it once the new one runs). Peers learn the new host by
+        ``rewire`` and the new epoch by a restore or ``Endpoint.set_peer_epoch``."""
         for task, r in list(self._runs.items()):
             if r == rank:
                 del self._runs[task]
@@ -305,10 +308,13 @@ class Coordinator:
         old = self.handles[rank]
         self.incarnations[rank] += 1
         self.epochs[rank] = self.next_epoch()
-        await self.fabric.kill(old, "ray.kill")
+        if stop_old:
+            await self.fabric.kill(old, "ray.kill")
+        if spare is None and self.spares:
+            spare = self.spares.pop(0)
         try:
-            if self.spares:
-                self.handles[rank] = await self.fabric.promote(self.spares.pop(0), self.spec(rank))
+            if spare is not None:
+                self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
             else:
                 self.handles[rank] = await self.fabric.spawn(self.spec(rank))
         except RankDied:
@@ -316,6 +322,11 @@ class Coordinator:
         self._fresh.add(rank)
         self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank])
+        return old
+
+    def blank(self, rank: int) -> bytes:
+        """A snapshot handle that restarts rank ``rank`` from the start of the run."""
+        return blank_snapshot(rank, self.n)
 
     def next_epoch(self) -> int:
         """A fresh incarnation number, larger than any used so far."""

@@ -73,13 +73,8 @@ class Link:
         return data
 
     async def fetch(self, handle: Any) -> bytes:
-        """The data behind a ``share`` or ``keep`` handle."""
+        """The data behind a ``share`` handle or a fabric's ``call_kept`` handle."""
         return handle
-
-    def keep(self, data: bytes) -> Any:
-        """Like ``share``, but owned by the run's coordinator, so the data outlives this
-        rank (a checkpoint part in memory)."""
-        return data
 
     def report(self, event) -> None:
         """Tell the coordinator (an event that must outlive this rank)."""
@@ -111,6 +106,7 @@ class Endpoint:
         self._gaps: dict[int, dict[int, Envelope]] = {}
         self.matcher = Matcher()
         self._outbox: dict[int, list[Envelope]] = {}
+        self._held: dict[int, list[Envelope]] = {}  # destinations on the move (see hold)
         self._flush_pending = False
         self._waiting: list[list[Envelope]] | None = []
         self._loop = asyncio.get_running_loop()
@@ -171,6 +167,9 @@ class Endpoint:
     def transmit(self, env: Envelope) -> None:
         """Stamp and queue an envelope for the wire (protocols release held ones here)."""
         dst = env.dst
+        if self._held and dst in self._held:
+            self._held[dst].append(env)
+            return
         self._out.stamp(env, self.epoch, self.peer_epochs[dst])
         if self.trace is not None:  # tracing is run-wide: only traces read send times
             env.t_send = self.link.clock()
@@ -183,6 +182,19 @@ class Endpoint:
         elif not self._flush_pending:
             self._flush_pending = True
             self._loop.call_soon(self.flush)
+
+    def hold(self, dst: int) -> None:
+        """Keep every envelope for ``dst`` (application and control) from now on, in
+        order, until ``release``: ``dst`` is moving and its new address is not known."""
+        self._held.setdefault(dst, [])
+
+    def release(self, dst: int) -> int:
+        """Send what ``hold`` kept for ``dst``, stamped for its incarnation now; returns
+        how many."""
+        envs = self._held.pop(dst, [])
+        for env in envs:
+            self.transmit(env)
+        return len(envs)
 
     def flush(self) -> None:
         """Send every queued batch now."""
@@ -414,12 +426,8 @@ class Endpoint:
         return _storage.dumps(parts)
 
     def blank_snapshot(self, rank: int) -> bytes:
-        """The state of rank ``rank`` before ``main()`` first ran: restoring it re-runs
-        the program from the start (protocols keep their fresh state)."""
-        return _storage.dumps({
-            "rank": rank, "position": None, "registered": cloudpickle.dumps({}),
-            "sent": [0] * self.size, "received": [0] * self.size, "prefix_log": [],
-            "replay": [], "protocols": None})
+        """See ``blank_snapshot`` (module level)."""
+        return blank_snapshot(rank, self.size)
 
     def load(self, blob: bytes) -> dict:
         """Check and decode a snapshot blob (raises CheckpointCorrupted)."""
@@ -471,6 +479,15 @@ class Endpoint:
             "resends_suppressed": self.resends_suppressed,
             "stale_dropped": self._in.stale, "channel_duplicates": self._in.duplicates,
         }
+
+
+def blank_snapshot(rank: int, size: int) -> bytes:
+    """The state of rank ``rank`` before ``main()`` first ran: restoring it re-runs the
+    program from the start (protocols keep their fresh state)."""
+    return _storage.dumps({
+        "rank": rank, "position": None, "registered": cloudpickle.dumps({}),
+        "sent": [0] * size, "received": [0] * size, "prefix_log": [],
+        "replay": [], "protocols": None})
 
 
 def _resolver(fut: asyncio.Future, matcher: Matcher,

@@ -14,7 +14,7 @@ from typing import Any
 from ._chaos import Chaos
 from ._checkpoints import load_latest
 from ._coordinator import Coordinator, RunResult
-from ._errors import ConfigError
+from ._errors import ConfigError, ProtocolError
 from ._protocol import protocol_classes
 from ._rank import check_rank_class
 from ._trace import write_trace
@@ -86,13 +86,16 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
     if restart_from is not None:
         _, restore, _ = load_latest(restart_from, ranks)
 
-    async def job() -> RunResult:
-        coordinator = Coordinator(
+    def coordinator() -> Coordinator:
+        return Coordinator(
             _fabric(transport, address, seed, options), rank_cls, ranks, tuple(args), kwargs,
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
             spares=spares, trace=trace is not None, options=options, restore=restore)
+
+    async def job(c: Coordinator | None = None) -> RunResult:
+        c = c or coordinator()
         try:
-            result = await asyncio.wait_for(coordinator.run(), timeout_s)
+            result = await asyncio.wait_for(c.run(), timeout_s)
         except asyncio.TimeoutError:
             raise TimeoutError(f"the run did not finish within {timeout_s} s") from None
         if trace is not None:
@@ -100,7 +103,72 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
             result.metrics["trace_path"] = str(trace)
         return result
 
+    job.coordinator = coordinator
     return job
+
+
+class Run:
+    """A job started by ``ft.launch``: ask it for checkpoints and migrations while it
+    runs; ``await run`` (or ``run.result()``) gives its ``RunResult``."""
+
+    def __init__(self, coordinator: Coordinator, task: asyncio.Task):
+        self._c = coordinator
+        self._task = task
+
+    async def checkpoint(self) -> dict:
+        """Take a coordinated checkpoint now; returns its position, size and timings
+        once every rank's part is stored."""
+        return await self._while_running(self._service("checkpoint")())
+
+    async def migrate(self, rank: int, node: str | None = None) -> dict:
+        """Move rank ``rank`` to a new actor on Ray node ``node`` (a node id; None: any)
+        while the job runs; returns the move's timings."""
+        return await self._while_running(self._service("migrate")(rank, node))
+
+    async def nodes(self) -> list[str]:
+        """The ids of the nodes ranks can run on."""
+        await self._while_running(self._c.wired.wait())
+        return self._c.fabric.nodes()
+
+    async def node_of(self, rank: int) -> str:
+        """The node rank ``rank`` runs on now."""
+        await self._while_running(self._c.wired.wait())
+        return await self._c.fabric.node_of(self._c.handles[rank])
+
+    async def result(self) -> RunResult:
+        return await self._task
+
+    def __await__(self):
+        return self._task.__await__()
+
+    def _service(self, name: str):
+        method = getattr(self._c.policy, name, None)
+        if method is None:
+            raise ProtocolError(f"run.{name}() needs a protocol that provides it in "
+                                f"{self._c.rank_cls.__qualname__}'s stack (ReadyMessageFlush)")
+        return method
+
+    async def _while_running(self, coro):
+        """``coro``'s result; if the run ends first, its outcome (error) instead."""
+        work = asyncio.ensure_future(coro)
+        await asyncio.wait([work, self._task], return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            return work.result()
+        work.cancel()
+        self._task.result()  # raises the run's error
+        raise ProtocolError("the run ended before the request was served")
+
+
+async def launch(rank_cls, ranks: int, **kw: Any) -> Run:
+    """Start a job like ``run_async`` (same arguments) and return at once with a ``Run``
+    handle to talk to it. Not for ``transport="sim"`` (its virtual clock runs the job in
+    a loop of its own): there, ranks request checkpoints themselves."""
+    if kw.get("transport") == "sim":
+        raise ConfigError("ft.launch does not drive the sim transport; use ft.run and "
+                          "checkpoint options or self.request_checkpoint()")
+    job = _prepare(rank_cls, ranks, **kw)
+    c = job.coordinator()
+    return Run(c, asyncio.ensure_future(job(c)))
 
 
 async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:

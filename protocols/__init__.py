@@ -3,10 +3,12 @@
 ``PROTOCOLS`` maps the command-line name of each protocol to its mixin class.
 """
 
+from .ready_flush import ReadyMessageFlush
 from .standby import StandbyReplacement
 
 PROTOCOLS: dict[str, type] = {
     "standby": StandbyReplacement,
+    "ready-flush": ReadyMessageFlush,
 }
 
-__all__ = ["PROTOCOLS", "StandbyReplacement"]
+__all__ = ["PROTOCOLS", "ReadyMessageFlush", "StandbyReplacement"]

@@ -60,8 +60,10 @@ class LocalFabric:
         self.hung.discard(spec.rank)
         return host
 
-    async def spawn_spare(self) -> None:
-        """In one process a spare is only a promise: the host is built at promotion."""
+    async def spawn_spare(self, node: str | None = None) -> None:
+        """In one process a spare is only a promise: the host is built at promotion.
+        There are no nodes here: ``node`` is accepted and ignored, so protocols that
+        move ranks are testable in one process."""
 
     async def promote(self, spare, spec: RankSpec) -> RankHost:
         return await self.spawn(spec)
@@ -110,6 +112,20 @@ class LocalFabric:
 
     async def progress(self, host: RankHost):
         return host.progress()
+
+    async def node_of(self, host: RankHost) -> str:
+        return "local"
+
+    def nodes(self) -> list[str]:
+        return ["local"]
+
+    async def call_kept(self, host: RankHost, name: str, *args):
+        """A rank's answer, kept by the coordinator (here: the bytes themselves)."""
+        return await self.call(host, name, *args)
+
+    async def available(self, handles: list) -> bool:
+        """Whether ``call_kept`` handles can still be fetched (in-process: always)."""
+        return True
 
     def _die_inside(self, rank: int) -> None:
         self.dead.add(rank)

@@ -45,9 +45,11 @@ import cloudpickle
 import numpy as np
 import ray
 from ray.exceptions import RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .._coordinator import RankDied
 from .._endpoint import Link
+from .._errors import ConfigError
 from .._envelope import Envelope, from_rows, to_rows
 from .._host import RankHost, RankSpec
 from .._payload import Payload, is_plain
@@ -76,10 +78,6 @@ class RayLink(Link):
 
     def share(self, data: bytes):
         return (ray.put(data),)  # wrapped: a bare ref in a return value would be fetched
-
-    def keep(self, data: bytes):
-        # owned by the coordinator's Inbox actor: survives this rank, lost with its node
-        return (ray.put(data, _owner=self.inbox),)
 
     async def fetch(self, handle) -> bytes:
         if isinstance(handle, (bytes, bytearray, memoryview)):
@@ -148,8 +146,17 @@ class RankActor:
     async def call(self, name: str, args: tuple):
         return await self.host.call(name, *args)
 
+    @ray.method(num_returns=2)
+    async def call_kept(self, name: str, args: tuple):
+        """``call`` whose answer is a separate object (see ``RayFabric.call_kept``)."""
+        return True, await self.host.call(name, *args)
+
     async def ping(self) -> None:
         """Answered by the event loop: a rank that cannot answer is hung."""
+
+    async def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
 
     @ray.method(num_returns=0)
     async def deliver(self, batch: bytes | list[Envelope]) -> None:
@@ -247,10 +254,17 @@ class RayFabric:
     async def spawn(self, spec: RankSpec):
         return await self.promote(await self.spawn_spare(), spec)
 
-    async def spawn_spare(self):
+    async def spawn_spare(self, node: str | None = None):
         """A started actor (its process is up and has imported ftactors) that is not a
-        rank yet, so that promoting it costs one call, not a process start."""
-        actor = self._cls.remote()
+        rank yet, so that promoting it costs one call, not a process start; on Ray node
+        ``node`` (a node id) when given."""
+        cls = self._cls
+        if node is not None:
+            if node not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:
+                raise ConfigError(f"no live Ray node {node!r}; live nodes: "
+                                  f"{', '.join(n['NodeID'] for n in ray.nodes() if n['Alive'])}")
+            cls = cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+        actor = cls.remote()
         self.actors.append(actor)
         await actor.ping.remote()
         return actor
@@ -269,7 +283,7 @@ class RayFabric:
         try:
             return await getattr(handle, method).remote(*args)
         except RayActorError as exc:
-            raise RankDied(self.rank_of[handle], _death_reason(exc)) from None
+            raise RankDied(self.rank_of.get(handle, -1), _death_reason(exc)) from None
 
     async def call(self, handle, name: str, *args):
         return await self._ask(handle, "call", name, args)
@@ -288,6 +302,33 @@ class RayFabric:
 
     async def progress(self, handle):
         return await self._ask(handle, "progress")
+
+    async def node_of(self, handle) -> str:
+        """The Ray node id a rank (or spare) runs on."""
+        return await self._ask(handle, "node")
+
+    def nodes(self) -> list[str]:
+        """Ids of the live Ray nodes."""
+        return [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+
+    async def call_kept(self, handle, name: str, *args):
+        """Call a rank and keep its (bytes) answer in the object store, owned by the
+        driver: it survives the rank's process (not its node). Returns a handle for
+        ``Link.fetch``; the driver never copies the data."""
+        done, data = handle.call_kept.remote(name, args)
+        try:
+            await done  # small: says the call succeeded without fetching the data
+        except RayActorError as exc:
+            raise RankDied(self.rank_of.get(handle, -1), _death_reason(exc)) from None
+        return (data,)
+
+    async def available(self, handles: list, timeout_s: float = 5.0) -> bool:
+        """Whether every ``call_kept`` handle can still be fetched (a node that held
+        one may be gone)."""
+        refs = [h[0] for h in handles]
+        ready, _ = await asyncio.to_thread(ray.wait, refs, num_returns=len(refs),
+                                           timeout=timeout_s, fetch_local=False)
+        return len(ready) == len(refs)
 
     async def kill(self, handle, method: str) -> None:
         if method == "ray.kill":
