@@ -179,11 +179,11 @@ class ReadyMessageFlush(Protocol):
         pos = ft.position
         if pos is None:
             raise ProtocolError("checkpoint_here() must be called at a safe point")
-        t0 = time.perf_counter()
+        t0, at = time.perf_counter(), ft.link.clock()
         peers = [r for r in range(self.size) if r != self.rank]
         st.flush.start(ft, NAME, ("ckpt", pos), peers)
         markers = await st.flush.wait(("ckpt", pos), peers)
-        t_flushed = time.perf_counter()
+        t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
         if ABORT in markers.values():
             ft.events.record("checkpoint_aborted", position=pos,
                              by=sorted(r for r, d in markers.items() if d == ABORT))
@@ -196,7 +196,8 @@ class ReadyMessageFlush(Protocol):
         if st.store is not None:
             await asyncio.to_thread(store_part, st.store, "", index, self.rank, blob)
         ft.report("checkpoint_part", position=pos, index=index, bytes=len(blob),
-                  flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
+                  flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed,
+                  at=at, flushed_at=flushed_at)
 
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
