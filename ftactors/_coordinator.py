@@ -143,6 +143,10 @@ class Coordinator:
             if self.policy is not None:
                 await asyncio.gather(*(fabric.call(h, "finalize") for h in self.handles),
                                      return_exceptions=True)
+                await fabric.drain_reports()
+                finish = getattr(self.policy, "finish", None)
+                if finish is not None:
+                    await finish()
             self.events.record("run_end")
             await self._collect()
         finally:

@@ -44,6 +44,11 @@ class Protocol:
     uses_spares: ClassVar[bool] = False
     """Whether this protocol promotes ``ft.run(spares=k)`` standby ranks."""
 
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ConfigError for a bad value of one of this protocol's ``ft_options``
+        (called by ``ft.run`` before anything starts)."""
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         check_stack(cls)

@@ -60,6 +60,8 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for proto in protocol_classes(rank_cls):
+        proto.check_options(options)
     if chaos is not None and not isinstance(chaos, Chaos):
         raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
     return chaos.plan(ranks) if chaos is not None else []

@@ -120,6 +120,11 @@ class ReadyMessageFlush(Protocol):
                           "(default ./ftactors-checkpoints)",
     }
 
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        _options(options)
+        super().check_options(options)
+
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:
         st = self._ready = _Ready(_options(getattr(self, "options", {})))
@@ -195,9 +200,11 @@ class ReadyMessageFlush(Protocol):
             st.parts[pos] = blob  # until the coordinator takes it (ft_rpc_ready_part)
         if st.store is not None:
             await asyncio.to_thread(store_part, st.store, "", index, self.rank, blob)
-        ft.report("checkpoint_part", position=pos, index=index, bytes=len(blob),
-                  flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed,
-                  at=at, flushed_at=flushed_at)
+        # waited for: the coordinator holds every part reported before main() returns
+        await ft.link.report_now(ft.events.make(
+            "checkpoint_part", position=pos, index=index, bytes=len(blob),
+            flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed,
+            at=at, flushed_at=flushed_at))
 
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
@@ -361,7 +368,7 @@ class ReadyFlushCoordinator:
         ck.bytes += d["bytes"]
         ck.flush_s = max(ck.flush_s, d["flush_s"])
         ck.save_s = max(ck.save_s, d["save_s"])
-        self._spawn(self._take(ck, event.rank))
+        self._spawn(self._take(ck, event.rank)).takes_part = True
 
     async def _take(self, ck: _Set, rank: int) -> None:
         """Keep rank ``rank``'s part (object storage); the set is complete with all."""
@@ -483,6 +490,13 @@ class ReadyFlushCoordinator:
                 return None
             return tuple(meta["position"]), blobs
         return None
+
+    async def finish(self) -> None:
+        """The run is over: let the checkpoints whose parts are all reported complete
+        (requests still in flight are moot)."""
+        takes = [t for t in self.busy if getattr(t, "takes_part", False)]
+        if takes:
+            await asyncio.gather(*takes, return_exceptions=True)
 
     # --------------------------------------------------------------- migration
     async def migrate(self, rank: int, node: str | None = None) -> dict:

@@ -119,6 +119,9 @@ class LocalFabric:
     def nodes(self) -> list[str]:
         return ["local"]
 
+    async def drain_reports(self) -> None:
+        """Reports reach the coordinator at once here: nothing to hand over."""
+
     async def call_kept(self, host: RankHost, name: str, *args):
         """A rank's answer, kept by the coordinator (here: the bytes themselves)."""
         return await self.call(host, name, *args)

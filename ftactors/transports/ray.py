@@ -251,6 +251,11 @@ class RayFabric:
             for event in await self.inbox.take.remote(0.5):
                 self.on_report(event)
 
+    async def drain_reports(self) -> None:
+        """Hand over every report the Inbox holds now (at the end of a run)."""
+        for event in await self.inbox.take.remote(0):
+            self.on_report(event)
+
     async def spawn(self, spec: RankSpec):
         return await self.promote(await self.spawn_spare(), spec)
 

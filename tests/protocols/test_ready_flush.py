@@ -1,0 +1,213 @@
+"""ReadyMessageFlush (CoCheck): checkpoints with messages in flight, global restart from
+them, restart of a lost job from disk, and migration, on the local and sim transports."""
+import asyncio
+import os
+
+import numpy as np
+import pytest
+
+import ftactors as ft
+from ftactors.protocols import ReadyMessageFlush
+
+from .programs import Flood, Heat1D
+
+
+class RFFlood(ReadyMessageFlush, Flood):
+    pass
+
+
+class RFHeat(ReadyMessageFlush, Heat1D):
+    pass
+
+
+FLOOD = {"iterations": 12, "per_peer": 3}
+
+
+@pytest.fixture(scope="module")
+def flood_reference():
+    return ft.run(Flood, 5, transport="local", kwargs=FLOOD).results
+
+
+def positions(result, kind):
+    return [tuple(e.detail["position"]) for e in result.events_of(kind)]
+
+
+# ----------------------------------------------------------------- checkpoints
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_checkpoints_with_messages_in_flight_lose_and_duplicate_nothing(
+        transport, flood_reference):
+    """Every safe point has (ranks - 1) x per_peer messages in flight into each rank;
+    the run is killed after a checkpoint and restarts from it: the program checks every
+    message's identity and order, the digests equal the failure-free run's."""
+    r = ft.run(RFFlood, 5, transport=transport, kwargs=FLOOD, checkpoint_interval=4,
+               chaos=ft.Chaos(kill=[(3, 6)]), timeout_s=60)
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+    assert [res["total"] for res in r.results] == [x["total"] for x in flood_reference]
+    assert positions(r, "rollback") == [(0, 4)]
+    assert positions(r, "checkpoint") == [(0, 4), (0, 8)]
+    # the checkpoint at 4 held messages in transit: each part has queued messages
+    parts = [e for e in r.events_of("checkpoint_part") if tuple(e.detail["position"]) == (0, 4)]
+    assert len(parts) == 5
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_requests_arrive_while_isend_irecv_and_collectives_are_pending(seed, flood_reference):
+    """Rank 0 asks for checkpoints in the middle of iterations (its isends, an irecv
+    and the allreduce in progress); random-latency sim runs, a kill after each."""
+    kw = dict(FLOOD, request_at=(2, 7))
+    r = ft.run(RFFlood, 5, transport="sim", seed=seed, kwargs=kw, timeout_s=60,
+               sim_jitter_s=2e-5, chaos=ft.Chaos(kill=[(seed % 5, 10)]))
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+    taken = positions(r, "checkpoint")
+    assert len(taken) == 2 and all(p[1] in (3, 4, 8, 9) for p in taken), taken
+    assert positions(r, "rollback") == [taken[-1]]
+    requested = positions(r, "checkpoint_requested")
+    assert requested == taken
+
+
+def test_kill_during_a_checkpoint_restarts_from_the_previous_one(flood_reference):
+    """Rank 2 dies at the top of iteration 8, where the others wait for its RM: the
+    checkpoint at 8 never completes and the restart uses the one at 4."""
+    r = ft.run(RFFlood, 5, transport="local", kwargs=FLOOD, checkpoint_interval=4,
+               chaos=ft.Chaos(kill=[(2, 8)]), timeout_s=60)
+    assert positions(r, "rollback") == [(0, 4)]
+    assert positions(r, "checkpoint") == [(0, 4), (0, 8)]  # 8: again, after the restart
+    t_kill = r.events_of("killed")[0].time
+    assert all(e.time < t_kill for e in r.events_of("checkpoint")[:1])
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+
+
+def test_failure_before_any_checkpoint_restarts_from_the_start(flood_reference):
+    r = ft.run(RFFlood, 5, transport="sim", kwargs=FLOOD, checkpoint_interval=6,
+               chaos=ft.Chaos(kill=[(1, 3)]), timeout_s=60)
+    assert r.events_of("rollback")[0].detail["position"] is None
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+
+
+def test_two_failures_two_rollbacks_and_every_rank_is_new(flood_reference):
+    chaos = ft.Chaos(kill=[(1, 5), ft.Kill(4, iteration=10, incarnation=1)])
+    r = ft.run(RFFlood, 5, transport="local", kwargs=FLOOD, checkpoint_interval=3,
+               chaos=chaos, timeout_s=60)
+    assert positions(r, "rollback") == [(0, 3), (0, 9)]
+    respawned = sorted((e.rank, e.detail["incarnation"]) for e in r.events_of("respawned"))
+    assert respawned == sorted((rank, inc) for rank in range(5) for inc in (1, 2))
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+
+
+def test_timer_checkpoints_in_virtual_time():
+    r = ft.run(RFHeat, 4, transport="sim", kwargs={"iterations": 60},
+               checkpoint_interval_s=2e-4, sim_latency_s=1e-5)
+    assert len(r.events_of("checkpoint")) >= 2
+    assert len(r.events_of("checkpoint_requested")) >= len(r.events_of("checkpoint"))
+
+
+def test_stable_storage_writes_complete_sets(tmp_path):
+    r = ft.run(RFHeat, 3, transport="local", kwargs={"iterations": 10},
+               checkpoint_interval=4, checkpoint_storage="stable", checkpoint_dir=str(tmp_path))
+    assert positions(r, "checkpoint") == [(0, 4), (0, 8)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000005", "ckpt-000009"]
+    for s in tmp_path.iterdir():  # the manifest makes a set complete
+        assert sorted(os.listdir(s)) == ["MANIFEST", "rank-00000", "rank-00001", "rank-00002"]
+
+
+def test_bad_options_fail_before_anything_starts():
+    for bad, msg in [({"checkpoint_storage": "tape"}, "checkpoint_storage"),
+                     ({"checkpoint_interval": 0}, "checkpoint_interval"),
+                     ({"checkpoint_interval_s": -1}, "checkpoint_interval_s")]:
+        with pytest.raises(ft.ConfigError, match=msg):
+            ft.run(RFHeat, 2, transport="local", **bad)
+
+
+def test_irecv_pending_across_a_safe_point_is_refused():
+    class Leaky(ReadyMessageFlush, ft.Rank):
+        async def main(self):
+            req = None
+            async for i in self.iterations(4):
+                if req is None:
+                    req = self.comm.irecv(source=(self.rank + 1) % self.size, tag=1)
+            await self.comm.send(1, dest=(self.rank - 1) % self.size, tag=1)
+            return await req.wait()
+
+    with pytest.raises(ft.RankError, match="pending at the snapshot"):
+        ft.run(Leaky, 2, transport="local", checkpoint_interval=2)
+
+
+# ---------------------------------------------------- requests from the driver
+def test_driver_checkpoint_then_lost_job_restarts_from_disk(tmp_path):
+    """``await run.checkpoint()`` stores a set; the whole job is then lost (the driver
+    stops it); ``restart_from`` starts a new job from that set and it verifies."""
+    reference = ft.run(Heat1D, 4, transport="local", kwargs={"iterations": 400}).results
+
+    async def first_job():
+        run = await ft.launch(RFHeat, 4, transport="local", kwargs={"iterations": 400},
+                              checkpoint_storage="both", checkpoint_dir=str(tmp_path))
+        info = await run.checkpoint()
+        run._task.cancel()  # power off
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        return info
+
+    info = asyncio.run(first_job())
+    assert info["position"][1] > 0 and info["bytes"] > 0
+    r = ft.run(RFHeat, 4, transport="local", kwargs={"iterations": 400},
+               restart_from=str(tmp_path))
+    restored = r.events_of("restored")
+    assert {tuple(e.detail["position"]) for e in restored} == {tuple(info["position"])}
+    for got, want in zip(r.results, reference):
+        assert np.array_equal(got["u"], want["u"]) and got["norms"] == want["norms"]
+
+
+def test_corrupt_checkpoint_on_disk_is_refused(tmp_path):
+    ft.run(RFHeat, 2, transport="local", kwargs={"iterations": 6}, checkpoint_interval=5,
+           checkpoint_storage="stable", checkpoint_dir=str(tmp_path))
+    (part,) = [p for p in tmp_path.rglob("rank-00001*")]
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    with pytest.raises(ft.CheckpointCorrupted):
+        ft.run(RFHeat, 2, transport="local", kwargs={"iterations": 6},
+               restart_from=str(tmp_path))
+
+
+def test_launch_without_the_protocol_says_what_is_missing():
+    async def go():
+        run = await ft.launch(Heat1D, 2, transport="local", kwargs={"iterations": 50})
+        with pytest.raises(ft.ProtocolError, match="ReadyMessageFlush"):
+            await run.checkpoint()
+        await run
+
+    asyncio.run(go())
+
+
+# ------------------------------------------------------------------- migration
+@pytest.mark.parametrize("mover", [0, 3])
+def test_migration_while_messages_flow(mover, flood_reference):
+    """The moving rank's in-flight and held messages all reach its new incarnation."""
+    async def go():
+        run = await ft.launch(RFFlood, 5, transport="local",
+                              kwargs=dict(FLOOD, iterations=40))
+        info = await run.migrate(mover)
+        return info, await run
+
+    reference = ft.run(Flood, 5, transport="local", kwargs=dict(FLOOD, iterations=40)).results
+    info, r = asyncio.run(go())
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in reference]
+    assert info["partners"] == [p for p in range(5) if p != mover]
+    assert r.events_of("migrated") and not r.events_of("rollback")
+    assert [e.rank for e in r.events_of("respawned")] == [mover]
+
+
+def test_migration_then_failure_rolls_back_every_rank():
+    reference = ft.run(Heat1D, 4, transport="local", kwargs={"iterations": 300}).results
+
+    async def go():
+        run = await ft.launch(RFHeat, 4, transport="local", kwargs={"iterations": 300},
+                              checkpoint_interval=50, chaos=ft.Chaos(kill=[(2, 250)]))
+        await run.migrate(1)
+        return await run
+
+    r = asyncio.run(go())
+    # the kill strikes before the safe point at 250: its checkpoint never completes
+    assert r.events_of("migrated") and positions(r, "rollback") == [(0, 200)]
+    for got, want in zip(r.results, reference):
+        assert np.array_equal(got["u"], want["u"])
