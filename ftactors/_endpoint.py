@@ -448,7 +448,10 @@ class Endpoint:
         self.received = list(parts["received"])
         self._gaps.clear()
         self._outbox.clear()
-        self._prefix_log = list(parts["prefix_log"])
+        # re-running the code before the resume point consumes (and logs) the replayed
+        # prefix messages again: starting from the saved log would hold them twice, and
+        # the next snapshot would replay the extra copies into later receives
+        self._prefix_log = []
         self._loop_count = 0
         self._in_loop = False
         self._since_safe_point = None

@@ -198,8 +198,9 @@ def ensure_ray(address: str | None = None) -> None:
     """Connect to ``address``, or start an embedded local Ray once per process."""
     if ray.is_initialized():
         return
-    if address is None:
-        ray.init(include_dashboard=False, logging_level="WARNING", log_to_driver=True)
+    if address is None:  # "local": never join a cluster some other process started
+        ray.init(address="local", include_dashboard=False, logging_level="WARNING",
+                 log_to_driver=True)
     else:
         ray.init(address=address, logging_level="WARNING")
 
