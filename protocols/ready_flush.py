@@ -196,20 +196,29 @@ class ReadyMessageFlush(Protocol):
         st.last = pos
         blob = ft.snapshot()
         index = position_index(pos)
+        taken = None
         if st.settings["storage"] in ("object", "both"):
-            st.parts[pos] = blob  # until the coordinator takes it (ft_rpc_ready_part)
+            taken = asyncio.get_running_loop().create_future()
+            st.parts[pos] = (blob, taken)  # until the coordinator takes it (ready_part)
         if st.store is not None:
             await asyncio.to_thread(store_part, st.store, "", index, self.rank, blob)
         # waited for: the coordinator holds every part reported before main() returns
+        t_saved = time.perf_counter()
         await ft.link.report_now(ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
-            flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed,
-            at=at, flushed_at=flushed_at))
+            flush_s=t_flushed - t0, save_s=t_saved - t_flushed, at=at,
+            flushed_at=flushed_at))
+        if taken is not None:
+            await taken  # a rank past the position never holds the only copy of its part
+            ft.events.record("checkpoint_kept", position=pos,
+                             wait_s=time.perf_counter() - t_saved)
 
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
         which keeps it in the object store (it then outlives this rank)."""
-        return self._ready.parts.pop(tuple(position))
+        blob, taken = self._ready.parts.pop(tuple(position))
+        taken.set_result(None)
+        return blob
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint (any rank, any time; it is taken at a
