@@ -51,6 +51,20 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spares", type=int, default=0, help="standby ranks (StandbyReplacement)")
     p.add_argument("--kill", action="append", default=[], metavar="RANK:ITERATION",
                    help="SIGKILL RANK at the top of ITERATION (repeatable)")
+    g = p.add_argument_group("checkpoints (--protocol ready-flush)")
+    g.add_argument("--checkpoint-interval", type=int, default=None, metavar="K",
+                   help="checkpoint every K iterations")
+    g.add_argument("--checkpoint-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="request a checkpoint this often")
+    g.add_argument("--checkpoint-storage", choices=("object", "stable", "both"), default=None,
+                   help="object store, stable storage (--checkpoint-dir) or both")
+    g.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URI",
+                   help="stable checkpoints here (default ./ftactors-checkpoints)")
+    g.add_argument("--restart-from", default=None, metavar="DIR_OR_URI",
+                   help="start from the latest complete checkpoint there (a lost job)")
+    g.add_argument("--migrate", action="append", default=[], metavar="RANK@SECONDS[:NODE]",
+                   help="move RANK to another node (NODE id; default: another live node) "
+                        "SECONDS after the start (repeatable; Ray)")
 
 
 def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
@@ -62,6 +76,49 @@ def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
             raise ValueError(f"--kill takes RANK:ITERATION, got {spec!r}") from None
         kills.append((rank, it))
     return kills
+
+
+def _parse_moves(specs: list[str]) -> list[tuple[int, float, str | None]]:
+    moves = []
+    for spec in specs:
+        head, _, node = spec.partition(":")
+        try:
+            rank, at = head.split("@")
+            moves.append((int(rank), float(at), node or None))
+        except ValueError:
+            raise ValueError(f"--migrate takes RANK@SECONDS[:NODE], got {spec!r}") from None
+    return moves
+
+
+def _protocol_options(args) -> dict:
+    """ft.run options from the protocol flags that were given."""
+    names = {"checkpoint_interval": args.checkpoint_interval,
+             "checkpoint_interval_s": args.checkpoint_interval_s,
+             "checkpoint_storage": args.checkpoint_storage,
+             "checkpoint_dir": args.checkpoint_dir}
+    options = {k: v for k, v in names.items() if v is not None}
+    if (options or args.migrate) and args.protocol != "ready-flush":
+        raise ValueError("--checkpoint-* and --migrate need --protocol ready-flush")
+    return options
+
+
+async def _run_moving(cls, moves, **kw):
+    """Run with ``ft.launch`` and move ranks at the given times."""
+    import asyncio
+
+    import ftactors as ft
+    run = await ft.launch(cls, **kw)
+    t0 = asyncio.get_running_loop().time()
+    for rank, at, node in sorted(moves, key=lambda m: m[1]):
+        await asyncio.sleep(max(0.0, t0 + at - asyncio.get_running_loop().time()))
+        if node is None:
+            here = await run.node_of(rank)
+            others = [n for n in await run.nodes() if n != here]
+            node = others[0] if others else None
+        info = await run.migrate(rank, node)
+        print(f"  rank {rank} moved to node {str(node)[:12]} in {info['total_s']:.3f}s "
+              f"({info['bytes']} bytes of state, {len(info['partners'])} partners)", flush=True)
+    return await run
 
 
 def add_run(sub) -> None:
@@ -92,18 +149,30 @@ def _cmd_run(args) -> int:
             chaos.plan(args.ranks)
         if args.spares and not getattr(cls, "uses_spares", False):
             raise ValueError(f"--spares needs a protocol that promotes them (--protocol standby)")
+        options = _protocol_options(args)
+        moves = _parse_moves(args.migrate)
+        if moves and args.transport == "sim":
+            raise ValueError("--migrate needs --transport ray or local")
     except ValueError as exc:
         print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
         return 2
     print(f"{args.app}: {args.ranks} ranks on {args.transport}, protocol {args.protocol}, "
           f"{', '.join(f'{k}={v}' for k, v in kwargs.items())}"
           + (f", spares={args.spares}, kills={kills}" if kills or args.spares else ""), flush=True)
+    kw = dict(ranks=args.ranks, kwargs=kwargs, transport=args.transport, address=args.address,
+              seed=args.seed, timeout_s=args.timeout, trace=args.trace, spares=args.spares,
+              chaos=chaos, restart_from=args.restart_from, progress=_progress_printer(),
+              **options)
     try:
-        result = ft.run(cls, ranks=args.ranks, kwargs=kwargs, transport=args.transport,
-                        address=args.address, seed=args.seed, timeout_s=args.timeout,
-                        trace=args.trace, spares=args.spares, chaos=chaos,
-                        progress=_progress_printer())
-    except (ft.RankError, ft.RankFailed, TimeoutError) as exc:
+        if moves:
+            import asyncio
+            result = asyncio.run(_run_moving(cls, moves, **kw))
+        else:
+            result = ft.run(cls, **kw)
+    except ft.ConfigError as exc:
+        print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
+        return 2
+    except (ft.RankError, ft.RankFailed, TimeoutError, ft.ProtocolError) as exc:
         print(f"run failed: {exc}", file=sys.stderr)
         return 1
     for line in failure_story(result):
@@ -136,6 +205,10 @@ def failure_story(result) -> list[str]:
         elif ev.kind == "replaced":
             lines.append(f"  {ev.time - t0:7.3f}s  spare promoted to rank {ev.rank} "
                          f"({d['spares_left']} spare(s) left)")
+        elif ev.kind == "rollback":
+            pos = d["position"]
+            lines.append(f"  {ev.time - t0:7.3f}s  restarting every rank from "
+                         + ("the start" if pos is None else f"the checkpoint at iteration {pos[1]}"))
         elif ev.kind == "recovery_end":
             lines.append(f"  {ev.time - t0:7.3f}s  all ranks RUNNING again")
     return lines
@@ -155,4 +228,6 @@ def _cmd_demo(args) -> int:
     return _cmd_run(argparse.Namespace(
         app="cg", app_module=_app("cg"), ranks=n, transport="ray", address=None,
         protocol="standby", seed=0, json=None, trace=None, timeout=600, spares=2,
-        kill=[f"1:4", f"{n - 1}:10"], problem_class=args.problem_class))
+        kill=[f"1:4", f"{n - 1}:10"], problem_class=args.problem_class,
+        checkpoint_interval=None, checkpoint_interval_s=None, checkpoint_storage=None,
+        checkpoint_dir=None, restart_from=None, migrate=[]))

@@ -98,3 +98,30 @@ def test_bench_apps_quick_json(capsys, tmp_path):
 def test_bench_apps_bad_options_exit_2(capsys, argv):
     assert cli.main(["bench", "apps", "--transport", "local", *argv]) == 2
     assert "ftactors bench apps:" in capsys.readouterr().err
+
+
+def test_ready_flush_checkpoints_restart_from_disk_and_migrate(capsys, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    code, out, _ = run(capsys, "cg", "--ranks", "3", "--protocol", "ready-flush",
+                       "--checkpoint-interval", "5", "--checkpoint-storage", "stable",
+                       "--checkpoint-dir", ckpt, "--kill", "1:7")
+    assert code == 0 and "restarting every rank from the checkpoint at iteration 5" in out
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "ckpt-000006", "ckpt-000011"]
+    code, out, _ = run(capsys, "cg", "--ranks", "3", "--protocol", "ready-flush",
+                       "--restart-from", ckpt, "--json", str(tmp_path / "r.json"))
+    assert code == 0 and "VERIFICATION SUCCESSFUL" in out
+    assert json.loads((tmp_path / "r.json").read_text())["verified"]
+    code, out, _ = run(capsys, "cg", "--ranks", "3", "--protocol", "ready-flush",
+                       "--migrate", "2@0.02")
+    assert code == 0 and "rank 2 moved" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--checkpoint-interval", "3"], "need --protocol ready-flush"),
+    (["--protocol", "ready-flush", "--migrate", "x"], "RANK@SECONDS"),
+    (["--protocol", "ready-flush", "--checkpoint-interval", "0"], "checkpoint_interval"),
+])
+def test_bad_checkpoint_flags_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, "cg", "--ranks", "2", *argv)
+    assert code == 2 and message in err
