@@ -59,3 +59,19 @@ def load_latest(spec: Any, ranks: int, root: str = "") -> tuple[str, list[bytes]
                           f"{meta.get('ranks')} ranks, not {ranks}")
     blobs = [_storage.load_part_blob(store, manifest, part_name(r)) for r in range(ranks)]
     return prefix, blobs, meta
+
+
+def prune_sets(store: _storage.Store, root: str, keep: int) -> list[str]:
+    """Delete every checkpoint set older than the ``keep`` newest complete ones (complete
+    or not: an older incomplete set is a failed attempt); returns the deleted prefixes.
+    Newer incomplete sets (a checkpoint being written) are left alone."""
+    indices = sorted(_storage._checkpoint_indices(store, root), reverse=True)
+    complete = [i for i in indices
+                if _storage._is_complete(store, _storage.checkpoint_prefix(root, i))]
+    if len(complete) <= keep:
+        return []
+    oldest_kept = complete[keep - 1]
+    gone = [_storage.checkpoint_prefix(root, i) for i in indices if i < oldest_kept]
+    for prefix in gone:
+        store.delete(prefix)
+    return gone

@@ -58,7 +58,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors._coordinator import RankDied
-from ftactors._checkpoints import load_latest, position_index, seal_set, store_part
+from ftactors._checkpoints import (load_latest, position_index, prune_sets, seal_set,
+                                   store_part)
 from ftactors._errors import ConfigError, ProtocolError
 from ftactors._protocol import Protocol
 from ftactors._storage import open_store
@@ -67,6 +68,8 @@ from ._flush import Flush
 
 NAME = "ready_flush"
 STORAGES = ("object", "stable", "both")
+KEEP_STABLE = 2
+"""Complete checkpoint sets kept on stable storage (older ones are deleted)."""
 ABORT = "abort"
 """A marker's data when its sender cannot reach the checkpoint position (its loop ended)."""
 
@@ -396,6 +399,7 @@ class ReadyFlushCoordinator:
         if self.store is not None:
             await asyncio.to_thread(seal_set, self.store, "", ck.index, self.c.n,
                                     {"position": list(ck.position), "protocol": NAME})
+            await asyncio.to_thread(prune_sets, self.store, "", KEEP_STABLE)
         if self.latest is None or ck.index > self.latest.index:
             self.latest = ck
         for pos in [p for p in self.sets if p < ck.position]:

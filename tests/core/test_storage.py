@@ -416,3 +416,18 @@ def test_read_manifest_missing_and_not_a_manifest(store):
     store.put("run/ckpt-000001/MANIFEST", ["not", "a", "manifest"])
     with pytest.raises(CheckpointCorrupted, match="manifest"):
         read_manifest(store, "run/ckpt-000001")
+
+
+def test_prune_sets_keeps_the_newest_complete_ones_and_newer_attempts():
+    from ftactors import _storage as ft_storage
+    from ftactors._checkpoints import prune_sets, seal_set, store_part
+    store = ft_storage.MemoryStore()
+    for index in (1, 2, 3, 4):
+        store_part(store, "run", index, 0, ft_storage.dumps({"i": index}))
+        if index != 2:
+            seal_set(store, "run", index, 1, {})
+    store_part(store, "run", 5, 0, ft_storage.dumps({"i": 5}))  # being written
+    gone = prune_sets(store, "run", keep=2)
+    assert gone == ["run/ckpt-000002", "run/ckpt-000001"]
+    assert ft_storage.latest_complete(store, "run") == "run/ckpt-000004"
+    assert store.exists("run/ckpt-000003/rank-00000") and store.exists("run/ckpt-000005/rank-00000")

@@ -101,11 +101,11 @@ def test_timer_checkpoints_in_virtual_time():
     assert len(r.events_of("checkpoint_requested")) >= len(r.events_of("checkpoint"))
 
 
-def test_stable_storage_writes_complete_sets(tmp_path):
-    r = ft.run(RFHeat, 3, transport="local", kwargs={"iterations": 10},
+def test_stable_storage_writes_complete_sets_and_keeps_the_newest_two(tmp_path):
+    r = ft.run(RFHeat, 3, transport="local", kwargs={"iterations": 14},
                checkpoint_interval=4, checkpoint_storage="stable", checkpoint_dir=str(tmp_path))
-    assert positions(r, "checkpoint") == [(0, 4), (0, 8)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000005", "ckpt-000009"]
+    assert positions(r, "checkpoint") == [(0, 4), (0, 8), (0, 12)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000009", "ckpt-000013"]
     for s in tmp_path.iterdir():  # the manifest makes a set complete
         assert sorted(os.listdir(s)) == ["MANIFEST", "rank-00000", "rank-00001", "rank-00002"]
 
