@@ -68,3 +68,31 @@ def test_erasure_bench_json(tmp_path):
     for key in ("memcpy_MBps", "encode_MBps", "decode_MBps", "gf_mul_block_GBps",
                 "partial_products_GBps", "encode_over_memcpy", "decode_over_memcpy"):
         assert row[key] > 0, key
+
+
+def test_checkpoint_bench_json(tmp_path):
+    out = tmp_path / "checkpoint.json"
+    assert bench("checkpoint", "--ray-ranks", "none", "--local-ranks", "3", "--sim-ranks", "8",
+                 "--state-mib", "0.01", "--checkpoints", "2", "--interval", "2",
+                 "--compute-ms", "1", "--storage", "both", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "checkpoint"
+    assert data["settings"]["storage"] == "both" and data["sim_network"]["latency_s"] > 0
+    got = {(c["mode"], c["transport"], c["ranks"]) for c in data["configs"]}
+    assert got == {(mode, transport, n) for mode in ("interval", "requested")
+                   for transport, n in (("local", 3), ("sim", 8))}
+    for c in data["configs"]:
+        s, b = c["summary"], c["baseline"]
+        assert s["checkpoints"] >= 1 and len(c["rows"]) == s["checkpoints"]
+        if c["transport"] == "sim" or c["mode"] == "interval":
+            assert s["checkpoints"] == 2  # deterministic (virtual time / known positions)
+        for row in c["rows"]:
+            assert len(row["flush_s"]) == len(row["save_s"]) == c["ranks"]
+            assert row["spread_s"] >= max(row["flush_s"]) >= 0 and min(row["save_s"]) > 0
+            assert row["bytes"] > c["ranks"] * 0.01 * (1 << 20)
+            if c["mode"] == "requested":
+                assert row["notify_to_last_rm_s"] >= row["spread_s"]
+        assert b["allreduce_s"]["median"] > 0 and b["iteration_s"]["median"] > 0
+        assert s["spread_over_allreduce"] > 0
+        assert ("notify_to_last_rm_s" in s) == (c["mode"] == "requested")
+    assert bench("checkpoint", "--ray-ranks", "none", "--sim-ranks", "1") == 2
