@@ -187,7 +187,7 @@ class ReadyMessageFlush(Protocol):
         pos = ft.position
         if pos is None:
             raise ProtocolError("checkpoint_here() must be called at a safe point")
-        t0, at = time.perf_counter(), ft.link.clock()
+        at = ft.link.clock()  # the run's clock: virtual on sim
         peers = [r for r in range(self.size) if r != self.rank]
         st.flush.start(ft, NAME, ("ckpt", pos), peers)
         markers = await st.flush.wait(("ckpt", pos), peers)
@@ -209,7 +209,7 @@ class ReadyMessageFlush(Protocol):
         t_saved = time.perf_counter()
         await ft.link.report_now(ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
-            flush_s=t_flushed - t0, save_s=t_saved - t_flushed, at=at,
+            flush_s=flushed_at - at, save_s=t_saved - t_flushed, at=at,
             flushed_at=flushed_at))
         if taken is not None:
             await taken  # a rank past the position never holds the only copy of its part
@@ -423,6 +423,7 @@ class ReadyFlushCoordinator:
         async with self.lock:
             await c.wired.wait()
             request = next(self._ids)
+            notified_at = c.fabric.clock()
             nexts = await asyncio.gather(*(c.call(r, "ready_notify", request)
                                            for r in range(c.n)))
             position = None if any(p is None for p in nexts) else max(tuple(p) for p in nexts)
@@ -432,7 +433,8 @@ class ReadyFlushCoordinator:
                 c.events.record("checkpoint_skipped", request=request,
                                 reason="a rank has no safe point left in its loop")
             else:
-                c.events.record("checkpoint_requested", request=request, position=position)
+                c.events.record("checkpoint_requested", request=request, position=position,
+                                notified_at=notified_at)
                 self._set(position)
             return position
 

@@ -19,10 +19,8 @@ and on Ray it keeps 8 ranks on 2 cores from measuring CPU contention alone), doe
   time, so deterministic) every ``--interval`` + 1/2 iterations, so requests come in the
   middle of an iteration or near its end; elsewhere ``await run.checkpoint()`` through
   ``ft.launch`` from the driver, each once every rank is 3 iterations past the last one.
-  *notify -> last RM* = the last rank's last RM minus the notification (on sim the
-  coordinator's ``checkpoint_requested`` event, whose notify/decide calls take no virtual
-  time; elsewhere the driver's clock just before ``run.checkpoint()``, the same clock
-  as the coordinator's). It includes the notify/decide round (Ray: two rounds of actor
+  *notify -> last RM* = the last rank's last RM minus the notification (the
+  ``notified_at`` of the coordinator's ``checkpoint_requested`` event). It includes the notify/decide round (Ray: two rounds of actor
   calls, in the JSON as ``decided``) and waiting for every rank to reach the agreed
   position (the rest of the iteration the request came in, or the next one).
 
@@ -236,7 +234,8 @@ def measure_requested_sim(args, n: int, count: int, iteration_s: float) -> dict:
                kwargs=_workload_kwargs(args, iterations), checkpoint_interval_s=period,
                timeout_s=args.timeout_s, **_run_options(args, "sim"))
     wall = time.perf_counter() - t0
-    requested = {tuple(e.detail["position"]): e.time for e in r.events_of("checkpoint_requested")}
+    requested = {tuple(e.detail["position"]): e.detail["notified_at"]
+                 for e in r.events_of("checkpoint_requested")}
     rows = _per_checkpoint(r.events, n)
     for row in rows:
         row["notified"] = requested.get(tuple(row["position"]))
@@ -273,9 +272,6 @@ async def _requested_launch(args, transport: str, n: int, count: int) -> tuple:
                           kwargs=_workload_kwargs(args, iterations), progress=progress,
                           progress_interval_s=poll_s, timeout_s=args.timeout_s,
                           **_run_options(args, transport))
-    # the run clock (events' times): the coordinator's, in this process (time.time() on
-    # Ray, a perf_counter since the fabric started on local)
-    run_clock = run._c.fabric.clock
     asked = []
     for _ in range(count):
         waiter = asyncio.ensure_future(reach(seen["min"] + gap if asked else 2))
@@ -284,12 +280,11 @@ async def _requested_launch(args, transport: str, n: int, count: int) -> tuple:
         if not waiter.done():
             waiter.cancel()
             break  # the run ended first
-        t_notify = run_clock()
         try:
             info = await run.checkpoint()
         except ft.ProtocolError:
             break
-        asked.append((t_notify, tuple(info["position"])))
+        asked.append(tuple(info["position"]))
     return await run.result(), asked
 
 
@@ -297,8 +292,11 @@ def measure_requested_launch(args, transport: str, n: int, count: int) -> dict:
     t0 = time.perf_counter()
     r, asked = asyncio.run(_requested_launch(args, transport, n, count))
     wall = time.perf_counter() - t0
+    # notified_at: when the coordinator sent the notifications; the event's own time is
+    # when every rank had been told the position
     decided = {tuple(e.detail["position"]): e.time for e in r.events_of("checkpoint_requested")}
-    notified = {pos: t for t, pos in asked}
+    notified = {tuple(e.detail["position"]): e.detail["notified_at"]
+                for e in r.events_of("checkpoint_requested") if tuple(e.detail["position"]) in asked}
     rows = [row for row in _per_checkpoint(r.events, n) if tuple(row["position"]) in notified]
     for row in rows:
         pos = tuple(row["position"])
