@@ -161,8 +161,14 @@ class Endpoint:
 
     def send_control(self, dst: int, protocol: str, op: str, data: Any = None) -> None:
         """Send a protocol control message on the FIFO channel to world rank ``dst``."""
-        env = Envelope(CTRL, self.rank, dst, protocol, 0, -1, pack((op, data)))
-        self.transmit(env)
+        self.send_control_all((dst,), protocol, op, data)
+
+    def send_control_all(self, dsts, protocol: str, op: str, data: Any = None) -> None:
+        """``send_control`` to every rank in ``dsts``, pickling ``(op, data)`` once (a
+        flush sends the same marker to every peer)."""
+        payload = pack((op, data))
+        for dst in dsts:
+            self.transmit(Envelope(CTRL, self.rank, dst, protocol, 0, -1, payload))
 
     def transmit(self, env: Envelope) -> None:
         """Stamp and queue an envelope for the wire (protocols release held ones here)."""

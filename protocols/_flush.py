@@ -27,8 +27,7 @@ class Flush:
     def start(self, ft, protocol: str, round_id: Hashable, peers: Iterable[int],
               data: Any = None) -> None:
         """Send this rank's marker of ``round_id`` to every peer."""
-        for peer in peers:
-            ft.send_control(peer, protocol, "marker", (round_id, data))
+        ft.send_control_all(peers, protocol, "marker", (round_id, data))
 
     def on_marker(self, src: int, payload: tuple) -> None:
         round_id, data = payload
