@@ -20,10 +20,10 @@ instead):
    ``spare_s`` (starting the warm actor on the target node) comes before and is not
    part of ``total_s``. Every run's result must equal a failure-free reference run of
    the same program (``transport="local"``): the program is deterministic.
-2. *The baseline*, in the same run and between the same two kinds of nodes: a ``ray.put``
-   of x bytes (a numpy array) in an actor on one worker node, fetched with ``ray.get``
-   by an actor on another (the put and the fetch timed inside the actors;
-   ``--repeat`` times per size). The same fetch of a ``bytes`` object (what a snapshot
+2. *The baseline*, in the same run (right before each size's run, so that both see the
+   same load on a shared machine): a ``ray.put`` of x bytes (a numpy array) in an actor
+   on one worker node, fetched with ``ray.get`` by an actor on another (the put and the
+   fetch timed inside the actors; ``--repeat`` times per size). The same fetch of a ``bytes`` object (what a snapshot
    is) is timed beside it: unlike an array, it is copied out of the store.
 3. *Where the time goes*: each step of a snapshot's way, timed inside the ranks' own
    processes (``instrument``) and reported to the coordinator: the registered values
@@ -447,20 +447,22 @@ class _Options:
         return self.actor_cls.options(**self.opts).remote(*args, **kwargs)
 
 
-def node_affinity_workaround() -> bool:
+WORKAROUND_APPLIED: list[str] = []
+"""Runs whose rank class the workaround had to wrap (``node_affinity_workaround``)."""
+
+
+def node_affinity_workaround() -> None:
     """``RayFabric.spawn_spare(node)`` calls ``.options()`` on its rank class, which
     ``RayFabric.start`` built as ``ray.remote(RankActor).options(...)``: in Ray 2.60 that is
     an ``ActorOptionWrapper``, which has ``remote`` and ``bind`` but no ``options``, so
-    every ``run.migrate(rank, node)`` fails with an AttributeError. When (and only when)
-    that is still so, wrap the class after ``start`` so that it has ``options``. Returns
-    whether the workaround is installed."""
+    every ``run.migrate(rank, node)`` fails with an AttributeError. After each ``start``,
+    if (and only if) the fabric's class still lacks ``options``, wrap it so that it has
+    them (same actor options) and note it in ``WORKAROUND_APPLIED``."""
     import ray
 
     from ftactors.transports import ray as transport
-    probe = ray.remote(transport.RankActor).options(num_cpus=0)
-    if hasattr(probe, "options") or getattr(transport.RayFabric.start, "bench_workaround",
-                                            False):
-        return getattr(transport.RayFabric.start, "bench_workaround", False)
+    if getattr(transport.RayFabric.start, "bench_workaround", False):
+        return
     original = transport.RayFabric.start
 
     async def start(self, ranks: int) -> None:
@@ -469,10 +471,10 @@ def node_affinity_workaround() -> bool:
             self._cls = _Options(ray.remote(transport.RankActor), dict(
                 max_restarts=0, max_task_retries=0, max_concurrency=10_000,
                 num_cpus=float(self.options.get("rank_num_cpus", 0))))
+            WORKAROUND_APPLIED.append("RayFabric._cls given .options (node affinity)")
 
     start.bench_workaround = True
     transport.RayFabric.start = start
-    return True
 
 
 # ------------------------------------------------------------------------------ cluster
@@ -567,10 +569,7 @@ def main(args) -> int:
 
 async def _bench(args, sizes: list[int], address: str) -> dict:
     import ray
-    workaround = node_affinity_workaround()
-    if workaround:
-        print("  note: RayFabric.spawn_spare(node) fails on this Ray (ActorOptionWrapper has "
-              "no .options); this bench wraps the rank class to work around it", flush=True)
+    node_affinity_workaround()
     head = ray.get_runtime_context().get_node_id()
     nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
     if len(nodes) < 2:
@@ -580,12 +579,12 @@ async def _bench(args, sizes: list[int], address: str) -> dict:
     print(f"  nodes: {', '.join(n[:8] + (' (head)' if n == head else '') for n in nodes)}; "
           f"{args.ranks} ranks, rank {args.rank} moves {args.moves} times per size, "
           f"{args.rate:g} iterations/s", flush=True)
-    print("  object store: put on one worker node, fetch on another", flush=True)
-    t0 = time.perf_counter()
-    store = await measure_objectstore(src, dst, sizes, args.repeat)
-    store_s = time.perf_counter() - t0
-    runs = []
+    runs, store, store_s = [], [], 0.0
     for nbytes in sizes:
+        # the baseline right before each size's run, so both see the same load
+        t0 = time.perf_counter()
+        store += await measure_objectstore(src, dst, [nbytes], args.repeat)
+        store_s += time.perf_counter() - t0
         runs.append(await migrate_run(args, nbytes, address, nodes))
     t0 = time.perf_counter()
     rates = machine_rates()
@@ -633,7 +632,7 @@ async def _bench(args, sizes: list[int], address: str) -> dict:
         "target_met": bool(ratio >= TARGET_RATIO),
         "cocheck": COCHECK, "machine_rates": rates,
         "verified": all(r["verified"] for r in runs),
-        "workarounds": ["RayFabric._cls given .options (node affinity)"] if workaround else [],
+        "workarounds": sorted(set(WORKAROUND_APPLIED)),
     }
 
 
@@ -649,19 +648,19 @@ def _print(out: dict) -> None:
               f"{p['objectstore_bytes_get_s']:9.3f} {'yes' if p['verified'] else 'NO':>3s}")
     print(f"  (medians of {out['moves_per_run']} moves per size; spare_s is not part of "
           f"total_s; store get: fetch of an array put on another node)")
-    fit, fs = out["fit"], out["objectstore"]["fit"]
-    cc = out["cocheck"]
-    print(f"\n  migration fit     t(x) = {fit['a_s']:.3f} s + x / ({_fmt_bw(fit['B_Bps'])} MB/s)"
-          f"   ({fit['points']} moves)")
-    for key, label in (("fit_state_and_restore", "state + restore"),
-                       ("fit_with_spare", "spare + total")):
-        f = out[key]
-        print(f"  ... {label:14s}t(x) = {f['a_s']:.3f} s + x / ({_fmt_bw(f['B_Bps'])} MB/s)")
-    print(f"  object store      t(x) = {fs['a_s']:.3f} s + x / ({_fmt_bw(fs['B_Bps'])} MB/s)"
-          f"   (fetch of an array from another node)")
-    fb = out["objectstore"]["fit_bytes_objects"]
-    print(f"  ... bytes object  t(x) = {fb['a_s']:.3f} s + x / ({_fmt_bw(fb['B_Bps'])} MB/s)")
-    print(f"  CoCheck (1996)    t(x) = {cc['a_s']:.2f} s + x / ({cc['B_Bps'] / 1e3:.0f} KB/s)")
+    fit, fs, cc = out["fit"], out["objectstore"]["fit"], out["cocheck"]
+
+    def line(label: str, f: dict, note: str = "") -> None:
+        print(f"  {label:22s} t(x) = {f['a_s']:6.3f} s + x / ({_fmt_bw(f['B_Bps'])} MB/s){note}")
+
+    print()
+    line("migration (total_s)", fit, f"   ({fit['points']} moves)")
+    line("  state_s + restore_s", out["fit_state_and_restore"])
+    line("  spare_s + total_s", out["fit_with_spare"])
+    line("object store", fs, "   (fetch of an array put on another node)")
+    line("  bytes object", out["objectstore"]["fit_bytes_objects"])
+    print(f"  {'CoCheck (1996)':22s} t(x) = {cc['a_s']:6.2f} s + x / "
+          f"({cc['B_Bps'] / 1e3:.0f} KB/s)")
     print(f"  B / B_objectstore = {out['ratio_B_over_objectstore']:.3f}   (target >= "
           f"{out['target_ratio']}: {'met' if out['target_met'] else 'NOT met'});  "
           f"B / B_CoCheck = {fit['B_Bps'] / cc['B_Bps']:.0f}x")
@@ -676,5 +675,8 @@ def _print(out: dict) -> None:
         rates = out["machine_rates"]
         print(f"  (this machine now: memory copy {rates['copy_Bps'] / MB:.0f} MB/s, SHA-256 "
               f"{rates['sha256_Bps'] / MB:.0f} MB/s)")
+    for note in out["workarounds"]:
+        print(f"\n  note: worked around a bug: {note} (RayFabric.spawn_spare(node) fails on "
+              f"Ray 2.60: ActorOptionWrapper has no .options)")
     print(f"\n  verified: {'yes' if out['verified'] else 'NO'} (every run equals the "
           f"failure-free reference; the rank ran on each target node)")
