@@ -79,8 +79,8 @@ def test_the_figures_are_positive_and_finite(bench):
             assert move["total_s"] >= move["state_s"] + move["restore_s"]
             steps = move["steps"]
             assert steps is not None, "the ranks' own timings were not reported"
-            for key in ("put_s", "fetch_s", "seal_s", "unseal_s"):
-                assert positive(steps[key]), (key, steps[key])
+            assert positive(steps["put_s"]) and positive(steps["fetch_s"]), steps
+            assert all(math.isfinite(v) for v in steps.values()), steps
     samples = bench["objectstore"]["samples"]
     assert {s["bytes"] for s in samples} == {MIB, 4 * MIB}
     assert all(positive(s["get_s"]) and positive(s["put_s"]) for s in samples)
