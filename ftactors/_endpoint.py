@@ -67,9 +67,9 @@ class Link:
         """Fetch a payload's out-of-band references (identity where there are none)."""
         return payload
 
-    def share(self, data: bytes) -> Any:
-        """Make ``data`` fetchable by another rank through a small handle (a snapshot a
-        replacement will load); the data stays owned by this rank."""
+    def share(self, data: bytes | tuple) -> Any:
+        """Make ``data`` (a snapshot blob or an ``Endpoint.transfer`` pair) fetchable by
+        another rank through a small handle; the data stays owned by this rank."""
         return data
 
     async def fetch(self, handle: Any) -> bytes:
@@ -391,12 +391,13 @@ class Endpoint:
         return bool(self.restored_values) or self._resume is not None
 
     # -------------------------------------------------------------- snapshots
-    def _snapshot_parts(self) -> dict:
+    def _snapshot_parts(self, buffers: list | None = None) -> dict:
         values = {name: getattr(self.owner, name) for name in self.registered}
         return {
             "rank": self.rank,
             "position": self.position,
-            "registered": cloudpickle.dumps(values, protocol=5),
+            "registered": cloudpickle.dumps(values, protocol=5, buffer_callback=(
+                None if buffers is None else buffers.append)),
             "sent": list(self.sent),
             "received": list(self.received),
             "prefix_log": list(self._prefix_log),
@@ -431,13 +432,40 @@ class Endpoint:
         parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
         return _storage.dumps(parts)
 
+    def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]:
+        """The rank's state at this safe point for a move to another process, as
+        ``(pickle, buffers)``: the registered values' large buffers (numpy arrays) are
+        left out of the pickle, as views, so the transport ships them with no copy of ours
+        (``Link.share``) and ``load`` takes the pair. Not sealed: it goes from memory to
+        memory and is never stored (checkpoints use ``snapshot``); the rank must not
+        change its registered state until the pair is shipped."""
+        if self._in_loop and self._consumed_since or self.matcher.pending():
+            raise ProtocolError(f"rank {self.rank}: a transfer needs a safe point with no "
+                                f"receive pending")
+        buffers: list = []
+        parts = self._snapshot_parts(buffers)
+        parts["replay"] = list(parts["prefix_log"]) + self.matcher.queued()
+        parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
+        parts["buffers"] = len(buffers)
+        return cloudpickle.dumps(parts, protocol=5), [b.raw() for b in buffers]
+
     def blank_snapshot(self, rank: int) -> bytes:
         """See ``blank_snapshot`` (module level)."""
         return blank_snapshot(rank, self.size)
 
-    def load(self, blob: bytes) -> dict:
-        """Check and decode a snapshot blob (raises CheckpointCorrupted)."""
-        parts = _storage.loads(blob)
+    def load(self, blob: bytes | tuple) -> dict:
+        """Check and decode a snapshot blob (raises CheckpointCorrupted), or take a
+        ``transfer`` pair."""
+        if isinstance(blob, tuple):
+            data, buffers = blob
+            parts = pickle.loads(data)
+            if parts.get("buffers") != len(buffers):
+                raise ProtocolError(f"a transfer of rank {parts.get('rank')} came with "
+                                    f"{len(buffers)} buffers, not {parts.get('buffers')}")
+            # writable copies: the program may write into its registered arrays
+            parts["buffers"] = [bytearray(b) for b in buffers]
+        else:
+            parts = _storage.loads(blob)
         if parts.get("rank") != self.rank:
             raise ProtocolError(f"snapshot of rank {parts.get('rank')} given to rank {self.rank}")
         return parts
@@ -447,7 +475,7 @@ class Endpoint:
 
         ``main()`` must be (re)started afterwards; it resumes at the saved position.
         """
-        self.restored_values = pickle.loads(parts["registered"])
+        self.restored_values = pickle.loads(parts["registered"], buffers=parts.get("buffers"))
         self._resume = parts["position"]
         self.sent = list(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent

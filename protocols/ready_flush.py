@@ -261,32 +261,35 @@ class ReadyMessageFlush(Protocol):
         st.stop.set_result({"position": ft.position, "out": out})
         await st.resume  # never resolved when the move succeeds: this actor is stopped
 
-    def ft_rpc_ready_migrate_notice(self, move: int, mover: int) -> bool:
+    async def ft_rpc_ready_migrate_notice(self, move: int, mover: int, wait_rm: bool) -> bool:
         """Rank ``mover`` is moving: clear this rank's channel to it with an RM if it
-        ever sent on it, and keep everything for it from now on. Returns whether an RM
-        was sent."""
+        ever sent on it, and keep everything for it from now on; with ``wait_rm`` (the
+        mover sent to this rank) wait for the mover's RM, so everything its old
+        incarnation sent has arrived before the new one exists (the new incarnation's
+        first envelope makes the old one's stale). Returns whether an RM was sent."""
         ft = self.ft
         partner = ft.sent[mover] > 0
         if partner:
             ft.send_control(mover, NAME, "marker", (("move", move), None))
         ft.hold(mover)
+        if wait_rm:
+            await self._ready.flush.wait(("move", move), [mover])
         return partner
 
     async def ft_rpc_ready_migrate_out(self, move: int, senders: list[int]) -> dict:
-        """MP: wait for the RMs of the ranks that sent to it, then hand over the state."""
+        """MP: wait for the RMs of the ranks that sent to it, then hand over the state
+        (its large buffers straight to the object store, see ``Endpoint.transfer``)."""
         st, ft = self._ready, self.ft
         await st.flush.wait(("move", move), senders)
         state = self.protocol_state()
         state[NAME]["targets"] = sorted(st.targets)  # MP goes on with the same plan
-        blob = ft.snapshot(protocol_state=state)
-        return {"handle": ft.link.share(blob), "bytes": len(blob)}
+        stream, buffers = ft.transfer(protocol_state=state)
+        size = len(stream) + sum(memoryview(b).nbytes for b in buffers)
+        return {"handle": ft.link.share((stream, buffers)), "bytes": size}
 
-    async def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None,
-                                        wait_rm: bool) -> int:
+    def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None) -> int:
         """The move is over: ``mover`` runs as ``epoch`` (None: the move was abandoned
         and it stays where it was); send it what was kept. Returns how many."""
-        if wait_rm:
-            await self._ready.flush.wait(("move", move), [mover])
         if epoch is not None:
             self.ft.set_peer_epoch(mover, epoch)
         return self.ft.release(mover)
@@ -325,6 +328,7 @@ class ReadyMessageFlush(Protocol):
         st.undecided.clear()
         st.stop = st.resume = None
         await super().on_restored()
+        self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
 
 
 # ---------------------------------------------------------------- coordinator side
@@ -352,6 +356,7 @@ class ReadyFlushCoordinator:
         self.sets: dict[tuple, _Set] = {}
         self.latest: _Set | None = None
         self.lock = asyncio.Lock()  # one request or migration at a time
+        self.sealing = asyncio.Lock()  # completions in order (pruning sees sealed sets)
         self.busy: set[asyncio.Task] = set()
         self._ids = itertools.count()
 
@@ -396,6 +401,10 @@ class ReadyFlushCoordinator:
             await self._complete(ck)
 
     async def _complete(self, ck: _Set) -> None:
+        async with self.sealing:  # one at a time, in the order they became complete
+            await self._seal(ck)
+
+    async def _seal(self, ck: _Set) -> None:
         if self.store is not None:
             await asyncio.to_thread(seal_set, self.store, "", ck.index, self.c.n,
                                     {"position": list(ck.position), "protocol": NAME})
@@ -535,8 +544,8 @@ class ReadyFlushCoordinator:
             raise ProtocolError(f"rank {rank} finished before it could move")
         t_stop = c.fabric.clock()
         others = [r for r in range(c.n) if r != rank]
-        sent = await asyncio.gather(*(c.call(r, "ready_migrate_notice", move, rank)
-                                      for r in others))
+        sent = await asyncio.gather(*(c.call(r, "ready_migrate_notice", move, rank,
+                                             r in stop["out"]) for r in others))
         senders = [r for r, s in zip(others, sent) if s]
         out = await c.call(rank, "ready_migrate_out", move, senders)
         t_saved = c.fabric.clock()
@@ -546,7 +555,7 @@ class ReadyFlushCoordinator:
         await c.call(rank, "ready")
         t_restored = c.fabric.clock()
         released = await asyncio.gather(*(
-            c.call(r, "ready_migrate_done", move, rank, c.epochs[rank], r in stop["out"])
+            c.call(r, "ready_migrate_done", move, rank, c.epochs[rank])
             for r in others))
         await c.fabric.kill(old, "ray.kill")
         info = {"rank": rank, "node": node, "position": stop["position"],

@@ -76,7 +76,10 @@ class RayLink(Link):
         resolved.origin = payload
         return resolved
 
-    def share(self, data: bytes):
+    def share(self, data: bytes | tuple):
+        if isinstance(data, tuple):  # a transfer: its buffers go as arrays, zero-copy
+            stream, buffers = data
+            data = (stream, [np.frombuffer(b, dtype=np.uint8) for b in buffers])
         return (ray.put(data),)  # wrapped: a bare ref in a return value would be fetched
 
     async def fetch(self, handle) -> bytes:
@@ -240,7 +243,8 @@ class RayFabric:
 
     async def start(self, ranks: int) -> None:
         ensure_ray(self.address)
-        self._cls = ray.remote(RankActor).options(
+        self._cls = ray.remote(RankActor)
+        self._actor_options = dict(
             max_restarts=0, max_task_retries=0, max_concurrency=10_000,
             num_cpus=float(self.options.get("rank_num_cpus", 0)))
         self.inbox = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000).remote()
@@ -264,13 +268,13 @@ class RayFabric:
         """A started actor (its process is up and has imported ftactors) that is not a
         rank yet, so that promoting it costs one call, not a process start; on Ray node
         ``node`` (a node id) when given."""
-        cls = self._cls
+        options = dict(self._actor_options)
         if node is not None:
-            if node not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:
+            if node not in self.nodes():
                 raise ConfigError(f"no live Ray node {node!r}; live nodes: "
-                                  f"{', '.join(n['NodeID'] for n in ray.nodes() if n['Alive'])}")
-            cls = cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-        actor = cls.remote()
+                                  f"{', '.join(self.nodes())}")
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        actor = self._cls.options(**options).remote()
         self.actors.append(actor)
         await actor.ping.remote()
         return actor
