@@ -434,51 +434,6 @@ def _same(got: list, want: list) -> bool:
     return pickle.dumps(got) == pickle.dumps(want) or got == want
 
 
-# -------------------------------------------------------------------------- workaround
-class _Options:
-    """An actor class with fixed options that takes more (``.options``) and starts
-    actors (``.remote``): what ``RayFabric`` expects its rank class to be."""
-
-    def __init__(self, actor_cls, options: dict):
-        self.actor_cls, self.opts = actor_cls, options
-
-    def options(self, **more):
-        return self.actor_cls.options(**{**self.opts, **more})
-
-    def remote(self, *args, **kwargs):
-        return self.actor_cls.options(**self.opts).remote(*args, **kwargs)
-
-
-WORKAROUND_APPLIED: list[str] = []
-"""Runs whose rank class the workaround had to wrap (``node_affinity_workaround``)."""
-
-
-def node_affinity_workaround() -> None:
-    """``RayFabric.spawn_spare(node)`` calls ``.options()`` on its rank class, which
-    ``RayFabric.start`` built as ``ray.remote(RankActor).options(...)``: in Ray 2.60 that is
-    an ``ActorOptionWrapper``, which has ``remote`` and ``bind`` but no ``options``, so
-    every ``run.migrate(rank, node)`` fails with an AttributeError. After each ``start``,
-    if (and only if) the fabric's class still lacks ``options``, wrap it so that it has
-    them (same actor options) and note it in ``WORKAROUND_APPLIED``."""
-    import ray
-
-    from ftactors.transports import ray as transport
-    if getattr(transport.RayFabric.start, "bench_workaround", False):
-        return
-    original = transport.RayFabric.start
-
-    async def start(self, ranks: int) -> None:
-        await original(self, ranks)
-        if not hasattr(self._cls, "options"):
-            self._cls = _Options(ray.remote(transport.RankActor), dict(
-                max_restarts=0, max_task_retries=0, max_concurrency=10_000,
-                num_cpus=float(self.options.get("rank_num_cpus", 0))))
-            WORKAROUND_APPLIED.append("RayFabric._cls given .options (node affinity)")
-
-    start.bench_workaround = True
-    transport.RayFabric.start = start
-
-
 # ------------------------------------------------------------------------------ cluster
 class LocalCluster:
     """A head and ``workers`` worker nodes on this machine (``ray.cluster_utils``)."""
@@ -571,7 +526,6 @@ def main(args) -> int:
 
 async def _bench(args, sizes: list[int], address: str) -> dict:
     import ray
-    node_affinity_workaround()
     head = ray.get_runtime_context().get_node_id()
     nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
     if len(nodes) < 2:
@@ -634,7 +588,6 @@ async def _bench(args, sizes: list[int], address: str) -> dict:
         "target_met": bool(ratio >= TARGET_RATIO),
         "cocheck": COCHECK, "machine_rates": rates,
         "verified": all(r["verified"] for r in runs),
-        "workarounds": sorted(set(WORKAROUND_APPLIED)),
     }
 
 
@@ -677,8 +630,5 @@ def _print(out: dict) -> None:
         rates = out["machine_rates"]
         print(f"  (this machine now: memory copy {rates['copy_Bps'] / MB:.0f} MB/s, SHA-256 "
               f"{rates['sha256_Bps'] / MB:.0f} MB/s)")
-    for note in out["workarounds"]:
-        print(f"\n  note: worked around a bug: {note} (RayFabric.spawn_spare(node) fails on "
-              f"Ray 2.60: ActorOptionWrapper has no .options)")
     print(f"\n  verified: {'yes' if out['verified'] else 'NO'} (every run equals the "
           f"failure-free reference; the rank ran on each target node)")
