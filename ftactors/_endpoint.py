@@ -462,8 +462,9 @@ class Endpoint:
             if parts.get("buffers") != len(buffers):
                 raise ProtocolError(f"a transfer of rank {parts.get('rank')} came with "
                                     f"{len(buffers)} buffers, not {parts.get('buffers')}")
-            # writable copies: the program may write into its registered arrays
-            parts["buffers"] = [bytearray(b) for b in buffers]
+            # writable: the program may write into its registered arrays (a transport
+            # that fetched them as writable copies already is not copied again)
+            parts["buffers"] = [b if type(b) is bytearray else bytearray(b) for b in buffers]
         else:
             parts = _storage.loads(blob)
         if parts.get("rank") != self.rank:

@@ -77,15 +77,35 @@ class RayLink(Link):
         return resolved
 
     def share(self, data: bytes | tuple):
-        if isinstance(data, tuple):  # a transfer: its buffers go as arrays, zero-copy
+        if isinstance(data, tuple):  # a transfer: buffers in chunks, see fetch
             stream, buffers = data
-            data = (stream, [np.frombuffer(b, dtype=np.uint8) for b in buffers])
+            chunks = []
+            for buf in buffers:
+                view = memoryview(buf).cast("B")
+                chunks.append([ray.put(np.frombuffer(view[i:i + TRANSFER_CHUNK], np.uint8))
+                               for i in range(0, max(len(view), 1), TRANSFER_CHUNK)])
+            return (ray.put(stream), chunks)
         return (ray.put(data),)  # wrapped: a bare ref in a return value would be fetched
 
-    async def fetch(self, handle) -> bytes:
+    async def fetch(self, handle) -> bytes | tuple:
         if isinstance(handle, (bytes, bytearray, memoryview)):
             return handle  # sent by value (a restart from stable storage)
-        return await handle[0]
+        if len(handle) == 1:
+            return await handle[0]
+        # a transfer: every chunk is pulled at once (by the object manager, another
+        # process) while this one copies the chunks that have arrived into writable buffers
+        stream_ref, chunks = handle
+        pulls = [[asyncio.ensure_future(_awaited(ref)) for ref in refs] for refs in chunks]
+        buffers = []
+        for parts in pulls:
+            arrays = [await part for part in parts]
+            out = bytearray(sum(a.nbytes for a in arrays))
+            dst, at = np.frombuffer(out, np.uint8), 0
+            for a in arrays:
+                dst[at:at + a.nbytes] = a
+                at += a.nbytes
+            buffers.append(out)
+        return await stream_ref, buffers
 
     def report(self, event) -> None:
         self.inbox.post.remote(event)
@@ -95,6 +115,15 @@ class RayLink(Link):
 
     def clock(self) -> float:
         return time.time()
+
+
+TRANSFER_CHUNK = 16 << 20
+"""A moving rank's large buffers travel in objects of this size, so that the receiver
+copies the first ones while the object manager pulls the rest."""
+
+
+async def _awaited(ref):
+    return await ref
 
 
 def _plain(envs: list[Envelope]) -> bool:
