@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors._coordinator import RankDied
+from ftactors._coordinator import NewFailure, RankDied
 from ftactors._checkpoints import (load_latest, position_index, prune_sets, seal_set,
                                    store_part)
 from ftactors._errors import ConfigError, ProtocolError
@@ -425,9 +425,23 @@ class ReadyFlushCoordinator:
         task.add_done_callback(self.busy.discard)
         return task
 
+    async def _request(self) -> tuple | None:
+        """``request`` as a task a rollback can cancel: None when it was."""
+        task = self._spawn(self.request())
+        await asyncio.wait([task])
+        return None if task.cancelled() else task.result()
+
     async def request(self) -> tuple | None:
         """Notify every rank and fix the checkpoint position (None: some rank has no
-        safe point left in its loop, so none is taken)."""
+        safe point left in its loop, or a rank failed meanwhile, so none is taken)."""
+        try:
+            return await self._notify_and_decide()
+        except NewFailure as failure:  # the rollback that follows makes it moot
+            self.c.events.record("checkpoint_skipped", reason="a rank failed",
+                                 ranks=sorted(failure.ranks))
+            return None
+
+    async def _notify_and_decide(self) -> tuple | None:
         c = self.c
         async with self.lock:
             await c.wired.wait()
@@ -455,7 +469,7 @@ class ReadyFlushCoordinator:
             ProtocolError: no position could be agreed (ranks outside their loops).
         """
         for _ in range(attempts):
-            position = await self.request()
+            position = await self._request()
             if position is not None:
                 ck = await asyncio.shield(self.sets[position].done)
                 if ck is not None:
@@ -472,7 +486,7 @@ class ReadyFlushCoordinator:
             return
         while True:
             await self.c.fabric.sleep(seconds)
-            await self.request()
+            await self._request()
 
     # ----------------------------------------------------------------- restart
     async def recover(self, failed: set[int]) -> None:
@@ -530,7 +544,12 @@ class ReadyFlushCoordinator:
             raise ConfigError(f"rank {rank!r} is not a rank of this run (0..{c.n - 1})")
         async with self.lock:
             await c.wired.wait()
-            return await self._spawn(self._move(rank, node))
+            move = self._spawn(self._move(rank, node))
+            await asyncio.wait([move])
+        if move.cancelled() or isinstance(move.exception(), NewFailure):
+            raise ProtocolError(f"the move of rank {rank} was cut short by a failure; every "
+                                f"rank restarts from the last checkpoint")
+        return move.result()
 
     async def _move(self, rank: int, node: str | None) -> dict:
         c = self.c

@@ -230,3 +230,15 @@ def test_two_restores_replay_straight_line_messages_once():
                chaos=chaos, timeout_s=60)
     assert positions(r, "rollback") == [(0, 8), (1, 4)]
     assert np.array_equal(r.results[0]["x"], plain[0]["x"])
+
+
+def test_timer_checkpoints_go_on_after_a_rollback():
+    """A failure while a timer request is in flight must not stop the timer: requests
+    come every few microseconds of virtual time, so one is nearly always in flight."""
+    reference = ft.run(Heat1D, 4, transport="sim", kwargs={"iterations": 80}).results
+    r = ft.run(RFHeat, 4, transport="sim", kwargs={"iterations": 80},
+               checkpoint_interval_s=3e-5, chaos=ft.Chaos(kill=[(2, 30)]))
+    t_rollback = r.events_of("rollback")[0].time
+    assert [e for e in r.events_of("checkpoint") if e.time > t_rollback]
+    for got, want in zip(r.results, reference):
+        assert np.array_equal(got["u"], want["u"])
