@@ -107,6 +107,7 @@ class Coordinator:
         self._failed: set[int] = set()
         self._fresh: set[int] = set()  # replaced, not started yet
         self._wake = asyncio.Event()
+        self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         policy_cls = next((p.recovery_policy for p in protocol_classes(rank_cls)
                            if getattr(p, "recovery_policy", None)), None)
@@ -193,7 +194,7 @@ class Coordinator:
         finally:
             for task in sorted(self._runs, key=self._runs.get):
                 task.cancel()
-            for task in helpers:
+            for task in [*helpers, *self._helpers]:
                 task.cancel()
         return self._results
 
@@ -316,6 +317,7 @@ class Coordinator:
             await self.fabric.kill(old, "ray.kill")
         if spare is None and self.spares:
             spare = self.spares.pop(0)
+        warm = spare is not None
         try:
             if spare is not None:
                 self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
@@ -325,8 +327,19 @@ class Coordinator:
             raise NewFailure({rank}) from None
         self._fresh.add(rank)
         self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
-                           epoch=self.epochs[rank])
+                           epoch=self.epochs[rank], warm=warm)
         return old
+
+    def refill_spares(self) -> None:
+        """Start, in the background, warm spares for those used up, so that the next
+        recovery finds them (``ft.run(spares=k)`` then means k at every recovery)."""
+        async def one():
+            try:
+                self.spares.append(await self.fabric.spawn_spare())
+            except RankDied:
+                pass  # a spare that cannot start is simply not there
+        for _ in range(self.n_spares - len(self.spares)):
+            self._helpers.add(asyncio.ensure_future(one()))
 
     def blank(self, rank: int) -> bytes:
         """A snapshot handle that restarts rank ``rank`` from the start of the run."""

@@ -116,8 +116,9 @@ async def _run_moving(cls, moves, **kw):
             others = [n for n in await run.nodes() if n != here]
             node = others[0] if others else None
         info = await run.migrate(rank, node)
-        print(f"  rank {rank} moved to node {str(node)[:12]} in {info['total_s']:.3f}s "
-              f"({info['bytes']} bytes of state, {len(info['partners'])} partners)", flush=True)
+        where = f"node {node[:12]}" if node else "a new actor on the same node (only one)"
+        print(f"  rank {rank} moved to {where} in {info['total_s']:.3f}s ({info['bytes']} "
+              f"bytes of state, {len(info['partners'])} partner(s))", flush=True)
     return await run
 
 

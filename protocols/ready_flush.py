@@ -503,8 +503,7 @@ class ReadyFlushCoordinator:
         c.events.record("rollback", position=None if restore is None else restore[0],
                         failed=sorted(failed))
         await c.phase("restore_chosen")
-        for rank in range(c.n):
-            await c.respawn(rank)
+        await asyncio.gather(*(c.respawn(rank) for rank in range(c.n)))  # actors start in parallel
         await c.rewire()
         for rank in range(c.n):
             handle = c.blank(rank) if restore is None else restore[1][rank]
@@ -512,6 +511,7 @@ class ReadyFlushCoordinator:
         await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
         self.sets.clear()
         c.events.record("resumed", position=None if restore is None else restore[0])
+        c.refill_spares()
 
     async def _restore_handles(self):
         """``(position, handle per rank)`` of the newest complete checkpoint whose parts

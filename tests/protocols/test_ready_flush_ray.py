@@ -70,3 +70,17 @@ def test_driver_checkpoint_kept_in_the_object_store_survives_the_rank(ray_sessio
     assert r.events_of("checkpoint")
     for got, want in zip(r.results, cg_reference):
         assert got["zetas"] == want["zetas"]
+
+
+def test_warm_spares_take_every_rank_and_a_second_restart_works(ray_session, cg_reference):
+    """The first restart promotes the four warm spares; they are refilled in the
+    background (whether in time for the second restart depends on timing, so the second
+    round is not asserted warm)."""
+    chaos = ft.Chaos(kill=[(1, 4), ft.Kill(3, iteration=11, incarnation=1)])
+    r = ft.run(RFCG, ranks=4, spares=4, transport="ray", kwargs={"problem_class": "S"},
+               checkpoint_interval=3, chaos=chaos, timeout_s=180)
+    assert rollbacks(r) == [(0, 3), (0, 9)]
+    respawned = r.events_of("respawned")
+    assert len(respawned) == 8 and all(e.detail["warm"] for e in respawned[:4])
+    for got, want in zip(r.results, cg_reference):
+        assert got["zetas"] == want["zetas"]
