@@ -84,3 +84,18 @@ def test_warm_spares_take_every_rank_and_a_second_restart_works(ray_session, cg_
     assert len(respawned) == 8 and all(e.detail["warm"] for e in respawned[:4])
     for got, want in zip(r.results, cg_reference):
         assert got["zetas"] == want["zetas"]
+
+
+def test_cg_group_restart_leaves_the_other_group_running(ray_session, cg_reference):
+    from ftactors.protocols import GroupCoordination
+
+    class GCG(GroupCoordination, CG):
+        pass
+
+    r = ft.run(GCG, ranks=4, transport="ray", kwargs={"problem_class": "S"},
+               groups="fixed:2", group_checkpoint_interval=3,
+               chaos=ft.Chaos(kill=[(1, 7)]), timeout_s=180)
+    assert sorted(e.rank for e in r.events_of("respawned")) == [0, 1]
+    assert sorted(e.rank for e in r.events_of("restored")) == [0, 1]
+    for got, want in zip(r.results, cg_reference):
+        assert got["verified"] and got["zetas"] == want["zetas"]

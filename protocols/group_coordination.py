@@ -1,0 +1,333 @@
+"""GroupCoordination: group-based checkpoint/restart with inter-group message logging.
+
+Paper: group-based-checkpoint.txt (Ho, Wang & Lau, 2008), Algorithm 1, sections 3-4.
+Work in progress for issue #6: checkpoints, logging, garbage collection and the restart of
+one group are here; stable storage, per-group intervals from the CLI and
+``ftactors bench groups`` are not yet.
+
+Theory of operation
+-------------------
+*Groups* (``groups`` option: a definition file or a policy, ``protocols/groups.py``;
+default groups of ceil(sqrt(n)) consecutive ranks). A group checkpoints alone, at its own
+safe-point positions (``group_checkpoint_interval``: an int, or ``{group index: int}``):
+ready messages flush the channels between its members only (CoCheck restricted to the
+group), each member saves its snapshot, and the other groups keep computing.
+
+*Counters* are counted in messages, not bytes: the core's application sequence numbers
+(``Endpoint.sent`` / ``received``, per peer) are S_X and R_X, and they identify each
+message exactly, which byte counts cannot once messages differ in size. At a group
+checkpoint a member records RR_X = R_X for every out-of-group peer X.
+
+*Logging* (sender side): every message to a rank outside the sender's group is kept in
+the sender's log (a reference to the already pickled message, appended when it is sent:
+nothing is copied or written on the send's path); intra-group messages never are. The log
+is part of the sender's snapshot, so it is saved with the group's checkpoint.
+
+*Garbage collection*: once a group checkpoint is complete (every member's part is kept by
+the coordinator), each member piggybacks RR_X on its next message to each out-of-group X;
+X then drops from its log for that member every message numbered below RR_X: the
+member's restart line already holds them.
+
+*Restart of one group* (the recovery policy): the group of every failed rank restarts
+from its last complete group checkpoint (or the start), in new actors; every other rank
+goes on. Each rank outside the restarted group learns the new incarnations and resends
+from its log what the restarted ranks had not received at their checkpoint (their
+restored R); what they send again that the others already have is dropped by the
+receivers' sequence numbers (the "skip" of Algorithm 1, done at the receiver). Messages
+between two restarted groups are resent from the restored logs the same way. Piecewise
+determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
+messages with the same numbers.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftactors._checkpoints import position_index
+from ftactors._coordinator import RankDied
+from ftactors._envelope import APP, Envelope
+from ftactors._errors import ConfigError, ProtocolError
+from ftactors._protocol import Protocol
+
+from ._flush import Flush
+from .groups import Groups, load_groups
+
+NAME = "groups"
+
+
+def _interval(option, group: int) -> int | None:
+    """The checkpoint interval of group ``group`` (None: it never checkpoints)."""
+    if isinstance(option, dict):
+        option = option.get(group, option.get(str(group)))
+    return option
+
+
+def _check_interval(option) -> None:
+    values = option.values() if isinstance(option, dict) else [option]
+    for v in values:
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"group_checkpoint_interval must be an int >= 1 (or a dict "
+                              f"group -> int), got {option!r}")
+
+
+@dataclass
+class _GroupState:
+    """One rank's GroupCoordination state (under ``self._gc``)."""
+
+    groups: Groups
+    interval: int | None
+    flush: Flush = field(default_factory=Flush)
+    log: dict = field(default_factory=dict)       # dst -> {app_seq: Envelope}
+    rr: dict = field(default_factory=dict)        # position -> {peer: RR} (not committed)
+    piggyback: dict = field(default_factory=dict)  # peer -> RR to send on the next message
+    last: tuple | None = None                     # position of the last group checkpoint
+    parts: dict = field(default_factory=dict)     # position -> (blob, kept future)
+    collected: int = 0                            # log entries dropped by garbage collection
+
+
+class GroupCoordination(Protocol):
+    """Mixin: group checkpoints, inter-group message logs, restart of one group."""
+
+    protocol_name = NAME
+    conflicts = ("ready_flush", "standby")
+    uses_spares = True
+    ft_options = {
+        "groups": "group definition: a JSON/YAML file, or one / single / fixed:K / "
+                  "trace:PATH (default: groups of ceil(sqrt(n)) consecutive ranks)",
+        "group_checkpoint_interval": "iterations between a group's checkpoints: an int, "
+                                     "or {group index: int} (default: never)",
+    }
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        _check_interval(options.get("group_checkpoint_interval"))
+        super().check_options(options)
+
+    # ------------------------------------------------------------------ start
+    async def on_start(self) -> None:
+        opts = getattr(self, "options", {})
+        groups = load_groups(opts.get("groups"), self.size)
+        self._gc = _GroupState(groups, _interval(opts.get("group_checkpoint_interval"),
+                                                 groups.group_of(self.rank)))
+        await super().on_start()
+
+    def my_group(self) -> tuple[int, ...]:
+        return self._gc.groups.members(self.rank)
+
+    # ----------------------------------------------------------- message path
+    def on_send(self, env: Envelope) -> Envelope | None:
+        env = super().on_send(env)
+        if env is None:
+            return None
+        gc = self._gc
+        if not gc.groups.same_group(self.rank, env.dst):
+            gc.log.setdefault(env.dst, {})[env.app_seq] = Envelope(
+                APP, env.src, env.dst, env.comm, env.tag, env.app_seq, env.payload)
+            rr = gc.piggyback.pop(env.dst, None)
+            if rr is not None:
+                env.piggyback = {**(env.piggyback or {}), NAME: rr}
+        return env
+
+    def on_receive(self, env: Envelope) -> Envelope | None:
+        if env.piggyback and NAME in env.piggyback:
+            self._collect(env.src, env.piggyback[NAME])
+        return super().on_receive(env)
+
+    def _collect(self, peer: int, upto: int) -> None:
+        """``peer`` holds everything numbered below ``upto`` in its restart line."""
+        log = self._gc.log.get(peer)
+        if log:
+            for seq in [s for s in log if s < upto]:
+                del log[seq]
+                self._gc.collected += 1
+
+    def log_size(self) -> tuple[int, int]:
+        """(messages, bytes) in this rank's log."""
+        envs = [e for log in self._gc.log.values() for e in log.values()]
+        return len(envs), sum(e.payload.nbytes for e in envs)
+
+    # ------------------------------------------------------------ checkpoints
+    async def on_safe_point(self, iteration: int) -> None:
+        await super().on_safe_point(iteration)
+        gc, pos = self._gc, self.ft.position
+        every = gc.interval
+        if every and iteration > 0 and iteration % every == 0 and (gc.last is None or pos > gc.last):
+            await self.group_checkpoint()
+
+    async def group_checkpoint(self) -> None:
+        """Flush the channels inside this rank's group, save this rank's part. Collective
+        over the group, at one safe point."""
+        gc, ft = self._gc, self.ft
+        pos = ft.position
+        at = ft.link.clock()
+        peers = [r for r in self.my_group() if r != self.rank]
+        gc.flush.start(ft, NAME, ("ckpt", pos), peers)
+        await gc.flush.wait(("ckpt", pos), peers)
+        flushed_at = ft.link.clock()
+        gc.last = pos
+        gc.rr[pos] = {x: ft.received[x] for x in range(self.size)
+                      if not gc.groups.same_group(self.rank, x)}
+        t0 = time.perf_counter()
+        blob = ft.snapshot()
+        kept = asyncio.get_running_loop().create_future()
+        gc.parts[pos] = (blob, kept)
+        n_log, log_bytes = self.log_size()
+        await ft.link.report_now(ft.events.make(
+            "group_checkpoint_part", group=gc.groups.group_of(self.rank), position=pos,
+            bytes=len(blob), flush_s=flushed_at - at, save_s=time.perf_counter() - t0,
+            log_messages=n_log, log_bytes=log_bytes))
+        await kept
+
+    def ft_rpc_group_part(self, position) -> bytes:
+        blob, kept = self._gc.parts.pop(tuple(position))
+        kept.set_result(None)
+        return blob
+
+    def ft_rpc_group_commit(self, position) -> None:
+        """The group checkpoint at ``position`` is complete: piggyback its RR values."""
+        rr = self._gc.rr.pop(tuple(position), None)
+        for old in [p for p in self._gc.rr if p < tuple(position)]:
+            del self._gc.rr[old]
+        if rr is not None:
+            self._gc.piggyback.update(rr)
+
+    # ------------------------------------------------------------------ restart
+    def ft_rpc_group_received(self) -> list[int]:
+        """R_X of this (restored) rank for every X."""
+        return list(self.ft.received)
+
+    def ft_rpc_group_resend(self, epochs: dict, received: dict) -> int:
+        """Ranks restarted: ``epochs`` {rank: new incarnation}; ``received`` {rank: how
+        many messages from this rank it holds}. Resend from the log what they lack, in
+        order; returns how many."""
+        ft, gc = self.ft, self._gc
+        resent = 0
+        for rank, epoch in epochs.items():
+            rank = int(rank)
+            if rank == self.rank:
+                continue
+            ft.set_peer_epoch(rank, epoch)
+            if gc.groups.same_group(self.rank, rank):
+                continue
+            since = received[rank]
+            for seq in sorted(s for s in gc.log.get(rank, {}) if s >= since):
+                env = gc.log[rank][seq]
+                ft.transmit(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
+                                     env.payload))
+                resent += 1
+        ft.events.record("group_resent", to=sorted(int(r) for r in epochs), messages=resent)
+        return resent
+
+    # ------------------------------------------------------------------ state
+    def on_control(self, env) -> None:
+        if env.comm != NAME:
+            return super().on_control(env)
+        op, data = self.ft.control_data(env)
+        if op != "marker":
+            raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
+        self._gc.flush.on_marker(env.src, data)
+
+    def protocol_state(self) -> dict[str, Any]:
+        state = super().protocol_state()
+        gc = self._gc
+        state[NAME] = {"log": {d: dict(v) for d, v in gc.log.items()}, "last": gc.last,
+                       "piggyback": dict(gc.piggyback)}
+        return state
+
+    def restore_protocol_state(self, state: dict[str, Any]) -> None:
+        super().restore_protocol_state(state)
+        mine, gc = state[NAME], self._gc
+        gc.log = {d: dict(v) for d, v in mine["log"].items()}
+        gc.last = None if mine["last"] is None else tuple(mine["last"])
+        gc.piggyback = dict(mine["piggyback"])
+
+    async def on_restored(self) -> None:
+        self._gc.flush.reset()
+        self._gc.rr.clear()
+        await super().on_restored()
+        self.ft.restored_from = None
+
+
+# ---------------------------------------------------------------- coordinator side
+@dataclass
+class _GroupSet:
+    group: int
+    position: tuple
+    size: int
+    handles: dict = field(default_factory=dict)
+
+
+class GroupRecovery:
+    """Coordinator side: keeps every group's checkpoint parts, restarts failed groups."""
+
+    def __init__(self, coordinator):
+        self.c = coordinator
+        self.groups = load_groups(coordinator.options.get("groups"), coordinator.n)
+        self.pending: dict[tuple, _GroupSet] = {}   # (group, position) -> parts so far
+        self.latest: dict[int, _GroupSet] = {}      # group -> newest complete set
+        self.busy: set[asyncio.Task] = set()
+
+    def on_report(self, event) -> None:
+        if event.kind != "group_checkpoint_part":
+            return
+        g, pos = event.detail["group"], tuple(event.detail["position"])
+        ck = self.pending.get((g, pos))
+        if ck is None:
+            ck = self.pending[(g, pos)] = _GroupSet(g, pos, len(self.groups.members(event.rank)))
+        task = asyncio.ensure_future(self._take(ck, event.rank))
+        self.busy.add(task)
+        task.add_done_callback(self.busy.discard)
+        task.takes_part = True
+
+    async def _take(self, ck: _GroupSet, rank: int) -> None:
+        c = self.c
+        try:
+            ck.handles[rank] = await c.fabric.call_kept(c.handles[rank], "group_part", ck.position)
+        except RankDied:
+            return
+        if len(ck.handles) < ck.size:
+            return
+        del self.pending[(ck.group, ck.position)]
+        old = self.latest.get(ck.group)
+        if old is None or ck.position > old.position:
+            self.latest[ck.group] = ck
+        c.events.record("group_checkpoint", group=ck.group, position=ck.position,
+                        index=position_index(ck.position))
+        await asyncio.gather(*(c.fabric.call(c.handles[r], "group_commit", ck.position)
+                               for r in ck.handles), return_exceptions=True)
+
+    async def finish(self) -> None:
+        takes = [t for t in self.busy if getattr(t, "takes_part", False)]
+        if takes:
+            await asyncio.gather(*takes, return_exceptions=True)
+
+    async def recover(self, failed: set[int]) -> None:
+        c = self.c
+        hit = sorted({self.groups.group_of(r) for r in failed})
+        ranks = sorted(r for g in hit for r in self.groups.groups[g])
+        c.events.record("group_rollback", groups=hit, ranks=ranks,
+                        positions={g: (self.latest[g].position if g in self.latest else None)
+                                   for g in hit})
+        for key in [k for k in self.pending if k[0] in hit]:
+            del self.pending[key]  # parts of the lost execution
+        await asyncio.gather(*(c.respawn(r) for r in ranks))
+        await c.rewire()
+        for r in ranks:
+            ck = self.latest.get(self.groups.group_of(r))
+            handle = c.blank(r) if ck is None else ck.handles[r]
+            c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs)})
+        await asyncio.gather(*(c.call(r, "ready") for r in ranks))
+        got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
+        epochs = {r: c.epochs[r] for r in ranks}
+        resent = await asyncio.gather(*(
+            c.call(x, "group_resend", epochs, {r: got[i][x] for i, r in enumerate(ranks)})
+            for x in range(c.n)))
+        c.events.record("group_resumed", groups=hit, resent=sum(resent))
+        c.refill_spares()
+
+
+GroupCoordination.recovery_policy = GroupRecovery

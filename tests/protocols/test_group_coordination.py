@@ -1,0 +1,111 @@
+"""GroupCoordination (group-based checkpoint/restart): only the failed group rolls back,
+inter-group messages are resent from the senders' logs exactly, logs stay bounded."""
+import numpy as np
+import pytest
+
+import ftactors as ft
+from ftactors.protocols import GroupCoordination
+
+from .programs import Flood, Heat1D
+
+
+class GFlood(GroupCoordination, Flood):
+    pass
+
+
+class GHeat(GroupCoordination, Heat1D):
+    pass
+
+
+FLOOD = {"iterations": 12, "per_peer": 3}
+
+
+@pytest.fixture(scope="module")
+def flood_reference():
+    return ft.run(Flood, 6, transport="local", kwargs=FLOOD).results
+
+
+def ranks_of(result, kind):
+    return sorted(e.rank for e in result.events_of(kind))
+
+
+@pytest.mark.parametrize("transport, seed", [("local", 0), ("sim", 1), ("sim", 2), ("sim", 3)])
+def test_only_the_failed_group_rolls_back(transport, seed, flood_reference):
+    """Rank 3 dies: its group {2, 3} restarts from its checkpoint at 4; ranks 0, 1, 4, 5
+    never restart, and resend from their logs what 2 and 3 had not received. Every
+    message's identity and order is checked by the program."""
+    r = ft.run(GFlood, 6, transport=transport, seed=seed, kwargs=FLOOD, groups="fixed:2",
+               group_checkpoint_interval=4, chaos=ft.Chaos(kill=[(3, 6)]), timeout_s=60,
+               sim_jitter_s=2e-5)
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    assert ranks_of(r, "respawned") == [2, 3] and ranks_of(r, "restored") == [2, 3]
+    (rollback,) = r.events_of("group_rollback")
+    assert rollback.detail["groups"] == [1] and rollback.detail["positions"] == {1: (0, 4)}
+    assert r.events_of("group_resumed")[0].detail["resent"] > 0
+
+
+def test_two_groups_fail_together_and_resend_to_each_other(flood_reference):
+    r = ft.run(GFlood, 6, transport="local", kwargs=FLOOD, groups="fixed:2",
+               group_checkpoint_interval=4, chaos=ft.Chaos(kill=[(0, 7), (5, 7)]), timeout_s=60)
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    # one round, or two when the second death is found during the first round's resend
+    assert set(ranks_of(r, "respawned")) == {0, 1, 4, 5}
+
+
+def test_groups_checkpoint_on_their_own_intervals(flood_reference):
+    r = ft.run(GFlood, 6, transport="sim", kwargs=FLOOD, groups="fixed:2",
+               group_checkpoint_interval={0: 3, 1: 5}, chaos=ft.Chaos(kill=[(1, 8)]))
+    taken = sorted((e.detail["group"], tuple(e.detail["position"]))
+                   for e in r.events_of("group_checkpoint"))
+    # group 0 every 3 (restarted from 6, it goes on to 9), group 1 every 5; group 2
+    # has no interval and never checkpoints
+    assert {g for g, _ in taken} == {0, 1}
+    assert {p[1] for g, p in taken if g == 0} == {3, 6, 9}
+    assert {p[1] for g, p in taken if g == 1} == {5, 10}
+    assert ranks_of(r, "respawned") == [0, 1]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+
+
+def test_logs_are_collected_and_stay_bounded_over_a_long_run():
+    """A ring split in groups of two: every rank sends one inter-group message per
+    iteration (and allreduce traffic). With a checkpoint every 10 iterations the logs
+    hold about one interval's messages, whatever the length of the run."""
+    r = ft.run(GHeat, 6, transport="sim", kwargs={"iterations": 300}, groups="fixed:2",
+               group_checkpoint_interval=10)
+    sizes = [e.detail["log_messages"] for e in r.events_of("group_checkpoint_part")]
+    early, late = max(sizes[:len(sizes) // 3]), max(sizes[-len(sizes) // 3:])
+    assert late <= early * 1.5, (early, late)
+    assert r.metrics["sent"] > 10 * late
+
+
+def test_a_group_without_a_checkpoint_restarts_from_the_start(flood_reference):
+    r = ft.run(GFlood, 6, transport="local", kwargs=FLOOD, groups="fixed:3",
+               chaos=ft.Chaos(kill=[(4, 5)]))
+    assert r.events_of("group_rollback")[0].detail["positions"] == {1: None}
+    assert ranks_of(r, "respawned") == [3, 4, 5]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+
+
+def test_heat_verifies_after_a_group_restart():
+    reference = ft.run(Heat1D, 8, transport="local", kwargs={"iterations": 60}).results
+    r = ft.run(GHeat, 8, transport="sim", kwargs={"iterations": 60},
+               group_checkpoint_interval=7, chaos=ft.Chaos(kill=[(5, 40)]))
+    assert ranks_of(r, "respawned") == [3, 4, 5]  # default: groups of ceil(sqrt(8)) = 3
+    for got, want in zip(r.results, reference):
+        assert np.array_equal(got["u"], want["u"]) and got["norms"] == want["norms"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"group_checkpoint_interval": 0}, "group_checkpoint_interval"),
+    ({"group_checkpoint_interval": {0: "x"}}, "group_checkpoint_interval"),
+    ({"groups": [[0, 1], [1, 2, 3]]}, "rank"),
+])
+def test_bad_settings_fail_before_anything_starts(bad, message):
+    with pytest.raises(ft.ConfigError, match=message):
+        ft.run(GHeat, 4, transport="local", kwargs={"iterations": 5}, **bad)
+
+
+def test_cannot_stack_with_the_global_protocols():
+    from ftactors.protocols import ReadyMessageFlush
+    with pytest.raises(TypeError, match="cannot be combined"):
+        type("Both", (GroupCoordination, ReadyMessageFlush, Heat1D), {})
