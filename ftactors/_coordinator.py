@@ -31,6 +31,8 @@ from ._host import RankSpec
 from ._protocol import protocol_classes
 
 COLLECT_TIMEOUT_S = 5.0
+_ANY_SPARE = object()
+"""``respawn``'s default: a warm spare if one is left, else a new host."""
 
 
 class RankDied(Exception):
@@ -287,20 +289,12 @@ class Coordinator:
             return  # promoted in an earlier (aborted) round and still unused
         if not self.spares:
             raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
-        spare = self.spares.pop(0)
-        old = self.handles[rank]
-        self.incarnations[rank] += 1
-        self.epochs[rank] = self.next_epoch()
-        try:
-            self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
-        except RankDied:
-            raise NewFailure({rank}) from None
-        self._fresh.add(rank)
-        await self.fabric.kill(old, "ray.kill")
+        await self.respawn(rank, self.spares.pop(0))
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], spares_left=len(self.spares))
 
-    async def respawn(self, rank: int, spare: Any = None, *, stop_old: bool = True) -> Any:
+    async def respawn(self, rank: int, spare: Any = _ANY_SPARE, *,
+                      stop_old: bool = True) -> Any:
         """Make ``spare`` (default: a warm spare if one is left, else a new host) the next
         incarnation of rank ``rank``; returns the old host. Its ``main()`` call is
         forgotten (that is not a failure) and it is stopped unless ``stop_old`` is False
@@ -315,11 +309,11 @@ class Coordinator:
         self.epochs[rank] = self.next_epoch()
         if stop_old:
             await self.fabric.kill(old, "ray.kill")
-        if spare is None and self.spares:
+        if spare is _ANY_SPARE and self.spares:
             spare = self.spares.pop(0)
-        warm = spare is not None
+        warm = spare is not _ANY_SPARE  # (a local fabric's spares are None placeholders)
         try:
-            if spare is not None:
+            if warm:
                 self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
             else:
                 self.handles[rank] = await self.fabric.spawn(self.spec(rank))
