@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Hashable, Iterable
 
+from ftactors._errors import ProtocolError
+
 
 class Flush:
     """Markers of flush rounds, and waiting for a round to complete."""
@@ -28,6 +30,13 @@ class Flush:
               data: Any = None) -> None:
         """Send this rank's marker of ``round_id`` to every peer."""
         ft.send_control_all(peers, protocol, "marker", (round_id, data))
+
+    def take_marker(self, ft, env) -> None:
+        """A protocol's control envelope whose only message is this flush's marker."""
+        op, data = ft.control_data(env)
+        if op != "marker":
+            raise ProtocolError(f"{env.comm}: unknown control message {op!r} from rank {env.src}")
+        self.on_marker(env.src, data)
 
     def on_marker(self, src: int, payload: tuple) -> None:
         round_id, data = payload

@@ -41,19 +41,17 @@ messages with the same numbers.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors._checkpoints import position_index
-from ftactors._coordinator import RankDied
 from ftactors._envelope import APP, Envelope
-from ftactors._errors import ConfigError, ProtocolError
+from ftactors._errors import ConfigError
 from ftactors._protocol import Protocol
 
 from ._flush import Flush
+from ._parts import HeldParts, PartTaker
 from .groups import Groups, load_groups
 
 NAME = "groups"
@@ -85,7 +83,7 @@ class _GroupState:
     rr: dict = field(default_factory=dict)        # position -> {peer: RR} (not committed)
     piggyback: dict = field(default_factory=dict)  # peer -> RR to send on the next message
     last: tuple | None = None                     # position of the last group checkpoint
-    parts: dict = field(default_factory=dict)     # position -> (blob, kept future)
+    parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
     collected: int = 0                            # log entries dropped by garbage collection
 
 
@@ -173,8 +171,7 @@ class GroupCoordination(Protocol):
                       if not gc.groups.same_group(self.rank, x)}
         t0 = time.perf_counter()
         blob = ft.snapshot()
-        kept = asyncio.get_running_loop().create_future()
-        gc.parts[pos] = (blob, kept)
+        kept = gc.parts.hold(pos, blob)
         n_log, log_bytes = self.log_size()
         await ft.link.report_now(ft.events.make(
             "group_checkpoint_part", group=gc.groups.group_of(self.rank), position=pos,
@@ -183,9 +180,7 @@ class GroupCoordination(Protocol):
         await kept
 
     def ft_rpc_group_part(self, position) -> bytes:
-        blob, kept = self._gc.parts.pop(tuple(position))
-        kept.set_result(None)
-        return blob
+        return self._gc.parts.give(tuple(position))
 
     def ft_rpc_group_commit(self, position) -> None:
         """The group checkpoint at ``position`` is complete: piggyback its RR values."""
@@ -226,10 +221,7 @@ class GroupCoordination(Protocol):
     def on_control(self, env) -> None:
         if env.comm != NAME:
             return super().on_control(env)
-        op, data = self.ft.control_data(env)
-        if op != "marker":
-            raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
-        self._gc.flush.on_marker(env.src, data)
+        self._gc.flush.take_marker(self.ft, env)
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
@@ -269,7 +261,7 @@ class GroupRecovery:
         self.groups = load_groups(coordinator.options.get("groups"), coordinator.n)
         self.pending: dict[tuple, _GroupSet] = {}   # (group, position) -> parts so far
         self.latest: dict[int, _GroupSet] = {}      # group -> newest complete set
-        self.busy: set[asyncio.Task] = set()
+        self.parts = PartTaker(coordinator, "group_part")
 
     def on_report(self, event) -> None:
         if event.kind != "group_checkpoint_part":
@@ -278,20 +270,15 @@ class GroupRecovery:
         ck = self.pending.get((g, pos))
         if ck is None:
             ck = self.pending[(g, pos)] = _GroupSet(g, pos, len(self.groups.members(event.rank)))
-        task = asyncio.ensure_future(self._take(ck, event.rank))
-        self.busy.add(task)
-        task.add_done_callback(self.busy.discard)
-        task.takes_part = True
+        self.parts.take(event.rank, pos, lambda handle: self._kept(ck, event.rank, handle))
 
-    async def _take(self, ck: _GroupSet, rank: int) -> None:
+    async def _kept(self, ck: _GroupSet, rank: int, handle) -> None:
+        """Rank ``rank``'s part is kept; the group's set is complete with all of them."""
         c = self.c
-        try:
-            ck.handles[rank] = await c.fabric.call_kept(c.handles[rank], "group_part", ck.position)
-        except RankDied:
-            return
+        ck.handles[rank] = handle
         if len(ck.handles) < ck.size:
             return
-        del self.pending[(ck.group, ck.position)]
+        self.pending.pop((ck.group, ck.position), None)
         old = self.latest.get(ck.group)
         if old is None or ck.position > old.position:
             self.latest[ck.group] = ck
@@ -301,9 +288,7 @@ class GroupRecovery:
                                for r in ck.handles), return_exceptions=True)
 
     async def finish(self) -> None:
-        takes = [t for t in self.busy if getattr(t, "takes_part", False)]
-        if takes:
-            await asyncio.gather(*takes, return_exceptions=True)
+        await self.parts.finish()
 
     async def recover(self, failed: set[int]) -> None:
         c = self.c
@@ -312,8 +297,9 @@ class GroupRecovery:
         c.events.record("group_rollback", groups=hit, ranks=ranks,
                         positions={g: (self.latest[g].position if g in self.latest else None)
                                    for g in hit})
+        self.parts.cancel(set(ranks))  # parts of the lost execution
         for key in [k for k in self.pending if k[0] in hit]:
-            del self.pending[key]  # parts of the lost execution
+            del self.pending[key]
         await asyncio.gather(*(c.respawn(r) for r in ranks))
         await c.rewire()
         for r in ranks:

@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors._coordinator import NewFailure, RankDied
+from ftactors._coordinator import NewFailure
 from ftactors._checkpoints import (load_latest, position_index, prune_sets, seal_set,
                                    store_part)
 from ftactors._errors import ConfigError, ProtocolError
@@ -65,6 +65,7 @@ from ftactors._protocol import Protocol
 from ftactors._storage import open_store
 
 from ._flush import Flush
+from ._parts import HeldParts, PartTaker
 
 NAME = "ready_flush"
 STORAGES = ("object", "stable", "both")
@@ -103,7 +104,7 @@ class _Ready:
     undecided: dict = field(default_factory=dict)   # request id -> future of K (or None)
     targets: set = field(default_factory=set)       # decided positions not reached yet
     last: tuple | None = None                        # position of the last checkpoint taken
-    parts: dict = field(default_factory=dict)        # position -> blob the coordinator takes
+    parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
     stop: asyncio.Future | None = None               # migration: resolved where MP stops
     resume: asyncio.Future | None = None             # migration aborted: MP goes on
 
@@ -201,8 +202,7 @@ class ReadyMessageFlush(Protocol):
         index = position_index(pos)
         taken = None
         if st.settings["storage"] in ("object", "both"):
-            taken = asyncio.get_running_loop().create_future()
-            st.parts[pos] = (blob, taken)  # until the coordinator takes it (ready_part)
+            taken = st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
         if st.store is not None:
             await asyncio.to_thread(store_part, st.store, "", index, self.rank, blob)
         # waited for: the coordinator holds every part reported before main() returns
@@ -219,9 +219,7 @@ class ReadyMessageFlush(Protocol):
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
         which keeps it in the object store (it then outlives this rank)."""
-        blob, taken = self._ready.parts.pop(tuple(position))
-        taken.set_result(None)
-        return blob
+        return self._ready.parts.give(tuple(position))
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint (any rank, any time; it is taken at a
@@ -305,10 +303,7 @@ class ReadyMessageFlush(Protocol):
     def on_control(self, env) -> None:
         if env.comm != NAME:
             return super().on_control(env)
-        op, data = self.ft.control_data(env)
-        if op != "marker":
-            raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
-        self._ready.flush.on_marker(env.src, data)
+        self._ready.flush.take_marker(self.ft, env)
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
@@ -357,7 +352,8 @@ class ReadyFlushCoordinator:
         self.latest: _Set | None = None
         self.lock = asyncio.Lock()  # one request or migration at a time
         self.sealing = asyncio.Lock()  # completions in order (pruning sees sealed sets)
-        self.busy: set[asyncio.Task] = set()
+        self.busy: set[asyncio.Task] = set()  # requests and moves
+        self.parts = PartTaker(coordinator, "ready_part")
         self._ids = itertools.count()
 
     # ------------------------------------------------------------- checkpoints
@@ -385,17 +381,12 @@ class ReadyFlushCoordinator:
         ck.bytes += d["bytes"]
         ck.flush_s = max(ck.flush_s, d["flush_s"])
         ck.save_s = max(ck.save_s, d["save_s"])
-        self._spawn(self._take(ck, event.rank)).takes_part = True
+        self.parts.take(event.rank, ck.position,
+                        lambda handle: self._kept(ck, event.rank, handle),
+                        fetch=self.settings["storage"] != "stable")
 
-    async def _take(self, ck: _Set, rank: int) -> None:
-        """Keep rank ``rank``'s part (object storage); the set is complete with all."""
-        handle = None
-        if self.settings["storage"] != "stable":
-            try:
-                handle = await self.c.fabric.call_kept(self.c.handles[rank], "ready_part",
-                                                       ck.position)
-            except RankDied:
-                return  # the set stays incomplete; the failure is being handled
+    async def _kept(self, ck: _Set, rank: int, handle) -> None:
+        """Rank ``rank``'s part is kept; the set is complete with all of them."""
         ck.handles[rank] = handle
         if len(ck.handles) == self.c.n:
             await self._complete(ck)
@@ -495,6 +486,7 @@ class ReadyFlushCoordinator:
         c = self.c
         for task in list(self.busy):
             task.cancel()  # requests and moves of the lost execution
+        self.parts.cancel()
         for ck in self.sets.values():
             if not ck.done.done():
                 ck.done.set_result(None)  # a waiting run.checkpoint() asks again
@@ -532,9 +524,7 @@ class ReadyFlushCoordinator:
     async def finish(self) -> None:
         """The run is over: let the checkpoints whose parts are all reported complete
         (requests still in flight are moot)."""
-        takes = [t for t in self.busy if getattr(t, "takes_part", False)]
-        if takes:
-            await asyncio.gather(*takes, return_exceptions=True)
+        await self.parts.finish()
 
     # --------------------------------------------------------------- migration
     async def migrate(self, rank: int, node: str | None = None) -> dict:
