@@ -412,25 +412,7 @@ class Endpoint:
         pending (an ``irecv`` not waited for yet) cannot be saved: the code that posted it
         does not run again after a restore, so that is a ProtocolError.
         """
-        if self.matcher.pending():
-            raise ProtocolError(
-                f"rank {self.rank}: {self.matcher.pending()} receive(s) still pending at the "
-                f"snapshot; complete irecv requests before the next safe point")
-        if self._in_loop and self._consumed_since:
-            if self._base is None or self._since_safe_point is None:
-                raise ProtocolError(
-                    "a snapshot between safe points (after receiving since the last one) "
-                    "needs keep_base = True from the start and a protocol that records "
-                    "deliveries")
-            parts = dict(self._base)
-            parts["received"] = list(self.received)
-            replay = parts["prefix_log"] + list(self._since_safe_point)
-        else:
-            parts = self._snapshot_parts()
-            replay = list(parts["prefix_log"])
-        parts["replay"] = replay + self.matcher.queued()
-        parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
-        return _storage.dumps(parts)
+        return _storage.dumps(self._state(protocol_state))
 
     def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]:
         """The rank's state at this safe point for a move to another process, as
@@ -439,15 +421,33 @@ class Endpoint:
         (``Link.share``) and ``load`` takes the pair. Not sealed: it goes from memory to
         memory and is never stored (checkpoints use ``snapshot``); the rank must not
         change its registered state until the pair is shipped."""
-        if self._in_loop and self._consumed_since or self.matcher.pending():
-            raise ProtocolError(f"rank {self.rank}: a transfer needs a safe point with no "
-                                f"receive pending")
         buffers: list = []
-        parts = self._snapshot_parts(buffers)
-        parts["replay"] = list(parts["prefix_log"]) + self.matcher.queued()
-        parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
+        parts = self._state(protocol_state, buffers)
         parts["buffers"] = len(buffers)
         return cloudpickle.dumps(parts, protocol=5), [b.raw() for b in buffers]
+
+    def _state(self, protocol_state: dict | None, buffers: list | None = None) -> dict:
+        """What ``snapshot`` and ``transfer`` save; ``buffers`` collects the registered
+        values' out-of-band buffers (a safe point only)."""
+        if self.matcher.pending():
+            raise ProtocolError(
+                f"rank {self.rank}: {self.matcher.pending()} receive(s) still pending at the "
+                f"snapshot; complete irecv requests before the next safe point")
+        if self._in_loop and self._consumed_since:
+            if self._base is None or self._since_safe_point is None or buffers is not None:
+                raise ProtocolError(
+                    "a snapshot between safe points (after receiving since the last one) "
+                    "needs keep_base = True from the start and a protocol that records "
+                    "deliveries; a transfer needs a safe point")
+            parts = dict(self._base)
+            parts["received"] = list(self.received)
+            replay = parts["prefix_log"] + list(self._since_safe_point)
+        else:
+            parts = self._snapshot_parts(buffers)
+            replay = list(parts["prefix_log"])
+        parts["replay"] = replay + self.matcher.queued()
+        parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
+        return parts
 
     def blank_snapshot(self, rank: int) -> bytes:
         """See ``blank_snapshot`` (module level)."""
