@@ -169,15 +169,16 @@ class Coordinator:
         for rank in range(self.n):
             self.start_rank(rank, None if self.restore is None else
                             {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n})
-        helpers = [asyncio.ensure_future(self._kill_later(k)) for k in self.kills
-                   if k.time_s is not None and k.incarnation == 0]
+        work = [self._kill_later(k) for k in self.kills
+                if k.time_s is not None and k.incarnation == 0]
         if self.heartbeat_interval_s:
-            helpers.append(asyncio.ensure_future(self._heartbeats()))
+            work.append(self._heartbeats())
         if self.progress is not None:
-            helpers.append(asyncio.ensure_future(self._report_progress()))
+            work.append(self._report_progress())
         service = getattr(self.policy, "service", None)
         if service is not None:
-            helpers.append(asyncio.ensure_future(service()))
+            work.append(service())
+        self._helpers.update(asyncio.ensure_future(w) for w in work)
         try:
             while len(self._done) < self.n or self._failed:
                 if self._failed:
@@ -196,7 +197,7 @@ class Coordinator:
         finally:
             for task in sorted(self._runs, key=self._runs.get):
                 task.cancel()
-            for task in [*helpers, *self._helpers]:
+            for task in self._helpers:
                 task.cancel()
         return self._results
 
