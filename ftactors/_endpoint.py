@@ -132,6 +132,7 @@ class Endpoint:
         self._base: dict | None = None
         self.keep_base = False
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
+        self.restore_notes: dict = {}  # what the recovery policy sent with that restore
         # set by the host: protocol tasks, chaos kills at safe points
         self.spawn: Callable[[Any], asyncio.Task] | None = None
         self.kill_iterations: set[int] = set()
@@ -403,8 +404,13 @@ class Endpoint:
             "prefix_log": list(self._prefix_log),
         }
 
-    def snapshot(self, protocol_state: dict | None = None) -> bytes:
+    def snapshot(self, protocol_state: dict | None = None,
+                 cut: dict[int, int] | None = None) -> bytes:
         """The rank's recoverable state now, as a sealed blob (see module docstring).
+
+        ``cut`` {peer: n}: count only the first n messages from each of these peers as
+        received, and leave the later ones out of the queued messages (a channel flush's
+        cut: they were sent after the peer's own snapshot, which will send them again).
 
         Taken at a safe point it needs nothing else. Taken between safe points (only when
         ``keep_base`` is on) it is the last safe point's state plus the messages received
@@ -412,7 +418,7 @@ class Endpoint:
         pending (an ``irecv`` not waited for yet) cannot be saved: the code that posted it
         does not run again after a restore, so that is a ProtocolError.
         """
-        return _storage.dumps(self._state(protocol_state))
+        return _storage.dumps(self._state(protocol_state, cut=cut))
 
     def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]:
         """The rank's state at this safe point for a move to another process, as
@@ -426,9 +432,10 @@ class Endpoint:
         parts["buffers"] = len(buffers)
         return cloudpickle.dumps(parts, protocol=5), [b.raw() for b in buffers]
 
-    def _state(self, protocol_state: dict | None, buffers: list | None = None) -> dict:
+    def _state(self, protocol_state: dict | None, buffers: list | None = None,
+               cut: dict[int, int] | None = None) -> dict:
         """What ``snapshot`` and ``transfer`` save; ``buffers`` collects the registered
-        values' out-of-band buffers (a safe point only)."""
+        values' out-of-band buffers (a safe point only); ``cut``: see ``snapshot``."""
         if self.matcher.pending():
             raise ProtocolError(
                 f"rank {self.rank}: {self.matcher.pending()} receive(s) still pending at the "
@@ -445,7 +452,12 @@ class Endpoint:
         else:
             parts = self._snapshot_parts(buffers)
             replay = list(parts["prefix_log"])
-        parts["replay"] = replay + self.matcher.queued()
+        queued = self.matcher.queued()
+        if cut:
+            queued = [e for e in queued if e.src not in cut or e.app_seq < cut[e.src]]
+            for src, n in cut.items():
+                parts["received"][src] = n
+        parts["replay"] = replay + queued
         parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
         return parts
 

@@ -198,7 +198,7 @@ class ReadyMessageFlush(Protocol):
                              by=sorted(r for r, d in markers.items() if d == ABORT))
             return
         st.last = pos
-        blob = ft.snapshot()
+        blob = ft.snapshot(cut=st.flush.last_cut)
         index = position_index(pos)
         taken = None
         if st.settings["storage"] in ("object", "both"):

@@ -267,7 +267,7 @@ class StandbyReplacement(Protocol):
         if self.rank == 0 and st.unsealed is not None:
             # every rank wrote its part of the previous round before sending this marker
             await self._seal_stable(st.unsealed)
-        blob = ft.snapshot()
+        blob = ft.snapshot(cut=st.flush.last_cut)
         _keep(st.own, round_id, blob)
         holder = partner(self.rank, self.size)
         if holder != self.rank:
@@ -305,7 +305,7 @@ class StandbyReplacement(Protocol):
         op, data = self.ft.control_data(env)
         st = self._standby
         if op == "marker":
-            st.flush.on_marker(env.src, data)
+            st.flush.on_marker(self.ft, env.src, data)
         elif op == "copy":
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
