@@ -124,7 +124,9 @@ class RankHost:
 
     async def _install(self, restore: dict, epoch: int) -> None:
         """Become incarnation ``epoch`` from ``restore``: ``{"snapshot": share handle,
-        "peer_epochs": [epoch of every rank]}``."""
+        "peer_epochs": [epoch of every rank]}``, and optionally ``"notes"``: what the
+        recovery policy tells the restored protocols beyond the snapshot (e.g. which
+        messages their peers already have), read in ``on_restored``."""
         ep = self.ep
         blob = await self.link.fetch(restore["snapshot"])
         parts = ep.load(blob)
@@ -133,6 +135,7 @@ class RankHost:
                 ep.set_peer_epoch(rank, peer_epoch)
         ep.restore(parts, epoch)
         ep.restored_from = (parts["position"], blob)
+        ep.restore_notes = restore.get("notes", {})
         self.obj.comm = Communicator(ep, WORLD, tuple(range(self.spec.size)))
         ep.events.record("restored", epoch=epoch, position=parts["position"])
         await self.obj.on_restored()

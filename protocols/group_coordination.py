@@ -32,9 +32,12 @@ member's restart line already holds them.
 from its last complete group checkpoint (or the start), in new actors; every other rank
 goes on. Each rank outside the restarted group learns the new incarnations and resends
 from its log what the restarted ranks had not received at their checkpoint (their
-restored R); what they send again that the others already have is dropped by the
-receivers' sequence numbers (the "skip" of Algorithm 1, done at the receiver). Messages
-between two restarted groups are resent from the restored logs the same way. Piecewise
+restored R). Before they run again, the restarted ranks are told every peer's R for
+them, and skip sending the messages below it (the "skip" of Algorithm 1: R is gathered
+before the restart and only grows, so a skipped message is one its receiver holds);
+a skipped message is still logged, since its receiver may later roll back past it.
+Messages between two restarted groups are resent from the restored logs the same way.
+Whatever the skip misses is still dropped by the receivers' sequence numbers. Piecewise
 determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
 messages with the same numbers.
 """
@@ -85,6 +88,9 @@ class _GroupState:
     last: tuple | None = None                     # position of the last group checkpoint
     parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
     collected: int = 0                            # log entries dropped by garbage collection
+    skip: dict = field(default_factory=dict)      # dst -> messages it holds (after a restart)
+    skipped: int = 0                              # messages not sent again thanks to skip
+    fenced: dict = field(default_factory=dict)    # restarting rank -> sent to it at the fence
 
 
 class GroupCoordination(Protocol):
@@ -121,11 +127,20 @@ class GroupCoordination(Protocol):
         env = super().on_send(env)
         if env is None:
             return None
-        gc = self._gc
-        if not gc.groups.same_group(self.rank, env.dst):
-            gc.log.setdefault(env.dst, {})[env.app_seq] = Envelope(
-                APP, env.src, env.dst, env.comm, env.tag, env.app_seq, env.payload)
-            rr = gc.piggyback.pop(env.dst, None)
+        gc, dst = self._gc, env.dst
+        inter = not gc.groups.same_group(self.rank, dst)
+        if inter:
+            gc.log.setdefault(dst, {})[env.app_seq] = Envelope(
+                APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload)
+        if dst in gc.skip:
+            if env.app_seq < gc.skip[dst]:
+                gc.skipped += 1
+                return None
+            del gc.skip[dst]
+            if not gc.skip:
+                self.ft.events.record("group_skipped", messages=gc.skipped)
+        if inter:
+            rr = gc.piggyback.pop(dst, None)
             if rr is not None:
                 env.piggyback = {**(env.piggyback or {}), NAME: rr}
         return env
@@ -170,7 +185,7 @@ class GroupCoordination(Protocol):
         gc.rr[pos] = {x: ft.received[x] for x in range(self.size)
                       if not gc.groups.same_group(self.rank, x)}
         t0 = time.perf_counter()
-        blob = ft.snapshot()
+        blob = ft.snapshot(cut=gc.flush.last_cut)
         kept = gc.parts.hold(pos, blob)
         n_log, log_bytes = self.log_size()
         await ft.link.report_now(ft.events.make(
@@ -195,26 +210,33 @@ class GroupCoordination(Protocol):
         """R_X of this (restored) rank for every X."""
         return list(self.ft.received)
 
-    def ft_rpc_group_resend(self, epochs: dict, received: dict) -> int:
-        """Ranks restarted: ``epochs`` {rank: new incarnation}; ``received`` {rank: how
-        many messages from this rank it holds}. Resend from the log what they lack, in
-        order; returns how many."""
+    def ft_rpc_group_fence(self, epochs: dict) -> list[int]:
+        """Ranks restart as ``epochs`` {rank: new incarnation}: from now on drop what their
+        old lives still had in flight, and return R_X for every X (final for them until
+        their new lives send)."""
+        ft = self.ft
+        for rank, epoch in epochs.items():
+            ft.set_peer_epoch(int(rank), epoch)
+            self._gc.fenced[int(rank)] = ft.sent[int(rank)]
+        return list(ft.received)
+
+    def ft_rpc_group_resend(self, received: dict) -> int:
+        """``received`` {restarted rank: how many messages from this rank it holds}:
+        resend from the log what they lack, in order, up to the fence (what was sent
+        after it went to the new incarnation already); returns how many."""
         ft, gc = self.ft, self._gc
         resent = 0
-        for rank, epoch in epochs.items():
+        for rank, since in received.items():
             rank = int(rank)
-            if rank == self.rank:
+            if rank == self.rank or gc.groups.same_group(self.rank, rank):
                 continue
-            ft.set_peer_epoch(rank, epoch)
-            if gc.groups.same_group(self.rank, rank):
-                continue
-            since = received[rank]
-            for seq in sorted(s for s in gc.log.get(rank, {}) if s >= since):
+            upto = gc.fenced.pop(rank, ft.sent[rank])
+            for seq in sorted(s for s in gc.log.get(rank, {}) if since <= s < upto):
                 env = gc.log[rank][seq]
                 ft.transmit(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
                                      env.payload))
                 resent += 1
-        ft.events.record("group_resent", to=sorted(int(r) for r in epochs), messages=resent)
+        ft.events.record("group_resent", to=sorted(int(r) for r in received), messages=resent)
         return resent
 
     # ------------------------------------------------------------------ state
@@ -238,8 +260,13 @@ class GroupCoordination(Protocol):
         gc.piggyback = dict(mine["piggyback"])
 
     async def on_restored(self) -> None:
-        self._gc.flush.reset()
-        self._gc.rr.clear()
+        gc = self._gc
+        gc.flush.reset()
+        gc.rr.clear()
+        gc.skip = {int(x): n for x, n in self.ft.restore_notes.get(NAME, {}).items()
+                   if n > self.ft.sent[int(x)]}
+        if gc.skip:
+            self.ft.events.record("group_skip", upto=dict(gc.skip))
         await super().on_restored()
         self.ft.restored_from = None
 
@@ -302,15 +329,19 @@ class GroupRecovery:
             del self.pending[key]
         await asyncio.gather(*(c.respawn(r) for r in ranks))
         await c.rewire()
+        epochs = {r: c.epochs[r] for r in ranks}
+        others = [x for x in range(c.n) if x not in ranks]
+        holds = dict(zip(others, await asyncio.gather(*(c.call(x, "group_fence", epochs)
+                                                        for x in others))))
         for r in ranks:
             ck = self.latest.get(self.groups.group_of(r))
             handle = c.blank(r) if ck is None else ck.handles[r]
-            c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs)})
+            c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs),
+                             "notes": {NAME: {x: held[r] for x, held in holds.items()}}})
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
-        epochs = {r: c.epochs[r] for r in ranks}
         resent = await asyncio.gather(*(
-            c.call(x, "group_resend", epochs, {r: got[i][x] for i, r in enumerate(ranks)})
+            c.call(x, "group_resend", {r: got[i][x] for i, r in enumerate(ranks)})
             for x in range(c.n)))
         c.events.record("group_resumed", groups=hit, resent=sum(resent))
         c.refill_spares()
