@@ -56,8 +56,8 @@ class Flush:
         while not peers <= self._got.get(round_id, {}).keys():
             self._arrived.clear()
             await self._arrived.wait()
-        self.last_cut = self._cuts.pop(round_id)
-        return self._got.pop(round_id)
+        self.last_cut = self._cuts.pop(round_id, {})
+        return self._got.pop(round_id, {})  # no peers (a group of one): nothing to wait for
 
     def reset(self) -> None:
         """Forget every round (after a rollback the peers start over)."""

@@ -90,7 +90,9 @@ class _GroupState:
     collected: int = 0                            # log entries dropped by garbage collection
     skip: dict = field(default_factory=dict)      # dst -> messages it holds (after a restart)
     skipped: int = 0                              # messages not sent again thanks to skip
+    logged: list = field(default_factory=lambda: [0, 0])  # messages, bytes ever logged
     fenced: dict = field(default_factory=dict)    # restarting rank -> sent to it at the fence
+    expect: dict | None = None                    # after a restart: peer -> resends end
 
 
 class GroupCoordination(Protocol):
@@ -132,6 +134,8 @@ class GroupCoordination(Protocol):
         if inter:
             gc.log.setdefault(dst, {})[env.app_seq] = Envelope(
                 APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload)
+            gc.logged[0] += 1
+            gc.logged[1] += env.payload.nbytes
         if dst in gc.skip:
             if env.app_seq < gc.skip[dst]:
                 gc.skipped += 1
@@ -148,6 +152,8 @@ class GroupCoordination(Protocol):
     def on_receive(self, env: Envelope) -> Envelope | None:
         if env.piggyback and NAME in env.piggyback:
             self._collect(env.src, env.piggyback[NAME])
+        if self._gc.expect is not None:
+            self._check_caught_up()
         return super().on_receive(env)
 
     def _collect(self, peer: int, upto: int) -> None:
@@ -223,21 +229,48 @@ class GroupCoordination(Protocol):
     def ft_rpc_group_resend(self, received: dict) -> int:
         """``received`` {restarted rank: how many messages from this rank it holds}:
         resend from the log what they lack, in order, up to the fence (what was sent
-        after it went to the new incarnation already); returns how many."""
+        after it went to the new incarnation already); returns how many, and where the
+        resends end for each of them."""
         ft, gc = self.ft, self._gc
-        resent = 0
+        resent = nbytes = 0
+        upto = {}
         for rank, since in received.items():
             rank = int(rank)
             if rank == self.rank or gc.groups.same_group(self.rank, rank):
                 continue
-            upto = gc.fenced.pop(rank, ft.sent[rank])
-            for seq in sorted(s for s in gc.log.get(rank, {}) if since <= s < upto):
+            end = gc.fenced.pop(rank, ft.sent[rank])
+            for seq in sorted(s for s in gc.log.get(rank, {}) if since <= s < end):
                 env = gc.log[rank][seq]
                 ft.transmit(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
                                      env.payload))
                 resent += 1
-        ft.events.record("group_resent", to=sorted(int(r) for r in received), messages=resent)
-        return resent
+                nbytes += env.payload.nbytes
+            upto[rank] = end
+        ft.events.record("group_resent", to=sorted(int(r) for r in received), messages=resent,
+                         bytes=nbytes)
+        return {"messages": resent, "upto": upto}
+
+    def ft_rpc_group_expect(self, upto: dict) -> None:
+        """The resends end at ``upto`` {peer: app_seq}: record ``group_caught_up`` once
+        every one of them is here (the restarted rank is back to normal execution)."""
+        self._gc.expect = {int(x): n for x, n in upto.items() if self.ft.received[int(x)] < n}
+        self._check_caught_up()
+
+    def _check_caught_up(self) -> None:
+        gc = self._gc
+        if gc.expect is None:
+            return
+        for x in [x for x, n in gc.expect.items() if self.ft.received[x] >= n]:
+            del gc.expect[x]
+        if not gc.expect:
+            gc.expect = None
+            self.ft.events.record("group_caught_up")
+
+    async def on_finish(self) -> None:
+        gc = self._gc
+        self.ft.events.record("group_log_total", messages=gc.logged[0], bytes=gc.logged[1],
+                              collected=gc.collected, skipped=gc.skipped)
+        await super().on_finish()
 
     # ------------------------------------------------------------------ state
     def on_control(self, env) -> None:
@@ -343,7 +376,12 @@ class GroupRecovery:
         resent = await asyncio.gather(*(
             c.call(x, "group_resend", {r: got[i][x] for i, r in enumerate(ranks)})
             for x in range(c.n)))
-        c.events.record("group_resumed", groups=hit, resent=sum(resent))
+        await asyncio.gather(*(
+            c.call(r, "group_expect", {x: done["upto"][r] for x, done in enumerate(resent)
+                                       if r in done["upto"]})
+            for r in ranks))
+        c.events.record("group_resumed", groups=hit,
+                        resent=sum(done["messages"] for done in resent))
         c.refill_spares()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHES = ("transport", "sim", "apps", "recovery", "erasure", "checkpoint", "migrate")
+BENCHES = ("transport", "sim", "apps", "recovery", "erasure", "checkpoint", "migrate", "groups")
 """Names of the benchmark modules in this package."""
 
 

@@ -35,6 +35,7 @@ class LocalFabric:
     """In-process hosts, wired through the event loop."""
 
     name = "local"
+    link_class = LocalLink
 
     def __init__(self, options: dict):
         self.options = options
@@ -54,7 +55,8 @@ class LocalFabric:
         self.loop = asyncio.get_running_loop()
 
     async def spawn(self, spec: RankSpec) -> RankHost:
-        host = RankHost(spec, LocalLink(self, spec.rank), lambda: self._die_inside(spec.rank))
+        host = RankHost(spec, self.link_class(self, spec.rank),
+                        lambda: self._die_inside(spec.rank))
         self.hosts[spec.rank] = host
         self.dead.discard(spec.rank)
         self.hung.discard(spec.rank)

@@ -6,19 +6,32 @@ the same seed reproduces the same run exactly (same event log, same results). Ea
 arrives after ``latency + bytes / bandwidth`` plus a seeded random jitter, so batches can
 overtake each other as on Ray and the channels' reordering is exercised. Compute costs
 nothing in virtual time unless a rank sleeps (``await asyncio.sleep(t)`` is virtual).
+A restored rank pays for fetching its snapshot like for a message of that size (a
+replacement loads its image over the network), so recoveries take virtual time too.
 """
 from __future__ import annotations
 
+import asyncio
 import random
 
 from .._envelope import Envelope
-from .local import LocalFabric
+from .local import LocalFabric, LocalLink
 
 DEFAULTS = {"sim_latency_s": 5e-6, "sim_bandwidth_Bps": 1e9, "sim_jitter_s": 5e-6}
 
 
+class SimLink(LocalLink):
+    async def fetch(self, handle):
+        """The data behind a handle, after the time it takes to cross the network."""
+        data = handle[0] if isinstance(handle, tuple) else handle
+        nbytes = len(data) + (sum(len(b) for b in handle[1]) if isinstance(handle, tuple) else 0)
+        await asyncio.sleep(self.fabric.latency_s + nbytes / self.fabric.bandwidth)
+        return handle
+
+
 class SimFabric(LocalFabric):
     name = "sim"
+    link_class = SimLink
 
     def __init__(self, options: dict, seed: int):
         super().__init__(options)

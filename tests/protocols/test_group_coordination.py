@@ -48,6 +48,7 @@ def test_only_the_failed_group_rolls_back(transport, seed, flood_reference):
     assert sorted(skips) == [2, 3] and all(set(s) == {0, 1, 4, 5} for s in skips.values())
     assert sum(e.detail["messages"] for e in r.events_of("group_skipped")) > 0
     assert r.metrics["duplicates_dropped"] == 0
+    assert ranks_of(r, "group_caught_up") == [2, 3]
 
 
 def test_two_groups_fail_together_and_resend_to_each_other(flood_reference):
