@@ -32,6 +32,8 @@ CORE_OPTIONS = {
     "sim_latency_s": "sim: per-message latency (s)",
     "sim_bandwidth_Bps": "sim: link bandwidth (bytes/s)",
     "sim_jitter_s": "sim: uniform random extra delay per batch (s), from the seed",
+    "sim_send_overhead_s": "sim: a sender's time per message on the wire, one at a time "
+                           "(s; default 0)",
 }
 
 

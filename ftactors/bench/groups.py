@@ -8,10 +8,11 @@ groups Algorithm 2 finds in a trace of a failure-free run, ``protocols/groups.py
 Workload (``GridWorkload``): ranks on a P x Q grid, row-major (rank = i * Q + j), like
 HPL's process grid. Every iteration a rank "computes" for ``--compute-ms`` times
 (1 + ``--jitter`` x a seeded uniform draw per rank and iteration: the uneven progress of
-real ranks), exchanges ``--heavy-kib`` with both neighbours in its process column (the
-tight coupling of a panel broadcast) and sends ``--light-kib`` to its right neighbour in
-its row, which that neighbour receives one iteration later (loose coupling between
-columns). Q is the largest power of two <= sqrt(n) that divides n, so 32 ranks are HPL's
+real ranks); in its process column (a ``split`` communicator) a panel of
+``--heavy-kib`` is broadcast from a rotating root and a pivot is found by ``allreduce``,
+as in HPL's panel factorisation (heavy traffic, and the column moves in step); and it
+sends ``--light-kib`` to its right neighbour in its row, which that neighbour receives
+one iteration later (loose coupling between columns). Q is the largest power of two <= sqrt(n) that divides n, so 32 ranks are HPL's
 8 x 4 grid of the paper's Table 1 and GP finds its four columns.
 
 Per rank count and formation, two runs of ``class _(GroupCoordination, GridWorkload)``
@@ -57,7 +58,7 @@ from ftactors.protocols.groups import pairs_from_trace, suggest_groups
 from .transport import machine_info
 
 KIB = 1024
-COLUMN, ROW = 3, 4  # tags
+ROW = 4  # tag
 FORMATIONS = ("NORM", "GP1", "GP4", "GP")
 
 
@@ -70,27 +71,29 @@ def grid_shape(n: int) -> tuple[int, int]:
 
 
 class GridWorkload(ft.Rank):
-    """Heavy traffic inside process columns, light and loose traffic along rows."""
+    """HPL's pattern: a panel broadcast and a pivot allreduce inside each process
+    column (heavy, and a synchronisation of the column), a light message along rows
+    received an iteration later (loose coupling between columns)."""
 
     async def main(self, iterations: int, compute_s: float, jitter: float, heavy: int,
                    light: int, state: int, seed: int = 0) -> dict:
         comm, r, n = self.comm, self.rank, self.size
         p, q = grid_shape(n)
         i, j = divmod(r, q)
-        up, down = ((i - 1) % p) * q + j, ((i + 1) % p) * q + j
+        column = await comm.split(color=j, key=i)
         right, left = i * q + (j + 1) % q, i * q + (j - 1) % q
         self.register("state", np.full(max(1, state // 8), float(r)))
-        big, small = np.full(max(1, heavy // 8), float(r)), np.full(max(1, light // 8), 1.0)
+        panel, small = np.full(max(1, heavy // 8), float(r)), np.full(max(1, light // 8), 1.0)
         async for it in self.iterations(iterations):
             if it > 0 and q > 1:
                 self.state[0] += (await comm.recv(source=left, tag=ROW))[0]
             draw = random.Random(seed * 1_000_003 + r * 10_007 + it).random()
             await asyncio.sleep(compute_s * (1 + jitter * draw))
             if p > 1:
-                for dest, src in ((down, up), (up, down)):
-                    got = await comm.sendrecv(big, dest=dest, sendtag=COLUMN, source=src,
-                                              recvtag=COLUMN)
-                    self.state[1 % self.state.size] += got[0]
+                root = it % p
+                got = await column.bcast(panel if i == root else None, root=root)
+                pivot = await column.allreduce(float(got[0]) + i, op=ft.MAX)
+                self.state[1 % self.state.size] += pivot
             if q > 1 and it < iterations - 1:
                 await comm.send(small, dest=right, tag=ROW)
         return {"checksum": float(self.state.sum())}
@@ -104,6 +107,11 @@ def formation(name: str, n: int, trace_groups: list[list[int]]):
     """The ``groups`` option of a formation."""
     return {"NORM": "one", "GP1": "single", "GP4": f"fixed:{math.ceil(n / 4)}",
             "GP": trace_groups}[name]
+
+
+def _where(row: dict) -> str:
+    o = f"o={row['send_overhead_us']:g}us" if row["transport"] == "sim" else ""
+    return f"{row['transport']:4} {row['ranks']:5} {o:8}"
 
 
 def _mean(values) -> float:
@@ -174,12 +182,13 @@ def measure(transport: str, n: int, args, options: dict) -> list[dict]:
             if [x["checksum"] for x in r.results] != reference:
                 raise RuntimeError(f"{name} at {n} ranks on {transport}: wrong answer")
         row = {"transport": transport, "ranks": n, "formation": name,
+               "send_overhead_us": options.get("sim_send_overhead_s", 0) * 1e6,
                "groups": len(groups) if isinstance(groups, list) else
                {"NORM": 1, "GP1": n, "GP4": math.ceil(n / math.ceil(n / 4))}[name],
                **checkpoint_figures(free), **restart_figures(hit),
                "overhead": _run_time(free) / _run_time(plain)}
         rows.append(row)
-        print(f"  {transport:4} {n:5} {name:5} groups {row['groups']:4}  ckpt "
+        print(f"  {_where(row)} {name:5} groups {row['groups']:4}  ckpt "
               f"{row['checkpoint_s'] * 1e3:9.3f} ms (coord {row['coordination_s'] * 1e3:9.3f}, "
               f"save {row['save_s'] * 1e3:7.3f})  restart {row['restart_s'] * 1e3:9.3f} ms x "
               f"{row['restarted']:4}  resent {row['resent_messages']:6} msgs "
@@ -218,9 +227,19 @@ def add_arguments(parser) -> None:
                         help="sim: latency per message, microseconds (default 10)")
     parser.add_argument("--sim-bandwidth-gbps", type=float, default=10.0,
                         help="sim: bandwidth, Gbit/s (default 10)")
+    parser.add_argument("--sim-send-overhead-us", default="5,50",
+                        help="sim: a sender's time per message, one at a time, microseconds; "
+                             "a comma-separated list runs each (default 5,50: a fast NIC, "
+                             "and TCP over Gigabit Ethernet as in the paper's cluster)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     parser.add_argument("--timeout-s", type=float, default=600.0,
                         help="per run (default 600)")
+
+
+def _sim_options(args, send_overhead_us: float) -> dict:
+    return {"sim_latency_s": args.sim_latency_us * 1e-6,
+            "sim_bandwidth_Bps": args.sim_bandwidth_gbps * 1e9 / 8,
+            "sim_send_overhead_s": send_overhead_us * 1e-6}
 
 
 def _ranks(text: str) -> list[int]:
@@ -230,30 +249,31 @@ def _ranks(text: str) -> list[int]:
 def main(args) -> int:
     from ..cli import write_json
     try:
-        plan = ([("ray", n) for n in _ranks(args.ray_ranks)]
-                + [("local", n) for n in _ranks(args.local_ranks)]
-                + [("sim", n) for n in _ranks(args.sim_ranks)])
+        overheads = [float(x) for x in args.sim_send_overhead_us.split(",") if x.strip()]
+        plan = ([("ray", n, {}) for n in _ranks(args.ray_ranks)]
+                + [("local", n, {}) for n in _ranks(args.local_ranks)]
+                + [("sim", n, _sim_options(args, o)) for o in overheads
+                   for n in _ranks(args.sim_ranks)])
     except ValueError:
-        print("ftactors bench groups: rank lists are comma-separated ints", file=sys.stderr)
+        print("ftactors bench groups: rank and overhead lists are comma-separated numbers",
+              file=sys.stderr)
         return 2
-    if any(n < 4 for _, n in plan) or args.interval < 1 or args.iterations <= args.interval * 2:
+    if any(n < 4 for _, n, _ in plan) or args.interval < 1 or args.iterations <= args.interval * 2:
         print("ftactors bench groups: needs ranks >= 4, --interval >= 1 and --iterations "
               "> 2 x --interval (a checkpoint before and after the kill)", file=sys.stderr)
         return 2
-    sim = {"sim_latency_s": args.sim_latency_us * 1e-6,
-           "sim_bandwidth_Bps": args.sim_bandwidth_gbps * 1e9 / 8}
     print(f"bench groups: GroupCoordination NORM / GP1 / GP4 / GP, checkpoint every "
           f"{args.interval} of {args.iterations} iterations, {args.compute_ms:g} ms compute "
           f"(+ up to {args.jitter:.0%}), {args.heavy_kib:g} KiB in columns, "
           f"{args.light_kib:g} KiB along rows, {args.state_kib:g} KiB state", flush=True)
     rows = []
-    for transport, n in plan:
-        rows += measure(transport, n, args, sim if transport == "sim" else {})
+    for transport, n, options in plan:
+        rows += measure(transport, n, args, options)
     print("\n  ratios to NORM (target: GP coordination <= 0.2 at >= 32 sim ranks, "
           "GP restart <= 1.5)")
     for row in rows:
         if row["formation"] != "NORM":
-            print(f"  {row['transport']:4} {row['ranks']:5} {row['formation']:5} coordination "
+            print(f"  {_where(row)} {row['formation']:5} coordination "
                   f"{row['coordination_vs_norm']:6.3f}  restart {row['restart_vs_norm']:6.3f}")
     if args.json:
         write_json(args.json, {"bench": "groups", "machine": machine_info(),

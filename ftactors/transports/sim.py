@@ -4,7 +4,10 @@ Ranks are asyncio tasks on a virtual-time loop (``_simloop``): time advances onl
 event to event, so a run of thousands of ranks takes the wall time of its Python work, and
 the same seed reproduces the same run exactly (same event log, same results). Each batch
 arrives after ``latency + bytes / bandwidth`` plus a seeded random jitter, so batches can
-overtake each other as on Ray and the channels' reordering is exercised. Compute costs
+overtake each other as on Ray and the channels' reordering is exercised. With
+``sim_send_overhead_s`` a sender also puts its messages on the wire one at a time, each
+taking that long (LogP's gap): n - 1 messages from one rank then cost n - 1 gaps, which
+is what makes an all-to-all exchange grow with n. Compute costs
 nothing in virtual time unless a rank sleeps (``await asyncio.sleep(t)`` is virtual).
 A restored rank pays for fetching its snapshot like for a message of that size (a
 replacement loads its image over the network), so recoveries take virtual time too.
@@ -17,7 +20,8 @@ import random
 from .._envelope import Envelope
 from .local import LocalFabric, LocalLink
 
-DEFAULTS = {"sim_latency_s": 5e-6, "sim_bandwidth_Bps": 1e9, "sim_jitter_s": 5e-6}
+DEFAULTS = {"sim_latency_s": 5e-6, "sim_bandwidth_Bps": 1e9, "sim_jitter_s": 5e-6,
+            "sim_send_overhead_s": 0.0}
 
 
 class SimLink(LocalLink):
@@ -38,6 +42,9 @@ class SimFabric(LocalFabric):
         self.latency_s = float(options.get("sim_latency_s", DEFAULTS["sim_latency_s"]))
         self.bandwidth = float(options.get("sim_bandwidth_Bps", DEFAULTS["sim_bandwidth_Bps"]))
         self.jitter_s = float(options.get("sim_jitter_s", DEFAULTS["sim_jitter_s"]))
+        self.send_overhead_s = float(options.get("sim_send_overhead_s",
+                                                 DEFAULTS["sim_send_overhead_s"]))
+        self._nic_free: dict[int, float] = {}  # sender -> when its last message is out
         self.rng = random.Random(seed)
 
     def clock(self) -> float:
@@ -51,4 +58,9 @@ class SimFabric(LocalFabric):
             return
         nbytes = sum(e.payload.nbytes for e in envs)
         delay = self.latency_s + nbytes / self.bandwidth + self.rng.random() * self.jitter_s
+        if self.send_overhead_s:  # the sender puts one message on the wire at a time
+            now = self.loop.time()
+            out = max(now, self._nic_free.get(src, now)) + self.send_overhead_s * len(envs)
+            self._nic_free[src] = out
+            delay += out - now
         self.loop.call_later(delay, self._arrive, dst, envs)
