@@ -65,6 +65,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--migrate", action="append", default=[], metavar="RANK@SECONDS[:NODE]",
                    help="move RANK to another node (NODE id; default: another live node) "
                         "SECONDS after the start (repeatable; Ray)")
+    g = p.add_argument_group("group checkpoints (--protocol groups)")
+    g.add_argument("--groups", default=None, metavar="SPEC",
+                   help="a group definition (JSON/YAML file) or one, single, fixed:K, "
+                        "trace:PATH (default: groups of ceil(sqrt(ranks)))")
+    g.add_argument("--group-checkpoint-interval", type=int, default=None, metavar="K",
+                   help="every group checkpoints every K iterations")
 
 
 def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
@@ -99,7 +105,12 @@ def _protocol_options(args) -> dict:
     options = {k: v for k, v in names.items() if v is not None}
     if (options or args.migrate) and args.protocol != "ready-flush":
         raise ValueError("--checkpoint-* and --migrate need --protocol ready-flush")
-    return options
+    grouped = {k: v for k, v in {"groups": args.groups,
+                                 "group_checkpoint_interval": args.group_checkpoint_interval
+                                 }.items() if v is not None}
+    if grouped and args.protocol != "groups":
+        raise ValueError("--groups and --group-checkpoint-interval need --protocol groups")
+    return options | grouped
 
 
 async def _run_moving(cls, moves, **kw):
@@ -210,6 +221,13 @@ def failure_story(result) -> list[str]:
             pos = d["position"]
             lines.append(f"  {ev.time - t0:7.3f}s  restarting every rank from "
                          + ("the start" if pos is None else f"the checkpoint at iteration {pos[1]}"))
+        elif ev.kind == "group_rollback":
+            at = ", ".join(f"group {g} ({'the start' if pos is None else f'iteration {pos[1]}'})"
+                           for g, pos in d["positions"].items())
+            lines.append(f"  {ev.time - t0:7.3f}s  restarting ranks {d['ranks']} only: {at}")
+        elif ev.kind == "group_resumed":
+            lines.append(f"  {ev.time - t0:7.3f}s  {d['resent']} logged message(s) resent; "
+                         "the other groups never stopped")
         elif ev.kind == "recovery_end":
             lines.append(f"  {ev.time - t0:7.3f}s  all ranks RUNNING again")
     return lines

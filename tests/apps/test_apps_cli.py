@@ -117,7 +117,18 @@ def test_ready_flush_checkpoints_restart_from_disk_and_migrate(capsys, tmp_path)
     assert code == 0 and "rank 2 moved" in out
 
 
+def test_group_checkpoints_restart_one_group(capsys):
+    code, out, _ = run(capsys, "stencil", "--ranks", "4", "--protocol", "groups",
+                       "--groups", "fixed:2", "--group-checkpoint-interval", "4",
+                       "--kill", "3:6")
+    assert code == 0 and "VERIFICATION SUCCESSFUL" in out
+    assert "restarting ranks [2, 3] only: group 1 (iteration 4)" in out
+    assert "logged message(s) resent" in out
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--groups", "one"], "need --protocol groups"),
+    (["--protocol", "groups", "--group-checkpoint-interval", "0"], "group_checkpoint_interval"),
     (["--checkpoint-interval", "3"], "need --protocol ready-flush"),
     (["--protocol", "ready-flush", "--migrate", "x"], "RANK@SECONDS"),
     (["--protocol", "ready-flush", "--checkpoint-interval", "0"], "checkpoint_interval"),
