@@ -96,3 +96,28 @@ def test_checkpoint_bench_json(tmp_path):
         assert s["spread_over_allreduce"] > 0
         assert ("notify_to_last_rm_s" in s) == (c["mode"] == "requested")
     assert bench("checkpoint", "--ray-ranks", "none", "--sim-ranks", "1") == 2
+
+
+def test_groups_bench_json(tmp_path):
+    out = tmp_path / "groups.json"
+    assert bench("groups", "--ray-ranks", "none", "--local-ranks", "4", "--sim-ranks", "8",
+                 "--iterations", "5", "--interval", "2", "--compute-ms", "1",
+                 "--sim-send-overhead-us", "5", "--json", str(out)) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["transport"], r["ranks"], r["formation"]) for r in rows] == [
+        (t, n, f) for t, n in (("local", 4), ("sim", 8)) for f in ("NORM", "GP1", "GP4", "GP")]
+    for r in rows:
+        assert r["restarted"] >= 1 and r["checkpoint_s"] > 0 and r["overhead"] > 0
+        assert (r["logged_messages"] == 0) == (r["formation"] == "NORM")
+        assert (r["resent_messages"] == 0) == (r["formation"] == "NORM")
+        assert r["restarted"] == (r["ranks"] if r["formation"] == "NORM" else
+                                  r["ranks"] // r["groups"])
+    # a group of one has nobody to coordinate with: no virtual time passes on sim
+    (gp1,) = [r for r in rows if r["formation"] == "GP1" and r["transport"] == "sim"]
+    assert gp1["coordination_s"] == 0 and gp1["coordination_vs_norm"] == 0
+
+
+def test_groups_bench_rejects_bad_settings():
+    assert bench("groups", "--ray-ranks", "none", "--sim-ranks", "2") == 2
+    assert bench("groups", "--ray-ranks", "none", "--sim-ranks", "8", "--iterations", "4",
+                 "--interval", "2") == 2
