@@ -29,12 +29,15 @@ member's restart line already holds them.
 
 *Restart of one group* (the recovery policy): the group of every failed rank restarts
 from its last complete group checkpoint (or the start), in new actors; every other rank
-goes on. Each rank outside the restarted group learns the new incarnations and resends
-from its log what the restarted ranks had not received at their checkpoint (their
-restored R). Before they run again, the restarted ranks are told every peer's R for
-them, and skip sending the messages below it (the "skip" of Algorithm 1: R is gathered
-before the restart and only grows, so a skipped message is one its receiver holds);
-a skipped message is still logged, since its receiver may later roll back past it.
+goes on. First every other rank is *fenced*: it learns the new incarnations (so what
+the dead lives still had in flight is dropped) and reports its R for the restarted
+ranks, final until their new lives send. Then each of them resends from its log what
+the restarted ranks had not received at their checkpoint (their restored R), up to
+the fence (later messages already went to the new lives); a restarted rank records
+``group_caught_up`` once it holds all of them. The restarted ranks start with the
+fenced R of every peer (restore notes) and skip sending the messages below it (the
+"skip" of Algorithm 1, done at the sender); a skipped message is still logged, since
+its receiver may later roll back past it.
 Messages between two restarted groups are resent from the restored logs the same way.
 Whatever the skip misses is still dropped by the receivers' sequence numbers. Piecewise
 determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
