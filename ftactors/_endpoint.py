@@ -130,6 +130,7 @@ class Endpoint:
         self._in_loop = False
         self._loop_n = 0
         self._base: dict | None = None
+        self._posted_at_base: list = []  # receives pending at the base's safe point
         self.keep_base = False
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
         self.restore_notes: dict = {}  # what the recovery policy sent with that restore
@@ -363,6 +364,7 @@ class Endpoint:
             self._since_safe_point.clear()
         if self.keep_base:
             self._base = self._snapshot_parts()
+            self._posted_at_base = self.matcher.posted_receives()
 
     def exit_loop(self, n: int) -> None:
         self.position = (self._loop_count - 1, n)
@@ -419,6 +421,66 @@ class Endpoint:
         does not run again after a restore, so that is a ProtocolError.
         """
         return _storage.dumps(self._state(protocol_state, cut=cut))
+
+    def snapshot_now(self, protocol_state: dict | None = None, *,
+                     unreceived: dict[int, int] | None = None) -> bytes:
+        """The rank's state at this very moment, between safe points, as a sealed blob:
+        for a protocol that must checkpoint "now" (an HC3I forced checkpoint, taken from a
+        control-message handler while ``main()`` may be blocked in a receive). Needs
+        ``keep_base`` from the start and a stack that records deliveries.
+
+        Inside a loop it is the last safe point's state plus every message consumed
+        since (replayed on restore, in order); before the first loop it is the start of
+        the run plus every message consumed so far, with no message counted as sent, so
+        re-running ``main()`` sends them again with their original numbers. Either way a
+        restore re-executes the code since that point and the receivers drop what they
+        already have (piecewise determinism). Receives posted since that point and still
+        pending are posted again by the re-execution, so they are no obstacle; an
+        ``irecv`` still pending from before the safe point is (ProtocolError).
+
+        Args:
+            unreceived: ``{source: k}``: the last ``k`` messages accepted from ``source``
+                are held back by the protocol and not delivered; the state does not count
+                them as received (after a rollback their senders send them again).
+
+        Raises:
+            ProtocolError: outside a loop once one was entered (straight-line code after
+                a loop cannot be resumed; see ``can_snapshot_now``), or an irecv from
+                before the safe point is still pending.
+        """
+        if not self.keep_base or not self._record:
+            raise ProtocolError("snapshot_now() needs keep_base = True from the start and "
+                                "a protocol that records deliveries")
+        if self._in_loop:
+            posted = self.matcher.posted_receives()
+            if any(p is q for p in posted for q in self._posted_at_base):
+                raise ProtocolError(
+                    f"rank {self.rank}: an irecv posted before the last safe point is still "
+                    f"pending; complete irecv requests before the next safe point")
+            parts = dict(self._base)
+            replay = parts["prefix_log"] + list(self._since_safe_point)
+        elif self.position is None and self._resume is None:
+            parts = self._snapshot_parts()
+            parts["registered"] = cloudpickle.dumps({})
+            parts["sent"] = [0] * self.size
+            replay = list(parts["prefix_log"])
+            parts["prefix_log"] = []
+        else:
+            raise ProtocolError(f"rank {self.rank}: no snapshot now outside a loop once "
+                                f"one was entered (position {self.position})")
+        received = list(self.received)
+        for src, k in (unreceived or {}).items():
+            received[src] -= k
+        parts["received"] = received
+        parts["replay"] = replay + self.matcher.queued()
+        parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
+        return _storage.dumps(parts)
+
+    def can_snapshot_now(self) -> bool:
+        """Whether ``snapshot_now`` can capture this moment: inside a loop, or before the
+        first one (not while a restored rank re-runs the code before its resume point,
+        nor after a loop ended)."""
+        return self._in_loop or (self.position is None and self._resume is None)
 
     def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]:
         """The rank's state at this safe point for a move to another process, as

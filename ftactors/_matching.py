@@ -88,6 +88,10 @@ class Matcher:
             self._posted.setdefault(p.ctx, []).append(p)
         return env
 
+    def posted_receives(self) -> list[Posted]:
+        """The receives posted and not completed yet (probes not listed)."""
+        return [p for ps in self._posted.values() for p in ps if p.consume]
+
     def withdraw(self, p: Posted) -> None:
         """Forget a pending receive or probe (its waiter was cancelled)."""
         posted = self._posted.get(p.ctx)
