@@ -4,7 +4,6 @@
 """
 
 from .ddv_piggyback import DDVPiggyback
-from .ddv_piggyback import DDVPiggyback
 from .group_coordination import GroupCoordination
 from .ready_flush import ReadyMessageFlush
 from .rs_backup import RSBackup
@@ -14,7 +13,6 @@ PROTOCOLS: dict[str, type] = {
     "standby": StandbyReplacement,
     "ready-flush": ReadyMessageFlush,
     "groups": GroupCoordination,
-    "hc3i": DDVPiggyback,
     "hc3i": DDVPiggyback,
     "rs": RSBackup,
 }
