@@ -342,7 +342,8 @@ def format_table(configs: list[dict]) -> str:
 
 
 # -------------------------------------------------------------------------- main
-def _ranks(text: str) -> list[int]:
+def rank_list(text: str) -> list[int]:
+    """``--*-ranks``: comma-separated counts; "none" (or empty, or 0) for none."""
     text = text.strip()
     if text in ("", "none", "0"):
         return []
@@ -390,8 +391,8 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from ..cli import write_json
     try:
-        ray_ranks, sim_ranks = _ranks(args.ray_ranks), _ranks(args.sim_ranks)
-        local_ranks = _ranks(args.local_ranks)
+        ray_ranks, sim_ranks = rank_list(args.ray_ranks), rank_list(args.sim_ranks)
+        local_ranks = rank_list(args.local_ranks)
     except ValueError:
         print("ftactors bench checkpoint: rank lists are comma-separated ints", file=sys.stderr)
         return 2

@@ -55,6 +55,7 @@ import ftactors as ft
 from ftactors.protocols import GroupCoordination
 from ftactors.protocols.groups import pairs_from_trace, suggest_groups
 
+from .checkpoint import rank_list
 from .transport import machine_info
 
 KIB = 1024
@@ -242,18 +243,14 @@ def _sim_options(args, send_overhead_us: float) -> dict:
             "sim_send_overhead_s": send_overhead_us * 1e-6}
 
 
-def _ranks(text: str) -> list[int]:
-    return [] if text.strip().lower() == "none" else [int(x) for x in text.split(",") if x.strip()]
-
-
 def main(args) -> int:
     from ..cli import write_json
     try:
         overheads = [float(x) for x in args.sim_send_overhead_us.split(",") if x.strip()]
-        plan = ([("ray", n, {}) for n in _ranks(args.ray_ranks)]
-                + [("local", n, {}) for n in _ranks(args.local_ranks)]
+        plan = ([("ray", n, {}) for n in rank_list(args.ray_ranks)]
+                + [("local", n, {}) for n in rank_list(args.local_ranks)]
                 + [("sim", n, _sim_options(args, o)) for o in overheads
-                   for n in _ranks(args.sim_ranks)])
+                   for n in rank_list(args.sim_ranks)])
     except ValueError:
         print("ftactors bench groups: rank and overhead lists are comma-separated numbers",
               file=sys.stderr)
