@@ -340,6 +340,12 @@ class DDVPiggyback(Protocol):
         return not self._hc3i.closed and self.ft.can_snapshot_now()
 
     # ------------------------------------------------------- two-phase commit
+    def request_clc(self) -> None:
+        """Start an unforced CLC of this rank's cluster now (what the leader's timer
+        does); ignored during a 2PC or once the cluster can no longer checkpoint."""
+        if self._can_checkpoint():
+            self._initiate(forced=False)
+
     def _initiate(self, forced: bool, cause=None) -> None:
         """Algorithm 3: ask the cluster for CLC SN+1."""
         st = self._hc3i
@@ -578,8 +584,7 @@ class DDVPiggyback(Protocol):
             try:
                 await asyncio.wait_for(st.timer_reset.wait(), st.interval_s)
             except asyncio.TimeoutError:
-                if self._can_checkpoint():
-                    self._initiate(forced=False)
+                self.request_clc()
 
     async def on_finish(self) -> None:
         st = self._hc3i

@@ -1,0 +1,254 @@
+"""DDVPiggyback (HC3I): the paper's Figure 5 event by event, exact delivery after
+rollbacks, clusters with no dependency left alone, 2PC abort, garbage collection, bad
+settings."""
+import asyncio
+
+import pytest
+
+import ftactors as ft
+from ftactors.protocols import DDVPiggyback
+from ftactors.protocols import _ddv
+
+from .programs import Flood, Heat1D
+
+CLUSTERS = "fixed:2"  # paper's clusters 1, 2, 3 are our 0 = {0, 1}, 1 = {2, 3}, 2 = {4, 5}
+
+# Figure 5, one action per virtual second: (step, rank, action, peer)
+FIGURE5 = [
+    (1, 0, "send", 2), (1, 2, "recv", 0),   # m1: SN 1 > 0 forces CLC 2 in cluster 1
+    (2, 0, "send", 2), (2, 2, "recv", 0),   # m2: SN 1 = DDV entry, no CLC
+    (3, 2, "send", 4), (3, 4, "recv", 2),   # m3: SN 2 forces CLC 2 in cluster 2
+    (4, 2, "clc", None),                    # cluster 1: unforced CLC 3
+    (5, 2, "send", 4), (5, 4, "recv", 2),   # m4: SN 3 forces CLC 3 in cluster 2
+    (6, 4, "clc", None),                    # cluster 2: unforced CLC 4
+    (7, 0, "clc", None),                    # cluster 0: unforced CLC 2
+    (8, 4, "send", 0), (8, 0, "recv", 4),   # m5: SN 4 forces CLC 3 in cluster 0
+]
+FAIL_AT = 10  # a rank of cluster 1 dies at the top of iteration 10 (t = 10 s)
+
+
+class Figure5(DDVPiggyback, ft.Rank):
+    """Three clusters of two ranks play Figure 5 in virtual time (no collective: every
+    message between clusters is one of the figure's); every rank returns what it
+    received, in order."""
+
+    async def main(self, steps=12):
+        self.register("got", [])
+        async for step in self.iterations(steps):
+            await asyncio.sleep(1.0)
+            for at, rank, action, peer in FIGURE5:
+                if at != step or rank != self.rank:
+                    continue
+                if action == "send":
+                    await self.comm.send(("m", self.rank, step), dest=peer, tag=1)
+                elif action == "recv":
+                    self.got.append(await self.comm.recv(source=peer, tag=1))
+                else:
+                    self.request_clc()
+        return list(self.got)
+
+
+def commits(result, before=None):
+    return [(e.detail["cluster"], e.detail["sn"], tuple(e.detail["ddv"]), e.detail["forced"])
+            for e in result.events_of("hc3i_commit") if before is None or e.time < before]
+
+
+def test_figure5_forced_clcs_rollbacks_and_new_sns():
+    reference = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS)
+    assert commits(reference) == [
+        (1, 2, (1, 2, 0), True),    # m1
+        (2, 2, (0, 2, 2), True),    # m3
+        (1, 3, (1, 3, 0), False),
+        (2, 3, (0, 3, 3), True),    # m4
+        (2, 4, (0, 3, 4), False),
+        (0, 2, (2, 0, 0), False),
+        (0, 3, (3, 0, 4), True),    # m5
+    ]
+    r = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS,
+               chaos=ft.Chaos(kill=[(3, FAIL_AT)]))
+    failed_at = r.events_of("failure_detected")[0].time
+    assert commits(r, failed_at) == commits(reference)
+    # section 5: cluster 1 (paper's 2) rolls back to its last CLC, 3; cluster 2 (paper's
+    # 3) must roll back to CLC 3, then cluster 0 (paper's 1) to CLC 3; no one else moves
+    alerts = [(e.detail["sender"], e.detail["sn"], e.detail["cluster"], e.detail["rolled_back_to"])
+              for e in r.events_of("hc3i_alert")]
+    assert alerts == [(1, 3, 0, None), (1, 3, 2, 3),
+                      (2, 3, 0, 3), (2, 3, 1, None),
+                      (0, 3, 1, None), (0, 3, 2, None)]
+    rollbacks = [(e.detail["cluster"], e.detail["sn"], e.detail["failed"])
+                 for e in r.events_of("hc3i_rollback")]
+    assert rollbacks == [(0, 3, False), (1, 3, True), (2, 3, False)]
+    recovered = r.events_of("hc3i_recovered")[0]
+    assert recovered.detail["targets"] == {0: 3, 1: 3, 2: 3}  # the new SNs
+    # after it: m4 and m5 are made again with SNs 3 and 4, equal to the DDV entries of
+    # the CLCs their receivers restarted from, so they force nothing; cluster 2 takes its
+    # unforced CLC 4 again
+    assert commits(r)[len(commits(reference)):] == [(2, 4, (0, 3, 4), False)]
+    # every message arrives once, in order, after the rollbacks
+    assert r.results == reference.results
+    assert reference.results[2] == [("m", 0, 1), ("m", 0, 2)]
+
+
+def test_figure5_recovery_line_as_a_plain_function():
+    """The cascade on Figure 5's stored DDVs, without any transport."""
+    C = _ddv.Clc
+    clcs = {0: [C(1, (1, 0, 0)), C(2, (2, 0, 0)), C(3, (3, 0, 4), True)],
+            1: [C(1, (0, 1, 0)), C(2, (1, 2, 0), True), C(3, (1, 3, 0))],
+            2: [C(1, (0, 0, 1)), C(2, (0, 2, 2), True), C(3, (0, 3, 3), True), C(4, (0, 3, 4))]}
+    current = {k: v[-1].ddv for k, v in clcs.items()}
+    line = _ddv.cascade(clcs, current, {1: 3})
+    assert line.targets == {1: 3, 2: 3, 0: 3}
+    # a failure in cluster 0 sends nobody else back: no one received from it since CLC 1
+    assert _ddv.cascade(clcs, current, {0: 3}).targets == {0: 3}
+    # Algorithm 8: the smallest SN each cluster can be sent back to
+    assert _ddv.collectable(clcs) == {0: 3, 1: 3, 2: 3}
+
+
+def test_a_failure_during_the_commit_aborts_the_tentative_clc():
+    """Rank 3 dies between its part of cluster 1's CLC 3 and the commit (t = 5.00004 s): the tentative CLC is
+    never committed, cluster 1 goes back to CLC 2, and cluster 2, which received m3 (SN
+    2), goes back to the CLC forced by m3."""
+    reference = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS)
+    r = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS,
+               chaos=ft.Chaos(kill_at=[(3, 5.00004)]))
+    failed_at = r.events_of("failure_detected")[0].time
+    parts = [e for e in r.events_of("hc3i_part") if e.time < failed_at]
+    assert (1, 3) in {(e.detail["cluster"], e.detail["sn"]) for e in parts}  # under way
+    assert commits(r, failed_at) == commits(reference)[:2]  # CLC 3 never committed
+    rollbacks = [(e.detail["cluster"], e.detail["sn"], e.detail["failed"])
+                 for e in r.events_of("hc3i_rollback")]
+    assert rollbacks == [(1, 2, True), (2, 2, False)]
+    assert r.results == reference.results
+
+
+class Pipeline(DDVPiggyback, ft.Rank):
+    """Three clusters of two: each member exchanges with its partner every iteration;
+    cluster 0 sends to cluster 1 every third iteration; cluster 2 talks to no one
+    else. Returns what each rank received."""
+
+    async def main(self, iterations=30):
+        r = self.rank
+        partner = r ^ 1
+        self.register("got", [])
+        async for i in self.iterations(iterations):
+            await asyncio.sleep(0.01)
+            self.got.append(await self.comm.sendrecv((r, i), dest=partner, source=partner))
+            if i % 3 == 0 and r in (0, 1):
+                await self.comm.send((r, i, "across"), dest=r + 2, tag=7)
+            if i % 3 == 0 and r in (2, 3):
+                self.got.append(await self.comm.recv(source=r - 2, tag=7))
+        return list(self.got)
+
+
+PIPE = {"clusters": CLUSTERS, "clc_interval_s": {1: 0.05, 2: 0.05}}  # cluster 0: CLC 1 only
+
+
+@pytest.fixture(scope="module")
+def pipeline_reference():
+    return ft.run(Pipeline, 6, transport="sim", **PIPE).results
+
+
+@pytest.mark.parametrize("victim, rolled", [(3, {1}), (0, {0, 1}), (5, {2})])
+def test_only_dependent_clusters_roll_back(victim, rolled, pipeline_reference):
+    """Cluster 1 depends on cluster 0 (it receives from it), nobody depends on cluster 1,
+    cluster 2 depends on no one: a failure rolls back the failed cluster and exactly the
+    ones that received from it since its last CLC (cluster 0 has only CLC 1, the start,
+    so cluster 1 goes back to the CLC forced by cluster 0's first message)."""
+    r = ft.run(Pipeline, 6, transport="sim", kwargs={"iterations": 30},
+               chaos=ft.Chaos(kill=[(victim, 20)]), **PIPE)
+    assert {e.detail["cluster"] for e in r.events_of("hc3i_rollback")} == rolled
+    assert sorted({e.rank for e in r.events_of("restored")}) == sorted(
+        x for k in rolled for x in (2 * k, 2 * k + 1))
+    assert r.results == pipeline_reference
+
+
+class HFlood(DDVPiggyback, Flood):
+    pass
+
+
+FLOOD = {"iterations": 12, "per_peer": 3}
+
+
+@pytest.fixture(scope="module")
+def flood_reference():
+    return ft.run(Flood, 6, transport="local", kwargs=FLOOD).results
+
+
+@pytest.mark.parametrize("transport, seed, victim, at", [
+    ("local", 0, 3, 6), ("sim", 1, 0, 4), ("sim", 2, 5, 9), ("sim", 3, 2, 11)])
+def test_exact_delivery_after_rollbacks(transport, seed, victim, at, flood_reference):
+    """Every channel busy across every CLC, collectives across clusters, the last
+    iteration's messages received after the loop: after the rollbacks every message is
+    received once and in order (Flood checks each one) and the results are those of a
+    failure-free run."""
+    r = ft.run(HFlood, 6, transport=transport, seed=seed, kwargs=FLOOD, clusters=CLUSTERS,
+               chaos=ft.Chaos(kill=[(victim, at)]), sim_jitter_s=2e-5, timeout_s=120)
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    assert [x["total"] for x in r.results] == [x["total"] for x in flood_reference]
+    assert r.events_of("hc3i_rollback")
+    failed = {e.detail["cluster"] for e in r.events_of("hc3i_rollback") if e.detail["failed"]}
+    assert failed == {victim // 2}
+
+
+def test_two_failures_in_different_clusters(flood_reference):
+    """Two clusters fail at once (the paper tolerates one fault at a time; the coordinator
+    starts the cascade from both, in one round or two)."""
+    r = ft.run(HFlood, 6, transport="sim", seed=4, kwargs=FLOOD, clusters=CLUSTERS,
+               chaos=ft.Chaos(kill=[(1, 7), (4, 7)]), timeout_s=120)
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    failed = {e.detail["cluster"] for e in r.events_of("hc3i_rollback") if e.detail["failed"]}
+    assert failed == {0, 2}
+
+
+class HHeat(DDVPiggyback, Heat1D):
+    pass
+
+
+def test_garbage_collection_bounds_stored_clcs_and_logs():
+    """A ring of three clusters over a long run: without GC the stored CLCs and logs grow
+    with the run; with a GC timer every collection leaves a few CLCs per cluster and the
+    logs stay bounded (Tables 2-3)."""
+    kw = dict(kwargs={"iterations": 300}, clusters=CLUSTERS, clc_interval_s=2e-4)
+    r = ft.run(HHeat, 6, transport="sim", gc_interval_s=2e-3, **kw)
+    gcs = r.events_of("hc3i_gc")
+    assert len(gcs) >= 5
+    assert all(max(g.detail["stored_after"].values()) <= 3 for g in gcs)
+    assert max(g.detail["stored_before"][0] for g in gcs) > 3  # there was work to do
+    logs = [g.detail["log_after"] for g in gcs]
+    assert max(logs[len(logs) // 2:]) <= 2 * max(logs[:len(logs) // 2]) + 6
+    total = len(r.events_of("hc3i_commit"))
+    assert total > 3 * max(max(g.detail["stored_before"].values()) for g in gcs)
+
+
+def test_memory_pressure_starts_a_collection():
+    r = ft.run(HHeat, 6, transport="sim", kwargs={"iterations": 100}, clusters=CLUSTERS,
+               clc_interval_s=2e-4, log_bytes_max=2000)
+    reasons = {g.detail["reason"] for g in r.events_of("hc3i_gc")}
+    assert reasons == {"memory"}
+
+
+def test_heat_verifies_after_a_rollback():
+    import numpy as np
+    reference = ft.run(Heat1D, 6, transport="local", kwargs={"iterations": 40}).results
+    r = ft.run(HHeat, 6, transport="sim", kwargs={"iterations": 40}, clusters=CLUSTERS,
+               clc_interval_s=1e-4, chaos=ft.Chaos(kill=[(2, 25)]))
+    for got, want in zip(r.results, reference):
+        assert np.array_equal(got["u"], want["u"]) and got["norms"] == want["norms"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"clc_interval_s": 0}, "clc_interval_s"),
+    ({"clc_interval_s": {0: "x"}}, "clc_interval_s"),
+    ({"gc_interval_s": -1}, "gc_interval_s"),
+    ({"ddv_transitive": "yes"}, "ddv_transitive"),
+    ({"clusters": [[0, 1], [1, 2, 3]]}, "rank"),
+])
+def test_bad_settings_fail_before_anything_starts(bad, message):
+    with pytest.raises(ft.ConfigError, match=message):
+        ft.run(HHeat, 4, transport="local", kwargs={"iterations": 5}, **bad)
+
+
+def test_cannot_stack_with_the_other_checkpoint_protocols():
+    from ftactors.protocols import GroupCoordination
+    with pytest.raises(TypeError, match="cannot be combined"):
+        type("Both", (DDVPiggyback, GroupCoordination, Heat1D), {})
