@@ -143,6 +143,7 @@ class Hc3iRecovery:
         """New incarnations (not started yet) for every rank of ``clusters``."""
         c = self.c
         ranks = [r for k in clusters for r in self.clusters.groups[k]]
+        await c.collect_events()  # their timeline so far is part of the run's
         self.parts.cancel(set(ranks))  # parts of the execution being rolled back
         await asyncio.gather(*(c.respawn(r) for r in ranks))
         if self.by_node:

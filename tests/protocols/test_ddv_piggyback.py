@@ -32,11 +32,11 @@ class Figure5(DDVPiggyback, ft.Rank):
     message between clusters is one of the figure's); every rank returns what it
     received, in order."""
 
-    async def main(self, steps=12):
+    async def main(self, steps=12, schedule=FIGURE5):
         self.register("got", [])
         async for step in self.iterations(steps):
             await asyncio.sleep(1.0)
-            for at, rank, action, peer in FIGURE5:
+            for at, rank, action, peer in schedule:
                 if at != step or rank != self.rank:
                     continue
                 if action == "send":
@@ -121,6 +121,64 @@ def test_a_failure_during_the_commit_aborts_the_tentative_clc():
     assert r.results == reference.results
 
 
+# A to B, B to C, then A to C again with no CLC in A since: with the whole DDV on B's
+# message, C learns A's SN through B and A's second message forces nothing
+TRANSITIVE = [(1, 0, "send", 2), (1, 2, "recv", 0),
+              (2, 2, "send", 4), (2, 4, "recv", 2),
+              (3, 0, "send", 4), (3, 4, "recv", 0)]
+
+
+@pytest.mark.parametrize("transitive, forced", [(False, 3), (True, 2)])
+def test_transitive_ddv_saves_a_forced_clc(transitive, forced):
+    kw = {"steps": 5, "schedule": TRANSITIVE}
+    r = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS, kwargs=kw,
+               ddv_transitive=transitive)
+    assert [c[3] for c in commits(r)] == [True] * forced
+    assert commits(r)[-1][:3] == ((2, 3, (1, 2, 3)) if not transitive else (2, 2, (1, 2, 2)))
+    # and a rollback from A still reaches C (directly, through the recorded entry)
+    k = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS, kwargs=kw,
+               ddv_transitive=transitive, chaos=ft.Chaos(kill=[(1, 4)]))
+    assert {e.detail["cluster"] for e in k.events_of("hc3i_rollback")} == {0, 1, 2}
+    assert k.results == r.results
+
+
+class Straggler(DDVPiggyback, ft.Rank):
+    """Rank 1 leaves its loop early and waits for a message from cluster 2 after it;
+    cluster 2 stores CLC 2 before sending it, so it would force a CLC in cluster 0, which
+    rank 1 can no longer take part in."""
+
+    async def main(self):
+        r = self.rank
+        self.register("got", [])
+        async for i in self.iterations({0: 10, 1: 2}.get(r, 8)):
+            await asyncio.sleep(1.0)
+            if r == 4 and i == 2:
+                self.request_clc()
+            if r == 4 and i == 3:
+                await self.comm.send("late", dest=1, tag=9)
+            if r == 0 and i == 4:
+                self.request_clc()  # rank 1 refuses: the CLC is aborted
+        if r == 1:
+            self.got.append(await self.comm.recv(source=4, tag=9))
+        return list(self.got)
+
+
+def test_a_member_past_its_loop_aborts_clcs_and_dependencies_still_roll_back():
+    reference = ft.run(Straggler, 6, transport="sim", clusters=CLUSTERS)
+    r = ft.run(Straggler, 6, transport="sim", clusters=CLUSTERS,
+               chaos=ft.Chaos(kill=[(5, 6)]))
+    for run in (reference, r):
+        (dep,) = run.events_of("hc3i_dependency")[:1]
+        assert dep.rank == 1 and dep.detail["cluster"] == 2 and dep.detail["sn"] == 2
+        assert run.events_of("hc3i_abort")[0].detail["cluster"] == 0
+    # cluster 2 goes back to CLC 2, before the message; cluster 0 has no CLC with the
+    # entry, so it goes back to its last one, the start
+    rollbacks = [(e.detail["cluster"], e.detail["sn"], e.detail["failed"])
+                 for e in r.events_of("hc3i_rollback")]
+    assert rollbacks == [(0, 1, False), (2, 2, True)]
+    assert r.results == reference.results and reference.results[1] == ["late"]
+
+
 class Pipeline(DDVPiggyback, ft.Rank):
     """Three clusters of two: each member exchanges with its partner every iteration;
     cluster 0 sends to cluster 1 every third iteration; cluster 2 talks to no one
@@ -174,15 +232,18 @@ def flood_reference():
     return ft.run(Flood, 6, transport="local", kwargs=FLOOD).results
 
 
-@pytest.mark.parametrize("transport, seed, victim, at", [
-    ("local", 0, 3, 6), ("sim", 1, 0, 4), ("sim", 2, 5, 9), ("sim", 3, 2, 11)])
-def test_exact_delivery_after_rollbacks(transport, seed, victim, at, flood_reference):
+@pytest.mark.parametrize("transport, seed, victim, at, transitive", [
+    ("local", 0, 3, 6, False), ("sim", 1, 0, 4, False), ("sim", 2, 5, 9, False),
+    ("sim", 3, 2, 11, False), ("sim", 5, 4, 7, True)])
+def test_exact_delivery_after_rollbacks(transport, seed, victim, at, transitive,
+                                        flood_reference):
     """Every channel busy across every CLC, collectives across clusters, the last
     iteration's messages received after the loop: after the rollbacks every message is
     received once and in order (Flood checks each one) and the results are those of a
     failure-free run."""
     r = ft.run(HFlood, 6, transport=transport, seed=seed, kwargs=FLOOD, clusters=CLUSTERS,
-               chaos=ft.Chaos(kill=[(victim, at)]), sim_jitter_s=2e-5, timeout_s=120)
+               chaos=ft.Chaos(kill=[(victim, at)]), sim_jitter_s=2e-5, timeout_s=120,
+               ddv_transitive=transitive)
     assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
     assert [x["total"] for x in r.results] == [x["total"] for x in flood_reference]
     assert r.events_of("hc3i_rollback")
@@ -244,6 +305,7 @@ def test_heat_verifies_after_a_rollback():
     ({"clusters": [[0, 1], [1, 2, 3]]}, "rank"),
 ])
 def test_bad_settings_fail_before_anything_starts(bad, message):
+    """Checked before any rank starts (cluster definitions by the coordinator)."""
     with pytest.raises(ft.ConfigError, match=message):
         ft.run(HHeat, 4, transport="local", kwargs={"iterations": 5}, **bad)
 
@@ -252,3 +314,9 @@ def test_cannot_stack_with_the_other_checkpoint_protocols():
     from ftactors.protocols import GroupCoordination
     with pytest.raises(TypeError, match="cannot be combined"):
         type("Both", (DDVPiggyback, GroupCoordination, Heat1D), {})
+
+
+def test_clusters_by_node_fall_back_to_the_group_policy_on_one_node():
+    r = ft.run(HHeat, 4, transport="local", kwargs={"iterations": 5})
+    (ev,) = r.events_of("hc3i_clusters")
+    assert ev.detail == {"clusters": ((0, 1), (2, 3)), "by_node": False}
