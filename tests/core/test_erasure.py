@@ -160,6 +160,33 @@ def test_decode_random_codes_and_patterns():
             assert_blocks_equal(code.decode(avail, length), data)
 
 
+def test_every_pattern_for_random_codes_up_to_k_16():
+    """Random codes with k <= 16, m <= k and random lengths: decode under *every* erasure
+    pattern of size <= m (codes drawn until the patterns number at most 600, so the
+    whole enumeration stays small), and every pattern of size m + 1 raises."""
+    from math import comb
+    rng = np.random.default_rng(9)
+    drawn = []
+    while len(drawn) < 6:
+        k = int(rng.integers(1, 17))
+        m = int(rng.integers(0, k + 1))
+        if sum(comb(k + m, s) for s in range(m + 1)) <= 600:
+            drawn.append((k, m))
+    assert max(k for k, _ in drawn) >= 9  # not only tiny codes
+    for k, m in drawn:
+        code, length = RSCode(k, m), int(rng.integers(1, 300))
+        data = rand_blocks(rng, k, length)
+        blocks = data + code.encode(data)
+        for s in range(m + 2):
+            for erased in itertools.combinations(range(k + m), s):
+                avail = {i: b for i, b in enumerate(blocks) if i not in erased}
+                if s <= m:
+                    assert_blocks_equal(code.decode(avail, length), data)
+                else:  # k - 1 blocks left
+                    with pytest.raises(ValueError, match="1 missing"):
+                        code.decode(avail, length)
+
+
 def test_decode_across_chunks_and_byte_inputs():
     rng = np.random.default_rng(4)
     code = RSCode(4, 4)
