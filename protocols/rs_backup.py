@@ -199,9 +199,11 @@ class _Parity:
     lengths: dict = field(default_factory=dict)  # member index -> snapshot bytes
     done: set = field(default_factory=set)        # members whose last block arrived
     handle: Any = None                            # Link.share handle once complete
+    xor_s: float = 0.0                            # time spent accumulating
 
     def add(self, member: int, offset: int, length: int, last: bool, block) -> bool:
         """XOR ``block`` in at ``offset``; returns True when the parity became complete."""
+        t0 = time.perf_counter()
         self.lengths[member] = length
         end = offset + len(block)
         if end > self.buf.size:
@@ -209,6 +211,7 @@ class _Parity:
         xor_into(self.buf[offset:end], block)
         if last:
             self.done.add(member)
+        self.xor_s += time.perf_counter() - t0
         return len(self.done) == self.k
 
 
@@ -334,8 +337,9 @@ class RSBackup(Protocol):
         column = RSCode(k, m).cauchy[targets, i]
         data = np.frombuffer(blob, np.uint8)
         z = st.settings["block_bytes"]
-        t0 = time.perf_counter()
+        t0, work_s = time.perf_counter(), 0.0
         for offset in range(0, data.size, z):
+            t_block = time.perf_counter()
             block = data[offset:offset + z]
             last = offset + z >= data.size
             for j, product in zip(targets, partial_products(block, column)):
@@ -345,9 +349,11 @@ class RSBackup(Protocol):
                     self._take_part(part)
                 else:
                     ft.send_control(holder, NAME, "part", part)
+            work_s += time.perf_counter() - t_block  # this rank's own work (one thread)
             await asyncio.sleep(0)  # the application runs between blocks
         ft.events.record("rs_encoded", position=pos, group=g, parities=list(targets),
-                         bytes=data.size, blocks=-(-data.size // z), encode_s=time.perf_counter() - t0)
+                         bytes=data.size, blocks=-(-data.size // z),
+                         encode_s=time.perf_counter() - t0, work_s=work_s)
 
     def _take_part(self, part: tuple) -> None:
         """A holder XORs a partial product into its parity block."""
@@ -361,7 +367,7 @@ class RSBackup(Protocol):
             blob = parity.buf.tobytes()
             parity.handle, parity.buf = self.ft.link.share(blob), None
             self.ft.events.record("rs_parity", position=key[2], group=g, parity=j,
-                                  bytes=len(blob))
+                                  bytes=len(blob), xor_s=parity.xor_s)
             if st.store is not None and st.settings["stable_parity"]:
                 self.ft_spawn(asyncio.to_thread(
                     store_parity, st.store, position_index(key[2]), g, j, parity.lengths, blob))

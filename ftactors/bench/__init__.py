@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-BENCHES = ("transport", "sim", "apps", "recovery", "erasure", "checkpoint", "migrate", "groups")
+BENCHES = ("transport", "sim", "apps", "recovery", "erasure", "checkpoint", "migrate", "groups",
+           "rs")
 """Names of the benchmark modules in this package."""
 
 
