@@ -131,6 +131,7 @@ class Endpoint:
         self._loop_n = 0
         self._base: dict | None = None
         self._posted_at_base: list = []  # receives pending at the base's safe point
+        self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
         self.keep_base = False
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
         self.restore_notes: dict = {}  # what the recovery policy sent with that restore
@@ -296,16 +297,30 @@ class Endpoint:
         if env is not None:  # already here: no waiter to build
             return self._consumed(env)
         fut = self._loop.create_future()
-        p = Posted(ctx, source, tag, _resolver(fut, self.matcher))
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._matched))
         self.matcher.post(p)
         try:
             env = await fut
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             if fut.done() and not fut.cancelled():
+                self._unmatched(fut.result())
                 self.matcher.arrive(fut.result())  # matched just before the cancel: give back
             raise
+        self._unmatched(env)
         return self._consumed(env)
+
+    def _matched(self, env: Envelope) -> Envelope:
+        """A blocking receive got ``env``; until its task resumes, the message is neither
+        queued nor consumed, so ``state_now`` takes it from here."""
+        self._in_flight.append(env)
+        return env
+
+    def _unmatched(self, env: Envelope) -> None:
+        for i, e in enumerate(self._in_flight):
+            if e is env:
+                del self._in_flight[i]
+                return
 
     def receive_later(self, ctx: str, source: int, tag: int) -> asyncio.Future:
         """Post a receive now; the future completes with the consumed envelope."""
@@ -427,7 +442,15 @@ class Endpoint:
         """The rank's state at this very moment, between safe points, as a sealed blob:
         for a protocol that must checkpoint "now" (an HC3I forced checkpoint, taken from a
         control-message handler while ``main()`` may be blocked in a receive). Needs
-        ``keep_base`` from the start and a stack that records deliveries.
+        ``keep_base`` from the start and a stack that records deliveries. Same as
+        ``seal_state(state_now(unreceived=...), protocol_state)``."""
+        return self.seal_state(self.state_now(unreceived=unreceived),
+                               self.owner.protocol_state() if protocol_state is None
+                               else protocol_state)
+
+    def state_now(self, *, unreceived: dict[int, int] | None = None) -> dict:
+        """The state of ``snapshot_now``, not sealed yet (``seal_state`` finishes it, maybe
+        later, adding messages that were in transit at this moment).
 
         Inside a loop it is the last safe point's state plus every message consumed
         since (replayed on restore, in order); before the first loop it is the start of
@@ -472,8 +495,20 @@ class Endpoint:
         for src, k in (unreceived or {}).items():
             received[src] -= k
         parts["received"] = received
-        parts["replay"] = replay + self.matcher.queued()
-        parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
+        parts["replay"] = replay + self._in_flight + self.matcher.queued()
+        return parts
+
+    def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:
+        """Seal a ``state_now`` with the protocols' state. ``late``: messages that were
+        in transit when the state was taken and arrived since (in arrival order): they
+        are added as received and not consumed yet."""
+        parts = dict(parts)
+        received = list(parts["received"])
+        for env in late:
+            received[env.src] += 1
+        parts["received"] = received
+        parts["replay"] = parts["replay"] + list(late)
+        parts["protocols"] = protocol_state
         return _storage.dumps(parts)
 
     def can_snapshot_now(self) -> bool:
@@ -567,6 +602,7 @@ class Endpoint:
         self._log = self._prefix_log if self._record else None
         self._base = None
         self.set_epoch(epoch)
+        self._in_flight.clear()
         self.matcher.reset(list(parts["replay"]))
         if parts["protocols"] is not None:
             self.owner.restore_protocol_state(parts["protocols"])

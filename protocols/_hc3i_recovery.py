@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from ftactors._errors import ProtocolError
+
 from . import _ddv
 from ._parts import PartTaker
 from .groups import Groups, load_groups
@@ -44,6 +46,7 @@ class Hc3iRecovery:
         self.parts = PartTaker(coordinator, "hc3i_part")
         self.parts_of: dict[tuple[int, int], dict] = {}  # (cluster, sn) -> handles
         self.lock = asyncio.Lock()  # one recovery or collection at a time
+        self.stopping: set[int] = set()  # clusters being rolled back: their reports are moot
         self.busy: set[asyncio.Task] = set()
 
     def _set_clusters(self, groups: Groups) -> None:
@@ -87,8 +90,9 @@ class Hc3iRecovery:
             self.busy.add(task)
             task.add_done_callback(self.busy.discard)
             return
-        if d["incarnation"] != self.c.incarnations[event.rank]:
-            return  # from an execution that was rolled back
+        if (d["incarnation"] != self.c.incarnations[event.rank]
+                or self.clusters.group_of(event.rank) in self.stopping):
+            return  # from an execution that is rolled back
         key = (d["cluster"], d["sn"])
         if kind == "hc3i_part":
             handles = self.parts_of.setdefault(key, {})
@@ -143,8 +147,10 @@ class Hc3iRecovery:
         """New incarnations (not started yet) for every rank of ``clusters``."""
         c = self.c
         ranks = [r for k in clusters for r in self.clusters.groups[k]]
+        self.stopping |= set(clusters)
         await c.collect_events()  # their timeline so far is part of the run's
-        self.parts.cancel(set(ranks))  # parts of the execution being rolled back
+        await self._settle()  # parts of CLCs committed before are kept
+        self.parts.cancel(set(ranks))
         await asyncio.gather(*(c.respawn(r) for r in ranks))
         if self.by_node:
             await asyncio.gather(*(self._tell_clusters(r) for r in ranks))
@@ -161,9 +167,15 @@ class Hc3iRecovery:
         await c.rewire()
         for r in ranks:
             target = self.clcs[groups.group_of(r)][-1]
-            handle = target.handles.get(r) if target.clc.sn > 1 else None
-            c.start_rank(r, {"snapshot": c.blank(r) if handle is None else handle,
-                             "peer_epochs": list(c.epochs)})
+            if target.clc.sn == 1:
+                handle = c.blank(r)
+            elif r in target.handles:
+                handle = target.handles[r]
+            else:
+                raise ProtocolError(f"rank {r}'s part of committed CLC {target.clc.sn} of "
+                                    f"cluster {groups.group_of(r)} is missing")
+            c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs)})
+        self.stopping -= set(targets)
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         epochs = {r: c.epochs[r] for r in ranks}
         ddvs = {k: list(self.clcs[k][-1].clc.ddv) for k in targets}

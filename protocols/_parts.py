@@ -47,11 +47,13 @@ class PartTaker:
         """Take rank ``rank``'s part ``key``, then ``await then(handle)``; a rank that died
         first leaves its part untaken (its checkpoint stays incomplete). ``fetch=False``:
         the part is kept elsewhere (stable storage), ``then(None)`` only."""
+        host = self.c.handles[rank]  # the reporting incarnation, even if replaced meanwhile
+
         async def one():
             handle = None
             if fetch:
                 try:
-                    handle = await self.c.fabric.call_kept(self.c.handles[rank], self.rpc, key)
+                    handle = await self.c.fabric.call_kept(host, self.rpc, key)
                 except RankDied:
                     return
             await then(handle)

@@ -23,23 +23,26 @@ log with the receiver's acknowledgement, infinity until the receiver answers (Al
 *Cluster-level checkpoints by two-phase commit* (Algorithms 3-4). An initiator (the
 leader when its ``clc_interval_s`` timer fires; any rank for a forced CLC) sends a request
 for CLC SN+1 to its cluster; concurrent initiators resolve by the smallest rank: a member
-always acknowledges the smallest initiator it has seen, and re-sends its acknowledgement
-when a smaller one shows up. Each member, on joining, sends a marker to every other
-member (an initiator's request is its marker) and takes its tentative checkpoint once it
-holds every other member's marker; until then, application messages from a member whose
-marker came are held back (they were sent after that member's checkpoint). This is
-CoCheck's flush restricted to the cluster, as in GroupCoordination: everything a member
-sent before its marker is in the receivers' checkpoints, nothing sent after is, so the
-parts of one CLC form a consistent cut of the cluster. It replaces the paper's freeze of
-intra-cluster traffic between request and commit, which could deadlock a program that
-needs a message from a member that is frozen before it can take its own part. The part
-goes to the coordinator (``_parts``: it outlives the rank), then the member acknowledges
-with its DDV; with every acknowledgement the initiator reports the commit to the
-coordinator (the CLC exists from then on) and sends the commit with the element-wise max
-DDV; every member's SN becomes the new SN. Between its part and the commit a member holds
-its messages to other clusters (they go at the commit with the new SN, so a receiver sees
-that they come after the CLC) and holds every message from other clusters (handled at the
-commit, where they may force the next CLC).
+always answers the smallest initiator it has seen, and answers again when a smaller one
+shows up. A member *cuts* when it joins (or when a message from a member that cut
+already arrives first): it answers with how many messages it sent to each member so far,
+and tags every message it sends to a member from then on with the CLC's number. Once it
+has every member's cut the initiator tells each member how many messages each other
+member sent it before its cut; a member takes its tentative checkpoint (its *part*) once
+all of those have arrived, and holds back every tagged message until then. So everything
+a member sent before its cut is in the receivers' parts and nothing sent after is: the
+parts of one CLC form a consistent cut of the cluster (CoCheck's flush restricted to the
+cluster, as in GroupCoordination, with counts instead of n(n-1) markers: five control
+messages per member and CLC, which is what lets 100-rank clusters checkpoint often). It
+replaces the paper's freeze of intra-cluster traffic between request and commit, which
+could deadlock a program that needs a message from a frozen member before it can take
+its own part. The part goes to the coordinator (``_parts``: it outlives the rank), then
+the member acknowledges with its DDV; with every acknowledgement the initiator reports
+the commit to the coordinator (the CLC exists from then on) and sends the commit with the
+element-wise max DDV; every member's SN becomes the new SN. Between its part and the
+commit a member holds its messages to other clusters (they go at the commit with the new
+SN, so a receiver sees that they come after the CLC) and holds every message from other
+clusters (handled at the commit, where they may force the next CLC).
 
 *Forced CLCs* (Algorithm 6). A message from cluster j with SN s > DDV[j] is held, acked
 with SN+1, DDV[j] becomes s and the receiver initiates a CLC; the message is delivered
@@ -54,7 +57,7 @@ messages it had consumed at the part, so under piecewise determinism (assumed by
 ftactors, docs/ARCHITECTURE.md) it reaches the state it had and re-sends what it had sent
 since the safe point with the same numbers, which receivers that have them drop; (2) held
 messages (the forcing one, messages from other clusters during the 2PC, intra-cluster
-messages sent after their sender's marker) are not in the part, and their senders send
+messages sent after their sender's cut) are not in the part, and their senders send
 them again after a rollback (logs, or re-execution inside the cluster); (3) nothing this
 cluster sends to another after its part leaves before the commit, and it leaves with the
 new SN, so a receiver's DDV records the dependency exactly as if the CLC had been taken at
@@ -161,7 +164,9 @@ class _Round:
     forced: bool = False           # this rank started it for a message
     part: bool = False             # this rank's tentative checkpoint is taken (or refused)
     ddv: list | None = None        # the DDV of this rank's acknowledgement
+    told: bool = False             # this rank's cut went to the initiator
     acked: bool = False            # the acknowledgement went out
+    cuts: dict = field(default_factory=dict)  # as initiator: rank -> its cut
     acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced)
     committing: bool = False
 
@@ -181,9 +186,13 @@ class _State:
     log_bytes: int = 0
     round: _Round | None = None
     early: dict = field(default_factory=dict)        # sn -> initiators of future rounds
-    marked: dict = field(default_factory=dict)       # sn -> members whose marker came
+    cut_sn: int = 1                                  # the last CLC this rank has cut for
+    cuts: dict = field(default_factory=dict)         # sn -> {member: sent to it at the cut}
+    expect: dict = field(default_factory=dict)       # sn -> {member: its sends before its cut}
+    captured: tuple | None = None                    # (state, protocol state) at the cut
+    late: list = field(default_factory=list)         # in transit at the cut, arrived since
     part_sn: int = 1                                 # the last CLC this rank has a part of
-    held_intra: dict = field(default_factory=dict)   # src -> [(sn of its marker, env)]
+    held_intra: dict = field(default_factory=dict)   # src -> [(its cut's CLC, env)]
     held_inter: list = field(default_factory=list)   # messages from other clusters
     held_out: list = field(default_factory=list)     # envelopes to other clusters
     closed: bool = False                             # a member can no longer checkpoint
@@ -258,15 +267,18 @@ class DDVPiggyback(Protocol):
         if env is None:
             return None
         st = self._hc3i
+        cut = st.cut_sn > st.sn and not st.closed  # after a cut for a CLC not committed
         if self._cluster_of(env.dst) == st.me:
+            if cut:  # the receiver must know it comes after this rank's part
+                env.piggyback = {**(env.piggyback or {}), NAME: st.cut_sn}
             return env
         entry = _Logged(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
                                  env.payload))
         st.log.setdefault(env.dst, {})[env.app_seq] = entry
         st.log_bytes += env.payload.nbytes
         self._check_memory()
-        if st.round is not None and st.round.part:
-            st.held_out.append(entry)  # after this rank's part: goes with the new SN
+        if cut:
+            st.held_out.append(entry)  # after this rank's cut: goes with the new SN
             return None
         entry.sn = self._stamp()
         env.piggyback = {**(env.piggyback or {}), NAME: entry.sn}
@@ -285,26 +297,25 @@ class DDVPiggyback(Protocol):
     def on_receive(self, env: Envelope) -> Envelope | None:
         st = self._hc3i
         if self._cluster_of(env.src) == st.me:
-            marker = self._marker_after_part(env.src)
-            if marker is not None:  # sent after its sender's part: not in this rank's
-                st.held_intra.setdefault(env.src, []).append((marker, env))
+            tag = env.piggyback.get(NAME) if env.piggyback else None
+            if st.held_intra.get(env.src):
+                tag = max(tag or 0, st.held_intra[env.src][-1][0])
+            if tag is not None and tag > st.part_sn:
+                # sent after its sender's cut for CLC ``tag``: not in this rank's part
+                self._cut(tag)
+                st.held_intra.setdefault(env.src, []).append((tag, env))
                 return None
-            return super().on_receive(env)
-        if st.round is not None:  # during a 2PC (Algorithm 2: storeMessFromOut)
+            if st.cut_sn <= st.part_sn:
+                return super().on_receive(env)
+            st.late.append(env)  # sent before its sender's cut, arrived after this one's
+            self._deliver(env)
+            self._maybe_take_part()  # this may be the last message from before a cut
+            return None
+        if self._in_clc():  # during a 2PC (Algorithm 2: storeMessFromOut)
             st.held_inter.append(env)
             return None
         env = self._from_outside(env)
         return None if env is None else super().on_receive(env)
-
-    def _marker_after_part(self, src: int) -> int | None:
-        """The newest CLC whose marker ``src`` sent and this rank has no part of yet."""
-        st = self._hc3i
-        if st.held_intra.get(src):
-            return st.held_intra[src][-1][0]
-        for sn in sorted(st.marked, reverse=True):
-            if sn > st.part_sn and src in st.marked[sn]:
-                return sn
-        return None
 
     def _from_outside(self, env: Envelope) -> Envelope | None:
         """Algorithm 6 for a message from another cluster, outside a 2PC."""
@@ -320,7 +331,7 @@ class DDVPiggyback(Protocol):
                     for i, x in enumerate(carried):
                         if i != st.me:
                             st.ddv[i] = max(st.ddv[i], x)
-                st.held_inter.append(env)
+                st.held_inter.insert(0, env)  # before any held after it
                 self._initiate(forced=True, cause=(env.src, env.app_seq, sn))
                 return None
             st.ddv[j] = sn  # no CLC possible any more: a dependency of the current state
@@ -335,6 +346,11 @@ class DDVPiggyback(Protocol):
         env = super().on_receive(env)
         if env is not None:
             self.ft.deliver_now(env)
+
+    def _in_clc(self) -> bool:
+        """Between this rank's cut (or a request) and the commit or abort of the CLC."""
+        st = self._hc3i
+        return st.round is not None or (st.cut_sn > st.part_sn and not st.closed)
 
     def _can_checkpoint(self) -> bool:
         return not self._hc3i.closed and self.ft.can_snapshot_now()
@@ -351,68 +367,115 @@ class DDVPiggyback(Protocol):
         st = self._hc3i
         if st.round is not None or st.closed:
             return
-        st.round = _Round(st.sn + 1, self.rank, forced)
-        self.ft.events.record("hc3i_initiate", sn=st.round.sn, forced=forced,
-                              cause=cause)
-        self.ft.send_control_all(self._others(), NAME, "req", st.round.sn)
-        self._maybe_take_part()
+        r = st.round = _Round(st.sn + 1, self.rank, forced)
+        self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced, cause=cause)
+        self._cut(r.sn)
+        self.ft.send_control_all(self._others(), NAME, "req", r.sn)
+        self._tell_cut(r)
 
-    def _join(self, sn: int, initiator: int) -> None:
-        st = self._hc3i
-        st.round = _Round(sn, initiator)
-        if st.closed:
-            st.round.part = True
-            self._refuse(st.round)
+    def _cut(self, sn: int) -> None:
+        """This rank's cut for CLC ``sn``: its state now is its part (sealed once the
+        messages in transit to it have arrived); what it sent to each member until now is
+        before the CLC; what it sends from now on carries ``sn`` and is held by members
+        that have no part of the CLC yet."""
+        st, ft = self._hc3i, self.ft
+        if st.cut_sn >= sn or st.closed:
             return
-        self.ft.send_control_all(self._others(), NAME, "marker", sn)
+        st.cut_sn = sn
+        st.cuts[sn] = {q: ft.sent[q] for q in self._others()}
+        st.late = []
+        st.captured = None
+        if ft.can_snapshot_now():
+            unreceived = Counter(e.src for held in st.held_intra.values() for _, e in held)
+            unreceived.update(env.src for env in st.held_inter)
+            st.captured = (ft.state_now(unreceived=dict(unreceived)), self._part_state(sn))
+
+    def _tell_cut(self, r: _Round) -> None:
+        r.told = True
+        data = (r.sn, self._hc3i.cuts.get(r.sn, {}))
+        if r.initiator == self.rank:
+            self._on_cut(self.rank, data)
+        else:
+            self.ft.send_control(r.initiator, NAME, "cut", data)
 
     def _on_req(self, src: int, sn: int) -> None:
         st = self._hc3i
         if sn <= st.sn:
             return  # a concurrent initiator's request for a CLC already committed
-        st.marked.setdefault(sn, set()).add(src)  # a request is its sender's marker
         r = st.round
-        if sn > st.sn + 1 or (r is not None and r.sn != sn):
+        if sn > st.sn + 1:
             st.early.setdefault(sn, set()).add(src)  # the commit of SN+1 is on its way
             return
         if r is None:
             self._join(sn, src)
         elif src < r.initiator and not r.committing:
             r.initiator = src  # Algorithm 4: the smallest initiator wins
+            r.cuts.clear()
             r.acks.clear()
+            if r.told:
+                self._tell_cut(r)
             if r.acked:
                 self._send_ack(r)
-        self._maybe_take_part()
 
-    def _on_marker(self, src: int, sn: int) -> None:
+    def _join(self, sn: int, initiator: int) -> None:
         st = self._hc3i
-        if sn <= st.sn:
+        r = st.round = _Round(sn, initiator)
+        if st.closed:
+            r.part = True
+            self._refuse(r)
             return
-        st.marked.setdefault(sn, set()).add(src)
-        self._maybe_take_part()
+        self._cut(sn)
+        self._tell_cut(r)
+
+    def _on_cut(self, src: int, data) -> None:
+        """Initiator: a member's cut; with all of them, tell each member how many
+        messages every other member sent it before its cut."""
+        sn, sent = data
+        r = self._hc3i.round
+        if r is None or r.sn != sn or r.initiator != self.rank or r.committing:
+            return
+        r.cuts[src] = sent
+        members = self._others() + [self.rank]
+        if len(r.cuts) < len(members):
+            return
+        for q in members:
+            expect = {p: r.cuts[p].get(q, 0) for p in members if p != q}
+            if q == self.rank:
+                self._on_expect((sn, expect))
+            else:
+                self.ft.send_control(q, NAME, "expect", (sn, expect))
+
+    def _on_expect(self, data) -> None:
+        sn, expect = data
+        st = self._hc3i
+        if sn > st.sn:
+            st.expect[sn] = expect
+            self._maybe_take_part()
 
     def _maybe_take_part(self) -> None:
-        """Take this rank's tentative checkpoint once every member's marker is in."""
+        """Take this rank's tentative checkpoint once every member's messages from
+        before its cut are here."""
         st, ft = self._hc3i, self.ft
         r = st.round
-        if r is None or r.part or not set(self._others()) <= st.marked.get(r.sn, set()):
+        if r is None or r.part or r.sn not in st.expect:
+            return
+        if any(ft.received[p] < n for p, n in st.expect[r.sn].items()):
             return
         r.part = True
-        if not self._can_checkpoint():
-            self._refuse(r)
-            self._release_intra(r.sn)
+        if st.captured is None or st.cut_sn != r.sn:
+            self._refuse(r)  # this rank had left its loop at the cut
             return
-        unreceived = Counter(env.src for held in st.held_intra.values() for _, env in held)
-        unreceived.update(env.src for env in st.held_inter)
-        blob = ft.snapshot_now(self._part_state(r.sn), unreceived=dict(unreceived))
+        state, protocols = st.captured
+        blob = ft.seal_state(state, protocols, st.late)
+        st.captured, st.late = None, []
         st.part_sn = r.sn
         r.ddv = list(st.ddv)
         self._release_intra(r.sn)
         self.ft_spawn(self._keep_part(r, blob))
 
     def _release_intra(self, sn: int) -> None:
-        """Deliver the held intra-cluster messages sent before their sender's marker of a
-        CLC after ``sn`` (those stay held for that CLC's part)."""
+        """Deliver the held intra-cluster messages their senders sent after a cut for a
+        CLC up to ``sn`` (later ones stay held for the next part)."""
         st = self._hc3i
         for src in list(st.held_intra):
             held = st.held_intra[src]
@@ -492,7 +555,6 @@ class DDVPiggyback(Protocol):
         initiators = st.early.pop(sn + 1, None)
         if initiators and st.round is None:
             self._join(sn + 1, min(initiators))
-            self._maybe_take_part()
 
     def _on_nack(self, src: int, sn: int) -> None:
         r = self._hc3i.round
@@ -510,9 +572,10 @@ class DDVPiggyback(Protocol):
         st = self._hc3i
         st.closed = True
         st.round = None
-        st.marked.clear()
         st.early.clear()
-        self._release_intra(float("inf"))
+        st.captured, st.late = None, []
+        st.part_sn = st.cut_sn  # nothing is held for a CLC that will not come
+        self._release_intra(st.cut_sn)
         self._end_round(st.sn)
         if st.timer is not None:
             st.timer.cancel()
@@ -521,8 +584,9 @@ class DDVPiggyback(Protocol):
         """The 2PC is over (committed with SN ``sn``, or aborted): send what was held for
         other clusters, handle what came from them."""
         st, ft = self._hc3i, self.ft
-        for sn_old in [k for k in st.marked if k <= sn]:
-            del st.marked[sn_old]
+        for table in (st.cuts, st.expect):
+            for old in [k for k in table if k <= sn]:
+                del table[old]
         st.part_sn = max(st.part_sn, sn)
         self._release_intra(sn)
         held_out, st.held_out = st.held_out, []
@@ -531,12 +595,10 @@ class DDVPiggyback(Protocol):
             e = entry.env
             ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq, e.payload,
                                  piggyback={NAME: entry.sn}))
-        held_in, st.held_inter = st.held_inter, []
-        for env in held_in:
-            if st.round is not None:
-                st.held_inter.append(env)
-                continue
-            env = self._from_outside(env)
+        # one at a time, the rest still held: a forced CLC may begin at any of them, and
+        # its part must not count the ones after it
+        while st.held_inter and not self._in_clc():
+            env = self._from_outside(st.held_inter.pop(0))
             if env is not None:
                 self._deliver(env)
 
@@ -547,8 +609,10 @@ class DDVPiggyback(Protocol):
         op, data = self.ft.control_data(env)
         if op == "req":
             self._on_req(env.src, data)
-        elif op == "marker":
-            self._on_marker(env.src, data)
+        elif op == "cut":
+            self._on_cut(env.src, data)
+        elif op == "expect":
+            self._on_expect(data)
         elif op == "ack":
             self._on_ack(env.src, data)
         elif op == "nack":
@@ -664,7 +728,7 @@ class DDVPiggyback(Protocol):
         st.sn, st.ddv = mine["sn"], list(mine["ddv"])
         st.log = {d: {s: _Logged(*e) for s, e in v.items()} for d, v in mine["log"].items()}
         st.log_bytes = sum(e.env.payload.nbytes for v in st.log.values() for e in v.values())
-        st.part_sn = st.sn
+        st.part_sn = st.cut_sn = st.sn
 
     async def on_restored(self) -> None:
         self.ft.restored_from = None  # parts stay with the coordinator

@@ -80,10 +80,13 @@ def test_figure5_forced_clcs_rollbacks_and_new_sns():
     assert rollbacks == [(0, 3, False), (1, 3, True), (2, 3, False)]
     recovered = r.events_of("hc3i_recovered")[0]
     assert recovered.detail["targets"] == {0: 3, 1: 3, 2: 3}  # the new SNs
-    # after it: m4 and m5 are made again with SNs 3 and 4, equal to the DDV entries of
-    # the CLCs their receivers restarted from, so they force nothing; cluster 2 takes its
-    # unforced CLC 4 again
-    assert commits(r)[len(commits(reference)):] == [(2, 4, (0, 3, 4), False)]
+    # after it the figure goes on from the new SNs: cluster 1 restarts inside step 4,
+    # where its CLC 3 was taken, and takes CLC 4; m4 now carries SN 4 and forces CLC 4
+    # in cluster 2, which takes its unforced CLC 5; m5 (SN 5) would force CLC 4 in
+    # cluster 0, but rank 1 has finished by then, so it is aborted
+    assert commits(r)[len(commits(reference)):] == [
+        (1, 4, (1, 4, 0), False), (2, 4, (0, 4, 4), True), (2, 5, (0, 4, 5), False)]
+    assert [e.detail["cluster"] for e in r.events_of("hc3i_abort")] == [0]
     # every message arrives once, in order, after the rollbacks
     assert r.results == reference.results
     assert reference.results[2] == [("m", 0, 1), ("m", 0, 2)]
@@ -105,12 +108,16 @@ def test_figure5_recovery_line_as_a_plain_function():
 
 
 def test_a_failure_during_the_commit_aborts_the_tentative_clc():
-    """Rank 3 dies between its part of cluster 1's CLC 3 and the commit (t = 5.00004 s): the tentative CLC is
+    """Rank 3 dies between the first part of cluster 1's CLC 3 and its commit: the tentative CLC is
     never committed, cluster 1 goes back to CLC 2, and cluster 2, which received m3 (SN
     2), goes back to the CLC forced by m3."""
     reference = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS)
-    r = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS,
-               chaos=ft.Chaos(kill_at=[(3, 5.00004)]))
+    first_part = min(e.time for e in reference.events_of("hc3i_part")
+                     if (e.detail["cluster"], e.detail["sn"]) == (1, 3))
+    commit = next(e.time for e in reference.events_of("hc3i_commit")
+                  if (e.detail["cluster"], e.detail["sn"]) == (1, 3))
+    r = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS,  # same run until the kill
+               chaos=ft.Chaos(kill_at=[(3, (first_part + commit) / 2)]))
     failed_at = r.events_of("failure_detected")[0].time
     parts = [e for e in r.events_of("hc3i_part") if e.time < failed_at]
     assert (1, 3) in {(e.detail["cluster"], e.detail["sn"]) for e in parts}  # under way
@@ -255,7 +262,7 @@ def test_two_failures_in_different_clusters(flood_reference):
     """Two clusters fail at once (the paper tolerates one fault at a time; the coordinator
     starts the cascade from both, in one round or two)."""
     r = ft.run(HFlood, 6, transport="sim", seed=4, kwargs=FLOOD, clusters=CLUSTERS,
-               chaos=ft.Chaos(kill=[(1, 7), (4, 7)]), timeout_s=120)
+               chaos=ft.Chaos(kill_at=[(1, 2e-4), (4, 2e-4)]), timeout_s=120)
     assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
     failed = {e.detail["cluster"] for e in r.events_of("hc3i_rollback") if e.detail["failed"]}
     assert failed == {0, 2}
