@@ -48,23 +48,26 @@ clusters (handled at the commit, where they may force the next CLC).
 with SN+1, DDV[j] becomes s and the receiver initiates a CLC; the message is delivered
 after the commit. The CLC is taken "now", not at a safe point: holding the message until
 the next safe point deadlocks any program that needs it to get there (the coupled app
-receives its interface columns inside an iteration). So a member's part is
-``Endpoint.snapshot_now``: the last safe point's state plus every message consumed since,
-replayed in order on restore (before the first loop: the start of the run plus what was
-received so far), with the held messages not counted as received. Why the recovery line
-stays consistent: (1) a restored member re-executes from the safe point with exactly the
-messages it had consumed at the part, so under piecewise determinism (assumed by all of
-ftactors, docs/ARCHITECTURE.md) it reaches the state it had and re-sends what it had sent
-since the safe point with the same numbers, which receivers that have them drop; (2) held
-messages (the forcing one, messages from other clusters during the 2PC, intra-cluster
-messages sent after their sender's cut) are not in the part, and their senders send
-them again after a rollback (logs, or re-execution inside the cluster); (3) nothing this
-cluster sends to another after its part leaves before the commit, and it leaves with the
-new SN, so a receiver's DDV records the dependency exactly as if the CLC had been taken at
-once. A member that has left its ``iterations()`` loop cannot be captured (straight-line
-code after a loop cannot be resumed): it answers with a refusal, the CLC is aborted and its
-cluster takes no CLC any more (a forced one becomes a dependency in the current DDV, which
-a rollback undoes by going back to the last CLC, ``_ddv.cascade``).
+receives its interface columns inside an iteration). So every member's part is its state
+at the moment of its cut, ``Endpoint.state_now``: the last safe point's state plus every
+message consumed since, replayed in order on restore (before the first loop: the start of
+the run plus what was received so far), with the held messages not counted as received;
+the messages from members that were in transit at the cut are added when they arrive
+(``seal_state``). Why the recovery line stays consistent: (1) a restored member
+re-executes from the safe point with exactly the messages it had consumed at its cut, so
+under piecewise determinism (assumed by all of ftactors, docs/ARCHITECTURE.md) it reaches
+the state it had there and sends again, with the same numbers, what it had sent since the
+safe point; receivers that have those drop them; (2) held messages (the forcing one,
+messages from other clusters from the cut to the commit, intra-cluster messages sent after
+their sender's cut) are not in the part, and their senders send them again after a
+rollback (logs, or re-execution inside the cluster); (3) nothing this cluster sends to
+another after its cut leaves before the commit, and it leaves with the new SN, so a
+receiver's DDV records the dependency exactly as if the CLC had been taken at once (the
+paper's freeze of inter-cluster traffic during the 2PC). A member that has left its
+``iterations()`` loop cannot be captured (straight-line code after a loop cannot be
+resumed): it answers with a refusal, the CLC is aborted and its cluster takes no CLC any
+more (a forced one becomes a dependency in the current DDV, which a rollback undoes by
+going back to the last CLC, ``_ddv.cascade``).
 
 *Rollback* (section 3.4). The coordinator is the single arbiter of failures; it keeps
 every committed CLC's DDV (as the paper's GC initiator collects them) and runs the alert
