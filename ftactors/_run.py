@@ -34,6 +34,11 @@ CORE_OPTIONS = {
     "sim_jitter_s": "sim: uniform random extra delay per batch (s), from the seed",
     "sim_send_overhead_s": "sim: a sender's time per message on the wire, one at a time "
                            "(s; default 0)",
+    "sim_sites": "sim: a partition of the ranks into sites (lists of ranks); links between "
+                 "sites use the sim_wide_* settings",
+    "sim_wide_latency_s": "sim: latency between sites (s; default sim_latency_s)",
+    "sim_wide_bandwidth_Bps": "sim: bandwidth between sites (bytes/s; default "
+                              "sim_bandwidth_Bps)",
 }
 
 

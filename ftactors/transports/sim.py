@@ -7,7 +7,10 @@ arrives after ``latency + bytes / bandwidth`` plus a seeded random jitter, so ba
 overtake each other as on Ray and the channels' reordering is exercised. With
 ``sim_send_overhead_s`` a sender also puts its messages on the wire one at a time, each
 taking that long (LogP's gap): n - 1 messages from one rank then cost n - 1 gaps, which
-is what makes an all-to-all exchange grow with n. Compute costs
+is what makes an all-to-all exchange grow with n. With ``sim_sites`` (a partition of the
+ranks, such as the clusters of a federation) batches between ranks of different sites
+take ``sim_wide_latency_s`` and ``sim_wide_bandwidth_Bps`` instead (a SAN inside each
+cluster, Ethernet between them). Compute costs
 nothing in virtual time unless a rank sleeps (``await asyncio.sleep(t)`` is virtual).
 A restored rank pays for fetching its snapshot like for a message of that size (a
 replacement loads its image over the network), so recoveries take virtual time too.
@@ -45,6 +48,10 @@ class SimFabric(LocalFabric):
         self.send_overhead_s = float(options.get("sim_send_overhead_s",
                                                  DEFAULTS["sim_send_overhead_s"]))
         self._nic_free: dict[int, float] = {}  # sender -> when its last message is out
+        self.site_of = {r: i for i, site in enumerate(options.get("sim_sites") or ())
+                        for r in site}
+        self.wide_latency_s = float(options.get("sim_wide_latency_s", self.latency_s))
+        self.wide_bandwidth = float(options.get("sim_wide_bandwidth_Bps", self.bandwidth))
         self.rng = random.Random(seed)
 
     def clock(self) -> float:
@@ -57,7 +64,10 @@ class SimFabric(LocalFabric):
         if src in self.dead:
             return
         nbytes = sum(e.payload.nbytes for e in envs)
-        delay = self.latency_s + nbytes / self.bandwidth + self.rng.random() * self.jitter_s
+        latency, bandwidth = self.latency_s, self.bandwidth
+        if self.site_of.get(src) != self.site_of.get(dst):
+            latency, bandwidth = self.wide_latency_s, self.wide_bandwidth
+        delay = latency + nbytes / bandwidth + self.rng.random() * self.jitter_s
         if self.send_overhead_s:  # the sender puts one message on the wire at a time
             now = self.loop.time()
             out = max(now, self._nic_free.get(src, now)) + self.send_overhead_s * len(envs)
