@@ -203,6 +203,7 @@ class _State:
     timer: asyncio.Task | None = None
     timer_reset: asyncio.Event = field(default_factory=asyncio.Event)
     gc_asked: bool = False
+    others: list | None = None                       # the other members (cached)
 
 
 class DDVPiggyback(Protocol):
@@ -259,7 +260,11 @@ class DDVPiggyback(Protocol):
         return load_groups(self._hc3i_given, self.size)
 
     def _others(self) -> list[int]:
-        return [r for r in self._hc3i.clusters.members(self.rank) if r != self.rank]
+        """The other members of this rank's cluster."""
+        st = self._hc3i
+        if st.others is None:
+            st.others = [r for r in st.clusters.members(self.rank) if r != self.rank]
+        return st.others
 
     def _cluster_of(self, rank: int) -> int:
         return self._hc3i.clusters.group_of(rank)
@@ -385,7 +390,8 @@ class DDVPiggyback(Protocol):
         if st.cut_sn >= sn or st.closed:
             return
         st.cut_sn = sn
-        st.cuts[sn] = {q: ft.sent[q] for q in self._others()}
+        sent = ft.sent
+        st.cuts[sn] = {q: sent[q] for q in self._others() if sent[q]}  # sparse: few peers
         st.late = []
         st.captured = None
         if ft.can_snapshot_now():
@@ -441,8 +447,12 @@ class DDVPiggyback(Protocol):
         members = self._others() + [self.rank]
         if len(r.cuts) < len(members):
             return
+        expect_all: dict[int, dict] = {q: {} for q in members}  # sparse: senders only
+        for p, sent in r.cuts.items():
+            for q, n in sent.items():
+                expect_all[q][p] = n
         for q in members:
-            expect = {p: r.cuts[p].get(q, 0) for p in members if p != q}
+            expect = expect_all[q]
             if q == self.rank:
                 self._on_expect((sn, expect))
             else:
