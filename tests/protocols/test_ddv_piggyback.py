@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 import ftactors as ft
+from ftactors.apps.coupled import Coupled
 from ftactors.protocols import DDVPiggyback
 from ftactors.protocols import _ddv
 
@@ -327,3 +328,27 @@ def test_clusters_by_node_fall_back_to_the_group_policy_on_one_node():
     r = ft.run(HHeat, 4, transport="local", kwargs={"iterations": 5})
     (ev,) = r.events_of("hc3i_clusters")
     assert ev.detail == {"clusters": ((0, 1), (2, 3)), "by_node": False}
+
+
+class HCoupled(DDVPiggyback, Coupled):
+    pass
+
+
+COUPLED = {"ny": 32, "nx": 64, "iterations": 40, "couple_every": 5, "left_ranks": 2}
+
+
+@pytest.mark.parametrize("victim, at, rolled", [(1, 23, {0, 1}), (2, 31, {1})])
+def test_coupled_app_on_sim_rolls_back_only_dependent_clusters(victim, at, rolled):
+    """One cluster per module, CLCs forced by the couplings (every 5 iterations). When
+    rank 1 (left) dies, the right module holds a coupling the left sent after its last
+    CLC, so it rolls back too; when rank 2 (right) dies, the left module holds nothing
+    the right sent after its last CLC and keeps running (the alerts say so)."""
+    r = ft.run(HCoupled, 4, transport="sim", kwargs=COUPLED, clusters=[[0, 1], [2, 3]],
+               chaos=ft.Chaos(kill=[(victim, at)]))
+    assert all(x["verified"] for x in r.results)
+    assert {e.detail["cluster"] for e in r.events_of("hc3i_rollback")} == rolled
+    checked = {e.detail["cluster"]: e.detail["rolled_back_to"]
+               for e in r.events_of("hc3i_alert") if e.detail["sender"] == victim // 2}
+    assert (checked[1 - victim // 2] is not None) == (len(rolled) == 2)
+    assert {e.rank for e in r.events_of("restored")} == {x for k in rolled
+                                                         for x in (2 * k, 2 * k + 1)}
