@@ -29,6 +29,8 @@ CORE_OPTIONS = {
                 "(loop, iteration) position",
     "progress_interval_s": "seconds between progress reports (default 1)",
     "rank_num_cpus": "CPUs Ray reserves per rank actor (default 0: ranks share the cores)",
+    "rank_nodes": "Ray: the node id each rank starts on (a list, one per rank; a rank "
+                  "whose node is gone starts anywhere)",
     "sim_latency_s": "sim: per-message latency (s)",
     "sim_bandwidth_Bps": "sim: link bandwidth (bytes/s)",
     "sim_jitter_s": "sim: uniform random extra delay per batch (s), from the seed",

@@ -271,12 +271,19 @@ class RayFabric:
         await asyncio.sleep(seconds)
 
     async def start(self, ranks: int) -> None:
+        homes = self.options.get("rank_nodes")
+        if homes is not None and (not isinstance(homes, (list, tuple)) or len(homes) != ranks):
+            raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "
+                              f"got {homes!r}")
         ensure_ray(self.address)
         self._cls = ray.remote(RankActor)
         self._actor_options = dict(
             max_restarts=0, max_task_retries=0, max_concurrency=10_000,
             num_cpus=float(self.options.get("rank_num_cpus", 0)))
-        self.inbox = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000).remote()
+        # on the driver's node: it must outlive any other node (a rank's node may be lost)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.inbox = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000,
+                                               scheduling_strategy=here).remote()
         self.actors.append(self.inbox)
         self._drain = asyncio.ensure_future(self._drain_inbox())
 
@@ -291,12 +298,17 @@ class RayFabric:
             self.on_report(event)
 
     async def spawn(self, spec: RankSpec):
-        return await self.promote(await self.spawn_spare(), spec)
+        homes = self.options.get("rank_nodes")
+        home = homes[spec.rank] if homes else None
+        if home is not None and home not in self.nodes():
+            home = None  # its node is gone: a replacement starts anywhere
+        return await self.promote(await self.spawn_spare(home), spec)
 
     async def spawn_spare(self, node: str | None = None):
         """A started actor (its process is up and has imported ftactors) that is not a
         rank yet, so that promoting it costs one call, not a process start; on Ray node
-        ``node`` (a node id) when given."""
+        ``node`` (a node id) when given. (Hard affinity: Ray 2.60's soft affinity put
+        every other actor elsewhere though the node was alive.)"""
         options = dict(self._actor_options)
         if node is not None:
             if node not in self.nodes():

@@ -1,0 +1,70 @@
+"""RSBackup on a local multi-node Ray cluster (4 worker nodes x 2 ranks): a whole group,
+a loss beyond the code's reach, a whole node, two nodes of different sectors; CG and HPL
+must equal their failure-free runs bit for bit.
+
+``rs_cluster_script.py`` does the work in a subprocess that starts and stops its own
+``ray.cluster_utils.Cluster`` (nodes are removed for real), so this test shares no Ray
+state with the session. Nothing here is timed.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+# the ring of groups of 2 over w0..w3 (ranks 2w, 2w+1 on node w): G0 = (0, 2),
+# G1 = (4, 6), G2 = (1, 3), G3 = (5, 7); sectors {w0, w1} and {w2, w3}
+RING = [[0, 2], [4, 6], [1, 3], [5, 7]]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rs_cluster")
+    out = tmp / "out.json"
+    cmd = [sys.executable, str(Path(__file__).with_name("rs_cluster_script.py")), str(out),
+           str(tmp / "store")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and out.exists(), (
+        f"{' '.join(cmd)} exited with {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
+        f"\n--- stderr\n{proc.stderr[-8000:]}")
+    return {r["name"]: r for r in json.loads(out.read_text())["runs"]}
+
+
+def test_ranks_are_placed_by_node_on_the_interleaved_ring(runs):
+    for run in runs.values():
+        assert run["placement"]["virtual"] is False
+        assert run["placement"]["groups"] == RING
+        assert run["placement"]["sectors"] == [0, 1, 0, 1]
+        nodes = run["nodes"]
+        assert len(set(nodes)) == 4 and all(nodes[2 * w] == nodes[2 * w + 1] for w in range(4))
+
+
+@pytest.mark.parametrize("name, app, failed, blocks", [
+    ("group", "hpl", [4, 6], {"1": [2, 3]}),                   # G1 from its parity only
+    ("node", "cg", [2, 3], {"0": [0, 2], "2": [0, 2]}),         # w1: one member of G0, G2
+    ("two_nodes", "hpl", [0, 1, 4, 5],                          # w0 and w2
+     {"0": [1, 3], "1": [1, 3], "2": [1, 3], "3": [1, 3]}),
+])
+def test_decoded_in_memory_and_bit_identical(runs, name, app, failed, blocks):
+    run = runs[name]
+    assert run["app"] == app
+    assert run["identical"] is True and run["verified"] is True
+    assert run["failed"] == failed and run["decoded"] == failed
+    assert run["decode_blocks"] == blocks
+    assert set(run["sources"]) == {"memory"}
+    assert run["parity_blocks"] > 0
+
+
+def test_beyond_reach_falls_back_to_stable_storage_and_verifies(runs):
+    run = runs["beyond"]  # G0 = (0, 2) and rank 4, a holder of G0's parity
+    assert run["identical"] is True and run["verified"] is True
+    assert run["failed"] == [0, 2, 4] and run["sources"] == ["stable"]
+    assert run["decoded"] == []
+
+
+def test_node_kills_removed_real_nodes(runs):
+    assert len(runs["node"]["removed"]) == 1 and len(runs["two_nodes"]["removed"]) == 2
+    assert set(runs["two_nodes"]["removed"]) <= set(runs["two_nodes"]["nodes"])
