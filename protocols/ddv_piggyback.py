@@ -118,6 +118,9 @@ from .groups import Groups, load_groups
 
 NAME = "hc3i"
 NODE = "node"
+CONTROL = {"req": "_on_req", "cut": "_on_cut", "expect": "_on_expect", "ack": "_on_ack",
+           "nack": "_on_nack", "commit": "_on_commit", "abort": "_on_abort", "got": "_on_got"}
+"""This protocol's control messages and their handlers (one per message)."""
 
 
 def check_settings(options: dict) -> None:
@@ -454,11 +457,11 @@ class DDVPiggyback(Protocol):
         for q in members:
             expect = expect_all[q]
             if q == self.rank:
-                self._on_expect((sn, expect))
+                self._on_expect(self.rank, (sn, expect))
             else:
                 self.ft.send_control(q, NAME, "expect", (sn, expect))
 
-    def _on_expect(self, data) -> None:
+    def _on_expect(self, src: int, data) -> None:
         sn, expect = data
         st = self._hc3i
         if sn > st.sn:
@@ -555,7 +558,7 @@ class DDVPiggyback(Protocol):
         ft.send_control_all(self._others(), NAME, "commit", (r.sn, ddv))
         self._apply_commit(r.sn, ddv)
 
-    def _on_commit(self, data) -> None:
+    def _on_commit(self, src: int, data) -> None:
         sn, ddv = data
         if sn == self._hc3i.sn + 1:
             self._apply_commit(sn, ddv)
@@ -579,9 +582,9 @@ class DDVPiggyback(Protocol):
         st, ft = self._hc3i, self.ft
         ft.report("hc3i_abort", cluster=st.me, sn=sn, by=by)
         ft.send_control_all(self._others(), NAME, "abort", sn)
-        self._on_abort(sn)
+        self._on_abort(self.rank, sn)
 
-    def _on_abort(self, sn: int) -> None:
+    def _on_abort(self, src: int, sn: int) -> None:
         st = self._hc3i
         st.closed = True
         st.round = None
@@ -620,24 +623,10 @@ class DDVPiggyback(Protocol):
         if env.comm != NAME:
             return super().on_control(env)
         op, data = self.ft.control_data(env)
-        if op == "req":
-            self._on_req(env.src, data)
-        elif op == "cut":
-            self._on_cut(env.src, data)
-        elif op == "expect":
-            self._on_expect(data)
-        elif op == "ack":
-            self._on_ack(env.src, data)
-        elif op == "nack":
-            self._on_nack(env.src, data)
-        elif op == "commit":
-            self._on_commit(data)
-        elif op == "abort":
-            self._on_abort(data)
-        elif op == "got":
-            self._on_got(env.src, data)
-        else:
+        handler = CONTROL.get(op)
+        if handler is None:
             raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
+        getattr(self, handler)(env.src, data)
 
     def _on_got(self, src: int, data) -> None:
         """Algorithm 7: the receiver's SN replaces infinity in the log."""
