@@ -199,19 +199,19 @@ class _Parity:
     lengths: dict = field(default_factory=dict)  # member index -> snapshot bytes
     done: set = field(default_factory=set)        # members whose last block arrived
     handle: Any = None                            # Link.share handle once complete
-    xor_s: float = 0.0                            # time spent accumulating
+    xor_s: float = 0.0                            # CPU time spent accumulating
 
     def add(self, member: int, offset: int, length: int, last: bool, block) -> bool:
         """XOR ``block`` in at ``offset``; returns True when the parity became complete."""
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         self.lengths[member] = length
         end = offset + len(block)
-        if end > self.buf.size:
-            self.buf = np.concatenate([self.buf, np.zeros(end - self.buf.size, np.uint8)])
+        if length > self.buf.size:  # the longest snapshot so far: grow once, not per block
+            self.buf = np.concatenate([self.buf, np.zeros(length - self.buf.size, np.uint8)])
         xor_into(self.buf[offset:end], block)
         if last:
             self.done.add(member)
-        self.xor_s += time.perf_counter() - t0
+        self.xor_s += time.thread_time() - t0
         return len(self.done) == self.k
 
 
@@ -339,17 +339,20 @@ class RSBackup(Protocol):
         z = st.settings["block_bytes"]
         t0, work_s = time.perf_counter(), 0.0
         for offset in range(0, data.size, z):
-            t_block = time.perf_counter()
+            t_block = time.thread_time()
             block = data[offset:offset + z]
             last = offset + z >= data.size
+            mine = []
             for j, product in zip(targets, partial_products(block, column)):
                 part = (pos, g, j, i, k, offset, data.size, last, product)
                 holder = placement.holder(g, j)
                 if holder == self.rank:
-                    self._take_part(part)
+                    mine.append(part)  # a ring of one group: this rank holds its own
                 else:
                     ft.send_control(holder, NAME, "part", part)
-            work_s += time.perf_counter() - t_block  # this rank's own work (one thread)
+            work_s += time.thread_time() - t_block  # CPU time of this rank's own steps
+            for part in mine:
+                self._take_part(part)  # counted as the holder's (xor_s)
             await asyncio.sleep(0)  # the application runs between blocks
         ft.events.record("rs_encoded", position=pos, group=g, parities=list(targets),
                          bytes=data.size, blocks=-(-data.size // z),
