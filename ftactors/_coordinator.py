@@ -108,6 +108,7 @@ class Coordinator:
         self._done: set[int] = set()
         self._failed: set[int] = set()
         self._fresh: set[int] = set()  # replaced, not started yet
+        self._respawning: set[int] = set()  # between a new incarnation number and its host
         self._wake = asyncio.Event()
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
@@ -308,18 +309,21 @@ class Coordinator:
         old = self.handles[rank]
         self.incarnations[rank] += 1
         self.epochs[rank] = self.next_epoch()
-        if stop_old:
-            await self.fabric.kill(old, "ray.kill")
-        if spare is _ANY_SPARE and self.spares:
-            spare = self.spares.pop(0)
-        warm = spare is not _ANY_SPARE  # (a local fabric's spares are None placeholders)
+        self._respawning.add(rank)  # its handle is the stopped old one until swapped
         try:
+            if stop_old:
+                await self.fabric.kill(old, "ray.kill")
+            if spare is _ANY_SPARE and self.spares:
+                spare = self.spares.pop(0)
+            warm = spare is not _ANY_SPARE  # (a local fabric's spares are None placeholders)
             if warm:
                 self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
             else:
                 self.handles[rank] = await self.fabric.spawn(self.spec(rank))
         except RankDied:
             raise NewFailure({rank}) from None
+        finally:
+            self._respawning.discard(rank)
         self._fresh.add(rank)
         self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], warm=warm)
@@ -373,15 +377,23 @@ class Coordinator:
         self.events.events.append(event)
 
     async def _heartbeats(self) -> None:
-        """Ping every rank; one that does not answer in time is hung: kill it."""
+        """Ping every rank; one that does not answer in time is hung: kill it. One whose
+        process is gone is failed, unless it is being replaced or was since the ping."""
         while True:
             await self.fabric.sleep(self.heartbeat_interval_s)
-            ranks = [r for r in range(self.n) if r not in self._failed]
+            ranks = [r for r in range(self.n)
+                     if r not in self._failed and r not in self._respawning]
+            pinged = list(self.incarnations)
             answers = await asyncio.gather(
                 *(asyncio.wait_for(self.fabric.ping(self.handles[r]), self.heartbeat_timeout_s)
                   for r in ranks), return_exceptions=True)
             for rank, answer in zip(ranks, answers):
-                if isinstance(answer, asyncio.TimeoutError):
+                if (self.incarnations[rank] != pinged[rank] or rank in self._failed
+                        or rank in self._respawning):
+                    continue
+                if isinstance(answer, RankDied):
+                    self.fail(rank, answer.reason or "its process died")
+                elif isinstance(answer, asyncio.TimeoutError):
                     self.events.record("hang_detected", rank=rank,
                                        timeout_s=self.heartbeat_timeout_s)
                     await self.fabric.kill(self.handles[rank], "ray.kill")
