@@ -150,6 +150,42 @@ def test_transitive_ddv_saves_a_forced_clc(transitive, forced):
     assert k.results == r.results
 
 
+def test_concurrent_initiators_resolve_by_the_smallest_rank():
+    """Algorithm 4: ranks 2 and 3 (cluster 1) are both forced at the same moment, by
+    messages from clusters 0 and 2; both initiate CLC 2, rank 2 wins, one CLC commits with
+    both dependencies in its DDV."""
+    both = [(1, 0, "send", 2), (1, 2, "recv", 0), (1, 4, "send", 3), (1, 3, "recv", 4)]
+    r = ft.run(Figure5, 6, transport="sim", clusters=CLUSTERS, kwargs={"steps": 3,
+                                                                          "schedule": both})
+    assert sorted((e.rank, e.detail["sn"], e.detail["forced"])
+                  for e in r.events_of("hc3i_initiate")) == [(2, 2, True), (3, 2, True)]
+    assert [(e.rank,) + c for e, c in zip(r.events_of("hc3i_commit"), commits(r))] == [
+        (2, 1, 2, (1, 2, 1), True)]
+    assert r.results[2] == [("m", 0, 1)] and r.results[3] == [("m", 4, 1)]
+
+
+def test_dependency_rules_step_by_step():
+    assert _ddv.must_force(2, [1, 1, 0], 0) and not _ddv.must_force(1, [1, 1, 0], 0)
+    assert _ddv.merge([[1, 2, 0], [0, 2, 3]]) == [1, 2, 3]
+    # a logged message goes again to a cluster rolled back to CLC 3 when it was delivered
+    # after that CLC (acked 3 or more) or never acked
+    assert [_ddv.must_resend(a, 3) for a in (2, 3, 4, _ddv.UNACKED)] == [False, True, True, True]
+    C = _ddv.Clc
+    # a chain 0 -> 1 -> 2: a failure in 0 reaches 2 through 1's alert
+    clcs = {0: [C(1, (1, 0, 0)), C(2, (2, 0, 0))],
+            1: [C(1, (0, 1, 0)), C(2, (2, 2, 0), True)],
+            2: [C(1, (0, 0, 1)), C(2, (0, 2, 2), True)]}
+    current = {k: v[-1].ddv for k, v in clcs.items()}
+    line = _ddv.cascade(clcs, current, {0: 2})
+    assert line.targets == {0: 2, 1: 2, 2: 2}
+    assert [(a.sender, a.cluster, a.to) for a in line.alerts] == [
+        (0, 1, 2), (0, 2, None), (1, 0, None), (1, 2, 2), (2, 0, None), (2, 1, None)]
+    # a dependency no CLC recorded (only the current DDV has it): back to the last CLC
+    clcs[1].append(C(3, (2, 3, 0)))
+    dirty = {**current, 1: (2, 3, 0), 2: (0, 3, 2)}
+    assert _ddv.cascade(clcs, dirty, {1: 3}).targets == {1: 3, 2: 2}
+
+
 class Straggler(DDVPiggyback, ft.Rank):
     """Rank 1 leaves its loop early and waits for a message from cluster 2 after it;
     cluster 2 stores CLC 2 before sending it, so it would force a CLC in cluster 0, which
