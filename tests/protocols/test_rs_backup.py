@@ -11,7 +11,7 @@ from ftactors.apps.hpl import HPL
 from ftactors.erasure import RSCode
 from ftactors.protocols import PROTOCOLS, RSBackup, StandbyReplacement
 from ftactors.protocols.rs_backup import Plan, Undecodable, choose_recovery, rebuild_part
-from ftactors.protocols.rs_placement import place, virtual_nodes
+from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
 
 from .programs import Flood, Heat1D
 
@@ -228,6 +228,32 @@ def test_cg_and_hpl_bit_identical_after_a_node_loss():
     assert np.array_equal(r.results[0]["x"], plain[0]["x"])
     assert [o["fingerprint"] for o in r.results] == [o["fingerprint"] for o in plain]
     assert all(o["verified"] for o in r.results) and set(decoded(r)) == {2, 3}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_simultaneous_losses_decode_exactly_when_the_placement_says(seed, tmp_path):
+    import random
+    rng = random.Random(seed)
+    dead = sorted(rng.sample(range(8), rng.randint(1, 4)))
+    print(f"seed {seed}: ranks {dead} die together at iteration 10")
+    kills = [(dead[0], 10)] + [ft.Kill(r, recovery_round=0) for r in dead[1:]]
+    r = heat(spares=4, rs_stable_store=str(tmp_path / "rs"), chaos=ft.Chaos(kill=kills))
+    assert_same(r.results, reference())
+    rec = r.events_of("rs_recovery")[-1].detail
+    assert rec["failed"] == dead
+    if undecodable_groups(PLACEMENT, set(dead)):
+        assert rec["source"] == "stable" and not decoded(r)
+    else:
+        assert rec["source"] == "memory" and set(decoded(r)) == set(dead)
+
+
+def test_failure_during_the_decode_phase_restarts_the_round():
+    chaos = ft.Chaos(kill=[(6, 10), ft.Kill(1, recovery_round=0, recovery_phase="repaired")])
+    r = heat(spares=3, chaos=chaos)
+    assert_same(r.results, reference())
+    assert len(r.events_of("recovery_restart")) == 1
+    assert r.events_of("rs_recovery")[-1].detail["failed"] == [1, 6]
+    assert {1, 6} <= set(decoded(r))
 
 
 # ----------------------------------------------------------------- slow recovery
