@@ -71,6 +71,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "trace:PATH (default: groups of ceil(sqrt(ranks)))")
     g.add_argument("--group-checkpoint-interval", type=int, default=None, metavar="K",
                    help="every group checkpoints every K iterations")
+    g = p.add_argument_group("cluster checkpoints (--protocol hc3i)")
+    g.add_argument("--clusters", default=None, metavar="SPEC",
+                   help="node (by Ray node, the default), or a group definition or policy")
+    g.add_argument("--clc-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="unforced CLC interval of every cluster (default: forced CLCs only)")
+    g.add_argument("--gc-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="garbage collection of CLCs and logs this often")
+    g.add_argument("--ddv-transitive", action="store_true", default=None,
+                   help="piggyback the whole DDV, not only the SN")
 
 
 def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
@@ -110,7 +119,15 @@ def _protocol_options(args) -> dict:
                                  }.items() if v is not None}
     if grouped and args.protocol != "groups":
         raise ValueError("--groups and --group-checkpoint-interval need --protocol groups")
-    return options | grouped
+    clustered = {k: v for k, v in {"clusters": args.clusters,
+                                   "clc_interval_s": args.clc_interval_s,
+                                   "gc_interval_s": args.gc_interval_s,
+                                   "ddv_transitive": args.ddv_transitive}.items()
+                 if v is not None}
+    if clustered and args.protocol != "hc3i":
+        raise ValueError("--clusters, --clc-interval-s, --gc-interval-s and --ddv-transitive "
+                         "need --protocol hc3i")
+    return options | grouped | clustered
 
 
 async def _run_moving(cls, moves, **kw):
@@ -228,6 +245,13 @@ def failure_story(result) -> list[str]:
         elif ev.kind == "group_resumed":
             lines.append(f"  {ev.time - t0:7.3f}s  {d['resent']} logged message(s) resent; "
                          "the other groups never stopped")
+        elif ev.kind == "hc3i_rollback":
+            why = "failed" if d["failed"] else "depends on a rolled-back cluster"
+            lines.append(f"  {ev.time - t0:7.3f}s  cluster {d['cluster']} ({why}) back to "
+                         f"its CLC {d['sn']}: ranks {d['ranks']}")
+        elif ev.kind == "hc3i_recovered":
+            lines.append(f"  {ev.time - t0:7.3f}s  {d['resent']} logged message(s) resent; "
+                         "clusters off the recovery line never stopped")
         elif ev.kind == "recovery_end":
             lines.append(f"  {ev.time - t0:7.3f}s  all ranks RUNNING again")
     return lines

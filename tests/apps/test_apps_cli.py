@@ -126,7 +126,17 @@ def test_group_checkpoints_restart_one_group(capsys):
     assert "logged message(s) resent" in out
 
 
+def test_cluster_checkpoints_roll_back_dependent_clusters_only(capsys):
+    code, out, _ = run(capsys, "coupled", "--ranks", "4", "--ny", "20", "--nx", "30",
+                       "--iterations", "30", "--couple-every", "5", "--protocol", "hc3i",
+                       "--clusters", "fixed:2", "--clc-interval-s", "0.05", "--kill", "3:17")
+    assert code == 0 and "VERIFICATION SUCCESSFUL" in out, out
+    assert "cluster 1 (failed) back to its CLC" in out
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--clusters", "fixed:2"], "need --protocol hc3i"),
+    (["--protocol", "hc3i", "--clc-interval-s", "0"], "clc_interval_s"),
     (["--groups", "one"], "need --protocol groups"),
     (["--protocol", "groups", "--group-checkpoint-interval", "0"], "group_checkpoint_interval"),
     (["--checkpoint-interval", "3"], "need --protocol ready-flush"),
