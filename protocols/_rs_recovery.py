@@ -14,6 +14,7 @@ from ftactors import _storage
 from ftactors._checkpoints import load_latest, position_index, prune_sets, seal_set
 from ftactors._coordinator import NewFailure, RankDied
 from ftactors._errors import ConfigError, RankFailed
+from ftactors._protocol import protocol_names
 from ftactors._storage import open_store
 from ftactors.erasure import RSCode
 
@@ -169,8 +170,10 @@ class RSRecovery:
     def __init__(self, coordinator):
         self.c = coordinator
         self.settings = _options(coordinator.options)
-        self.store = None if self.settings["stable"] is None else open_store(
-            self.settings["stable"])
+        # stacked on StandbyReplacement, its stable sets serve as well (same format)
+        stable = self.settings["stable"] or coordinator.options.get("stable_store")
+        self.store = None if stable is None else open_store(stable)
+        self.standby = "standby" in protocol_names(coordinator.rank_cls)
         self.placement: Placement | None = None
         self._placing = asyncio.Lock()
         self.stored: dict[tuple, set[int]] = {}
@@ -264,6 +267,9 @@ class RSRecovery:
         placement = await self.ensure_placement()
         survivors = [r for r in range(c.n) if r not in failed]
         await asyncio.gather(*(c.call(r, "pause") for r in survivors))
+        if self.standby:  # NR-MPI: RUNNING -> FAILURE (the rest follows the restore)
+            await asyncio.gather(*(c.call(r, "standby_failure", sorted(failed))
+                                   for r in survivors))
         answers = await asyncio.gather(
             *(c.call(r, "rs_failure", sorted(failed)) for r in survivors))
         await c.phase("notified")

@@ -53,10 +53,19 @@ no stable copy, an undecodable loss ends the run with ``ft.RankFailed`` naming t
 that could not be rebuilt. A failure before the first complete encoding restarts from
 the start of the run.
 
+*With StandbyReplacement* (``class S(RSBackup, StandbyReplacement, App)``, RSBackup
+first): NR-MPI decides when to back up (``backup_interval``; ``rs_interval`` is unused)
+and runs its state machine; the round it backs up is encoded here instead of copied to a
+partner (``standby_protect``), and the recovery round is RSBackup's (it also moves the
+survivors to NR-MPI's FAILURE state; the restore moves everyone on to RUNNING). So a
+rank and its partner can die together, which partner copies cannot survive.
+StandbyReplacement's ``stable_store`` sets also serve the slow recovery.
+
 *Deviations.* Checkpoints stay in memory (no SSD tier, IV.D). Placement is fixed for the
 run by rank number: a replacement may start on another node than the rank it replaces.
-RSBackup promotes spares itself, so it replaces StandbyReplacement's partner copies rather
-than stacking with it. The decoder holds ``k`` snapshots at once (not ``z``-sized blocks).
+The decoder holds ``k`` snapshots at once (not ``z``-sized blocks). Encoding shares the
+rank's event loop (one block, then the application): a worker thread would overlap it
+with the application but make the sim transport's runs depend on the OS scheduler.
 """
 from __future__ import annotations
 
@@ -69,7 +78,7 @@ import numpy as np
 
 from ftactors._checkpoints import position_index, store_part
 from ftactors._errors import ProtocolError
-from ftactors._protocol import Protocol
+from ftactors._protocol import Protocol, protocol_names
 from ftactors._storage import open_store
 from ftactors.erasure import RSCode, partial_products, xor_into
 
@@ -135,7 +144,7 @@ class RSBackup(Protocol):
     """Mixin: Reed-Solomon encoded in-memory checkpoints, fast and slow recovery."""
 
     protocol_name = NAME
-    conflicts = ("standby", "ready_flush")
+    conflicts = ("ready_flush",)
     uses_spares = True
     ft_options = {
         "rs_group_size": "ranks per encoding group, on different nodes (default 4)",
@@ -154,6 +163,13 @@ class RSBackup(Protocol):
     def check_options(cls, options: dict) -> None:
         _options(options)
         super().check_options(options)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names = protocol_names(cls)
+        if "standby" in names and names.index("standby") < names.index(NAME):
+            raise TypeError(f"{cls.__qualname__}: put RSBackup before StandbyReplacement "
+                            f"(RSBackup keeps its backups and runs the recovery)")
 
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:
@@ -174,11 +190,26 @@ class RSBackup(Protocol):
 
     # ---------------------------------------------------------------- checkpoints
     async def on_safe_point(self, iteration: int) -> None:
-        await super().on_safe_point(iteration)
         st, pos = self._rs, self.ft.position
+        if self._under_standby():  # StandbyReplacement decides; its copy is ours to keep
+            if self.need_backup(iteration):
+                await self._encoded()  # the last encoding's blocks precede its markers
+            await super().on_safe_point(iteration)
+            return
+        await super().on_safe_point(iteration)
         due = iteration > 0 and iteration % st.settings["interval"] == 0
         if due and (st.last is None or pos > st.last):
             await self.rs_checkpoint()
+
+    def _under_standby(self) -> bool:
+        return "standby" in protocol_names(type(self))
+
+    def standby_protect(self, round_id, blob: bytes, restored: bool = False) -> None:
+        """Stacked on StandbyReplacement: its backup round is encoded here instead of
+        copied to a partner (a restored round's lost parity is re-encoded by the
+        recovery round, not here)."""
+        if not restored:
+            self._keep_and_encode(tuple(round_id), blob)
 
     async def rs_checkpoint(self) -> None:
         """Flush every channel, keep this rank's snapshot and start its star encoding.
@@ -195,9 +226,13 @@ class RSBackup(Protocol):
         flush_s = time.perf_counter() - t0
         st.last = pos  # saved in the snapshot: a rank restored here does not take it again
         blob = ft.snapshot(cut=st.flush.last_cut)
+        self._keep_and_encode(pos, blob, flush_s=flush_s)
+
+    def _keep_and_encode(self, pos: tuple, blob: bytes, **detail) -> None:
+        st = self._rs
         st.own[pos] = blob
         _keep_newest(st.own, lambda key: key, KEEP_ROUNDS)
-        ft.events.record("rs_checkpoint", position=pos, bytes=len(blob), flush_s=flush_s)
+        self.ft.events.record("rs_checkpoint", position=pos, bytes=len(blob), **detail)
         st.encoding.append(self.ft_spawn(self._encode_and_store(pos, blob)))
 
     async def _encoded(self) -> None:
@@ -350,7 +385,6 @@ class RSBackup(Protocol):
         st.own = {} if position is None else {position: blob}
         st.held = {key: p for key, p in st.held.items()
                    if key[2] == position and p.handle is not None}
-        ft.restored_from = None
         await super().on_restored()
 
     def ft_rpc_rs_restored(self):

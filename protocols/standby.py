@@ -269,15 +269,23 @@ class StandbyReplacement(Protocol):
             await self._seal_stable(st.unsealed)
         blob = ft.snapshot(cut=st.flush.last_cut)
         _keep(st.own, round_id, blob)
-        holder = partner(self.rank, self.size)
-        if holder != self.rank:
-            ft.send_control(holder, NAME, "copy", (round_id, blob))
+        holder = self.standby_protect(round_id, blob)
         if st.stable is not None:
             await asyncio.to_thread(store_part, st.stable, "", position_index(round_id), self.rank, blob)
             st.unsealed = round_id
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
+
+    def standby_protect(self, round_id, blob: bytes, restored: bool = False) -> int | None:
+        """Keep ``blob`` (this rank's backup of ``round_id``) safe from this rank's death:
+        send a copy to the partner; returns it. ``restored``: the round this rank was just
+        restored to. A protocol stacked outside may keep it another way (RSBackup encodes
+        it); it returns None then."""
+        holder = partner(self.rank, self.size)
+        if holder != self.rank:
+            self.ft.send_control(holder, NAME, "copy", (round_id, blob))
+        return holder
 
     def _next_backup_after(self, iteration: int) -> int:
         """Rank 0's decision: the iteration of the next backup."""
@@ -348,9 +356,7 @@ class StandbyReplacement(Protocol):
             # the restored round becomes this rank's newest copy, and the partner (maybe
             # a fresh replacement) gets it again, so every pair is whole at once
             st.own = {position: blob}
-            holder = partner(self.rank, self.size)
-            if holder != self.rank:
-                ft.send_control(holder, NAME, "copy", (position, blob))
+            self.standby_protect(position, blob, restored=True)
         else:
             st.own = {}
         if st.machine.state is State.RUNNING:

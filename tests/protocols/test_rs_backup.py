@@ -9,7 +9,7 @@ from ftactors._storage import latest_complete, open_store, read_manifest
 from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
 from ftactors.erasure import RSCode
-from ftactors.protocols import PROTOCOLS, RSBackup, StandbyReplacement
+from ftactors.protocols import PROTOCOLS, ReadyMessageFlush, RSBackup, StandbyReplacement
 from ftactors.protocols.rs_backup import Plan, Undecodable, choose_recovery, rebuild_part
 from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
 
@@ -256,6 +256,44 @@ def test_failure_during_the_decode_phase_restarts_the_round():
     assert {1, 6} <= set(decoded(r))
 
 
+# ------------------------------------------------- stacked on StandbyReplacement
+class RSStandbyHeat(RSBackup, StandbyReplacement, Heat1D):
+    backup_interval = 3
+
+
+def stacked(**kw):
+    return ft.run(RSStandbyHeat, ranks=8, transport=kw.pop("transport", "local"),
+                  kwargs={"iterations": 20}, **{**TOPOLOGY, **kw})
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_stacked_standby_backups_are_encoded_not_copied(transport):
+    r = stacked(spares=1, transport=transport, chaos=ft.Chaos(kill=[(6, 10)]))
+    assert_same(r.results, reference())
+    backups = r.events_of("backup")
+    assert backups and all(e.detail["partner"] is None for e in backups)  # no partner copy
+    rounds = {e.detail["position"] for e in r.events_of("rs_parity")}
+    assert {(0, 0), (0, 3), (0, 6), (0, 9)} <= rounds  # standby's rounds, encoded
+    assert decoded(r) == {6: (1, [0, 2])}
+    states = {(e.rank, e.detail["state"]) for e in r.events_of("nr_state")}
+    assert {(0, "FAILURE"), (0, "RECOVER"), (0, "RUNNING")} <= states  # a survivor
+    assert {(6, "REPLACE_RECOVER"), (6, "RUNNING")} <= states          # the promoted spare
+
+
+def test_stacked_survives_a_partner_pair_that_standby_alone_loses():
+    kills = ft.Chaos(kill=[(2, 10), ft.Kill(6, recovery_round=0)])  # partners 2 <-> 6
+    with pytest.raises(ft.RankFailed, match="both failed"):
+        ft.run(FTHeat8, ranks=8, spares=2, transport="local", kwargs={"iterations": 20},
+               chaos=kills)
+    r = stacked(spares=2, chaos=kills)
+    assert_same(r.results, reference())
+    assert set(decoded(r)) == {2, 6}
+
+
+class FTHeat8(StandbyReplacement, Heat1D):
+    backup_interval = 3
+
+
 # ----------------------------------------------------------------- slow recovery
 def test_beyond_reach_without_stable_copy_names_the_groups():
     with pytest.raises(ft.RankFailed) as info:
@@ -324,5 +362,7 @@ def test_registered_and_bad_options_fail_before_start():
                         ({"rs_stable_parity": True}, "needs rs_stable_store")]:
         with pytest.raises(ft.ConfigError, match=match):
             ft.run(RSHeat, ranks=2, transport="local", **opts)
-    with pytest.raises(TypeError, match="cannot be combined"):
+    with pytest.raises(TypeError, match="put RSBackup before StandbyReplacement"):
         type("Both", (StandbyReplacement, RSBackup, Heat1D), {})
+    with pytest.raises(TypeError, match="cannot be combined"):
+        type("Both", (RSBackup, ReadyMessageFlush, Heat1D), {})
