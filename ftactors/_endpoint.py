@@ -109,6 +109,7 @@ class Endpoint:
         self._held: dict[int, list[Envelope]] = {}  # destinations on the move (see hold)
         self._flush_pending = False
         self._waiting: list[list[Envelope]] | None = []
+        self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._loop = asyncio.get_running_loop()
         self.events = EventLog(link.clock, rank)
         self.trace = trace
@@ -237,8 +238,11 @@ class Endpoint:
                 self._dispatch(e)
 
     def open(self) -> None:
-        """The rank has started: take the batches that arrived before."""
+        """The rank has started (or been restored): take what arrived before."""
+        early, self._early = self._early, []
         waiting, self._waiting = self._waiting, None
+        for env in early:
+            self._dispatch(env)
         for envs in waiting or ():
             self.deliver(envs)
 
@@ -601,18 +605,19 @@ class Endpoint:
         self._since_safe_point = None
         self._log = self._prefix_log if self._record else None
         self._base = None
-        self.set_epoch(epoch)
+        # become incarnation ``epoch`` (channels in and out start afresh), closed until
+        # the host has run ``on_restored`` (``open``): envelopes that arrived early for it
+        # (a fast peer's marker, say) would otherwise reach the protocols before they
+        # reset, and the matcher before its restored messages, and be lost
+        self.epoch = epoch
+        self._out.reset()
+        self._early = self._in.new_epoch(epoch)
+        if self._waiting is None:
+            self._waiting = []
         self._in_flight.clear()
         self.matcher.reset(list(parts["replay"]))
         if parts["protocols"] is not None:
             self.owner.restore_protocol_state(parts["protocols"])
-
-    def set_epoch(self, epoch: int) -> None:
-        """Become incarnation ``epoch``: channels in and out start afresh."""
-        self.epoch = epoch
-        self._out.reset()
-        for env in self._in.new_epoch(epoch):
-            self._dispatch(env)
 
     def set_peer_epoch(self, rank: int, epoch: int) -> None:
         """Peer ``rank`` now runs as ``epoch``; traffic from its older lives is stale."""

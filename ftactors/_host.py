@@ -139,6 +139,7 @@ class RankHost:
         self.obj.comm = Communicator(ep, WORLD, tuple(range(self.spec.size)))
         ep.events.record("restored", epoch=epoch, position=parts["position"])
         await self.obj.on_restored()
+        ep.open()
         if self._installed is not None and not self._installed.done():
             self._installed.set_result(None)
 
