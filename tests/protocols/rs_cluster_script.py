@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 import ftactors as ft
 from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
-from ftactors.protocols import RSBackup
+from ftactors.protocols import RSBackup, StandbyReplacement
 
 GATE = 8
 OPTIONS = {"rs_group_size": 2, "rs_interval": 3, "rs_block_bytes": 64 << 10,
@@ -71,8 +71,14 @@ class GatedHPL(Gated, RSBackup, HPL):
     pass
 
 
+class GatedStandbyCG(Gated, RSBackup, StandbyReplacement, CG):
+    """RSBackup stacked on StandbyReplacement: NR-MPI's backups, encoded."""
+
+    backup_interval = 3
+
+
 def outcome(r, app: str, reference) -> dict:
-    if app == "cg":
+    if app.startswith("cg"):
         same = [o["zetas"] for o in r.results] == [o["zetas"] for o in reference]
     else:
         same = (np.array_equal(r.results[0]["x"], reference[0]["x"])
@@ -89,12 +95,15 @@ def outcome(r, app: str, reference) -> dict:
         "placement": r.events_of("rs_placement")[0].detail,
         "parity_blocks": len(r.events_of("rs_parity")),
         "recoveries": r.metrics["recoveries"],
+        "partner_copies": sum(e.detail["partner"] is not None for e in r.events_of("backup")),
+        "nr_states": sorted({e.detail["state"] for e in r.events_of("nr_state")}),
     }
 
 
 async def scenario(name, app, address, homes, head, *, remove=(), chaos=None, store=None,
                    cluster=None, reference=None) -> dict:
-    cls, kwargs = (GatedCG, {"problem_class": "S"}) if app == "cg" else (GatedHPL, HPL_KW)
+    cls, kwargs = {"cg": (GatedCG, {"problem_class": "S"}), "hpl": (GatedHPL, HPL_KW),
+                   "cg+standby": (GatedStandbyCG, {"problem_class": "S"})}[app]
     gate = None
     if remove:
         cls = type(cls.__name__, (cls,), {"gate_name": f"gate-{name}"})
@@ -143,7 +152,7 @@ async def main(path: str, store: str) -> None:
 
         async def go(name, app, **kw):
             out = await scenario(name, app, cluster.address, homes(), head, cluster=cluster,
-                                 reference=reference[app], **kw)
+                                 reference=reference[app.split("+")[0]], **kw)
             out["nodes"] = homes()
             report["runs"].append(out)
             print(json.dumps(out), flush=True)
@@ -153,8 +162,9 @@ async def main(path: str, store: str) -> None:
         # G0 = (0, 2) and rank 4 (holder of G0's parity 0): beyond reach, stable storage
         await go("beyond", "cg", store=store, chaos=ft.Chaos(
             kill=[(0, GATE), ft.Kill(2, recovery_round=0), ft.Kill(4, recovery_round=0)]))
-        # one whole node (w1: ranks 2, 3), then a fresh node takes its place
-        await go("node", "cg", remove=[workers[1]])
+        # one whole node (w1: ranks 2, 3), then a fresh node takes its place; RSBackup
+        # stacked on StandbyReplacement here
+        await go("node", "cg+standby", remove=[workers[1]])
         workers[1] = cluster.add_node(num_cpus=1, object_store_memory=128 << 20)
         cluster.wait_for_nodes()
         # two nodes of different sectors (w0: ranks 0, 1; w2: ranks 4, 5)

@@ -1,6 +1,7 @@
 """RSBackup on a local multi-node Ray cluster (4 worker nodes x 2 ranks): a whole group,
-a loss beyond the code's reach, a whole node, two nodes of different sectors; CG and HPL
-must equal their failure-free runs bit for bit.
+a loss beyond the code's reach, a whole node (RSBackup stacked on StandbyReplacement
+there), two nodes of different sectors; CG and HPL must equal their failure-free runs bit
+for bit.
 
 ``rs_cluster_script.py`` does the work in a subprocess that starts and stops its own
 ``ray.cluster_utils.Cluster`` (nodes are removed for real), so this test shares no Ray
@@ -44,7 +45,7 @@ def test_ranks_are_placed_by_node_on_the_interleaved_ring(runs):
 
 @pytest.mark.parametrize("name, app, failed, blocks", [
     ("group", "hpl", [4, 6], {"1": [2, 3]}),                   # G1 from its parity only
-    ("node", "cg", [2, 3], {"0": [0, 2], "2": [0, 2]}),         # w1: one member of G0, G2
+    ("node", "cg+standby", [2, 3], {"0": [0, 2], "2": [0, 2]}),  # w1: a member of G0, G2
     ("two_nodes", "hpl", [0, 1, 4, 5],                          # w0 and w2
      {"0": [1, 3], "1": [1, 3], "2": [1, 3], "3": [1, 3]}),
 ])
@@ -56,6 +57,13 @@ def test_decoded_in_memory_and_bit_identical(runs, name, app, failed, blocks):
     assert run["decode_blocks"] == blocks
     assert set(run["sources"]) == {"memory"}
     assert run["parity_blocks"] > 0
+
+
+def test_stacked_on_standby_the_backups_are_encoded_and_nr_mpi_recovers(runs):
+    run = runs["node"]
+    assert run["partner_copies"] == 0
+    assert {"FAILURE", "RECOVER", "REPLACE_RECOVER", "RUNNING"} <= set(run["nr_states"])
+    assert runs["group"]["nr_states"] == []  # RSBackup alone has no NR-MPI machine
 
 
 def test_beyond_reach_falls_back_to_stable_storage_and_verifies(runs):
