@@ -186,6 +186,18 @@ def test_no_spares_respawns_and_a_second_failure_uses_the_reencoded_parity():
     assert set(decoded(r)) == {4, 2}
 
 
+def test_sim_runs_with_a_failure_replay_exactly_from_the_seed():
+    def timeline():
+        r = heat(spares=1, transport="sim", seed=3, sim_jitter_s=1e-4,
+                 chaos=ft.Chaos(kill=[(6, 10)]))
+        # *_s details are wall-clock measurements (flush, encode, decode times)
+        return [(e.time, e.kind, e.rank, {k: v for k, v in e.detail.items()
+                                          if not k.endswith("_s")}) for e in r.events]
+    first = timeline()
+    assert any(kind == "rs_decoded" for _, kind, _, _ in first)
+    assert timeline() == first
+
+
 def test_failure_while_encoding_restores_the_previous_round():
     class Slow(RSHeat):
         protocol_name = "rs"
