@@ -118,8 +118,8 @@ async def scenario(name, app, address, homes, head, *, remove=(), chaos=None, st
     if remove:
         while await gate.count.remote() < 8:  # every rank waits at the gate
             await asyncio.sleep(0.05)
-        for node in remove:
-            await asyncio.to_thread(cluster.remove_node, node, False)
+        await asyncio.gather(*(asyncio.to_thread(cluster.remove_node, node, False)
+                               for node in remove))  # together, as far as threads go
         await gate.release.remote()
     r = await run
     out = outcome(r, app, reference)

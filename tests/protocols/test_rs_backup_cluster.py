@@ -46,15 +46,20 @@ def test_ranks_are_placed_by_node_on_the_interleaved_ring(runs):
 @pytest.mark.parametrize("name, app, failed, blocks", [
     ("group", "hpl", [4, 6], {"1": [2, 3]}),                   # G1 from its parity only
     ("node", "cg+standby", [2, 3], {"0": [0, 2], "2": [0, 2]}),  # w1: a member of G0, G2
-    ("two_nodes", "hpl", [0, 1, 4, 5],                          # w0 and w2
-     {"0": [1, 3], "1": [1, 3], "2": [1, 3], "3": [1, 3]}),
+    # w0 and w2: every group loses a member; the blocks used depend on whether Ray
+    # reports the four deaths in one recovery round or two, so only their count is fixed
+    ("two_nodes", "hpl", [0, 1, 4, 5], None),
 ])
 def test_decoded_in_memory_and_bit_identical(runs, name, app, failed, blocks):
     run = runs[name]
     assert run["app"] == app
     assert run["identical"] is True and run["verified"] is True
     assert run["failed"] == failed and run["decoded"] == failed
-    assert run["decode_blocks"] == blocks
+    if blocks is not None:
+        assert run["decode_blocks"] == blocks
+    else:
+        assert sorted(run["decode_blocks"]) == ["0", "1", "2", "3"]
+        assert all(len(b) == 2 for b in run["decode_blocks"].values())  # k of each group
     assert set(run["sources"]) == {"memory"}
     assert run["parity_blocks"] > 0
 
