@@ -69,6 +69,10 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    homes = options.get("rank_nodes")
+    if homes is not None and (not isinstance(homes, (list, tuple)) or len(homes) != ranks):
+        raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "
+                          f"got {homes!r}")
     for proto in protocol_classes(rank_cls):
         proto.check_options(options)
     if chaos is not None and not isinstance(chaos, Chaos):

@@ -271,10 +271,6 @@ class RayFabric:
         await asyncio.sleep(seconds)
 
     async def start(self, ranks: int) -> None:
-        homes = self.options.get("rank_nodes")
-        if homes is not None and (not isinstance(homes, (list, tuple)) or len(homes) != ranks):
-            raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "
-                              f"got {homes!r}")
         ensure_ray(self.address)
         self._cls = ray.remote(RankActor)
         self._actor_options = dict(

@@ -374,6 +374,8 @@ def test_registered_and_bad_options_fail_before_start():
                         ({"rs_stable_parity": True}, "needs rs_stable_store")]:
         with pytest.raises(ft.ConfigError, match=match):
             ft.run(RSHeat, ranks=2, transport="local", **opts)
+    with pytest.raises(ft.ConfigError, match="one Ray node id per rank"):  # before Ray starts
+        ft.run(RSHeat, ranks=2, transport="ray", rank_nodes=["only-one"])
     with pytest.raises(TypeError, match="put RSBackup before StandbyReplacement"):
         type("Both", (StandbyReplacement, RSBackup, Heat1D), {})
     with pytest.raises(TypeError, match="cannot be combined"):
