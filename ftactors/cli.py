@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench(sub)
     _add_trace(sub)
     _add_groups(sub)
+    from .advise import add_advise
+    add_advise(sub)
     return parser
 
 
