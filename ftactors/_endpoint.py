@@ -620,9 +620,16 @@ class Endpoint:
             self.owner.restore_protocol_state(parts["protocols"])
 
     def set_peer_epoch(self, rank: int, epoch: int) -> None:
-        """Peer ``rank`` now runs as ``epoch``; traffic from its older lives is stale."""
+        """Peer ``rank`` now runs as ``epoch``; traffic from its older lives is stale,
+        including what waits for an earlier message (it would fill in the new life's
+        numbers with the old life's messages)."""
         self.peer_epochs[rank] = epoch
         self._in.peer_epoch(rank, epoch)
+        gaps = self._gaps.get(rank)
+        if gaps:
+            for seq in [s for s, env in gaps.items() if env.src_epoch < epoch]:
+                del gaps[seq]
+                self._in.stale += 1
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:

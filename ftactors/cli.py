@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_groups(sub)
     from .advise import add_advise
     add_advise(sub)
+    from .simcheck import add_sim_check
+    add_sim_check(sub)
     return parser
 
 

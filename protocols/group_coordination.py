@@ -38,8 +38,10 @@ the fence (later messages already went to the new lives); a restarted rank recor
 fenced R of every peer (restore notes) and skip sending the messages below it (the
 "skip" of Algorithm 1, done at the sender); a skipped message is still logged, since
 its receiver may later roll back past it.
-Messages between two restarted groups are resent from the restored logs the same way.
-Whatever the skip misses is still dropped by the receivers' sequence numbers. Piecewise
+Messages between two restarted groups are resent from the restored logs the same way,
+and skipped the same way: a group checkpoint's report carries each part's R, so the
+coordinator knows what a restarted peer will hold before it starts. Whatever the skip
+misses would still be dropped by the receivers' sequence numbers. Piecewise
 determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
 messages with the same numbers.
 """
@@ -193,13 +195,15 @@ class GroupCoordination(Protocol):
         gc.rr[pos] = {x: ft.received[x] for x in range(self.size)
                       if not gc.groups.same_group(self.rank, x)}
         t0 = time.perf_counter()
-        blob = ft.snapshot(cut=gc.flush.last_cut)
+        cut = gc.flush.last_cut
+        blob = ft.snapshot(cut=cut)
+        held = [cut.get(x, n) for x, n in enumerate(ft.received)]  # R_X in the part
         kept = gc.parts.hold(pos, blob)
         n_log, log_bytes = self.log_size()
         await ft.link.report_now(ft.events.make(
             "group_checkpoint_part", group=gc.groups.group_of(self.rank), position=pos,
             bytes=len(blob), flush_s=flushed_at - at, save_s=time.perf_counter() - t0,
-            log_messages=n_log, log_bytes=log_bytes))
+            log_messages=n_log, log_bytes=log_bytes, received=held))
         await kept
 
     def ft_rpc_group_part(self, position) -> bytes:
@@ -222,10 +226,14 @@ class GroupCoordination(Protocol):
         """Ranks restart as ``epochs`` {rank: new incarnation}: from now on drop what their
         old lives still had in flight, and return R_X for every X (final for them until
         their new lives send)."""
-        ft = self.ft
+        ft, gc = self.ft, self._gc
         for rank, epoch in epochs.items():
-            ft.set_peer_epoch(int(rank), epoch)
-            self._gc.fenced[int(rank)] = ft.sent[int(rank)]
+            rank = int(rank)
+            ft.set_peer_epoch(rank, epoch)
+            gc.fenced[rank] = ft.sent[rank]
+            gc.skip.pop(rank, None)  # it rolled back: it no longer holds what it held
+            if gc.expect is not None:
+                gc.expect.pop(rank, None)
         return list(ft.received)
 
     def ft_rpc_group_resend(self, received: dict) -> int:
@@ -300,6 +308,9 @@ class GroupCoordination(Protocol):
         gc.rr.clear()
         gc.skip = {int(x): n for x, n in self.ft.restore_notes.get(NAME, {}).items()
                    if n > self.ft.sent[int(x)]}
+        # a restored rank's own fence: from its part's counts on, its log is re-sent by
+        # running again, so a resend to another restarted rank stops there
+        gc.fenced = {x: n for x, n in enumerate(self.ft.sent) if x != self.rank}
         if gc.skip:
             self.ft.events.record("group_skip", upto=dict(gc.skip))
         await super().on_restored()
@@ -313,6 +324,7 @@ class _GroupSet:
     position: tuple
     size: int
     handles: dict = field(default_factory=dict)
+    received: dict = field(default_factory=dict)  # rank -> R_X in its part, for every X
 
 
 class GroupRecovery:
@@ -332,6 +344,7 @@ class GroupRecovery:
         ck = self.pending.get((g, pos))
         if ck is None:
             ck = self.pending[(g, pos)] = _GroupSet(g, pos, len(self.groups.members(event.rank)))
+        ck.received[event.rank] = event.detail["received"]
         self.parts.take(event.rank, pos, lambda handle: self._kept(ck, event.rank, handle))
 
     async def _kept(self, ck: _GroupSet, rank: int, handle) -> None:
@@ -368,11 +381,15 @@ class GroupRecovery:
         others = [x for x in range(c.n) if x not in ranks]
         holds = dict(zip(others, await asyncio.gather(*(c.call(x, "group_fence", epochs)
                                                         for x in others))))
+        for x in ranks:  # a restarted rank will hold what its part holds
+            ck = self.latest.get(self.groups.group_of(x))
+            holds[x] = [0] * c.n if ck is None else ck.received[x]
         for r in ranks:
             ck = self.latest.get(self.groups.group_of(r))
             handle = c.blank(r) if ck is None else ck.handles[r]
             c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs),
-                             "notes": {NAME: {x: held[r] for x, held in holds.items()}}})
+                             "notes": {NAME: {x: held[r] for x, held in holds.items()
+                                              if x != r}}})
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
         resent = await asyncio.gather(*(

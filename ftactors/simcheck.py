@@ -1,0 +1,225 @@
+"""``ftactors sim-check``: the deterministic simulator as a protocol checker.
+
+Many seeded runs of a small program that keeps every channel busy across every safe
+point (``Flood``: each message says who sent it, in which iteration and which one, and
+the receiver checks it at once), each under a random failure schedule drawn from the
+run's seed: one to three kills at random ranks and iterations, biased towards checkpoint
+iterations (a kill at a checkpoint's safe point strikes during it), and sometimes a kill
+of another rank as recovery starts. Each run must pass these checks:
+
+* it ends (the simulator turns a run that can never progress into an error, so a lost
+  message is caught, not waited for);
+* no message lost, duplicated or out of channel order: Flood fails at the first wrong
+  message, and the digests and totals equal the failure-free run's;
+* no duplicate dropped by any receiver, for the protocols whose recovery lines are exact
+  cuts (``exact`` below): a duplicate there means an orphan message, one a restored
+  state holds as received that its sender's restored state had not sent;
+* for GroupCoordination, its logs stay bounded (garbage collection works).
+
+A run that fails prints its seed and the command that replays it; the same seed makes
+the same run, event for event. ``StandbyReplacement`` and ``RSBackup`` legitimately give
+up (``RankFailed``) when a failure takes data that no copy or code can rebuild (a rank
+and its partner, too many ranks of a group); those runs are counted as such, not failed.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+
+import ftactors as ft
+
+ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
+
+
+class Flood(ft.Rank):
+    """Every rank sends ``per_peer`` messages to every other rank each iteration, on
+    several tags, and receives them in the next one; a ring message through a posted
+    ``irecv`` and an ``allreduce`` every iteration. Every message is checked on arrival;
+    the digest of what was received is compared with a failure-free run."""
+
+    async def main(self, iterations=12, per_peer=3, request_at=()):
+        comm, r, n = self.comm, self.rank, self.size
+        peers = [p for p in range(n) if p != r]
+        self.register("digest", [])
+        self.register("total", 0.0)
+        async for i in self.iterations(iterations):
+            if i > 0:
+                self.digest.append(await self._take(peers, i - 1, per_peer))
+            ring = comm.irecv(source=(r - 1) % n, tag=5)
+            sends = [comm.isend((r, i, j, float(r * 1000 + i * 10 + j)), dest=p, tag=10 + j)
+                     for p in peers for j in range(per_peer)]
+            if r == 0 and i in request_at:
+                self.request_checkpoint()
+            await comm.send(("ring", r, i), dest=(r + 1) % n, tag=5)
+            got = await ring.wait()
+            if got != ("ring", (r - 1) % n, i):
+                raise AssertionError(f"rank {r} expected the ring message of iteration {i}, "
+                                     f"got {got}")
+            self.total = await comm.allreduce(self.total + r + i)
+            await ft.waitall(sends)
+        self.digest.append(await self._take(peers, iterations - 1, per_peer))
+        return {"digest": list(self.digest), "total": self.total}
+
+    async def _take(self, peers, i, per_peer):
+        got = []
+        for src in peers:
+            for j in range(per_peer):
+                m = await self.comm.recv(source=src, tag=10 + j)
+                if m[:3] != (src, i, j):
+                    raise AssertionError(f"rank {self.rank} expected {(src, i, j)}, got {m}")
+                got.append(m[3])
+        return sum(got)
+
+
+@dataclass
+class Setup:
+    """How one protocol is checked: its mixin, options, and what it promises."""
+
+    mixin: type
+    options: dict
+    ranks: int = 6
+    spares: int = 0
+    exact: bool = True          # restarts are exact cuts: no duplicate is ever dropped
+    may_give_up: bool = False   # RankFailed is a correct outcome for some schedules
+    bounded_log: bool = False   # GroupCoordination's logs
+
+
+def setups() -> dict[str, Setup]:
+    """The protocol stacks sim-check knows, by their command-line names."""
+    from ftactors.protocols import (DDVPiggyback, GroupCoordination, ReadyMessageFlush,
+                                    RSBackup, StandbyReplacement)
+    return {
+        "standby": Setup(StandbyReplacement, {"backup_interval": INTERVAL}, spares=3,
+                         may_give_up=True),
+        "ready-flush": Setup(ReadyMessageFlush, {"checkpoint_interval": INTERVAL}),
+        "groups": Setup(GroupCoordination, {"groups": "fixed:2",
+                                            "group_checkpoint_interval": INTERVAL},
+                        bounded_log=True),
+        "hc3i": Setup(DDVPiggyback, {"clusters": "fixed:2"}, exact=False),
+        "rs": Setup(RSBackup, {"rs_group_size": 2, "rs_ranks_per_node": 2,
+                               "rs_interval": INTERVAL, "rs_block_bytes": 512},
+                    ranks=8, spares=3, may_give_up=True),
+    }
+
+
+def schedule(seed: int, ranks: int) -> list[ft.Kill]:
+    """The failures of run ``seed``: 1-3 kills at (rank, iteration), a third of them at
+    checkpoint iterations, and in one run of four a kill as the first recovery starts."""
+    rng = random.Random(seed)
+    kills = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        if rng.random() < 1 / 3:
+            it = rng.choice(range(INTERVAL, ITERATIONS, INTERVAL))
+        else:
+            it = rng.randrange(1, ITERATIONS)
+        kills.append(ft.Kill(rng.randrange(ranks), iteration=it))
+    if rng.random() < 0.25:
+        kills.append(ft.Kill(rng.randrange(ranks), recovery_round=0))
+    return kills
+
+
+@dataclass
+class Outcome:
+    seed: int
+    ok: bool
+    gave_up: bool = False
+    problem: str = ""
+    kills: list = field(default_factory=list)
+
+
+def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
+    """One seeded run of ``cls`` (the protocol mixed into Flood) and its checks."""
+    kills = schedule(seed, setup.ranks)
+    out = Outcome(seed, False, kills=kills)
+    try:
+        r = ft.run(cls, setup.ranks, transport="sim", seed=seed, spares=setup.spares,
+                   kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER},
+                   chaos=ft.Chaos(kill=kills), timeout_s=600, sim_jitter_s=2e-5,
+                   **setup.options)
+    except TimeoutError:
+        out.problem = ("the run stalled: nothing could progress until the time limit "
+                       "(a message lost, or a protocol waiting forever)")
+        return out
+    except ft.RankFailed as exc:
+        out.ok, out.gave_up = setup.may_give_up, True
+        out.problem = "" if setup.may_give_up else f"gave up: {exc}"
+        return out
+    except Exception as exc:  # noqa: BLE001 - any error is the finding
+        out.problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        return out
+    if [(x["digest"], x["total"]) for x in r.results] != reference:
+        out.problem = "the results differ from the failure-free run's"
+    elif setup.exact and r.metrics["duplicates_dropped"]:
+        out.problem = (f"{r.metrics['duplicates_dropped']} duplicate(s) dropped: a recovery "
+                       "line held a message its sender had not sent (an orphan)")
+    elif setup.bounded_log and _log_grew(r):
+        out.problem = "a log grew past its bound (garbage collection)"
+    else:
+        out.ok = True
+    return out
+
+
+def _log_grew(result) -> bool:
+    """More logged messages at a checkpoint than a sender can send between two of its
+    group's checkpoints (twice the interval's traffic to every peer, with collectives)."""
+    n = result.metrics["ranks"]
+    bound = 2 * INTERVAL * (n - 1) * (PER_PEER + 4)
+    return any(e.detail["log_messages"] > bound
+               for e in result.events_of("group_checkpoint_part"))
+
+
+def sim_check(name: str, runs: int, seed: int, *, mixin: type | None = None,
+              progress=None) -> list[Outcome]:
+    """``runs`` seeded runs (seeds ``seed`` .. ``seed + runs - 1``) of protocol ``name``
+    (or ``mixin`` with ``name``'s settings: a test's deliberately broken protocol)."""
+    setup = setups()[name]
+    base = mixin or setup.mixin
+    cls = type(f"{base.__name__}Flood", (base, Flood), {})
+    reference = [(x["digest"], x["total"]) for x in ft.run(
+        Flood, setup.ranks, transport="sim",
+        kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER}).results]
+    outcomes = []
+    for k in range(runs):
+        outcomes.append(check_run(cls, setup, seed + k, reference))
+        if progress is not None:
+            progress(outcomes)
+    return outcomes
+
+
+def add_sim_check(sub) -> None:
+    p = sub.add_parser("sim-check", help="seeded sim runs with random failures, checked",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("--protocol", required=True, choices=sorted(setups()),
+                   help="the protocol to check")
+    p.add_argument("--runs", type=int, default=100, help="runs (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
+    p.set_defaults(func=_cmd_sim_check)
+
+
+def _cmd_sim_check(args) -> int:
+    if args.runs < 1:
+        print("ftactors sim-check: --runs must be >= 1", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    last = [t0]
+
+    def progress(outcomes):
+        now = time.perf_counter()
+        if now - last[0] >= 5 or len(outcomes) == args.runs:
+            last[0] = now
+            bad = sum(not o.ok for o in outcomes)
+            print(f"  {len(outcomes)}/{args.runs} runs, {bad} failed, "
+                  f"{now - t0:.0f} s", flush=True)
+
+    outcomes = sim_check(args.protocol, args.runs, args.seed, progress=progress)
+    failed = [o for o in outcomes if not o.ok]
+    gave_up = sum(o.gave_up for o in outcomes)
+    for o in failed:
+        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}\n  replay: ftactors "
+              f"sim-check --protocol {args.protocol} --runs 1 --seed {o.seed}")
+    print(f"sim-check {args.protocol}: {len(outcomes) - len(failed)} of {len(outcomes)} runs "
+          f"passed ({gave_up} gave up correctly, data lost beyond repair) in "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 1 if failed else 0
