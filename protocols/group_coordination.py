@@ -34,7 +34,10 @@ the dead lives still had in flight is dropped) and reports its R for the restart
 ranks, final until their new lives send. Then each of them resends from its log what
 the restarted ranks had not received at their checkpoint (their restored R), up to
 the fence (later messages already went to the new lives); a restarted rank records
-``group_caught_up`` once it holds all of them. The restarted ranks start with the
+``group_caught_up`` once it holds all of them. The restarted ranks in turn resend to
+the others, from their restored logs, what those lack below the parts' counts (a
+message sent before the checkpoint but still in flight at the failure was dropped with
+the dead life's traffic). The restarted ranks start with the
 fenced R of every peer (restore notes) and skip sending the messages below it (the
 "skip" of Algorithm 1, done at the sender); a skipped message is still logged, since
 its receiver may later roll back past it.
@@ -237,10 +240,11 @@ class GroupCoordination(Protocol):
         return list(ft.received)
 
     def ft_rpc_group_resend(self, received: dict) -> int:
-        """``received`` {restarted rank: how many messages from this rank it holds}:
-        resend from the log what they lack, in order, up to the fence (what was sent
-        after it went to the new incarnation already); returns how many, and where the
-        resends end for each of them."""
+        """``received`` {rank: how many messages from this rank it holds} for the
+        restarted ranks (and, on a restarted rank, for the others too): resend from the
+        log what they lack, in order, up to the fence (what was sent after it, or after a
+        restored part, is sent by running on); returns how many, and where the resends
+        end for each of them."""
         ft, gc = self.ft, self._gc
         resent = nbytes = 0
         upto = {}
@@ -392,9 +396,13 @@ class GroupRecovery:
                                               if x != r}}})
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
-        resent = await asyncio.gather(*(
-            c.call(x, "group_resend", {r: got[i][x] for i, r in enumerate(ranks)})
-            for x in range(c.n)))
+        # every rank resends to the restarted ones what they lack; a restarted rank also
+        # resends to the others what it had sent before its part but they never got (it
+        # was in flight when the fence dropped its old life's traffic)
+        lack = {x: {r: got[i][x] for i, r in enumerate(ranks)} for x in range(c.n)}
+        for x in ranks:
+            lack[x].update({s: holds[s][x] for s in others})
+        resent = await asyncio.gather(*(c.call(x, "group_resend", lack[x]) for x in range(c.n)))
         await asyncio.gather(*(
             c.call(r, "group_expect", {x: done["upto"][r] for x, done in enumerate(resent)
                                        if r in done["upto"]})
