@@ -301,17 +301,21 @@ class Endpoint:
         if env is not None:  # already here: no waiter to build
             return self._consumed(env)
         fut = self._loop.create_future()
-        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._matched))
+        track = self.keep_base  # only snapshot_now reads what is in flight
+        p = Posted(ctx, source, tag,
+                   _resolver(fut, self.matcher, self._matched if track else None))
         self.matcher.post(p)
         try:
             env = await fut
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             if fut.done() and not fut.cancelled():
-                self._unmatched(fut.result())
+                if track:
+                    self._unmatched(fut.result())
                 self.matcher.arrive(fut.result())  # matched just before the cancel: give back
             raise
-        self._unmatched(env)
+        if track:
+            self._unmatched(env)
         return self._consumed(env)
 
     def _matched(self, env: Envelope) -> Envelope:
@@ -441,6 +445,10 @@ class Endpoint:
         """
         return _storage.dumps(self._state(protocol_state, cut=cut))
 
+    def received_at(self, cut: dict[int, int]) -> list[int]:
+        """``received`` as a snapshot cut at ``cut`` {peer: n} counts it."""
+        return [cut.get(src, n) for src, n in enumerate(self.received)]
+
     def snapshot_now(self, protocol_state: dict | None = None, *,
                      unreceived: dict[int, int] | None = None) -> bytes:
         """The rank's state at this very moment, between safe points, as a sealed blob:
@@ -556,8 +564,7 @@ class Endpoint:
         queued = self.matcher.queued()
         if cut:
             queued = [e for e in queued if e.src not in cut or e.app_seq < cut[e.src]]
-            for src, n in cut.items():
-                parts["received"][src] = n
+            parts["received"] = self.received_at(cut)
         parts["replay"] = replay + queued
         parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
         return parts

@@ -200,7 +200,7 @@ class GroupCoordination(Protocol):
         t0 = time.perf_counter()
         cut = gc.flush.last_cut
         blob = ft.snapshot(cut=cut)
-        held = [cut.get(x, n) for x, n in enumerate(ft.received)]  # R_X in the part
+        held = ft.received_at(cut)  # R_X in the part
         kept = gc.parts.hold(pos, blob)
         n_log, log_bytes = self.log_size()
         await ft.link.report_now(ft.events.make(
