@@ -53,7 +53,7 @@ import numpy as np
 
 import ftactors as ft
 from ftactors.protocols import GroupCoordination
-from ftactors.protocols.groups import pairs_from_trace, suggest_groups
+from ftactors.protocols.groups import load_groups, pairs_from_trace, suggest_groups
 
 from .checkpoint import rank_list
 from .transport import machine_info
@@ -184,8 +184,7 @@ def measure(transport: str, n: int, args, options: dict) -> list[dict]:
                 raise RuntimeError(f"{name} at {n} ranks on {transport}: wrong answer")
         row = {"transport": transport, "ranks": n, "formation": name,
                "send_overhead_us": options.get("sim_send_overhead_s", 0) * 1e6,
-               "groups": len(groups) if isinstance(groups, list) else
-               {"NORM": 1, "GP1": n, "GP4": math.ceil(n / math.ceil(n / 4))}[name],
+               "groups": len(load_groups(groups, n).groups),
                **checkpoint_figures(free), **restart_figures(hit),
                "overhead": _run_time(free) / _run_time(plain)}
         rows.append(row)
