@@ -267,7 +267,9 @@ class Coordinator:
     # -------------------------------------------------- services for policies
     async def phase(self, name: str) -> None:
         """A recovery policy reached phase ``name`` of the current round: chaos may
-        strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``)."""
+        strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``); the
+        timeline records it, so reports can time each phase."""
+        self.events.record("recovery_phase", round=self._round, phase=name)
         for kill in self.kills:
             if kill.recovery_round == self._round and kill.recovery_phase == name:
                 self.events.record("killed", rank=kill.rank, how=self.kill_method,

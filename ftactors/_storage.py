@@ -284,6 +284,23 @@ class MemoryStore(Store):
             return sorted(k for k in self._blobs if _under(k, prefix))
 
 
+def open_filesystem(uri: str, what: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and root path of ``uri``: a local path (relative paths are
+    made absolute, ``~`` is expanded) or a URI pyarrow understands (``file://``,
+    ``s3://``, ``gs://``, ``hdfs://``).
+
+    Raises:
+        ValueError: pyarrow cannot open ``uri`` (the message names it as ``what``).
+    """
+    if "://" not in uri:
+        uri = os.path.abspath(os.path.expanduser(uri))
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... by scheme
+        raise ValueError(f"cannot open {what} {uri!r}: {exc}") from exc
+    return fs, root.rstrip("/")
+
+
 class FsStore(Store):
     """Sealed blobs as files under a root, through :mod:`pyarrow.fs`.
 
@@ -302,13 +319,7 @@ class FsStore(Store):
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
-        if "://" not in uri:
-            uri = os.path.abspath(os.path.expanduser(uri))
-        try:
-            self._fs, root = pafs.FileSystem.from_uri(uri)
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... by scheme
-            raise ValueError(f"cannot open checkpoint store {self.uri!r}: {exc}") from exc
-        self._root = root.rstrip("/")
+        self._fs, self._root = open_filesystem(uri, "checkpoint store")
 
     def __repr__(self) -> str:
         return f"FsStore({self.uri!r})"

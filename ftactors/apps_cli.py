@@ -24,13 +24,24 @@ def _app(name: str):
     return importlib.import_module(f"ftactors.apps.{name}")
 
 
-def protocol_stack(app_cls: type, protocol: str | None) -> type:
-    """The app class with the named protocol mixin in front (None: the bare app)."""
-    if protocol in (None, "none"):
+def protocol_stack(app_cls: type, protocol) -> type:
+    """The app class with the named protocol mixin in front (None or "none": the bare
+    app); a list of names stacks several, the first outermost (``["rs", "standby"]``).
+
+    Raises:
+        ValueError: an unknown protocol name.
+    """
+    names = [protocol] if isinstance(protocol, str) or protocol is None else list(protocol)
+    names = [n for n in names if n not in (None, "none")]
+    if not names:
         return app_cls
     from ftactors.protocols import PROTOCOLS
-    mixin = PROTOCOLS[protocol]
-    return type(f"{mixin.__name__}{app_cls.__name__}", (mixin, app_cls), {"__module__": __name__})
+    unknown = [n for n in names if n not in PROTOCOLS]
+    if unknown:
+        raise ValueError(f"unknown protocol {unknown[0]!r}; known: none, {', '.join(PROTOCOLS)}")
+    mixins = tuple(PROTOCOLS[n] for n in names)
+    return type("".join(m.__name__ for m in mixins) + app_cls.__name__, (*mixins, app_cls),
+                {"__module__": __name__})
 
 
 def _protocol_names() -> list[str]:

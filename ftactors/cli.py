@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_advise(sub)
     from .simcheck import add_sim_check
     add_sim_check(sub)
+    from .chaos import add_chaos
+    add_chaos(sub)
     return parser
 
 
