@@ -154,7 +154,9 @@ async def _execute(cls, spec: RunSpec, exp: Experiment, place: _Place, *, chaos=
 
 
 async def _node_kills(run, spec: RunSpec, place: _Place, extra: list) -> None:
-    """Remove worker nodes at the schedule's times, recording a kill of each rank there."""
+    """Remove worker nodes at the schedule's times (seconds after every rank is wired),
+    recording a kill of each rank there."""
+    await run.nodes()  # waits until the ranks are up
     start = time.time()
     for index, at in sorted(spec.node_kills, key=lambda k: k[1]):
         await asyncio.sleep(max(0.0, start + at - time.time()))
