@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_check(sub)
     from .chaos import add_chaos
     add_chaos(sub)
+    from .submit import add_submit
+    add_submit(sub)
     from .report import add_report
     add_report(sub)
     return parser
