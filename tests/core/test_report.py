@@ -14,8 +14,9 @@ import pytest
 
 from ftactors import cli
 from ftactors.report import (Life, Mark, ReportError, Span, build_report, overhead_series,
-                             phase_means, read_events, read_results, recovery_samples,
-                             timeline_marks, timeline_runs, verified_cells)
+                             phase_means, protocol_stacks, read_events, read_results,
+                             recovery_samples, timeline_marks, timeline_runs,
+                             verified_cells)
 
 RESULTS_SCHEMA = pa.schema([
     ("experiment", pa.string()), ("run_id", pa.string()), ("app", pa.string()),
@@ -313,6 +314,21 @@ def test_overhead_series_per_app_when_several_and_per_unit():
                                      "s": {"p / hpl": [(0.5, 1.2)]}}
 
 
+def test_aliases_of_one_stack_make_one_overhead_series():
+    stacks = protocol_stacks("protocols:\n"
+                             "  rf-k2: {protocol: ready-flush, checkpoint_interval: 2}\n"
+                             "  rf-k4: {protocol: ready-flush, checkpoint_interval: 4}\n"
+                             "  both: {protocol: [rs, standby]}\n  standby: {spares: 2}\n")
+    assert stacks == {"rf-k2": "ready-flush", "rf-k4": "ready-flush", "both": "rs+standby",
+                      "standby": "standby"}
+    rows = [row("a", "cg", "rf-k4", "s", 0, "verified", interval=4, unit="iterations"),
+            row("b", "cg", "rf-k2", "s", 0, "wrong", interval=2, unit="iterations",
+                wall_s=5.0)]
+    assert overhead_series(rows, stacks) == {"iterations": {
+        "ready-flush": [(2.0, 2.0), (4.0, 1.2)]}}
+    assert protocol_stacks(None) == protocol_stacks("[unclosed") == protocol_stacks("3") == {}
+
+
 # ---------------------------------------------------------------------------- bad input
 def test_missing_directory_or_results_file(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "nope")]) == 2
@@ -373,25 +389,24 @@ def test_bad_max_timelines(results, capsys):
 
 
 # ------------------------------------------------------------------ on ftactors chaos
-def test_report_on_a_tiny_sim_chaos_matrix(tmp_path):
-    """A real results directory from ``ftactors chaos`` on sim: standby recovers, the bare
-    app (no protocol) gives up; the report shows every kill and recovery of each run."""
-    import asyncio
-
-    from ftactors.chaos import run_experiment
-    from ftactors.experiment import experiment_from_dict
+def test_report_on_a_tiny_sim_chaos_matrix(tmp_path, capsys):
+    """``ftactors chaos --report`` on sim: standby recovers, the bare app (no protocol)
+    gives up; the report shows every kill and recovery of each run."""
+    import yaml
     exp = {"name": "tiny", "transport": "sim",
            "matrix": {"app": ["stencil"], "protocol": ["standby", "none"], "ranks": [4],
                       "schedule": ["one"], "seed": [3]},
            "apps": {"stencil": {"ny": 24, "nx": 24, "iterations": 12}},
            "protocols": {"standby": {"spares": 2, "backup_interval": 2}},
            "schedules": {"one": {"kill": [[1, 5]]}}}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(exp))
     out = tmp_path / "tiny"
-    rows = asyncio.run(run_experiment(experiment_from_dict(exp), str(out),
-                                      echo=lambda line: None))
+    assert cli.main(["chaos", str(tmp_path / "tiny.yaml"), "--out", str(out),
+                     "--report"]) == 1  # the bare run does not verify
+    assert f"wrote {out}/report/index.html" in capsys.readouterr().out
+    rows = read_results(str(out))
     assert [(r["protocol"], r["outcome"]) for r in rows] == [("standby", "verified"),
                                                              ("none", "failed")]
-    assert cli.main(["report", str(out)]) == 0
     page = parse_page(out / "report" / "index.html")
     assert page.first_cells == ["r000", "r001"]
     assert page.replays == [rows[1]["replay"]]
