@@ -63,10 +63,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill", action="append", default=[], metavar="RANK:ITERATION",
                    help="SIGKILL RANK at the top of ITERATION (repeatable)")
     g = p.add_argument_group("checkpoints (--protocol ready-flush)")
-    g.add_argument("--checkpoint-interval", type=int, default=None, metavar="K",
-                   help="checkpoint every K iterations")
+    g.add_argument("--checkpoint-interval", type=_every, default=None, metavar="K|auto",
+                   help="checkpoint every K iterations, or auto: Daly's interval from the "
+                        "measured checkpoint cost and --mtbf")
     g.add_argument("--checkpoint-interval-s", type=float, default=None, metavar="SECONDS",
                    help="request a checkpoint this often")
+    g.add_argument("--mtbf", type=float, default=None, metavar="SECONDS",
+                   help="the job's mean time between failures (--checkpoint-interval auto)")
     g.add_argument("--checkpoint-storage", choices=("object", "stable", "both"), default=None,
                    help="object store, stable storage (--checkpoint-dir) or both")
     g.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URI",
@@ -91,6 +94,16 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="garbage collection of CLCs and logs this often")
     g.add_argument("--ddv-transitive", action="store_true", default=None,
                    help="piggyback the whole DDV, not only the SN")
+
+
+def _every(text: str) -> int | str:
+    """``--checkpoint-interval``: an int, or "auto" (checked with the other options)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"K (iterations) or auto, got {text!r}") from None
 
 
 def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
@@ -120,11 +133,12 @@ def _protocol_options(args) -> dict:
     """ft.run options from the protocol flags that were given."""
     names = {"checkpoint_interval": args.checkpoint_interval,
              "checkpoint_interval_s": args.checkpoint_interval_s,
+             "mtbf_s": args.mtbf,
              "checkpoint_storage": args.checkpoint_storage,
              "checkpoint_dir": args.checkpoint_dir}
     options = {k: v for k, v in names.items() if v is not None}
     if (options or args.migrate) and args.protocol != "ready-flush":
-        raise ValueError("--checkpoint-* and --migrate need --protocol ready-flush")
+        raise ValueError("--checkpoint-*, --mtbf and --migrate need --protocol ready-flush")
     grouped = {k: v for k, v in {"groups": args.groups,
                                  "group_checkpoint_interval": args.group_checkpoint_interval
                                  }.items() if v is not None}
@@ -217,6 +231,12 @@ def _cmd_run(args) -> int:
         return 1
     for line in failure_story(result):
         print(line)
+    chosen = result.events_of("checkpoint_interval_chosen")
+    if chosen:
+        d = chosen[-1].detail
+        print(f"  checkpoint interval auto: {len(chosen)} checkpoint(s) measured, the last "
+              f"cost {d['cost_s']:.3g}s: Daly's interval {d['interval_s']:.3g}s for MTBF "
+              f"{d['mtbf_s']:g}s")
     verified, lines, record = mod.summarize(result)
     for line in lines:
         print(line)
@@ -283,5 +303,5 @@ def _cmd_demo(args) -> int:
         app="cg", app_module=_app("cg"), ranks=n, transport="ray", address=None,
         protocol="standby", seed=0, json=None, trace=None, timeout=600, spares=2,
         kill=[f"1:4", f"{n - 1}:10"], problem_class=args.problem_class,
-        checkpoint_interval=None, checkpoint_interval_s=None, checkpoint_storage=None,
+        checkpoint_interval=None, checkpoint_interval_s=None, mtbf=None, checkpoint_storage=None,
         checkpoint_dir=None, restart_from=None, migrate=[]))

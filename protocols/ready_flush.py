@@ -24,6 +24,13 @@ and makes it the one to restart from, so a failure during a checkpoint leaves th
 previous one in force. After a restart, receives are served first from the restored
 in-transit messages, in arrival order, then from the network (the core's matcher).
 
+*How often* (``checkpoint_interval="auto"`` with ``mtbf_s``). The coordinator's timer
+requests a first checkpoint at once, measures what each checkpoint it requested held the
+job (first rank at the position to the set stored: ``cost_s`` of every ``checkpoint``
+event), and waits Daly's optimal interval for that cost and the given MTBF
+(``ftactors.advise.daly``) from the set being stored to its next request; each choice is
+a ``checkpoint_interval_chosen`` event (``ReadyFlushCoordinator._auto_timer`` says why).
+
 Programs must not keep an ``irecv`` pending across a safe point (the code that posted it
 does not run again after a restart); the snapshot refuses with a ProtocolError. Ranks
 are assumed to progress in step: what a rank needs to reach safe point K was sent by its
@@ -52,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -63,6 +71,7 @@ from ftactors._checkpoints import (load_latest, position_index, prune_sets, seal
 from ftactors._errors import ConfigError, ProtocolError
 from ftactors._protocol import Protocol
 from ftactors._storage import open_store
+from ftactors.advise import daly
 
 from ._flush import Flush
 from ._parts import HeldParts, PartTaker
@@ -73,6 +82,14 @@ KEEP_STABLE = 2
 """Complete checkpoint sets kept on stable storage (older ones are deleted)."""
 ABORT = "abort"
 """A marker's data when its sender cannot reach the checkpoint position (its loop ended)."""
+AUTO = "auto"
+"""``checkpoint_interval=AUTO``: Daly's interval from the measured cost and ``mtbf_s``."""
+FIRST_RETRY = 1e-4
+"""Before the first auto checkpoint, a request no rank could place (not in a loop yet) is
+retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
+RETRY_MAX = 1e-2
+COST_FLOOR_S = 1e-9
+"""A measured cost of zero (a sim without latency) would give a zero interval."""
 
 
 def _options(opts: dict) -> dict:
@@ -82,16 +99,31 @@ def _options(opts: dict) -> dict:
         raise ConfigError(f"checkpoint_storage must be one of {', '.join(STORAGES)}, "
                           f"got {storage!r}")
     interval = opts.get("checkpoint_interval")
-    if interval is not None and (not isinstance(interval, int) or interval < 1):
-        raise ConfigError(f"checkpoint_interval must be an int >= 1, got {interval!r}")
+    auto = isinstance(interval, str) and interval == AUTO
+    if interval is not None and not auto and (
+            not isinstance(interval, int) or isinstance(interval, bool) or interval < 1):
+        raise ConfigError(f"checkpoint_interval must be an int >= 1 or {AUTO!r}, "
+                          f"got {interval!r}")
     seconds = opts.get("checkpoint_interval_s")
     if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
         raise ConfigError(f"checkpoint_interval_s must be > 0, got {seconds!r}")
+    mtbf = opts.get("mtbf_s")
+    if mtbf is not None and not (isinstance(mtbf, (int, float)) and not isinstance(mtbf, bool)
+                                 and math.isfinite(mtbf) and mtbf > 0):
+        raise ConfigError(f"mtbf_s must be a number of seconds > 0, got {mtbf!r}")
+    if auto and mtbf is None:
+        raise ConfigError(f"checkpoint_interval={AUTO!r} needs mtbf_s: the job's mean time "
+                          f"between failures (s), from which Daly's interval is chosen")
+    if auto and seconds is not None:
+        raise ConfigError(f"checkpoint_interval={AUTO!r} and checkpoint_interval_s both "
+                          f"set the checkpoint timer: give one of them")
+    if mtbf is not None and not auto:
+        raise ConfigError(f"mtbf_s is only used with checkpoint_interval={AUTO!r}")
     directory = opts.get("checkpoint_dir")
     if storage != "object" and directory is None:
         directory = os.path.join(os.getcwd(), "ftactors-checkpoints")
-    return {"storage": storage, "interval": interval, "interval_s": seconds,
-            "dir": directory}
+    return {"storage": storage, "interval": None if auto else interval, "interval_s": seconds,
+            "auto": auto, "mtbf_s": mtbf, "dir": directory}
 
 
 @dataclass
@@ -116,8 +148,11 @@ class ReadyMessageFlush(Protocol):
     conflicts = ("standby",)
     uses_spares = True
     ft_options = {
-        "checkpoint_interval": "take a checkpoint every k iterations of every loop",
+        "checkpoint_interval": "take a checkpoint every k iterations of every loop, or "
+                               "\"auto\": Daly's interval from the measured checkpoint "
+                               "cost and mtbf_s",
         "checkpoint_interval_s": "the coordinator requests a checkpoint this often (s)",
+        "mtbf_s": "the job's mean time between failures (s), for checkpoint_interval=\"auto\"",
         "checkpoint_storage": "object (object store, owned by the coordinator), stable "
                               "(checkpoint_dir) or both (default object)",
         "checkpoint_dir": "directory or pyarrow URI of stable checkpoints "
@@ -337,6 +372,8 @@ class _Set:
     bytes: int = 0
     flush_s: float = 0.0
     save_s: float = 0.0
+    first_at: float = math.inf   # the first rank's arrival at the position (its clock)
+    cost_s: float | None = None  # first_at to stored: what the checkpoint cost the job
     done: asyncio.Future | None = None
 
 
@@ -355,6 +392,7 @@ class ReadyFlushCoordinator:
         self.busy: set[asyncio.Task] = set()  # requests and moves
         self.parts = PartTaker(coordinator, "ready_part")
         self._ids = itertools.count()
+        self.resumed = asyncio.Event()  # a rollback ended (restarts the auto timer's wait)
 
     # ------------------------------------------------------------- checkpoints
     def on_report(self, event) -> None:
@@ -381,6 +419,7 @@ class ReadyFlushCoordinator:
         ck.bytes += d["bytes"]
         ck.flush_s = max(ck.flush_s, d["flush_s"])
         ck.save_s = max(ck.save_s, d["save_s"])
+        ck.first_at = min(ck.first_at, d["at"])
         self.parts.take(event.rank, ck.position,
                         lambda handle: self._kept(ck, event.rank, handle),
                         fetch=self.settings["storage"] != "stable")
@@ -404,9 +443,10 @@ class ReadyFlushCoordinator:
             self.latest = ck
         for pos in [p for p in self.sets if p < ck.position]:
             del self.sets[pos]  # older parts are no longer needed (frees the object store)
+        ck.cost_s = self.c.fabric.clock() - ck.first_at  # Daly's C, see _auto_timer
         self.c.events.record("checkpoint", position=ck.position, index=ck.index,
                              bytes=ck.bytes, flush_s=ck.flush_s, save_s=ck.save_s,
-                             storage=self.settings["storage"])
+                             cost_s=ck.cost_s, storage=self.settings["storage"])
         if not ck.done.done():
             ck.done.set_result(ck)
 
@@ -471,13 +511,78 @@ class ReadyFlushCoordinator:
                             f"ranks are not inside an iterations() loop")
 
     async def service(self) -> None:
-        """The ``checkpoint_interval_s`` timer."""
+        """The checkpoint timer: ``checkpoint_interval_s``, a request every so often, or
+        ``checkpoint_interval="auto"`` (``_auto_timer``)."""
+        if self.settings["auto"]:
+            return await self._auto_timer()
         seconds = self.settings["interval_s"]
         if seconds is None:
             return
         while True:
             await self.c.fabric.sleep(seconds)
             await self._request()
+
+    async def _auto_timer(self) -> None:
+        """``checkpoint_interval="auto"``: after each checkpoint it requested, the timer
+        waits Daly's optimal interval (``advise.daly``) for that checkpoint's measured
+        cost C and ``mtbf_s``, then requests the next, and records the choice
+        (``checkpoint_interval_chosen``).
+
+        C is what the checkpoint held the job: from the first rank's arrival at the
+        agreed safe point to the set being stored (``cost_s`` of the ``checkpoint``
+        event): the wait for the slowest rank, the flush, the parts' save, their transfer
+        to the coordinator and the manifest. Not from the request: between the request
+        and the safe point the ranks still compute (up to an iteration, which in a test
+        with iterations as long as a checkpoint tripled C now and then). The arrival is
+        on the rank's clock and the end on the coordinator's: the same clock on one
+        machine (and on sim: virtual), NTP-close across Ray nodes. The ranks' own
+        ``flush_s`` + ``save_s`` would leave out the transfer, and on sim ``save_s`` is
+        real time, which would make virtual runs irreproducible.
+
+        The interval runs from the checkpoint being stored, not from its request: Daly's
+        interval is the work between two checkpoints, the checkpoint's own time being C
+        (the ``checkpoint_interval_s`` timer counts from request to request). A rollback
+        starts the wait again from the resumed run, which restarts from its checkpoint.
+
+        The first checkpoint is requested at once, so the cost is measured, not guessed:
+        it costs one C early in the run, and every later interval is Daly's for this
+        run's real cost, where a guessed C (Young's interval from an estimate) could be
+        off by orders of magnitude for the whole first interval. A request no rank can
+        place yet (none is inside a loop) is retried after ``FIRST_RETRY`` x ``mtbf_s``,
+        doubling up to ``RETRY_MAX`` x ``mtbf_s``; later, a request that is not placed or
+        a checkpoint lost to a failure waits the current interval again.
+        """
+        c, mtbf_s = self.c, self.settings["mtbf_s"]
+        interval_s, retry_s = None, FIRST_RETRY * mtbf_s
+        while True:
+            if interval_s is not None:
+                await self._wait_since_resumed(interval_s)
+            position = await self._request()
+            ck = None if position is None else self.sets.get(position)
+            if ck is not None:
+                ck = await asyncio.shield(ck.done)  # None: abandoned, or lost to a failure
+            if ck is None:
+                if interval_s is None:
+                    await c.fabric.sleep(retry_s)
+                    retry_s = min(2 * retry_s, RETRY_MAX * mtbf_s)
+                continue
+            interval_s = daly(max(ck.cost_s, COST_FLOOR_S), mtbf_s)
+            c.events.record("checkpoint_interval_chosen", position=ck.position,
+                            cost_s=ck.cost_s, mtbf_s=mtbf_s, interval_s=interval_s)
+
+    async def _wait_since_resumed(self, seconds: float) -> None:
+        """Sleep ``seconds``; a rollback that ends meanwhile starts the sleep again."""
+        while True:
+            self.resumed.clear()
+            sleep = asyncio.ensure_future(self.c.fabric.sleep(seconds))
+            woken = asyncio.ensure_future(self.resumed.wait())
+            try:
+                await asyncio.wait([sleep, woken], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleep.cancel()
+                woken.cancel()
+            if not self.resumed.is_set():
+                return
 
     # ----------------------------------------------------------------- restart
     async def recover(self, failed: set[int]) -> None:
@@ -503,6 +608,7 @@ class ReadyFlushCoordinator:
         await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
         self.sets.clear()
         c.events.record("resumed", position=None if restore is None else restore[0])
+        self.resumed.set()
         c.refill_spares()
 
     async def _restore_handles(self):

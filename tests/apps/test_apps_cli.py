@@ -2,6 +2,7 @@
 the verification line, the JSON record."""
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -117,6 +118,27 @@ def test_ready_flush_checkpoints_restart_from_disk_and_migrate(capsys, tmp_path)
     assert code == 0 and "rank 2 moved" in out
 
 
+def test_auto_checkpoint_interval_from_the_command_line(capsys):
+    """``--checkpoint-interval auto --mtbf S`` on sim (virtual time, so the same run every
+    time): checkpoints come at Daly's intervals, the kill rolls back to one of them."""
+    code = cli.main(["run", "cg", "--ranks", "3", "--transport", "sim", "--protocol",
+                     "ready-flush", "--checkpoint-interval", "auto", "--mtbf", "0.01",
+                     "--kill", "1:7"])
+    out = capsys.readouterr().out
+    assert code == 0 and "VERIFICATION SUCCESSFUL" in out, out
+    assert "restarting every rank from the checkpoint at iteration 6" in out
+    measured = re.search(r"checkpoint interval auto: (\d+) checkpoint\(s\) measured.*"
+                         r"for MTBF 0.01s", out)
+    assert measured and int(measured.group(1)) > 1, out
+
+
+def test_checkpoint_interval_is_k_or_auto(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "cg", "--protocol", "ready-flush", "--checkpoint-interval", "often"])
+    assert exc.value.code == 2
+    assert "K (iterations) or auto, got 'often'" in capsys.readouterr().err
+
+
 def test_group_checkpoints_restart_one_group(capsys):
     code, out, _ = run(capsys, "stencil", "--ranks", "4", "--protocol", "groups",
                        "--groups", "fixed:2", "--group-checkpoint-interval", "4",
@@ -142,6 +164,9 @@ def test_cluster_checkpoints_roll_back_dependent_clusters_only(capsys):
     (["--checkpoint-interval", "3"], "need --protocol ready-flush"),
     (["--protocol", "ready-flush", "--migrate", "x"], "RANK@SECONDS"),
     (["--protocol", "ready-flush", "--checkpoint-interval", "0"], "checkpoint_interval"),
+    (["--protocol", "ready-flush", "--checkpoint-interval", "auto"], "needs mtbf_s"),
+    (["--protocol", "ready-flush", "--mtbf", "60"], "only used with"),
+    (["--mtbf", "60"], "need --protocol ready-flush"),
 ])
 def test_bad_checkpoint_flags_exit_2(capsys, argv, message):
     code, out, err = run(capsys, "cg", "--ranks", "2", *argv)

@@ -246,3 +246,109 @@ def test_timer_checkpoints_go_on_after_a_rollback():
     assert [e for e in r.events_of("checkpoint") if e.time > t_rollback]
     for got, want in zip(r.results, reference):
         assert np.array_equal(got["u"], want["u"])
+
+
+# ----------------------------------------------- checkpoint_interval="auto" (Daly)
+AUTO = dict(checkpoint_interval="auto", mtbf_s=2e-3, sim_latency_s=1e-5, sim_jitter_s=5e-6)
+
+
+def _cost(r, position):
+    """What the checkpoint at ``position`` held the job, from the timeline alone: the
+    first rank's arrival there to the set being stored."""
+    (done,) = [e for e in r.events_of("checkpoint") if tuple(e.detail["position"]) == position]
+    parts = [e for e in r.events_of("checkpoint_part")
+             if tuple(e.detail["position"]) == position]
+    return done.time - min(p.detail["at"] for p in parts)
+
+
+def test_auto_interval_is_dalys_for_each_measured_cost_and_is_kept():
+    """On sim (virtual time, jittered latencies): the first checkpoint is requested at the
+    start; after each one the coordinator picks Daly's interval for the cost it measured
+    and requests the next exactly that long after the checkpoint was stored."""
+    from ftactors.advise import daly, young
+
+    kw = {"iterations": 300}
+    reference = ft.run(Heat1D, 4, transport="sim", kwargs=kw).results
+    r = ft.run(RFHeat, 4, transport="sim", kwargs=kw, seed=3, **AUTO)
+    chosen = r.events_of("checkpoint_interval_chosen")
+    requested = r.events_of("checkpoint_requested")
+    assert len(chosen) >= 20 and r.events_of("checkpoint")
+    assert requested[0].detail["notified_at"] == r.events_of("run_start")[0].time
+    costs = []
+    for ev in chosen:
+        d, position = ev.detail, tuple(ev.detail["position"])
+        assert d["mtbf_s"] == AUTO["mtbf_s"]
+        assert d["cost_s"] == pytest.approx(_cost(r, position), rel=0, abs=1e-15)
+        assert d["interval_s"] == daly(d["cost_s"], d["mtbf_s"])
+        assert d["interval_s"] != pytest.approx(young(d["cost_s"], d["mtbf_s"]), rel=1e-3)
+        costs.append(d["cost_s"])
+    assert len(set(costs)) > len(costs) // 2  # measured each time, not once
+    # each request comes the chosen interval after the checkpoint before it was stored
+    for ev, nxt in zip(chosen, requested[1:]):
+        assert nxt.detail["notified_at"] == pytest.approx(
+            ev.time + ev.detail["interval_s"], rel=0, abs=1e-12)
+    assert len(requested) == len(chosen) + (1 if requested[-1].time > chosen[-1].time else 0)
+    for got, want in zip(r.results, reference):
+        assert np.array_equal(got["u"], want["u"]) and got["norms"] == want["norms"]
+
+
+def test_auto_timer_restarts_after_a_rollback():
+    """A rollback restarts the run from its checkpoint: the next request comes one
+    chosen interval after the run resumed, not after the checkpoint before the failure."""
+    kw = {"iterations": 200}
+    reference = ft.run(Heat1D, 4, transport="sim", kwargs=kw).results
+    r = ft.run(RFHeat, 4, transport="sim", kwargs=kw, seed=1,
+               chaos=ft.Chaos(kill=[(2, 100)]), **AUTO)
+    (resumed,) = r.events_of("resumed")
+    before = [e for e in r.events_of("checkpoint_interval_chosen") if e.time <= resumed.time]
+    after = [e for e in r.events_of("checkpoint_requested") if e.time > resumed.time]
+    assert before and after
+    interval = before[-1].detail["interval_s"]
+    assert after[0].detail["notified_at"] == pytest.approx(resumed.time + interval,
+                                                           rel=0, abs=1e-12)
+    # without the restart it would have come at before[-1].time + interval
+    assert resumed.time - before[-1].time > 1e-5
+    assert positions(r, "rollback")[0] == tuple(before[-1].detail["position"])
+    for got, want in zip(r.results, reference):
+        assert np.array_equal(got["u"], want["u"]) and got["norms"] == want["norms"]
+
+
+def test_auto_first_request_waits_for_the_ranks_loop_with_a_doubling_retry():
+    """Before its loop no rank can place a checkpoint: the first request is retried after
+    FIRST_RETRY x mtbf_s, doubling up to RETRY_MAX x mtbf_s, until one is taken."""
+    from ftactors.protocols.ready_flush import FIRST_RETRY, RETRY_MAX
+
+    class LateLoop(RFHeat):
+        async def main(self, setup_s, **kw):
+            await asyncio.sleep(setup_s)  # virtual: straight-line work before the loop
+            return await super().main(**kw)
+
+    mtbf, setup = AUTO["mtbf_s"], 1e-4
+    r = ft.run(LateLoop, 3, transport="sim", kwargs={"setup_s": setup, "iterations": 30},
+               **AUTO)
+    skipped = [e.time for e in r.events_of("checkpoint_skipped")
+               if e.time < r.events_of("checkpoint")[0].time]
+    first = r.events_of("checkpoint_requested")[0].detail["notified_at"]
+    tries = [*skipped, first]
+    assert skipped and skipped[-1] < setup <= first
+    gaps = [b - a for a, b in zip(tries, tries[1:])]
+    want = [min(FIRST_RETRY * mtbf * 2 ** k, RETRY_MAX * mtbf) for k in range(len(gaps))]
+    assert gaps == pytest.approx(want, rel=1e-9)
+    assert len(r.events_of("checkpoint_interval_chosen")) >= 2
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"checkpoint_interval": "auto"}, "needs mtbf_s"),
+    ({"checkpoint_interval": "auto", "mtbf_s": 0}, "mtbf_s must be"),
+    ({"checkpoint_interval": "auto", "mtbf_s": -5.0}, "mtbf_s must be"),
+    ({"checkpoint_interval": "auto", "mtbf_s": float("inf")}, "mtbf_s must be"),
+    ({"checkpoint_interval": "auto", "mtbf_s": True}, "mtbf_s must be"),
+    ({"checkpoint_interval": "auto", "mtbf_s": "3600"}, "mtbf_s must be"),
+    ({"mtbf_s": 3600}, "only used with"),
+    ({"checkpoint_interval": 5, "mtbf_s": 3600}, "only used with"),
+    ({"checkpoint_interval": "auto", "mtbf_s": 60, "checkpoint_interval_s": 5}, "give one"),
+    ({"checkpoint_interval": "Auto", "mtbf_s": 60}, "or 'auto'"),
+])
+def test_auto_bad_options_fail_before_anything_starts(bad, msg):
+    with pytest.raises(ft.ConfigError, match=msg):
+        ft.run(RFHeat, 2, transport="local", **bad)
