@@ -31,6 +31,8 @@ CORE_OPTIONS = {
     "rank_num_cpus": "CPUs Ray reserves per rank actor (default 0: ranks share the cores)",
     "rank_nodes": "Ray: the node id each rank starts on (a list, one per rank; a rank "
                   "whose node is gone starts anywhere)",
+    "spare_nodes": "Ray: the node ids spares start on, used in turn (a spare whose node is "
+                   "gone starts anywhere; default anywhere)",
     "sim_latency_s": "sim: per-message latency (s)",
     "sim_bandwidth_Bps": "sim: link bandwidth (bytes/s)",
     "sim_jitter_s": "sim: uniform random extra delay per batch (s), from the seed",
@@ -73,6 +75,9 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     if homes is not None and (not isinstance(homes, (list, tuple)) or len(homes) != ranks):
         raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "
                           f"got {homes!r}")
+    spare_homes = options.get("spare_nodes")
+    if spare_homes is not None and (not isinstance(spare_homes, (list, tuple)) or not spare_homes):
+        raise ConfigError(f"spare_nodes must list at least one Ray node id, got {spare_homes!r}")
     for proto in protocol_classes(rank_cls):
         proto.check_options(options)
     if chaos is not None and not isinstance(chaos, Chaos):

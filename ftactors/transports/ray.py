@@ -263,6 +263,7 @@ class RayFabric:
         self.actors: list = []
         self.rank_of: dict = {}
         self.on_report = lambda event: None
+        self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
 
     def clock(self) -> float:
         return time.time()
@@ -298,9 +299,14 @@ class RayFabric:
         home = homes[spec.rank] if homes else None
         if home is not None and home not in self.nodes():
             home = None  # its node is gone: a replacement starts anywhere
-        return await self.promote(await self.spawn_spare(home), spec)
+        return await self.promote(await self._start_actor(home), spec)
 
     async def spawn_spare(self, node: str | None = None):
+        """A spare: on Ray node ``node``, else on the next of the ``spare_nodes``
+        option, else anywhere."""
+        return await self._start_actor(node if node is not None else self._spare_home())
+
+    async def _start_actor(self, node: str | None):
         """A started actor (its process is up and has imported ftactors) that is not a
         rank yet, so that promoting it costs one call, not a process start; on Ray node
         ``node`` (a node id) when given. (Hard affinity: Ray 2.60's soft affinity put
@@ -315,6 +321,14 @@ class RayFabric:
         self.actors.append(actor)
         await actor.ping.remote()
         return actor
+
+    def _spare_home(self) -> str | None:
+        """The next live node of the ``spare_nodes`` option, if any."""
+        homes = [n for n in self.options.get("spare_nodes") or () if n in self.nodes()]
+        if not homes:
+            return None
+        self._spares_placed += 1
+        return homes[(self._spares_placed - 1) % len(homes)]
 
     async def promote(self, actor, spec: RankSpec):
         _pickle_by_value(spec.rank_cls)
