@@ -26,6 +26,9 @@ class SyncMain(ft.Rank):
     (dict(ranks=2, spares=1), "no protocol .* promotes spares"),
     (dict(ranks=2, bogus_option=3), "unknown option.*bogus_option"),
     (dict(ranks=2, timeout_s=0), "timeout_s must be > 0"),
+    (dict(ranks=2, rank_nodes=["a"]), "rank_nodes must list one Ray node id per rank"),
+    (dict(ranks=2, spare_nodes=[]), "spare_nodes must list at least one Ray node id"),
+    (dict(ranks=2, spare_nodes="node-a"), "spare_nodes must list at least one Ray node id"),
 ])
 def test_bad_run_arguments_fail_before_start(bad, match):
     with pytest.raises(ft.ConfigError, match=match):
