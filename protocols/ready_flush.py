@@ -392,7 +392,9 @@ class ReadyFlushCoordinator:
         self.busy: set[asyncio.Task] = set()  # requests and moves
         self.parts = PartTaker(coordinator, "ready_part")
         self._ids = itertools.count()
-        self.resumed = asyncio.Event()  # a rollback ended (restarts the auto timer's wait)
+        self.running = asyncio.Event()  # no rollback under way (the auto timer waits)
+        self.running.set()
+        self.stopped = asyncio.Event()  # a rollback began (restarts the auto timer's wait)
 
     # ------------------------------------------------------------- checkpoints
     def on_report(self, event) -> None:
@@ -542,7 +544,8 @@ class ReadyFlushCoordinator:
         The interval runs from the checkpoint being stored, not from its request: Daly's
         interval is the work between two checkpoints, the checkpoint's own time being C
         (the ``checkpoint_interval_s`` timer counts from request to request). A rollback
-        starts the wait again from the resumed run, which restarts from its checkpoint.
+        starts the wait again from the resumed run, which restarts from its checkpoint,
+        and no request is sent while one is under way.
 
         The first checkpoint is requested at once, so the cost is measured, not guessed:
         it costs one C early in the run, and every later interval is Daly's for this
@@ -556,7 +559,8 @@ class ReadyFlushCoordinator:
         interval_s, retry_s = None, FIRST_RETRY * mtbf_s
         while True:
             if interval_s is not None:
-                await self._wait_since_resumed(interval_s)
+                await self._run_for(interval_s)
+            await self.running.wait()
             position = await self._request()
             ck = None if position is None else self.sets.get(position)
             if ck is not None:
@@ -570,18 +574,20 @@ class ReadyFlushCoordinator:
             c.events.record("checkpoint_interval_chosen", position=ck.position,
                             cost_s=ck.cost_s, mtbf_s=mtbf_s, interval_s=interval_s)
 
-    async def _wait_since_resumed(self, seconds: float) -> None:
-        """Sleep ``seconds``; a rollback that ends meanwhile starts the sleep again."""
+    async def _run_for(self, seconds: float) -> None:
+        """Wait until the job has run ``seconds`` without a rollback: one that begins
+        meanwhile (or is under way) starts the count again once every rank runs."""
         while True:
-            self.resumed.clear()
+            await self.running.wait()
+            self.stopped.clear()
             sleep = asyncio.ensure_future(self.c.fabric.sleep(seconds))
-            woken = asyncio.ensure_future(self.resumed.wait())
+            stop = asyncio.ensure_future(self.stopped.wait())
             try:
-                await asyncio.wait([sleep, woken], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([sleep, stop], return_when=asyncio.FIRST_COMPLETED)
             finally:
                 sleep.cancel()
-                woken.cancel()
-            if not self.resumed.is_set():
+                stop.cancel()
+            if not self.stopped.is_set():
                 return
 
     # ----------------------------------------------------------------- restart
@@ -589,6 +595,8 @@ class ReadyFlushCoordinator:
         """Global rollback: every rank restarts in a new actor from the last complete
         checkpoint (or the start of the run)."""
         c = self.c
+        self.running.clear()
+        self.stopped.set()
         for task in list(self.busy):
             task.cancel()  # requests and moves of the lost execution
         self.parts.cancel()
@@ -608,7 +616,7 @@ class ReadyFlushCoordinator:
         await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
         self.sets.clear()
         c.events.record("resumed", position=None if restore is None else restore[0])
-        self.resumed.set()
+        self.running.set()
         c.refill_spares()
 
     async def _restore_handles(self):

@@ -292,18 +292,23 @@ def test_auto_interval_is_dalys_for_each_measured_cost_and_is_kept():
         assert np.array_equal(got["u"], want["u"]) and got["norms"] == want["norms"]
 
 
-def test_auto_timer_restarts_after_a_rollback():
-    """A rollback restarts the run from its checkpoint: the next request comes one
-    chosen interval after the run resumed, not after the checkpoint before the failure."""
+def test_auto_timer_waits_out_a_rollback_and_restarts():
+    """A rollback restarts the run from its checkpoint: no request is sent while it is
+    under way (the slow network makes the restore outlast an interval), and the next one
+    comes one chosen interval after the run resumed, not after the checkpoint before."""
     kw = {"iterations": 200}
+    slow = dict(AUTO, sim_bandwidth_Bps=1e6)
     reference = ft.run(Heat1D, 4, transport="sim", kwargs=kw).results
     r = ft.run(RFHeat, 4, transport="sim", kwargs=kw, seed=1,
-               chaos=ft.Chaos(kill=[(2, 100)]), **AUTO)
-    (resumed,) = r.events_of("resumed")
-    before = [e for e in r.events_of("checkpoint_interval_chosen") if e.time <= resumed.time]
-    after = [e for e in r.events_of("checkpoint_requested") if e.time > resumed.time]
+               chaos=ft.Chaos(kill=[(2, 100)]), **slow)
+    (start,), (resumed,) = r.events_of("recovery_start"), r.events_of("resumed")
+    before = [e for e in r.events_of("checkpoint_interval_chosen") if e.time <= start.time]
+    after = [e for e in r.events_of("checkpoint_requested") if e.time > start.time]
     assert before and after
     interval = before[-1].detail["interval_s"]
+    assert resumed.time - start.time > interval
+    asked = [e for e in r.events if e.kind in ("checkpoint_requested", "checkpoint_skipped")]
+    assert not [e for e in asked if start.time <= e.time <= resumed.time]
     assert after[0].detail["notified_at"] == pytest.approx(resumed.time + interval,
                                                            rel=0, abs=1e-12)
     # without the restart it would have come at before[-1].time + interval
