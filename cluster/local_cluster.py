@@ -9,9 +9,10 @@ Every node is a ``ray start --block`` process of its own, in its own process gro
 its own ports (picked free on 127.0.0.1), its own CPU count and a custom resource
 ``worker_node_<i>`` (the head has ``head_node``), all under one fresh ``--temp-dir``. The
 state (pids, ports, the temp dir) goes to ``DIR/cluster.json``; ``stop`` reads it back and
-stops exactly those process groups, then any leftover process whose command line names
-that temp dir (Ray's workers start in process groups of their own). It never runs
-``ray stop``, which would stop every Ray on the machine, yours or not.
+stops exactly those ``ray start`` processes and what they started (their process tree,
+taken before any signal: Ray's workers and job drivers leave the nodes' process groups),
+see ``stop_cluster``. It never runs ``ray stop``, which would stop every Ray on the
+machine, yours or not.
 
 Token authentication (Ray >= 2.52; see cluster/README.md): with ``--auth token`` (the
 default) every node gets ``RAY_AUTH_MODE=token`` and reads the token from, in Ray's own
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -248,10 +250,19 @@ def _write_env(state_dir: Path, state: dict) -> None:
 
 
 # --------------------------------------------------------------------------- stop
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (process group, command line) of every process we can see (Linux /proc)."""
+# Ray processes of a node: its executables and Python modules live in the ray package
+RAY_PROCESS = re.compile(r"(site|dist)-packages/ray/|/ray start ")
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, start time in clock ticks, command line) of every live
+    process we can see (Linux /proc; empty elsewhere). (pid, start time) names one
+    process: a pid alone may be reused."""
     out = {}
-    for entry in Path("/proc").iterdir():
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return out
+    for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
@@ -259,35 +270,65 @@ def _processes() -> dict[int, tuple[int, str]]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) "
-        out[int(entry.name)] = (int(fields[2]), cmd)
+        fields = stat[stat.rfind(")") + 2:].split()  # from field 3 (state) on
+        if fields[0] == "Z":  # exited, not yet reaped by its parent: gone for us
+            continue
+        out[int(entry.name)] = (int(fields[1]), int(fields[19]), cmd)
     return out
 
 
-def _ours(temp_dir: str) -> dict[int, int]:
-    """pid -> process group of every process whose command line names ``temp_dir``."""
-    if not Path("/proc").is_dir():
-        return {}
-    return {pid: pgid for pid, (pgid, cmd) in _processes().items()
-            if temp_dir in cmd and pid != os.getpid()}
+def _tree(roots: list[int], procs: dict) -> dict[int, int]:
+    """pid -> start time of ``roots`` and all their descendants."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = {}, [r for r in roots if r in procs]
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out[pid] = procs[pid][1]
+            todo.extend(children.get(pid, ()))
+    return out
+
+
+def leftovers(temp_dir: str, procs: dict | None = None) -> dict[int, int]:
+    """pid -> start time of the Ray processes whose command line names ``temp_dir``
+    (a node's GCS, raylet, dashboard, agents, ``ray start``; not a ``tail`` of a log)."""
+    procs = _processes() if procs is None else procs
+    return {pid: start for pid, (_, start, cmd) in procs.items()
+            if temp_dir in cmd and RAY_PROCESS.search(cmd) and pid != os.getpid()}
+
+
+def _alive(members: dict[int, int]) -> dict[int, int]:
+    procs = _processes()
+    return {pid: start for pid, start in members.items()
+            if pid in procs and procs[pid][1] == start}
 
 
 def stop_cluster(state_dir: str | os.PathLike, grace_s: float = 15.0,
                  keep_temp: bool = False) -> list[int]:
-    """Stop the nodes recorded in ``state_dir`` (workers first), then any process left
-    whose command line names the cluster's temp dir. Returns the pids signalled."""
+    """Stop the nodes recorded in ``state_dir``; returns the pids signalled.
+
+    What is stopped: the recorded ``ray start`` processes (each still running with a
+    Ray process naming the cluster's temp dir among its descendants: a recorded pid
+    alone may be someone else's by now), everything they had started (taken from the
+    process tree before any signal: Ray's workers and job drivers leave the nodes'
+    process groups), and any Ray process left naming the temp dir (from an earlier
+    start that went wrong). Each ``ray start`` gets SIGTERM and stops its node; what is
+    still alive ``grace_s`` later gets SIGKILL.
+    """
     state_dir = Path(state_dir).resolve()
     path = state_dir / STATE
     if not path.exists():
         return []
     state = json.loads(path.read_text())
     temp_dir = state["temp_dir"]
-    signalled: list[int] = []
-    # a recorded group is signalled only while one of its processes names our temp dir:
-    # after a reboot (or a long time) the same number may be someone else's
-    groups = set(_ours(temp_dir).values()) if Path("/proc").is_dir() else None
+    procs = _processes()
+    named = leftovers(temp_dir, procs)
     leaders = [node["pid"] for node in reversed(state["nodes"])  # workers first
-               if groups is None or node["pid"] in groups]
+               if named.keys() & _tree([node["pid"]], procs).keys()]
+    members = {**named, **_tree(leaders, procs)}
+    signalled: list[int] = []
     for pid in leaders:  # `ray start --block` stops the processes of its node on SIGTERM
         try:
             os.kill(pid, signal.SIGTERM)
@@ -295,24 +336,21 @@ def stop_cluster(state_dir: str | os.PathLike, grace_s: float = 15.0,
         except ProcessLookupError:
             pass
     deadline = time.time() + grace_s
-    while time.time() < deadline and _ours(temp_dir):
+    while time.time() < deadline and _alive(members):
         time.sleep(0.3)
-    for pgid in leaders:  # start_new_session: each ray start leads a group of its own
+    for pid in _alive(members):
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+            signalled.append(pid)
+            print(f"local_cluster: killed pid {pid}, still running {grace_s:g} s after "
+                  f"SIGTERM: {procs[pid][2][:100]}", file=sys.stderr)
         except ProcessLookupError:
             pass
-    left = _ours(temp_dir)
-    if left:  # stragglers: a node that drains too long, workers in groups of their own
-        procs = _processes()
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                signalled.append(pid)
-                print(f"local_cluster: killed pid {pid} after {grace_s:g} s: "
-                      f"{procs.get(pid, (0, '?'))[1][:100]}", file=sys.stderr)
-            except ProcessLookupError:
-                pass
+    for pid in leaders:  # reap them if this process started them (start_cluster)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
     path.unlink()
     if not keep_temp:
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -326,10 +364,12 @@ def _status(state_dir: Path) -> int:
         print(f"no cluster recorded in {state_dir}")
         return 1
     state = json.loads(path.read_text())
-    alive = set(_ours(state["temp_dir"]).values())
+    procs = _processes()
+    named = leftovers(state["temp_dir"], procs)
     for node in state["nodes"]:
+        running = bool(named.keys() & _tree([node["pid"]], procs).keys())
         print(f"{node['name']:>10}  pid {node['pid']:>7}  "
-              f"{'running' if node['pid'] in alive else 'gone'}  log {node['log']}")
+              f"{'running' if running else 'gone'}  log {node['log']}")
     print(f"GCS {state['gcs_address']}   dashboard / job API {state['dashboard_url']}")
     return 0
 

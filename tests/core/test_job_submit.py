@@ -106,9 +106,13 @@ def head(tmp_path):
     try:
         yield state, env
     finally:
+        started = lc._tree([node["pid"] for node in state["nodes"]], lc._processes())
         lc.stop_cluster(state_dir)
-        left = lc._ours(state["temp_dir"])
+        left = {**lc._alive(started), **lc.leftovers(state["temp_dir"])}
         assert not left, f"processes of the test's Ray head still run: {left}"
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():  # the session's Ray was left alone
+            assert ray.get(ray.put(1)) == 1
 
 
 @pytest.mark.ray
