@@ -13,7 +13,9 @@ M e^(R/M) (e^((tau + C)/M) - 1) T_s / tau (exponential failures), from which the
 reports the expected waste (wall time over work, minus one) at each interval.
 
 ``ftactors advise --mtbf 3600 --checkpoint-cost 12`` prints both intervals (also in
-iterations with ``--iteration-s``) for ``checkpoint_interval`` / ``checkpoint_interval_s``.
+iterations with ``--iteration-s``) for ``checkpoint_interval`` / ``checkpoint_interval_s``;
+ReadyMessageFlush's ``checkpoint_interval="auto"`` calls ``daly`` itself after every
+checkpoint, with the cost it measured.
 """
 from __future__ import annotations
 
