@@ -12,7 +12,8 @@ and models the expected wall time of a job of T_s seconds of work with restart c
 M e^(R/M) (e^((tau + C)/M) - 1) T_s / tau (exponential failures), from which the advice
 reports the expected waste (wall time over work, minus one) at each interval.
 
-``ftactors advise --mtbf 3600 --checkpoint-cost 12`` prints both intervals (also in
+``ftactors advise --mtbf 3600 --checkpoint-cost 12`` (or ``--results DIR``: the costs
+measured in a chaos experiment's runs) prints both intervals (also in
 iterations with ``--iteration-s``) for ``checkpoint_interval`` / ``checkpoint_interval_s``;
 ReadyMessageFlush's ``checkpoint_interval="auto"`` calls ``daly`` itself after every
 checkpoint, with the cost it measured.
@@ -71,6 +72,34 @@ def advice(mtbf_s: float, checkpoint_s: float, restart_s: float = 0.0,
             "iteration_s": iteration_s, **rows}
 
 
+def measured_costs(results_dir: str, protocol: str | None = None) -> dict:
+    """The mean checkpoint and recovery costs that the runs of a chaos results directory
+    measured (only ``protocol``'s runs, when given): a checkpoint's ``cost_s`` where its
+    protocol records one, else its ``flush_s + save_s``; a recovery's start to end.
+
+    Raises:
+        ValueError: unreadable results, or no run that measured a checkpoint.
+    """
+    from statistics import fmean
+
+    from .report import read_events, read_results
+    from .run_metrics import CHECKPOINT_KINDS
+    rows = [r for r in read_results(results_dir) if protocol in (None, r["protocol"])]
+    costs = []
+    for row in rows:
+        for ev in read_events(results_dir, row["events_path"]):
+            d = ev["detail"]
+            if ev["kind"] in CHECKPOINT_KINDS and ("cost_s" in d or "flush_s" in d):
+                costs.append(d["cost_s"] if "cost_s" in d else d["flush_s"] + d.get("save_s", 0.0))
+    if not costs:
+        which = f"protocol {protocol!r}'s runs" if protocol else "any run"
+        raise ValueError(f"no checkpoint cost was measured in {which} of {results_dir}")
+    recoveries = [r["recover_s"] for r in rows if r["recover_s"] is not None]
+    return {"checkpoint_s": fmean(costs), "checkpoints": len(costs), "runs": len(rows),
+            "restart_s": fmean(recoveries) if recoveries else 0.0,
+            "recoveries": len(recoveries)}
+
+
 def add_advise(sub) -> None:
     p = sub.add_parser("advise", help="optimal checkpoint intervals (Young, Daly)",
                        description="Young's and Daly's optimal checkpoint intervals for a "
@@ -78,19 +107,32 @@ def add_advise(sub) -> None:
                                    "the expected waste of each (Daly's model).")
     p.add_argument("--mtbf", type=float, required=True, metavar="SECONDS",
                    help="mean time between failures of the whole job")
-    p.add_argument("--checkpoint-cost", type=float, required=True, metavar="SECONDS",
+    p.add_argument("--checkpoint-cost", type=float, default=None, metavar="SECONDS",
                    help="time a checkpoint holds the job (e.g. from ftactors bench checkpoint)")
-    p.add_argument("--restart-cost", type=float, default=0.0, metavar="SECONDS",
-                   help="time a recovery takes (default 0)")
+    p.add_argument("--restart-cost", type=float, default=None, metavar="SECONDS",
+                   help="time a recovery takes (default 0, or measured with --results)")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="take the costs not given from the runs of a chaos results directory")
+    p.add_argument("--protocol", default=None,
+                   help="with --results: only this protocol's runs (a matrix protocol name)")
     p.add_argument("--iteration-s", type=float, default=None, metavar="SECONDS",
                    help="seconds per iteration, to give the interval in iterations")
     p.set_defaults(func=_cmd_advise)
 
 
 def _cmd_advise(args) -> int:
+    checkpoint_s, restart_s = args.checkpoint_cost, args.restart_cost
     try:
-        a = advice(args.mtbf, args.checkpoint_cost, args.restart_cost, args.iteration_s)
-    except ValueError as exc:
+        if args.results is not None:
+            m = measured_costs(args.results, args.protocol)
+            print(f"measured in {args.results}: {m['checkpoints']} checkpoint(s) and "
+                  f"{m['recoveries']} recover(ies) in {m['runs']} run(s)")
+            checkpoint_s = m["checkpoint_s"] if checkpoint_s is None else checkpoint_s
+            restart_s = m["restart_s"] if restart_s is None else restart_s
+        elif checkpoint_s is None:
+            raise ValueError("give --checkpoint-cost, or --results DIR to measure it")
+        a = advice(args.mtbf, checkpoint_s, restart_s or 0.0, args.iteration_s)
+    except ValueError as exc:  # ReportError too
         print(f"ftactors advise: {exc}", file=sys.stderr)
         return 2
     print(f"MTBF {a['mtbf_s']:g} s, checkpoint cost {a['checkpoint_s']:g} s, restart cost "

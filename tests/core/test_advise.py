@@ -45,3 +45,44 @@ def test_cli(capsys):
     assert "Daly (2006)   checkpoint every 286.0 s of work = every 143 iterations" in out
     assert cli.main(["advise", "--mtbf", "0", "--checkpoint-cost", "12"]) == 2
     assert "must be positive" in capsys.readouterr().err
+
+
+def _results_dir(tmp_path):
+    """Two chaos runs: ready-flush checkpoints that cost 2 s and 4 s and a 10 s recovery;
+    standby backups of 1 + 0.5 s."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import ftactors as ft
+    from ftactors.chaos import RESULT_SCHEMA, events_table
+    (tmp_path / "events").mkdir()
+    runs = {"r000": ("rf", 10.0, [ft.Event(1.0, "checkpoint", -1, {"cost_s": 2.0}),
+                                  ft.Event(2.0, "checkpoint", -1, {"cost_s": 4.0})]),
+            "r001": ("standby", None, [ft.Event(1.0, "backup", 0, {"flush_s": 1.0,
+                                                                   "save_s": 0.5})])}
+    rows = []
+    for run_id, (protocol, recover_s, events) in runs.items():
+        pq.write_table(events_table(events), tmp_path / "events" / f"{run_id}.parquet")
+        row = {name: None for name in RESULT_SCHEMA.names}
+        row.update(run_id=run_id, protocol=protocol, recover_s=recover_s,
+                   events_path=f"events/{run_id}.parquet")
+        rows.append(row)
+    pq.write_table(pa.Table.from_pylist(rows, RESULT_SCHEMA), tmp_path / "results.parquet")
+    return tmp_path
+
+
+def test_costs_measured_by_chaos_runs(tmp_path, capsys):
+    from ftactors.advise import measured_costs
+    d = str(_results_dir(tmp_path))
+    assert measured_costs(d, "rf") == {"checkpoint_s": 3.0, "checkpoints": 2, "runs": 1,
+                                       "restart_s": 10.0, "recoveries": 1}
+    assert measured_costs(d)["checkpoint_s"] == pytest.approx((2 + 4 + 1.5) / 3)
+    assert cli.main(["advise", "--mtbf", "3600", "--results", d, "--protocol", "rf"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint cost 3 s, restart cost 10 s" in out
+    assert f"checkpoint every {daly(3.0, 3600):.1f} s of work" in out
+    assert cli.main(["advise", "--mtbf", "3600", "--results", d, "--protocol", "groups"]) == 2
+    assert "no checkpoint cost was measured in protocol 'groups'" in capsys.readouterr().err
+    assert cli.main(["advise", "--mtbf", "3600", "--results", str(tmp_path / "nope")]) == 2
+    assert cli.main(["advise", "--mtbf", "3600"]) == 2
+    assert "give --checkpoint-cost, or --results" in capsys.readouterr().err
