@@ -47,15 +47,16 @@ class ResultsDir:
         pq.write_table(table, f"{self.root}/{name}", filesystem=self.fs)
 
 
+EVENT_SCHEMA = pa.schema([("time", pa.float64()), ("kind", pa.string()),
+                          ("rank", pa.int64()), ("detail", pa.string())])
+
+
 def events_table(events) -> pa.Table:
     """A run's timeline as a table: seconds since its start, kind, rank, detail (JSON)."""
     t0 = timeline_start(events)
-    return pa.table({
-        "time": pa.array([ev.time - t0 for ev in events], pa.float64()),
-        "kind": pa.array([ev.kind for ev in events], pa.string()),
-        "rank": pa.array([ev.rank for ev in events], pa.int64()),
-        "detail": pa.array([json.dumps(ev.detail, default=str) for ev in events], pa.string()),
-    })
+    return pa.Table.from_pylist(
+        [{"time": ev.time - t0, "kind": ev.kind, "rank": ev.rank,
+          "detail": json.dumps(ev.detail, default=str)} for ev in events], EVENT_SCHEMA)
 
 
 def same_answer(record: dict, reference: dict) -> tuple[bool, bool]:

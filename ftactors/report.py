@@ -53,6 +53,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ._storage import open_filesystem
+from .chaos import EVENT_SCHEMA
+from .run_metrics import CHECKPOINT_KINDS
 
 __all__ = ["ReportError", "Report", "Timeline", "Mark", "Life", "Span", "build_report",
            "read_results", "read_events", "timeline_marks", "overhead_series",
@@ -72,11 +74,6 @@ RESULT_SCHEMA = pa.schema([
 OPTIONAL_COLUMNS = ("experiment", "transport", "cluster", "identical", "error",
                     "baseline_wall_s", "kills", "failures", "recoveries", "checkpoints",
                     "lost_work_s")
-EVENT_SCHEMA = pa.schema([("time", pa.float64()), ("kind", pa.string()),
-                          ("rank", pa.int64()), ("detail", pa.string())])
-
-CHECKPOINT_KINDS = ("checkpoint", "backup", "group_checkpoint", "rs_checkpoint",
-                    "hc3i_initiate")
 DETECTION_KINDS = ("failure_detected", "hang_detected")
 COMPLETED = ("verified", "wrong")  # outcomes of runs that ran to the end
 COORDINATOR = -1

@@ -13,26 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from ftactors import cli
+from ftactors.chaos import EVENT_SCHEMA, RESULT_SCHEMA
 from ftactors.report import (Life, Mark, ReportError, Span, build_report, overhead_series,
                              phase_means, protocol_stacks, read_events, read_results,
                              recovery_samples, timeline_marks, timeline_runs,
                              verified_cells)
-
-RESULTS_SCHEMA = pa.schema([
-    ("experiment", pa.string()), ("run_id", pa.string()), ("app", pa.string()),
-    ("protocol", pa.string()), ("schedule", pa.string()), ("ranks", pa.int64()),
-    ("seed", pa.int64()), ("transport", pa.string()), ("cluster", pa.string()),
-    ("interval", pa.float64()), ("interval_unit", pa.string()), ("outcome", pa.string()),
-    ("verified", pa.bool_()), ("identical", pa.bool_()), ("error", pa.string()),
-    ("wall_s", pa.float64()), ("baseline_wall_s", pa.float64()), ("overhead", pa.float64()),
-    ("kills", pa.int64()), ("failures", pa.int64()), ("recoveries", pa.int64()),
-    ("checkpoints", pa.int64()), ("lost_work_s", pa.float64()), ("detect_s", pa.float64()),
-    ("recover_s", pa.float64()), ("phases_json", pa.string()), ("replay", pa.string()),
-    ("events_path", pa.string()),
-])
-EVENTS_SCHEMA = pa.schema([("time", pa.float64()), ("kind", pa.string()),
-                           ("rank", pa.int64()), ("detail", pa.string())])
-
 
 def ev(time, kind, rank=-1, **detail):
     return {"time": time, "kind": kind, "rank": rank, "detail": detail}
@@ -88,10 +73,10 @@ def row(run_id, app, protocol, schedule, seed, outcome, *, interval=None, unit="
 def write_results(d, rows, events_by_run):
     """Write a results directory exactly as the chaos interface specifies."""
     os.makedirs(d / "events", exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=RESULTS_SCHEMA), d / "results.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=RESULT_SCHEMA), d / "results.parquet")
     for run_id, events in events_by_run.items():
         table = pa.Table.from_pylist(
-            [{**e, "detail": json.dumps(e["detail"])} for e in events], schema=EVENTS_SCHEMA)
+            [{**e, "detail": json.dumps(e["detail"])} for e in events], schema=EVENT_SCHEMA)
         pq.write_table(table, d / "events" / f"{run_id}.parquet")
     (d / "experiment.yaml").write_text("name: unit\ntransport: sim\n")
     return d
