@@ -106,15 +106,21 @@ def _every(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"K (iterations) or auto, got {text!r}") from None
 
 
+def parse_pair(spec: str, flag: str, form: str, kind=int) -> list:
+    """``"RANK:VALUE"`` from a command-line flag as ``[rank, kind(value)]``.
+
+    Raises:
+        ValueError: ``spec`` is not of the ``form`` the message names.
+    """
+    try:
+        rank, value = spec.split(":")
+        return [int(rank), kind(value)]
+    except ValueError:
+        raise ValueError(f"{flag} takes {form}, got {spec!r}") from None
+
+
 def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
-    kills = []
-    for spec in specs:
-        try:
-            rank, it = (int(v) for v in spec.split(":"))
-        except ValueError:
-            raise ValueError(f"--kill takes RANK:ITERATION, got {spec!r}") from None
-        kills.append((rank, it))
-    return kills
+    return [tuple(parse_pair(spec, "--kill", "RANK:ITERATION")) for spec in specs]
 
 
 def _parse_moves(specs: list[str]) -> list[tuple[int, float, str | None]]:

@@ -269,6 +269,18 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) ->
     return rows
 
 
+def print_verdicts(rows: list[dict], where: str, err=None, label: str = "") -> bool:
+    """Print each run that did not verify, with its seed and replay command (to ``err``,
+    default stdout), then the count; True when every run verified."""
+    bad = [r for r in rows if not r["verified"]]
+    for r in bad:
+        print(f"NOT VERIFIED {r['run_id']} (seed {r['seed']}): {r['outcome']}"
+              + (f", {r['error']}" if r["error"] else "") + f"\n  replay: {r['replay']}",
+              file=err)
+    print(f"{label}{len(rows) - len(bad)} of {len(rows)} run(s) verified; results in {where}")
+    return bool(rows) and not bad
+
+
 # ---------------------------------------------------------------------------- CLI
 def add_chaos(sub) -> None:
     p = sub.add_parser(
@@ -318,12 +330,7 @@ def _cmd_chaos(args) -> int:
     except RuntimeError as exc:  # a failure-free baseline failed: nothing to compare with
         print(f"ftactors chaos: {exc}", file=sys.stderr)
         return 1
-    bad = [r for r in rows if not r["verified"]]
-    for r in bad:
-        print(f"NOT VERIFIED {r['run_id']} (seed {r['seed']}): {r['outcome']}"
-              + (f", {r['error']}" if r["error"] else "") + f"\n  replay: {r['replay']}")
-    print(f"chaos {exp.name}: {len(rows) - len(bad)} of {len(rows)} run(s) verified; "
-          f"results in {out}/results.parquet")
+    verified = print_verdicts(rows, f"{out}/results.parquet", label=f"chaos {exp.name}: ")
     if args.report:
         from .report import write_report
         try:
@@ -331,4 +338,4 @@ def _cmd_chaos(args) -> int:
         except ValueError as exc:  # ReportError
             print(f"ftactors chaos --report: {exc}", file=sys.stderr)
             return 2
-    return 1 if bad else 0
+    return 0 if verified else 1

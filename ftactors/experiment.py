@@ -128,11 +128,13 @@ def experiment_from_dict(data, where: str = "experiment") -> Experiment:
 
 def experiment_from_flags(args) -> dict:
     """The experiment dict that ``ftactors chaos`` flags (no file) describe."""
+    from .apps_cli import parse_pair
     schedule = {}
     if args.kill:
-        schedule["kill"] = [_pair(s, "--kill", "RANK:ITERATION", int) for s in args.kill]
+        schedule["kill"] = [parse_pair(s, "--kill", "RANK:ITERATION") for s in args.kill]
     if args.kill_at:
-        schedule["kill_at"] = [_pair(s, "--kill-at", "RANK:SECONDS", float) for s in args.kill_at]
+        schedule["kill_at"] = [parse_pair(s, "--kill-at", "RANK:SECONDS", float)
+                               for s in args.kill_at]
     if args.random_kills:
         schedule["random_kills"] = args.random_kills
     if args.mtbf is not None:
@@ -294,11 +296,3 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
 
 def _csv(text) -> list[str]:
     return [v.strip() for v in str(text).split(",") if v.strip()]
-
-
-def _pair(spec: str, flag: str, form: str, kind):
-    try:
-        rank, value = spec.split(":")
-        return [int(rank), kind(value)]
-    except ValueError:
-        raise ExperimentError(f"{flag} takes {form}, got {spec!r}") from None
