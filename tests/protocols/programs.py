@@ -3,7 +3,7 @@ import numpy as np
 
 import ftactors as ft
 from ftactors.protocols import StandbyReplacement
-from ftactors.simcheck import Flood  # noqa: F401 (the protocol tests' busy-channel program)
+from ftactors.tools.simcheck import Flood  # noqa: F401 (the protocol tests' busy-channel program)
 
 
 class Heat1D(ft.Rank):

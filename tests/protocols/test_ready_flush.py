@@ -265,7 +265,7 @@ def test_auto_interval_is_dalys_for_each_measured_cost_and_is_kept():
     """On sim (virtual time, jittered latencies): the first checkpoint is requested at the
     start; after each one the coordinator picks Daly's interval for the cost it measured
     and requests the next exactly that long after the checkpoint was stored."""
-    from ftactors.advise import daly, young
+    from ftactors.tools.advise import daly, young
 
     kw = {"iterations": 300}
     reference = ft.run(Heat1D, 4, transport="sim", kwargs=kw).results
