@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ftactors.base._errors import ProtocolError
 
 from . import _ddv
+from ._hc3i_settings import NODE, check_settings
 from ._parts import PartTaker
 from .groups import Groups, load_groups
 
@@ -32,7 +33,6 @@ class Hc3iRecovery:
     recovery line, centralized garbage collection (timer and memory pressure)."""
 
     def __init__(self, coordinator):
-        from .ddv_piggyback import NODE, check_settings
         self.c = coordinator
         opts = coordinator.options
         check_settings(opts)

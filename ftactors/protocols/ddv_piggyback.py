@@ -109,38 +109,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.engine._envelope import APP, Envelope
-from ftactors.base._errors import ConfigError, ProtocolError
+from ftactors.base._errors import ProtocolError
 from ftactors.runtime._protocol import Protocol
 
 from . import _ddv
+from ._hc3i_settings import NODE, check_settings
 from ._parts import HeldParts
 from .groups import Groups, load_groups
 
 NAME = "hc3i"
-NODE = "node"
 CONTROL = {"req": "_on_req", "cut": "_on_cut", "expect": "_on_expect", "ack": "_on_ack",
            "nack": "_on_nack", "commit": "_on_commit", "abort": "_on_abort", "got": "_on_got"}
 """This protocol's control messages and their handlers (one per message)."""
-
-
-def check_settings(options: dict) -> None:
-    """Raise ConfigError for a bad HC3I setting (cluster definitions are checked by the
-    coordinator, which knows the number of ranks)."""
-    interval = options.get("clc_interval_s")
-    values = interval.values() if isinstance(interval, dict) else [interval]
-    for v in values:
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                  and v > 0):
-            raise ConfigError(f"clc_interval_s must be > 0 seconds (or a dict cluster -> "
-                              f"seconds), got {interval!r}")
-    for name in ("gc_interval_s", "log_bytes_max"):
-        v = options.get(name)
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                  and v > 0):
-            raise ConfigError(f"{name} must be > 0, got {v!r}")
-    if options.get("ddv_transitive") not in (None, True, False):
-        raise ConfigError(f"ddv_transitive must be True or False, "
-                          f"got {options['ddv_transitive']!r}")
 
 
 def clc_interval(options: dict, cluster: int) -> float | None:

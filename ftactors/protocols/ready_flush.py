@@ -28,7 +28,7 @@ in-transit messages, in arrival order, then from the network (the core's matcher
 requests a first checkpoint at once, measures what each checkpoint it requested held the
 job (first rank at the position to the set stored: ``cost_s`` of every ``checkpoint``
 event), and waits Daly's optimal interval for that cost and the given MTBF
-(``ftactors.advise.daly``) from the set being stored to its next request; each choice is
+(``protocols/_intervals.py``) from the set being stored to its next request; each choice is
 a ``checkpoint_interval_chosen`` event (``ReadyFlushCoordinator._auto_timer`` says why).
 
 Programs must not keep an ``irecv`` pending across a safe point (the code that posted it
@@ -71,9 +71,9 @@ from ftactors.runtime._checkpoints import (load_latest, position_index, prune_se
 from ftactors.base._errors import ConfigError, ProtocolError
 from ftactors.runtime._protocol import Protocol
 from ftactors.base._storage import open_store
-from ftactors.tools.advise import daly
 
 from ._flush import Flush
+from ._intervals import daly
 from ._parts import HeldParts, PartTaker
 
 NAME = "ready_flush"
@@ -526,7 +526,7 @@ class ReadyFlushCoordinator:
 
     async def _auto_timer(self) -> None:
         """``checkpoint_interval="auto"``: after each checkpoint it requested, the timer
-        waits Daly's optimal interval (``advise.daly``) for that checkpoint's measured
+        waits Daly's optimal interval (``_intervals.daly``) for that checkpoint's measured
         cost C and ``mtbf_s``, then requests the next, and records the choice
         (``checkpoint_interval_chosen``).
 

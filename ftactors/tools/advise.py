@@ -1,60 +1,19 @@
-"""How often to checkpoint: Young's and Daly's optimal intervals, and what they cost.
-
-Young (1974): with checkpoint cost C and mean time between failures M, the compute time
-between checkpoints that minimises the expected run time is about sqrt(2 C M) (first
-order, C << M). Daly (2006, "A higher order estimate of the optimum checkpoint interval
-for restart dumps") adds the next terms of the expansion:
-
-    tau = sqrt(2 C M) [1 + sqrt(C / 2M) / 3 + (C / 2M) / 9] - C     for C < 2M
-    tau = M                                                        otherwise
-
-and models the expected wall time of a job of T_s seconds of work with restart cost R as
-M e^(R/M) (e^((tau + C)/M) - 1) T_s / tau (exponential failures), from which the advice
-reports the expected waste (wall time over work, minus one) at each interval.
+"""``ftactors advise``: how often to checkpoint, and what it costs.
 
 ``ftactors advise --mtbf 3600 --checkpoint-cost 12`` (or ``--results DIR``: the costs
-measured in a chaos experiment's runs) prints both intervals (also in
-iterations with ``--iteration-s``) for ``checkpoint_interval`` / ``checkpoint_interval_s``;
-ReadyMessageFlush's ``checkpoint_interval="auto"`` calls ``daly`` itself after every
-checkpoint, with the cost it measured.
+measured in a chaos experiment's runs) prints Young's and Daly's intervals
+(``protocols/_intervals.py``; also in iterations with ``--iteration-s``) for
+``checkpoint_interval`` / ``checkpoint_interval_s``, with the expected waste (wall time
+over work, minus one) of each in Daly's model.
 """
 from __future__ import annotations
 
-import math
 import sys
+from statistics import fmean
 
-
-def _check(checkpoint_s: float, mtbf_s: float) -> None:
-    if not (checkpoint_s > 0 and mtbf_s > 0 and math.isfinite(checkpoint_s)
-            and math.isfinite(mtbf_s)):
-        raise ValueError(f"checkpoint cost and MTBF must be positive seconds, got "
-                         f"{checkpoint_s!r} and {mtbf_s!r}")
-
-
-def young(checkpoint_s: float, mtbf_s: float) -> float:
-    """Young's optimal compute time between checkpoints (s)."""
-    _check(checkpoint_s, mtbf_s)
-    return math.sqrt(2 * checkpoint_s * mtbf_s)
-
-
-def daly(checkpoint_s: float, mtbf_s: float) -> float:
-    """Daly's higher-order optimal compute time between checkpoints (s)."""
-    _check(checkpoint_s, mtbf_s)
-    if checkpoint_s >= 2 * mtbf_s:
-        return mtbf_s
-    x = checkpoint_s / (2 * mtbf_s)
-    return math.sqrt(2 * checkpoint_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - checkpoint_s
-
-
-def expected_wall(work_s: float, interval_s: float, checkpoint_s: float, restart_s: float,
-                  mtbf_s: float) -> float:
-    """Daly's expected wall time of ``work_s`` seconds of work checkpointed every
-    ``interval_s`` seconds of work, under exponential failures."""
-    _check(checkpoint_s, mtbf_s)
-    if interval_s <= 0 or work_s < 0 or restart_s < 0:
-        raise ValueError("interval must be > 0, work and restart cost >= 0")
-    return (mtbf_s * math.exp(restart_s / mtbf_s)
-            * math.expm1((interval_s + checkpoint_s) / mtbf_s) * work_s / interval_s)
+from ..protocols._intervals import daly, expected_wall, young
+from .report_data import read_events, read_results
+from .run_metrics import CHECKPOINT_KINDS
 
 
 def advice(mtbf_s: float, checkpoint_s: float, restart_s: float = 0.0,
@@ -80,10 +39,6 @@ def measured_costs(results_dir: str, protocol: str | None = None) -> dict:
     Raises:
         ValueError: unreadable results, or no run that measured a checkpoint.
     """
-    from statistics import fmean
-
-    from .report import read_events, read_results
-    from .run_metrics import CHECKPOINT_KINDS
     rows = [r for r in read_results(results_dir) if protocol in (None, r["protocol"])]
     costs = []
     for row in rows:

@@ -17,6 +17,8 @@ import argparse
 import importlib
 import sys
 
+from ._common import progress_printer, write_json
+
 APPS = ("cg", "hpl", "stencil", "coupled")
 
 
@@ -194,7 +196,6 @@ def add_run(sub) -> None:
 
 def _cmd_run(args) -> int:
     import ftactors as ft
-    from .cli import _progress_printer, write_json
 
     mod = args.app_module
     if args.ranks < 1:
@@ -221,7 +222,7 @@ def _cmd_run(args) -> int:
           + (f", spares={args.spares}, kills={kills}" if kills or args.spares else ""), flush=True)
     kw = dict(ranks=args.ranks, kwargs=kwargs, transport=args.transport, address=args.address,
               seed=args.seed, timeout_s=args.timeout, trace=args.trace, spares=args.spares,
-              chaos=chaos, restart_from=args.restart_from, progress=_progress_printer(),
+              chaos=chaos, restart_from=args.restart_from, progress=progress_printer(),
               **options)
     try:
         if moves:

@@ -24,8 +24,11 @@ import pyarrow.parquet as pq
 
 import ftactors as ft
 from ..base._storage import open_filesystem
-from .experiment import Experiment, ExperimentError, RunSpec
-from .run_metrics import failure_metrics, timeline_start
+from .apps_cli import _app, protocol_stack
+from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
+                         experiment_from_flags, load_experiment)
+from .report import write_report
+from .run_metrics import RESULT_SCHEMA, events_table, failure_metrics
 
 #: the keys of an app's summary record that are timings, not the answer
 TIMING_KEYS = ("time_s", "mops", "gflops")
@@ -45,18 +48,6 @@ class ResultsDir:
 
     def write_table(self, name: str, table: pa.Table) -> None:
         pq.write_table(table, f"{self.root}/{name}", filesystem=self.fs)
-
-
-EVENT_SCHEMA = pa.schema([("time", pa.float64()), ("kind", pa.string()),
-                          ("rank", pa.int64()), ("detail", pa.string())])
-
-
-def events_table(events) -> pa.Table:
-    """A run's timeline as a table: seconds since its start, kind, rank, detail (JSON)."""
-    t0 = timeline_start(events)
-    return pa.Table.from_pylist(
-        [{"time": ev.time - t0, "kind": ev.kind, "rank": ev.rank,
-          "detail": json.dumps(ev.detail, default=str)} for ev in events], EVENT_SCHEMA)
 
 
 def same_answer(record: dict, reference: dict) -> tuple[bool, bool]:
@@ -183,7 +174,6 @@ def _outcome(exc) -> str:
 
 async def _baseline(spec: RunSpec, exp: Experiment, place: _Place) -> dict:
     """The failure-free bare app: its answer and wall time."""
-    from .apps_cli import _app
     mod = _app(spec.app)
     result, exc, wall, _ = await _execute(mod.RANK_CLASS, spec, exp, place, options={})
     if exc is not None:
@@ -197,7 +187,6 @@ async def _baseline(spec: RunSpec, exp: Experiment, place: _Place) -> dict:
 async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
                   replay: str) -> tuple[dict, list]:
     """Run one cell of the matrix; its results row and timeline."""
-    from .apps_cli import _app, protocol_stack
     mod = _app(spec.app)
     cls = protocol_stack(mod.RANK_CLASS, spec.stack)
     result, exc, wall, extra = await _execute(cls, spec, exp, place, chaos=spec.chaos,
@@ -221,20 +210,6 @@ async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
            **failure_metrics(events), "replay": replay,
            "events_path": f"events/{spec.run_id}.parquet"}
     return row, events
-
-
-RESULT_SCHEMA = pa.schema([
-    ("experiment", pa.string()), ("run_id", pa.string()), ("app", pa.string()),
-    ("protocol", pa.string()), ("schedule", pa.string()), ("ranks", pa.int64()),
-    ("seed", pa.int64()), ("transport", pa.string()), ("cluster", pa.string()),
-    ("interval", pa.float64()), ("interval_unit", pa.string()), ("outcome", pa.string()),
-    ("verified", pa.bool_()), ("identical", pa.bool_()), ("error", pa.string()),
-    ("wall_s", pa.float64()), ("baseline_wall_s", pa.float64()), ("overhead", pa.float64()),
-    ("kills", pa.int64()), ("failures", pa.int64()), ("recoveries", pa.int64()),
-    ("checkpoints", pa.int64()), ("lost_work_s", pa.float64()), ("detect_s", pa.float64()),
-    ("recover_s", pa.float64()), ("phases_json", pa.string()), ("replay", pa.string()),
-    ("events_path", pa.string()),
-])
 
 
 async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) -> list[dict]:
@@ -314,7 +289,6 @@ def add_chaos(sub) -> None:
 
 
 def _cmd_chaos(args) -> int:
-    from .experiment import experiment_from_dict, experiment_from_flags, load_experiment
     try:
         exp = (load_experiment(args.experiment) if args.experiment else
                experiment_from_dict(experiment_from_flags(args), where="flags"))
@@ -332,7 +306,6 @@ def _cmd_chaos(args) -> int:
         return 1
     verified = print_verdicts(rows, f"{out}/results.parquet", label=f"chaos {exp.name}: ")
     if args.report:
-        from .report import write_report
         try:
             print(f"wrote {write_report(out)}")
         except ValueError as exc:  # ReportError

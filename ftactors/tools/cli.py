@@ -1,41 +1,29 @@
 """The ``ftactors`` command: run apps, the demo, benchmarks, trace and group tools.
 
-Subcommands register themselves in ``build_parser``; each handler returns the process
-exit code (0 success, 1 a failed run or verification, 2 bad usage).
+Each subcommand module registers itself (its ``add_*``) in ``build_parser``; each handler
+returns the process exit code (0 success, 1 a failed run or verification, 2 bad usage).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
 
-
-def _progress_printer(out=sys.stderr):
-    """A ``progress=`` callback that prints the slowest and fastest rank's iteration."""
-    t0 = time.time()
-
-    def show(positions):
-        known = [p for p in positions if p is not None]
-        if not known:
-            return
-        lo, hi = min(known), max(known)
-        print(f"  [{time.time() - t0:6.1f}s] iteration {lo[1]}"
-              + (f"..{hi[1]}" if hi != lo else "") + f" (loop {lo[0]})", file=out, flush=True)
-
-    return show
-
-
-def write_json(path: str | None, data: dict) -> None:
-    if path:
-        with open(path, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-        print(f"wrote {path}")
+from ..protocols.groups import (default_group_size, pairs_from_trace, ranks_in_trace,
+                                suggest_groups, traffic_inside)
+from ..runtime._trace import plot_trace, read_trace
+from ._common import command_parser, run_command
+from .advise import add_advise
+from .apps_cli import add_demo, add_run
+from .bench import add_bench
+from .chaos import add_chaos
+from .report import add_report
+from .simcheck import add_sim_check
+from .submit import add_submit
 
 
 # ----------------------------------------------------------------------------- trace
 def _cmd_trace_plot(args) -> int:
-    from ..runtime._trace import plot_trace
     try:
         plot_trace(args.trace, args.output, title=args.title)
     except ValueError as exc:
@@ -57,9 +45,6 @@ def _add_trace(sub) -> None:
 
 # ---------------------------------------------------------------------------- groups
 def _cmd_groups_suggest(args) -> int:
-    from ftactors.protocols.groups import (default_group_size, pairs_from_trace, ranks_in_trace,
-                                           suggest_groups, traffic_inside)
-    from ..runtime._trace import read_trace
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     try:
         table = read_trace(args.trace)
@@ -124,34 +109,12 @@ def _add_groups(sub) -> None:
 
 # ---------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ftactors",
-        description="Fault-tolerant actors on Ray with an mpi4py-style facade.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    from .apps_cli import add_demo, add_run
-    add_run(sub)
-    add_demo(sub)
-    from .bench import add_bench
-    add_bench(sub)
-    _add_trace(sub)
-    _add_groups(sub)
-    from .advise import add_advise
-    add_advise(sub)
-    from .simcheck import add_sim_check
-    add_sim_check(sub)
-    from .chaos import add_chaos
-    add_chaos(sub)
-    from .submit import add_submit
-    add_submit(sub)
-    from .report import add_report
-    add_report(sub)
-    return parser
+    return command_parser(add_run, add_demo, add_bench, _add_trace, _add_groups, add_advise,
+                          add_sim_check, add_chaos, add_submit, add_report)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return run_command(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,19 @@
-"""What a run's timeline says about its failures: counts, lost work and recovery times.
+"""A chaos experiment's files and what a run's timeline says about its failures.
 
-Chaos experiments and reports read runs through these numbers, computed from the events
-alone (``RunResult.events`` or a stored timeline), so a run that ended in an error is
-measured the same way as one that finished. Every protocol's checkpoint event counts as a
-checkpoint, whatever the protocol calls it.
+``RESULT_SCHEMA`` (one row per run, ``results.parquet``) and ``EVENT_SCHEMA`` (one
+timeline per run, ``events/RUN.parquet``) are what ``chaos`` writes and ``report`` and
+``advise`` read. The failure numbers (counts, lost work, recovery times) are computed
+from the events alone (``RunResult.events`` or a stored timeline), so a run that ended
+in an error is measured the same way as one that finished. Every protocol's checkpoint
+event counts as a checkpoint, whatever the protocol calls it.
 """
 from __future__ import annotations
 
 import json
 from collections import defaultdict
 from statistics import fmean
+
+import pyarrow as pa
 
 #: the events that mark a stored recovery point, by protocol
 CHECKPOINT_KINDS = ("checkpoint", "backup", "group_checkpoint", "rs_checkpoint",
@@ -20,6 +24,32 @@ def timeline_start(events) -> float:
     """The time the run began: its ``run_start`` event, else its first event."""
     starts = [ev.time for ev in events if ev.kind == "run_start"]
     return starts[0] if starts else (events[0].time if events else 0.0)
+
+#: a results file's columns: one row per run of the matrix
+RESULT_SCHEMA = pa.schema([
+    ("experiment", pa.string()), ("run_id", pa.string()), ("app", pa.string()),
+    ("protocol", pa.string()), ("schedule", pa.string()), ("ranks", pa.int64()),
+    ("seed", pa.int64()), ("transport", pa.string()), ("cluster", pa.string()),
+    ("interval", pa.float64()), ("interval_unit", pa.string()), ("outcome", pa.string()),
+    ("verified", pa.bool_()), ("identical", pa.bool_()), ("error", pa.string()),
+    ("wall_s", pa.float64()), ("baseline_wall_s", pa.float64()), ("overhead", pa.float64()),
+    ("kills", pa.int64()), ("failures", pa.int64()), ("recoveries", pa.int64()),
+    ("checkpoints", pa.int64()), ("lost_work_s", pa.float64()), ("detect_s", pa.float64()),
+    ("recover_s", pa.float64()), ("phases_json", pa.string()), ("replay", pa.string()),
+    ("events_path", pa.string()),
+])
+
+#: a stored timeline's columns: seconds since the run's start, kind, rank, detail (JSON)
+EVENT_SCHEMA = pa.schema([("time", pa.float64()), ("kind", pa.string()),
+                          ("rank", pa.int64()), ("detail", pa.string())])
+
+
+def events_table(events) -> pa.Table:
+    """A run's timeline as a table: seconds since its start, kind, rank, detail (JSON)."""
+    t0 = timeline_start(events)
+    return pa.Table.from_pylist(
+        [{"time": ev.time - t0, "kind": ev.kind, "rank": ev.rank,
+          "detail": json.dumps(ev.detail, default=str)} for ev in events], EVENT_SCHEMA)
 
 
 def _checkpoint_key(ev) -> tuple:

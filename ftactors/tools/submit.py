@@ -10,10 +10,9 @@ What it does, in order:
    ``cluster: {address: auto}``, so the runs join the cluster the job runs on instead of
    starting a private Ray inside the job's driver (``{nodes: N}`` is refused for that
    reason: run such experiments with ``ftactors chaos`` on a machine of their own);
-2. stages this package as one directory in the installed layout (``ftactors/`` with
-   ``protocols/`` and ``apps/`` inside, which a source checkout keeps beside it) and ships
-   it as the job's ``runtime_env`` ``py_modules``; the experiment file goes as the
-   ``working_dir``. Ray puts ``py_modules`` on the ``PYTHONPATH`` of the job's driver and
+2. stages this package as one directory (``ftactors/``, with ``protocols/`` and
+   ``apps/`` inside, as installed and as in the source tree) and ships it as the job's
+   ``runtime_env`` ``py_modules``; the experiment file goes as the ``working_dir``. Ray puts ``py_modules`` on the ``PYTHONPATH`` of the job's driver and
    of every worker, where it comes before any installed ftactors, so the cluster runs
    exactly this code, installed there or not (the job's log names the directory it
    imported ftactors from);
@@ -52,6 +51,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ._common import command_parser, run_command
+from .chaos import add_chaos, print_verdicts
+from .experiment import ExperimentError, load_experiment
+
 POLL_S = 1.0
 #: files of the source tree that are never shipped
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
@@ -63,39 +66,12 @@ class SubmitError(Exception):
 
 
 # ------------------------------------------------------------------------ staging
-def _subpackage_dir(name: str, core: Path) -> Path:
-    """Where ``ftactors.<name>`` lives: inside the package when installed, beside it
-    (``protocols/``, ``apps/``) in a source checkout."""
-    inside = core / name
-    if (inside / "__init__.py").exists():
-        return inside
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec(f"ftactors.{name}")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        found = Path(list(spec.submodule_search_locations)[0])
-        if (found / "__init__.py").exists():
-            return found
-    beside = core.parent / name
-    if (beside / "__init__.py").exists():
-        return beside
-    raise SubmitError(f"cannot find the ftactors.{name} package (looked in {inside} and "
-                      f"{beside})")
-
-
 def stage_package(dest: str | os.PathLike) -> Path:
-    """Copy this ftactors into ``dest/ftactors`` in the installed layout, with
-    ``protocols`` and ``apps`` as subpackages; return that directory."""
+    """Copy this ftactors (``protocols`` and ``apps`` are subpackages of it) into
+    ``dest/ftactors``; return that directory."""
     import ftactors
-    core = Path(ftactors.__file__).resolve().parent
-    subs = {name: _subpackage_dir(name, core) for name in ("protocols", "apps")}
     pkg = Path(dest) / "ftactors"
-    shutil.copytree(core, pkg, ignore=IGNORE)
-    for name, src in subs.items():
-        if not (pkg / name / "__init__.py").exists():
-            shutil.copytree(src, pkg / name, ignore=IGNORE)
+    shutil.copytree(Path(ftactors.__file__).resolve().parent, pkg, ignore=IGNORE)
     return pkg
 
 
@@ -106,7 +82,6 @@ def prepare_experiment(path: str) -> tuple[dict, str]:
         SubmitError: the file is wrong, or it asks for a cluster a job cannot use.
     """
     import copy
-    from .experiment import ExperimentError, load_experiment
     try:
         exp = load_experiment(path)
     except ExperimentError as exc:
@@ -257,8 +232,6 @@ def fetch_results(uri: str, local_dir: str) -> None:
 def summarize(local_dir: str, err=None) -> bool:
     """Print what ``local_dir/results.parquet`` says; True when every run verified."""
     import pyarrow.parquet as pq
-
-    from .chaos import print_verdicts
     path = Path(local_dir) / "results.parquet"
     if not path.exists():
         print(f"no results at {path}", file=err or sys.stderr)
@@ -366,8 +339,7 @@ def _job_main(argv: list[str]) -> int:
     print(f"ftactors {ftactors.__version__} from {Path(ftactors.__file__).parent} "
           f"(protocols {Path(ftactors.protocols.__file__).parent}, "
           f"apps {Path(ftactors.apps.__file__).parent})", flush=True)
-    from .cli import main
-    return main(["chaos", *argv])
+    return run_command(command_parser(add_chaos), ["chaos", *argv])
 
 
 if __name__ == "__main__":

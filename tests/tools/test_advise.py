@@ -5,7 +5,8 @@ import math
 import pytest
 
 from ftactors.tools import cli
-from ftactors.tools.advise import advice, daly, expected_wall, young
+from ftactors.protocols._intervals import daly, expected_wall, young
+from ftactors.tools.advise import advice
 
 
 def test_young_and_daly_against_hand_computed_values():
@@ -54,7 +55,7 @@ def _results_dir(tmp_path):
     import pyarrow.parquet as pq
 
     import ftactors as ft
-    from ftactors.tools.chaos import RESULT_SCHEMA, events_table
+    from ftactors.tools.run_metrics import RESULT_SCHEMA, events_table
     (tmp_path / "events").mkdir()
     runs = {"r000": ("rf", 10.0, [ft.Event(1.0, "checkpoint", -1, {"cost_s": 2.0}),
                                   ft.Event(2.0, "checkpoint", -1, {"cost_s": 4.0})]),

@@ -13,11 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from ftactors.tools import cli
-from ftactors.tools.chaos import EVENT_SCHEMA, RESULT_SCHEMA
-from ftactors.tools.report import (Life, Mark, ReportError, Span, build_report, overhead_series,
-                             phase_means, protocol_stacks, read_events, read_results,
-                             recovery_samples, timeline_marks, timeline_runs,
-                             verified_cells)
+from ftactors.tools.run_metrics import EVENT_SCHEMA, RESULT_SCHEMA
+from ftactors.tools.report import build_report
+from ftactors.tools.report_data import (Life, Mark, ReportError, Span, overhead_series,
+                                        phase_means, protocol_stacks, read_events,
+                                        read_results, recovery_samples, timeline_marks,
+                                        timeline_runs, verified_cells)
 
 def ev(time, kind, rank=-1, **detail):
     return {"time": time, "kind": kind, "rank": rank, "detail": detail}
@@ -256,7 +257,7 @@ def _red_pixels(png):
 
 
 def test_drawn_timeline_shows_the_kill_in_red(tmp_path):
-    from ftactors.tools.report import draw_timeline
+    from ftactors.tools.report_draw import draw_timeline
     killed = timeline_marks(run_events(4, kill=(1, 1.05)), ranks=4)
     calm = timeline_marks(run_events(4), ranks=4)
     draw_timeline(killed, tmp_path / "killed.png", "with a kill")

@@ -40,6 +40,7 @@ from ...apps.cg import CG
 from ...apps.coupled import Coupled, coupled_serial
 from ...apps.hpl import HPL
 from ...apps.stencil import Stencil
+from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 
 FULL = {"cg": {"problem_class": "A"}, "hpl": {"n": 2000, "nb": 64},
         "stencil": {"ny": 1024, "nx": 1024, "iterations": 200},
@@ -190,11 +191,7 @@ def format_table(runs: list[dict], problems: dict) -> str:
                      f"{r['wall_s']:.2f}", f"{r['numpy_total_s']:.3f}", f"{r['wall_ratio']:.1f}x",
                      f"{r['app_s']:.3f}", f"{r['numpy_compute_s']:.3f}", f"{r['app_ratio']:.1f}x",
                      str(r["messages"]), "yes" if r["verified"] else "NO"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+    return table(rows, left=2)
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -213,8 +210,7 @@ def add_arguments(parser) -> None:
                         help="comma-separated rank counts (default 1,2,4; coupled needs >= 2)")
     parser.add_argument("--transport", choices=("ray", "local", "sim"), default="ray")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: embedded)")
-    parser.add_argument("--repetitions", type=int, default=1,
-                        help="runs of each configuration; figures are medians (default 1)")
+    add_repetitions(parser, 1, "runs of each configuration; figures are medians")
     parser.add_argument("--cg-class", default=None, type=str.upper, help="NPB class (default A, --quick S)")
     parser.add_argument("--hpl-n", type=int, default=None, help="HPL order (default 2000, --quick 500)")
     parser.add_argument("--hpl-nb", type=int, default=None, help="HPL block size (default 64, --quick 32)")
@@ -257,13 +253,10 @@ def problems_from_args(args) -> dict:
 
 
 def main(args) -> int:
-    from ..cli import write_json
-    from .transport import machine_info
     try:
         problems = problems_from_args(args)
     except ValueError as exc:
-        print(f"ftactors bench apps: {exc}", file=sys.stderr)
-        return 2
+        return usage_error("apps", str(exc))
     apps = [app for app in APPS if app in args.apps]
     print(f"apps benchmark on {args.transport}: {', '.join(apps)} at "
           f"{', '.join(map(str, args.ranks))} rank(s) vs single-process numpy, "
@@ -279,10 +272,10 @@ def main(args) -> int:
     all_ok = all(r["verified"] for r in out["runs"])
     if not all_ok:
         print("some runs FAILED verification", file=sys.stderr)
-    write_json(args.json, {
-        "benchmark": "apps", "transport": args.transport, "quick": bool(args.quick),
+    write_results(args, "apps", {
+        "transport": args.transport, "quick": bool(args.quick),
         "repetitions": args.repetitions, "problems": problems,
         "numpy_runs_in": "a Ray task" if args.transport == "ray" else "this process", **out,
-        "all_verified": all_ok, "machine": machine,
-    })
+        "all_verified": all_ok,
+    }, machine)
     return 0 if all_ok else 1

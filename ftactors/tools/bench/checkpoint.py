@@ -52,7 +52,6 @@ import asyncio
 import math
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
@@ -61,7 +60,8 @@ import numpy as np
 import ftactors as ft
 from ftactors.protocols import ReadyMessageFlush
 
-from .transport import machine_info
+from ._harness import (TRANSPORTS, add_rank_counts, add_sim_network, machine_info, rank_plan,
+                       sim_network, table, usage_error, write_results)
 
 MIB = 1 << 20
 CARRY, HALO = 7, 8  # tags
@@ -194,9 +194,7 @@ def _run_options(args, transport: str) -> dict:
     if args.storage != "object":
         opts["checkpoint_dir"] = args.checkpoint_dir
     if transport == "sim":
-        opts.update(sim_latency_s=args.sim_latency_us * 1e-6,
-                    sim_bandwidth_Bps=args.sim_bandwidth_gbps * 1e9 / 8,
-                    sim_jitter_s=args.sim_jitter_us * 1e-6)
+        opts.update(sim_network(args))
     return opts
 
 
@@ -334,29 +332,12 @@ def format_table(configs: list[dict]) -> str:
                      mm(s["save_s"]), _ms(s["complete_s"]["median"]),
                      _ms(b["allreduce_s"]["median"]), _ms(b["iteration_s"]["median"]),
                      _ratio(s["spread_over_allreduce"]), _ratio(b["extra_iterations"])))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(r, widths))) for r in rows]
-    lines.insert(2, "-" * len(lines[0]))
-    return "\n".join(lines)
+    return table(rows, left=2, header=2)
 
 
 # -------------------------------------------------------------------------- main
-def rank_list(text: str) -> list[int]:
-    """``--*-ranks``: comma-separated counts; "none" (or empty, or 0) for none."""
-    text = text.strip()
-    if text in ("", "none", "0"):
-        return []
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
 def add_arguments(parser) -> None:
-    parser.add_argument("--ray-ranks", default="4,8",
-                        help="real rank counts on Ray (default 4,8; 'none' to skip)")
-    parser.add_argument("--sim-ranks", default="32,128,1024",
-                        help="simulated rank counts (default 32,128,1024; 'none' to skip)")
-    parser.add_argument("--local-ranks", default="none",
-                        help="rank counts on the local transport (default none)")
+    add_rank_counts(parser, ray="4,8", sim="32,128,1024")
     parser.add_argument("--state-mib", type=float, default=1.0,
                         help="registered numpy state per rank, MiB (default 1)")
     parser.add_argument("--checkpoints", type=int, default=3,
@@ -375,12 +356,7 @@ def add_arguments(parser) -> None:
                         help="size of each halo and carried message, KiB (default 8)")
     parser.add_argument("--neighbours", type=int, default=2,
                         help="halo partners on each side (default 2)")
-    parser.add_argument("--sim-latency-us", type=float, default=10.0,
-                        help="sim: per-message latency, us (default 10)")
-    parser.add_argument("--sim-bandwidth-gbps", type=float, default=25.0,
-                        help="sim: link bandwidth, Gbit/s (default 25)")
-    parser.add_argument("--sim-jitter-us", type=float, default=2.0,
-                        help="sim: uniform random extra delay per batch, us (default 2)")
+    add_sim_network(parser, latency_us=10.0, bandwidth_gbps=25.0, jitter_us=2.0)
     parser.add_argument("--sim-rm-budget", type=int, default=2_000_000,
                         help="sim: at most this many ready messages per run (default 2e6: "
                              "one checkpoint per run at 1024 ranks)")
@@ -389,21 +365,17 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from ..cli import write_json
     try:
-        ray_ranks, sim_ranks = rank_list(args.ray_ranks), rank_list(args.sim_ranks)
-        local_ranks = rank_list(args.local_ranks)
+        plan = rank_plan(args)
     except ValueError:
-        print("ftactors bench checkpoint: rank lists are comma-separated ints", file=sys.stderr)
-        return 2
+        return usage_error("checkpoint", "rank lists are comma-separated ints")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if (any(n < 2 for n in ray_ranks + sim_ranks + local_ranks) or args.checkpoints < 1
+    if (any(n < 2 for _, n in plan) or args.checkpoints < 1
             or args.interval < 1 or args.state_mib < 0 or args.neighbours < 0
             or not modes or set(modes) - {"interval", "requested"}):
-        print("ftactors bench checkpoint: needs ranks >= 2, --checkpoints >= 1, "
-              "--interval >= 1, --state-mib >= 0 and --modes from interval,requested",
-              file=sys.stderr)
-        return 2
+        return usage_error("checkpoint", "needs ranks >= 2, --checkpoints >= 1, "
+                           "--interval >= 1, --state-mib >= 0 and --modes from "
+                           "interval,requested")
     tmp = None
     if args.storage != "object" and args.checkpoint_dir is None:
         tmp = args.checkpoint_dir = tempfile.mkdtemp(prefix="ftactors-bench-ckpt-")
@@ -413,9 +385,7 @@ def main(args) -> int:
           f"{args.sim_latency_us:g} us, {args.sim_bandwidth_gbps:g} Gbit/s, jitter "
           f"{args.sim_jitter_us:g} us", flush=True)
     machine = machine_info()
-    plan = [("ray", n) for n in ray_ranks] + [("local", n) for n in local_ranks] + \
-        [("sim", n) for n in sim_ranks]
-    if ray_ranks:
+    if any(t == "ray" for t, _ in plan):
         from ...transports.ray import ensure_ray
         ensure_ray()  # once for the whole process
     configs = []
@@ -451,20 +421,17 @@ def main(args) -> int:
           "spread/ar: spread / allreduce; +iter: extra time of an iteration holding a "
           "checkpoint, in plain iterations")
     print(f"  total wall time {total:.1f} s")
-    write_json(args.json, {
-        "benchmark": "checkpoint",
+    write_results(args, "checkpoint", {
         "settings": {"state_mib": args.state_mib, "checkpoints": args.checkpoints,
                      "interval": args.interval, "storage": args.storage,
                      "modes": modes, "compute_ms": args.compute_ms,
                      "msg_kib": args.msg_kib, "neighbours": args.neighbours,
-                     "ray_ranks": ray_ranks, "sim_ranks": sim_ranks,
-                     "local_ranks": local_ranks, "seed": args.seed,
+                     **{f"{t}_ranks": [n for u, n in plan if u == t] for t in TRANSPORTS},
+                     "seed": args.seed,
                      "sim_rm_budget": args.sim_rm_budget},
-        "sim_network": {"latency_s": args.sim_latency_us * 1e-6,
-                        "bandwidth_Bps": args.sim_bandwidth_gbps * 1e9 / 8,
-                        "jitter_s": args.sim_jitter_us * 1e-6},
-        "configs": configs, "wall_s": total, "machine": machine,
-    })
+        "sim_network": sim_network(args),
+        "configs": configs, "wall_s": total,
+    }, machine)
     return 0
 
 

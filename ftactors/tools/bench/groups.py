@@ -45,7 +45,6 @@ import asyncio
 import math
 import random
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
@@ -55,8 +54,7 @@ import ftactors as ft
 from ftactors.protocols import GroupCoordination
 from ftactors.protocols.groups import load_groups, pairs_from_trace, suggest_groups
 
-from .checkpoint import rank_list
-from .transport import machine_info
+from ._harness import add_rank_counts, add_sim_network, rank_plan, sim_network, usage_error, write_results
 
 KIB = 1024
 ROW = 4  # tag
@@ -202,13 +200,7 @@ def measure(transport: str, n: int, args, options: dict) -> list[dict]:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--ray-ranks", default="8,16",
-                        help="real rank counts on Ray (default 8,16; 'none' to skip)")
-    parser.add_argument("--sim-ranks", default="32,128,256",
-                        help="simulated rank counts (default 32,128,256; up to 1024 takes "
-                             "minutes; 'none' to skip)")
-    parser.add_argument("--local-ranks", default="none",
-                        help="rank counts on the local transport (default none; a smoke test)")
+    add_rank_counts(parser, ray="8,16", sim="32,128,256", sim_note=", up to 1024 takes minutes")
     parser.add_argument("--iterations", type=int, default=12, help="iterations (default 12)")
     parser.add_argument("--interval", type=int, default=4,
                         help="iterations between group checkpoints (default 4)")
@@ -223,10 +215,7 @@ def add_arguments(parser) -> None:
                         help="message to the row neighbour, KiB (default 1)")
     parser.add_argument("--state-kib", type=float, default=256.0,
                         help="registered state per rank, KiB (default 256)")
-    parser.add_argument("--sim-latency-us", type=float, default=10.0,
-                        help="sim: latency per message, microseconds (default 10)")
-    parser.add_argument("--sim-bandwidth-gbps", type=float, default=10.0,
-                        help="sim: bandwidth, Gbit/s (default 10)")
+    add_sim_network(parser, latency_us=10.0, bandwidth_gbps=10.0)
     parser.add_argument("--sim-send-overhead-us", default="5,50",
                         help="sim: a sender's time per message, one at a time, microseconds; "
                              "a comma-separated list runs each (default 5,50: a fast NIC, "
@@ -236,28 +225,19 @@ def add_arguments(parser) -> None:
                         help="per run (default 600)")
 
 
-def _sim_options(args, send_overhead_us: float) -> dict:
-    return {"sim_latency_s": args.sim_latency_us * 1e-6,
-            "sim_bandwidth_Bps": args.sim_bandwidth_gbps * 1e9 / 8,
-            "sim_send_overhead_s": send_overhead_us * 1e-6}
-
-
 def main(args) -> int:
-    from ..cli import write_json
     try:
         overheads = [float(x) for x in args.sim_send_overhead_us.split(",") if x.strip()]
-        plan = ([("ray", n, {}) for n in rank_list(args.ray_ranks)]
-                + [("local", n, {}) for n in rank_list(args.local_ranks)]
-                + [("sim", n, _sim_options(args, o)) for o in overheads
-                   for n in rank_list(args.sim_ranks)])
+        counts = rank_plan(args)
     except ValueError:
-        print("ftactors bench groups: rank and overhead lists are comma-separated numbers",
-              file=sys.stderr)
-        return 2
+        return usage_error("groups", "rank and overhead lists are comma-separated numbers")
+    # sim: every count at every sender overhead
+    plan = ([(t, n, {}) for t, n in counts if t != "sim"]
+            + [("sim", n, {**sim_network(args), "sim_send_overhead_s": o * 1e-6})
+               for o in overheads for t, n in counts if t == "sim"])
     if any(n < 4 for _, n, _ in plan) or args.interval < 1 or args.iterations <= args.interval * 2:
-        print("ftactors bench groups: needs ranks >= 4, --interval >= 1 and --iterations "
-              "> 2 x --interval (a checkpoint before and after the kill)", file=sys.stderr)
-        return 2
+        return usage_error("groups", "needs ranks >= 4, --interval >= 1 and --iterations "
+                           "> 2 x --interval (a checkpoint before and after the kill)")
     print(f"bench groups: GroupCoordination NORM / GP1 / GP4 / GP, checkpoint every "
           f"{args.interval} of {args.iterations} iterations, {args.compute_ms:g} ms compute "
           f"(+ up to {args.jitter:.0%}), {args.heavy_kib:g} KiB in columns, "
@@ -271,7 +251,6 @@ def main(args) -> int:
         if row["formation"] != "NORM":
             print(f"  {_where(row)} {row['formation']:5} coordination "
                   f"{row['coordination_vs_norm']:6.3f}  restart {row['restart_vs_norm']:6.3f}")
-    if args.json:
-        write_json(args.json, {"bench": "groups", "machine": machine_info(),
-                               "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
+    write_results(args, "groups", {
+        "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
     return 0

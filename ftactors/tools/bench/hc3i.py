@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 
 import ftactors as ft
 from ftactors.protocols import DDVPiggyback
 
-from .transport import machine_info
+from ._harness import table, usage_error, write_results
 
 SAN = {"sim_latency_s": 10e-6, "sim_bandwidth_Bps": 80e6 / 8}
 ETHERNET = {"sim_wide_latency_s": 150e-6, "sim_wide_bandwidth_Bps": 100e6 / 8}
@@ -143,10 +142,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from ..cli import write_json
     if args.ranks < 2 or args.hours <= 0:
-        print("ftactors bench hc3i: needs --ranks >= 2 and --hours > 0", file=sys.stderr)
-        return 2
+        return usage_error("hc3i", "needs --ranks >= 2 and --hours > 0")
     t0 = time.perf_counter()
     runs: list[dict] = []
 
@@ -159,33 +156,30 @@ def main(args) -> int:
     x6 = [30, 120] if args.quick else [15, 30, 60, 120]
     fig67 = [dict(one(TABLE1, {0: x, 1: None}), interval_min=x) for x in x6]
     print("\nFigures 6-7: CLCs against cluster 0's unforced interval (cluster 1: infinite)")
-    print(f"{'interval':>9s} {'timer only':>10s} {'c0 unforced':>11s} {'c0 forced':>9s} "
-          f"{'c1 unforced':>11s} {'c1 forced':>9s}")
-    for row in fig67:
-        timer = args.hours * 60 / row["interval_min"]
-        print(f"{row['interval_min']:>7d} m {timer:10.1f} {row['unforced'][0]:11d} "
-              f"{row['forced'][0]:9d} {row['unforced'][1]:11d} {row['forced'][1]:9d}")
+    print(table([("interval", "timer only", "c0 unforced", "c0 forced", "c1 unforced",
+                  "c1 forced")]
+                + [(f"{row['interval_min']} m", f"{args.hours * 60 / row['interval_min']:.1f}",
+                    str(row["unforced"][0]), str(row["forced"][0]), str(row["unforced"][1]),
+                    str(row["forced"][1])) for row in fig67], left=0))
     x8 = [None, 15]  # the paper: cluster 1 at 15 minutes changes nothing for cluster 0
     at30 = next(row for row in fig67 if row["interval_min"] == 30)  # the same run
     fig8 = [dict(at30 if x is None else one(TABLE1, {0: 30, 1: x}), c1_interval_min=x)
             for x in x8]
     print("\nFigure 8: cluster 0 at 30 min, cluster 1's interval varies")
-    print(f"{'c1 interval':>11s} {'c0 total':>8s} {'c0 forced':>9s} {'c1 total':>8s} "
-          f"{'c1 forced':>9s}")
-    for row in fig8:
-        label = "inf" if row["c1_interval_min"] is None else f"{row['c1_interval_min']} m"
-        print(f"{label:>11s} {row['forced'][0] + row['unforced'][0]:8d} {row['forced'][0]:9d} "
-              f"{row['forced'][1] + row['unforced'][1]:8d} {row['forced'][1]:9d}")
+    print(table([("c1 interval", "c0 total", "c0 forced", "c1 total", "c1 forced")]
+                + [("inf" if row["c1_interval_min"] is None else f"{row['c1_interval_min']} m",
+                    str(row["forced"][0] + row["unforced"][0]), str(row["forced"][0]),
+                    str(row["forced"][1] + row["unforced"][1]), str(row["forced"][1]))
+                   for row in fig8], left=0))
     # the 103 point is Table 2's run: garbage collection changes no forcing decision
     table2 = one({**TABLE1, (1, 0): 103}, {0: 30, 1: 30}, gc=True)
     x9 = [11, 103] if args.quick else [11, 50, 103, 150, 200]
     fig9 = [dict(table2 if x == 103 else one({**TABLE1, (1, 0): x}, {0: 30, 1: 30}),
                  c1_to_c0=x) for x in x9]
     print("\nFigure 9: both clusters at 30 min, messages from cluster 1 to cluster 0 vary")
-    print(f"{'1->0 planned':>12s} {'1->0 sent':>9s} {'c0 forced':>9s} {'c1 forced':>9s}")
-    for row in fig9:
-        print(f"{row['c1_to_c0']:12d} {row['messages']['1->0']:9d} {row['forced'][0]:9d} "
-              f"{row['forced'][1]:9d}")
+    print(table([("1->0 planned", "1->0 sent", "c0 forced", "c1 forced")]
+                + [(str(row["c1_to_c0"]), str(row["messages"]["1->0"]), str(row["forced"][0]),
+                    str(row["forced"][1])) for row in fig9], left=0))
     three = {(0, 0): 2920, (1, 1): 2497, (2, 2): 2497}  # cluster 2 a clone of cluster 1,
     three.update({(a, b): 100 for a in range(3) for b in range(3) if a != b})  # 200 out
     table3 = one(three, {0: 30, 1: 30, 2: 30}, gc=True)
@@ -208,11 +202,11 @@ def main(args) -> int:
     wall = time.perf_counter() - t0
     print(f"\n{len(runs)} runs, {wall:.1f} s wall in all (slowest run "
           f"{max(r['wall_s'] for r in runs):.1f} s)")
-    write_json(args.json, {
-        "benchmark": "hc3i", "ranks_per_cluster": args.ranks, "hours": args.hours,
+    write_results(args, "hc3i", {
+        "ranks_per_cluster": args.ranks, "hours": args.hours,
         "seed": args.seed, "quick": args.quick, "network": {**SAN, **ETHERNET},
         "fig6_7": fig67, "fig8": fig8, "fig9": fig9, "table2": table2, "table3": table3,
         "transitive": {"two_clusters": trans2, "three_clusters": trans3},
-        "wall_s": wall, "machine": machine_info(),
+        "wall_s": wall,
     })
     return 0

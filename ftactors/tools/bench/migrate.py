@@ -53,13 +53,14 @@ import hashlib
 import math
 import pickle
 import statistics
-import sys
 import time
 
 import numpy as np
 
 import ftactors as ft
 from ftactors.protocols import ReadyMessageFlush
+
+from ._harness import add_repetitions, table, usage_error, write_results
 
 MIB = 1 << 20
 MB = 1e6
@@ -460,8 +461,7 @@ def add_arguments(parser) -> None:
                         help="object store size of each local node (default 2048)")
     parser.add_argument("--address", default=None,
                         help="join this Ray cluster instead of starting a local one")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="object-store fetches per size (default 3)")
+    add_repetitions(parser, 3, "object-store fetches per size", flag="--repeat")
     parser.add_argument("--rate", type=float, default=20.0,
                         help="iterations per second of rank 0 while ranks move (default 20)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per run (default 600)")
@@ -472,14 +472,11 @@ def _fmt_bw(bps: float) -> str:
 
 
 def main(args) -> int:
-    from ..cli import write_json
-    from .transport import machine_info
     sizes = [int(float(s) * MIB) for s in args.sizes_mib.split(",") if s.strip()]
     if (not sizes or args.ranks < 2 or not 0 < args.rank < args.ranks or args.moves < 1
             or args.rate <= 0 or any(s < 0 for s in sizes)):
-        print("ftactors bench migrate: needs sizes >= 0, --ranks >= 2, 0 < --rank < --ranks, "
-              "--moves >= 1, --rate > 0", file=sys.stderr)
-        return 2
+        return usage_error("migrate", "needs sizes >= 0, --ranks >= 2, 0 < --rank < --ranks, "
+                           "--moves >= 1, --rate > 0")
     args.warmup, args.settle = 5, 5
     t_all = time.perf_counter()
     cluster, cluster_s = None, 0.0
@@ -506,10 +503,9 @@ def main(args) -> int:
             ray.shutdown()
     out["cluster_start_s"], out["cluster_stop_s"] = cluster_s, time.perf_counter() - t0
     out["wall_s"] = time.perf_counter() - t_all
-    out["machine"] = machine_info()
     _print(out)
     print(f"  wall time {out['wall_s']:.1f} s")
-    write_json(args.json, out)
+    write_results(args, "migrate", out)
     return 0 if all(r["verified"] for r in out["runs"]) else 1
 
 
@@ -528,7 +524,7 @@ async def _bench(args, sizes: list[int], address: str) -> dict:
     for nbytes in sizes:
         # the baseline right before each size's run, so both see the same load
         t0 = time.perf_counter()
-        store += await measure_objectstore(src, dst, [nbytes], args.repeat)
+        store += await measure_objectstore(src, dst, [nbytes], args.repetitions)
         store_s += time.perf_counter() - t0
         runs.append(await migrate_run(args, nbytes, address, nodes))
     t0 = time.perf_counter()
@@ -563,10 +559,10 @@ async def _bench(args, sizes: list[int], address: str) -> dict:
         per_size[-1]["steps"] = ({k: statistics.median(st[k] for st in steps) for k in STEPS}
                                  if steps else None)
     return {
-        "benchmark": "migrate", "protocol": "ready_flush", "address": address,
+        "protocol": "ready_flush", "address": address,
         "local_cluster": args.address is None, "nodes": nodes, "head": head,
         "ranks": args.ranks, "rank": args.rank, "moves_per_run": args.moves,
-        "rate": args.rate, "repeat": args.repeat,
+        "rate": args.rate, "repeat": args.repetitions,
         "sizes_bytes": sizes, "runs": runs, "per_size": per_size,
         "fit": fit, "fit_state_and_restore": fit_state, "fit_with_spare": fit_spare,
         "objectstore": {"src": src, "dst": dst, "samples": store, "fit": fit_store,
@@ -583,15 +579,16 @@ async def _bench(args, sizes: list[int], address: str) -> dict:
 
 
 def _print(out: dict) -> None:
-    print(f"\n  {'size':>8s} {'snapshot':>9s} {'spare':>7s} {'stop':>7s} {'state':>7s} "
-          f"{'restore':>8s} {'total':>7s} {'store get':>9s} {'bytes get':>9s} {'ok':>3s}")
-    print(f"  {'MiB':>8s} {'MiB':>9s} {'s':>7s} {'s':>7s} {'s':>7s} {'s':>8s} {'s':>7s} "
-          f"{'s':>9s} {'s':>9s}")
-    for p in out["per_size"]:
-        print(f"  {p['size_mib']:8.1f} {p['snapshot_bytes'] / MIB:9.1f} {p['spare_s']:7.3f} "
-              f"{p['stop_s']:7.3f} {p['state_s']:7.3f} {p['restore_s']:8.3f} "
-              f"{p['total_s']:7.3f} {p['objectstore_get_s']:9.3f} "
-              f"{p['objectstore_bytes_get_s']:9.3f} {'yes' if p['verified'] else 'NO':>3s}")
+    print()
+    print(table([("size", "snapshot", "spare", "stop", "state", "restore", "total", "store get",
+                  "bytes get", "ok"),
+                 ("MiB", "MiB", "s", "s", "s", "s", "s", "s", "s", "")]
+                + [(f"{p['size_mib']:.1f}", f"{p['snapshot_bytes'] / MIB:.1f}",
+                    *(f"{p[k]:.3f}" for k in ("spare_s", "stop_s", "state_s", "restore_s",
+                                              "total_s", "objectstore_get_s",
+                                              "objectstore_bytes_get_s")),
+                    "yes" if p["verified"] else "NO") for p in out["per_size"]],
+                left=0, header=2))
     print(f"  (medians of {out['moves_per_run']} moves per size; spare_s is not part of "
           f"total_s; store get: fetch of an array put on another node)")
     fit, fs, cc = out["fit"], out["objectstore"]["fit"], out["cocheck"]

@@ -35,12 +35,14 @@ from ftactors.apps._npb_cg import CG_CLASSES
 from ftactors.apps.cg import CG
 from ftactors.protocols import StandbyReplacement
 
+from ._harness import add_repetitions, table, write_results
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--class", dest="problem_class", default="W", type=str.upper)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--intervals", default="1,5,10", help="backup intervals to measure")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per configuration")
+    add_repetitions(parser, 3, "runs per configuration; figures are medians", flag="--repeat")
     parser.add_argument("--kill-iteration", type=int, default=None,
                         help="iteration rank 1 is killed at (default: one after a backup)")
     parser.add_argument("--transport", default="ray", choices=("ray", "local", "sim"))
@@ -72,7 +74,7 @@ def measure_overhead(args, intervals: list[int]) -> dict:
     times: dict[str, list[float]] = {"none": [], **{str(i): [] for i in intervals}}
     flushes: dict[str, list[float]] = {str(i): [] for i in intervals}
     saves: dict[str, list[float]] = {str(i): [] for i in intervals}
-    for _ in range(args.repeat):
+    for _ in range(args.repetitions):
         times["none"].append(_solve(CG, args)[0])
         for i in intervals:
             solve, flush, save = _solve(ft_cg(i), args)
@@ -145,12 +147,11 @@ def measure_global_restart(args, interval: int, per_iteration_s: float) -> dict:
 
 
 def main(args) -> int:
-    from ftactors.tools.cli import write_json
     if args.quick:
-        args.problem_class, args.ranks, args.repeat = "S", 4, 1
+        args.problem_class, args.ranks, args.repetitions = "S", 4, 1
     intervals = [int(v) for v in args.intervals.split(",")]
     print(f"bench recovery: CG class {args.problem_class}, {args.ranks} ranks on "
-          f"{args.transport}, {args.repeat} repeat(s)", flush=True)
+          f"{args.transport}, {args.repetitions} repeat(s)", flush=True)
     overhead = measure_overhead(args, intervals)
     niter = CG_CLASSES[args.problem_class].niter
     per_it = overhead["solve_s"]["none"] / niter
@@ -171,7 +172,7 @@ def main(args) -> int:
         "detection_to_running_le_1s": online["detection_to_running_s"] <= 1.0,
         "online_ge_10x_faster_than_restart": speedup >= 10.0,
     }
-    print(f"\n  failure-free solve time (median of {args.repeat}):")
+    print(f"\n  failure-free solve time (median of {args.repetitions}):")
     print(f"    no protocol           {overhead['solve_s']['none']:8.3f} s")
     for i in intervals:
         print(f"    backup every {i:<3d}      {overhead['solve_s'][str(i)]:8.3f} s   "
@@ -179,7 +180,6 @@ def main(args) -> int:
               f"  save {100 * overhead['save_share'][str(i)]:5.2f}%")
     print(f"\n  one SIGKILLed rank (backups every {interval}, killed at iteration "
           f"{args.kill_iteration}):")
-    print(f"    {'':22s} {'online':>10s} {'global restart':>15s}")
     rows = [("detection", online["detection_s"], restart["detection_s"]),
             ("communicator repair", online["repair_s"], None),
             ("data recovery", online["data_recovery_s"], None),
@@ -189,17 +189,16 @@ def main(args) -> int:
              restart["detection_to_running_s"]),
             ("lost work", online["lost_work_s"], restart["lost_work_s"]),
             ("total", total_online, total_restart)]
-    for name, a, b in rows:
-        fa = f"{a:10.3f}" if a is not None else f"{'-':>10s}"
-        fb = f"{b:15.3f}" if b is not None else f"{'-':>15s}"
-        print(f"    {name:22s} {fa} {fb}")
+    print(table([("", "online", "global restart")]
+                + [(name, *("-" if v is None else f"{v:.3f}" for v in (a, b)))
+                   for name, a, b in rows], indent="    "))
     print(f"\n  global restart / online, detection to RUNNING: x{speedup:.1f}"
           f"   (with the lost work: x{total_speedup:.1f})")
     for name, ok in targets.items():
         print(f"  target {name}: {'met' if ok else 'NOT met'}")
-    write_json(args.json, {
+    write_results(args, "recovery", {
         "app": "cg", "problem_class": args.problem_class, "ranks": args.ranks,
-        "transport": args.transport, "repeat": args.repeat, "overhead": overhead,
+        "transport": args.transport, "repeat": args.repetitions, "overhead": overhead,
         "online": online, "global_restart": restart, "restart_over_online": speedup,
         "restart_over_online_with_lost_work": total_speedup,
         "targets": targets})

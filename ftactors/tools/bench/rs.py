@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import random
 import statistics
-import time
 
 import numpy as np
 
 import ftactors as ft
 from ftactors.protocols.rs_backup import RSBackup
 from ftactors.protocols.rs_placement import place, undecodable_groups
+
+from ._harness import add_repetitions, best_of, table, usage_error, write_results
 
 MIB = 1 << 20
 
@@ -78,12 +79,7 @@ def memcpy_s(state_bytes: int, repeat: int = 5) -> float:
     """Best time to copy one rank's state (the same-run baseline)."""
     src = np.ones(state_bytes, np.uint8)
     dst = np.empty_like(src)
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(lambda: np.copyto(dst, src), repeat)
 
 
 def tolerance(nodes: int, per_node: int, group_size: int, trials: int, seed: int) -> list[dict]:
@@ -112,8 +108,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--state-mib", type=float, default=4.0,
                         help="state per rank in MiB (default 4)")
     parser.add_argument("--rounds", type=int, default=3, help="checkpoints per run (default 3)")
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="runs per number of groups, the least disturbed kept (default 2)")
+    add_repetitions(parser, 2, "runs per number of groups, the least disturbed kept",
+                    flag="--repeat")
     parser.add_argument("--block-kib", type=int, default=1024,
                         help="z, the star encoding's block in KiB (default 1024)")
     parser.add_argument("--nodes", type=int, default=16, help="tolerance: nodes (default 16)")
@@ -127,21 +123,19 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from ..cli import write_json
     if args.quick:
         args.groups, args.state_mib, args.rounds, args.trials = "1,2,4", 0.25, 2, 300
-        args.repeat = 1
+        args.repetitions = 1
     groups = [int(g) for g in args.groups.split(",") if g.strip()]
     state = int(args.state_mib * MIB)
     if (not groups or min(groups) < 1 or args.group_size < 1 or state < 1 or args.rounds < 1
-            or args.repeat < 1):
-        print("ftactors bench rs: needs groups >= 1, --group-size >= 1, state > 0, "
-              "--rounds >= 1, --repeat >= 1")
-        return 2
+            or args.repetitions < 1):
+        return usage_error("rs", "needs groups >= 1, --group-size >= 1, state > 0, "
+                           "--rounds >= 1, --repeat >= 1")
     base = memcpy_s(state)
     encode_cost(1, args.group_size, state, 1, args.block_kib << 10)  # warm-up: tables, imports
     runs = [min((encode_cost(g, args.group_size, state, args.rounds, args.block_kib << 10)
-                 for _ in range(args.repeat)), key=lambda run: run["encode_s_per_rank"])
+                 for _ in range(args.repetitions)), key=lambda run: run["encode_s_per_rank"])
             for g in groups]
     first = runs[0]["encode_s_per_rank"]
     for run in runs:
@@ -155,16 +149,15 @@ def main(args) -> int:
                          "seed": args.seed, "rows": rows}}
     print(f"bench rs: encode work per rank and round, groups of {args.group_size}, "
           f"{args.state_mib:g} MiB per rank (memcpy of it: {base * 1e3:.2f} ms)")
-    print(f"  {'groups':>6} {'ranks':>5} {'ms/rank':>9} {'max ms':>8} {'x first':>8} "
-          f"{'x memcpy':>9}")
-    for run in runs:
-        print(f"  {run['groups']:>6} {run['ranks']:>5} {run['encode_s_per_rank'] * 1e3:>9.2f} "
-              f"{run['encode_s_max_rank'] * 1e3:>8.2f} {run['ratio_to_first']:>8.2f} "
-              f"{run['ratio_to_memcpy']:>9.1f}")
+    print(table([("groups", "ranks", "ms/rank", "max ms", "x first", "x memcpy")]
+                + [(str(run["groups"]), str(run["ranks"]),
+                    f"{run['encode_s_per_rank'] * 1e3:.2f}", f"{run['encode_s_max_rank'] * 1e3:.2f}",
+                    f"{run['ratio_to_first']:.2f}", f"{run['ratio_to_memcpy']:.1f}")
+                   for run in runs], left=0))
     print(f"bench rs: random node failures survived, {args.nodes} nodes x "
           f"{args.ranks_per_node} ranks, groups of {args.group_size}, {args.trials} trials")
-    print(f"  {'failed':>6} {'interleaved':>12} {'plain ring':>11}")
-    for row in rows:
-        print(f"  {row['failed_nodes']:>6} {row['interleaved']:>12.3f} {row['plain']:>11.3f}")
-    write_json(args.json, out)
+    print(table([("failed", "interleaved", "plain ring")]
+                + [(str(row["failed_nodes"]), f"{row['interleaved']:.3f}", f"{row['plain']:.3f}")
+                   for row in rows], left=0))
+    write_results(args, "rs", out)
     return 0

@@ -20,12 +20,11 @@ sim, ...) so that load from other users of the machine hits both; figures are me
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 import ftactors as ft
 
-from .transport import machine_info
+from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 
 
 class SimWorkload(ft.Rank):
@@ -66,17 +65,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ranks", type=int, default=1024, help="number of ranks (default 1024)")
     parser.add_argument("--rounds", type=int, default=10,
                         help="rounds of ring pass + allreduce + bcast (default 10)")
-    parser.add_argument("--repetitions", type=int, default=3,
-                        help="runs of each transport, alternating (default 3)")
+    add_repetitions(parser, 3, "runs of each transport, alternating; figures are medians")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sim's network jitter")
 
 
 def main(args) -> int:
-    from ..cli import write_json
     if args.ranks < 2 or args.rounds < 1 or args.repetitions < 1:
-        print("ftactors bench sim: needs --ranks >= 2, --rounds >= 1, --repetitions >= 1",
-              file=sys.stderr)
-        return 2
+        return usage_error("sim", "needs --ranks >= 2, --rounds >= 1, --repetitions >= 1")
     print(f"sim benchmark: {args.ranks} ranks, {args.rounds} rounds, "
           f"{args.repetitions} repetition(s), sim vs local")
     machine = machine_info()
@@ -86,16 +81,15 @@ def main(args) -> int:
             runs[transport].append(run_once(transport, args.ranks, args.rounds, args.seed))
     med = {t: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for t, rs in runs.items()}
     ratio = med["sim"]["msgs_per_s"] / med["local"]["msgs_per_s"]
-    print(f"{'transport':10s} {'messages':>9s} {'wall s':>8s} {'msgs/s':>10s} {'virtual s':>10s}")
-    for t, m in med.items():
-        virtual = f"{m['virtual_s']:.6f}" if "virtual_s" in m else "-"
-        print(f"{t:10s} {m['messages']:9.0f} {m['wall_s']:8.3f} {m['msgs_per_s']:10.0f} "
-              f"{virtual:>10s}")
+    print(table([("transport", "messages", "wall s", "msgs/s", "virtual s")]
+                + [(t, f"{m['messages']:.0f}", f"{m['wall_s']:.3f}", f"{m['msgs_per_s']:.0f}",
+                    f"{m['virtual_s']:.6f}" if "virtual_s" in m else "-")
+                   for t, m in med.items()]))
     print(f"sim / local messages per wall second: {ratio:.2f}x")
-    write_json(args.json, {
-        "benchmark": "sim", "ranks": args.ranks, "rounds": args.rounds,
+    write_results(args, "sim", {
+        "ranks": args.ranks, "rounds": args.rounds,
         "repetitions": args.repetitions, "seed": args.seed,
         "sim": med["sim"], "local": med["local"], "ratio_sim_over_local": ratio,
-        "runs": runs, "machine": machine,
-    })
+        "runs": runs,
+    }, machine)
     return 0

@@ -33,16 +33,14 @@ per destination), 16 MiB bandwidth at least 0.8x raw Ray.
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
-import os
-import platform
 import statistics
-import sys
 import time
 
 import numpy as np
 
 import ftactors as ft
+
+from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 
 MIB = 1 << 20
 
@@ -280,21 +278,6 @@ def summarize(samples: dict) -> dict:
     return figures
 
 
-def machine_info() -> dict:
-    """Where the figures were measured (they mean little without it)."""
-    info = {"python": sys.version.split()[0], "platform": platform.platform(),
-            "cpus": os.cpu_count(), "ray": importlib.metadata.version("ray"),
-            "numpy": np.__version__,
-            "ftactors": ft.__version__, "load_avg_1m": os.getloadavg()[0]}
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu_model"] = next((line.split(":", 1)[1].strip() for line in f
-                                      if line.startswith("model name")), None)
-    except OSError:
-        info["cpu_model"] = platform.processor() or None
-    return info
-
-
 def format_table(figures: dict) -> str:
     rows = [("figure", "ftactors", "raw Ray", "ratio", "target", "met")]
     for key, fig in figures.items():
@@ -302,42 +285,34 @@ def format_table(figures: dict) -> str:
                      f"{fig['ray']:.1f}", f"{fig['ratio']:.2f}x",
                      f"{fig['target']}x" if "target" in fig else "-",
                      ("yes" if fig["met"] else "NO") if "met" in fig else "-"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+    return table(rows)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="little work and 2 repetitions (a smoke test, not a measurement)")
-    parser.add_argument("--repetitions", type=int, default=None,
-                        help=f"repetitions of each side (default {FULL['repetitions']}, "
-                             f"--quick {QUICK['repetitions']})")
+    add_repetitions(parser, None, f"repetitions of each side (default {FULL['repetitions']}, "
+                                  f"--quick {QUICK['repetitions']})")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address (default: embedded local Ray)")
 
 
 def main(args) -> int:
-    from ..cli import write_json
     settings = QUICK if args.quick else FULL
     repetitions = args.repetitions or settings["repetitions"]
     if repetitions < 1:
-        print("ftactors bench transport: --repetitions must be >= 1", file=sys.stderr)
-        return 2
+        return usage_error("transport", "--repetitions must be >= 1")
     plan = {k: v for k, v in settings.items() if k != "repetitions"}
     print(f"transport benchmark: ftactors on Ray vs raw Ray actor calls, "
           f"{repetitions} repetition(s)")
     machine = machine_info()
     figures = summarize(measure(plan, repetitions, args.address))
     print(format_table(figures))
-    write_json(args.json, {
-        "benchmark": "transport", "quick": bool(args.quick), "repetitions": repetitions,
+    write_results(args, "transport", {
+        "quick": bool(args.quick), "repetitions": repetitions,
         "plan": {"round_trips": plan["round_trips"], "messages": plan["messages"],
                  "arrays": {str(k): v for k, v in plan["arrays"].items()}},
         "figures": figures,
         "targets_met": all(f["met"] for f in figures.values() if "met" in f),
-        "machine": machine,
-    })
+    }, machine)
     return 0

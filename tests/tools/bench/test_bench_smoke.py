@@ -77,7 +77,7 @@ def test_checkpoint_bench_json(tmp_path):
                  "--compute-ms", "1", "--storage", "both", "--json", str(out)) == 0
     data = json.loads(out.read_text())
     assert data["benchmark"] == "checkpoint"
-    assert data["settings"]["storage"] == "both" and data["sim_network"]["latency_s"] > 0
+    assert data["settings"]["storage"] == "both" and data["sim_network"]["sim_latency_s"] > 0
     got = {(c["mode"], c["transport"], c["ranks"]) for c in data["configs"]}
     assert got == {(mode, transport, n) for mode in ("interval", "requested")
                    for transport, n in (("local", 3), ("sim", 8))}
