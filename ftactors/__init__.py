@@ -7,7 +7,8 @@ from .facade._comm import Communicator
 from .engine._constants import ANY_SOURCE, ANY_TAG, TAG_UB, UNDEFINED
 from .runtime._coordinator import RunResult
 from .engine._envelope import APP, CTRL, Envelope
-from .base._errors import CheckpointCorrupted, ConfigError, FTError, ProtocolError, RankError, RankFailed
+from .base._errors import (CheckpointCorrupted, ConfigError, FTError, ProtocolError, RankError,
+                           RankFailed)
 from .base._events import Event
 from .facade._ops import BAND, BOR, LAND, LOR, MAX, MIN, PROD, SUM, Op
 from .runtime._protocol import Protocol

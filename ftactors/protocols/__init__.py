@@ -1,4 +1,6 @@
-"""Fault-tolerance protocols, one mixin per paper (see docs/ARCHITECTURE.md).
+"""Fault-tolerance protocols, one mixin per paper (see docs/ARCHITECTURE.md), with their
+coordinator-side recovery policies. They import the runtime, the engine and
+``ftactors.base``; never a transport or a tool.
 
 ``PROTOCOLS`` maps the command-line name of each protocol to its mixin class.
 """

@@ -67,7 +67,7 @@ from typing import Any
 
 from ftactors.runtime._coordinator import NewFailure
 from ftactors.runtime._checkpoints import (load_latest, position_index, prune_sets, seal_set,
-                                   store_part)
+                                           store_part)
 from ftactors.base._errors import ConfigError, ProtocolError
 from ftactors.runtime._protocol import Protocol
 from ftactors.base._storage import open_store

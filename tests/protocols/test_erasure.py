@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ftactors.protocols.erasure import (MUL_TABLE, RSCode, cauchy_matrix, gf_inv, gf_inv_matrix,
-                              gf_mul, gf_mul_block, partial_products, xor_into)
+                                        gf_mul, gf_mul_block, partial_products, xor_into)
 
 
 def slow_mul(a: int, b: int) -> int:

@@ -1,8 +1,8 @@
 """``ftactors bench ...``: benchmarks that report ratios against a baseline measured in
 the same run (this machine is shared and noisy, so absolute numbers mean little).
 
-Each benchmark module provides ``add_arguments(parser)`` and ``main(args) -> int``; it
-prints a table and writes JSON with ``--json PATH``.
+Each benchmark module provides ``add_arguments(parser)`` and ``main(args) -> int``, built
+on ``_harness`` (common options, repetitions, the ratio table, the ``--json PATH`` file).
 """
 from __future__ import annotations
 
