@@ -92,6 +92,7 @@ class RankHost:
             if not self._started:
                 self._started = True
                 await obj.on_start()
+                ep.started()
             if restore is not None:
                 await self._install(restore, ep.epoch)
             ep.open()
