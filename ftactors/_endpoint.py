@@ -8,7 +8,8 @@ passes it down the protocol stack (``on_send``: a protocol may add piggyback dat
 hold or drop it), stamps the channel sequence number and puts it in the per-destination
 outbox. Outboxes are flushed as one batch per destination when the sending task yields
 to the event loop, when a batch is full, or at once for a large message, because on Ray
-one call per message costs far more than one call per batch.
+one call per message costs far more than one call per batch. A message to this rank
+itself is received as it is sent (see ``transmit``).
 
 Receive: the transport hands over batches. The channel layer (``_channels``) restores
 FIFO order and drops duplicates and stale incarnations. Control envelopes go to the
