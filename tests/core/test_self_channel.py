@@ -1,9 +1,11 @@
 """The channel from a rank to itself through snapshot, restore and a restart from the
-start (issue #15): each of the three rules below once made every protocol's recovery hang
-on a program that sends to itself."""
+start, and a finished rank run again (issue #15): each rule below once made recoveries
+hang on a program whose ranks talk only to themselves."""
 import asyncio
 
+import ftactors as ft
 from ftactors._endpoint import Endpoint, Link, blank_snapshot
+from ftactors._host import RankHost, RankSpec
 from ftactors._payload import unpack
 
 
@@ -76,4 +78,29 @@ def test_a_blank_snapshot_restores_the_protocols_state_of_the_start():
         owner.rounds = 2
         ep.restore(ep.load(ep.snapshot()), 2)  # a snapshot's own state is kept
         assert owner.rounds == 2
+    asyncio.run(body())
+
+
+class Counter(ft.Rank):
+    async def main(self, n):
+        self.register("total", 0)
+        async for it in self.iterations(n):
+            self.total += it
+        return self.total
+
+
+def test_a_finished_rank_run_again_becomes_the_incarnation_its_restore_names():
+    """A survivor that finished before another rank failed is rolled back and run again:
+    it takes the new incarnation its peers were told of (else they drop its messages as
+    stale and it holds theirs for a life it never begins), and ``ready`` answers once
+    that run has installed the restore, not at once from the run that ended."""
+    async def body():
+        host = RankHost(RankSpec(Counter, 0, 2), NullLink(), lambda: None)
+        assert (await host.run((3,), {}))["value"] == 3
+        ready = asyncio.ensure_future(host.call("ready"))
+        await asyncio.sleep(0)
+        assert not ready.done()
+        restore = {"snapshot": blank_snapshot(0, 2), "peer_epochs": [5, 4]}
+        assert (await host.run((4,), {}, restore))["value"] == 6
+        assert ready.done() and host.ep.epoch == 5 and host.ep.peer_epochs == [5, 4]
     asyncio.run(body())
