@@ -242,6 +242,38 @@ class Iterating(ft.Rank):
         return total
 
 
+class SelfTalk(ft.Rank):
+    """Messages a rank sends to itself, as MPI allows: each iteration one received after
+    its send, one whose receive was posted before its send, and one received in the next
+    iteration, across the safe point. Returns every message in the order received."""
+
+    async def main(self, iterations):
+        comm, r = self.comm, self.rank
+        self.register("got", [])
+        async for it in self.iterations(iterations):
+            if it > 0:
+                self.got.append(await comm.recv(source=r, tag=3))
+            posted = comm.irecv(source=r, tag=2)
+            req = comm.isend((r, it, "now"), dest=r, tag=1)
+            comm.isend((r, it, "posted"), dest=r, tag=2)
+            self.got.append(await comm.recv(source=r, tag=1))
+            await req.wait()
+            self.got.append(await posted.wait())
+            comm.isend((r, it, "next"), dest=r, tag=3)
+        self.got.append(await comm.recv(source=r, tag=3))
+        return list(self.got)
+
+
+def self_talk_result(rank, iterations):
+    """What ``SelfTalk`` returns on ``rank``."""
+    out = []
+    for it in range(iterations):
+        if it > 0:
+            out.append((rank, it - 1, "next"))
+        out += [(rank, it, "now"), (rank, it, "posted")]
+    return out + [(rank, iterations - 1, "next")]
+
+
 class Counting(ft.Protocol):
     """Test mixin: counts every application message in and out, per context."""
 

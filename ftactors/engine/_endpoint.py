@@ -8,7 +8,8 @@ passes it down the protocol stack (``on_send``: a protocol may add piggyback dat
 hold or drop it), stamps the channel sequence number and puts it in the per-destination
 outbox. Outboxes are flushed as one batch per destination when the sending task yields
 to the event loop, when a batch is full, or at once for a large message, because on Ray
-one call per message costs far more than one call per batch.
+one call per message costs far more than one call per batch. A message to this rank
+itself is received as it is sent (see ``transmit``).
 
 Receive: the transport hands over batches. The channel layer (``_channels``) restores
 FIFO order and drops duplicates and stale incarnations. Control envelopes go to the
@@ -98,7 +99,8 @@ class Endpoint:
         self.epoch = epoch
         self.link = link
         self.owner = owner
-        self.peer_epochs = [0] * size
+        self.peer_epochs = [0] * size  # this rank's own entry is its own epoch (self-sends)
+        self.peer_epochs[rank] = epoch
         self._out = OutChannels()
         self._in = InChannels(epoch)
         self.sent = [0] * size
@@ -135,6 +137,7 @@ class Endpoint:
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
         self.keep_base = False
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
+        self._start_protocols: bytes | None = None  # what a blank snapshot restores (started)
         self.restore_notes: dict = {}  # what the recovery policy sent with that restore
         # set by the host: protocol tasks, chaos kills at safe points
         self.spawn: Callable[[Any], asyncio.Task] | None = None
@@ -175,7 +178,12 @@ class Endpoint:
             self.transmit(Envelope(CTRL, self.rank, dst, protocol, 0, -1, payload))
 
     def transmit(self, env: Envelope) -> None:
-        """Stamp and queue an envelope for the wire (protocols release held ones here)."""
+        """Stamp and queue an envelope for the wire (protocols release held ones here).
+
+        A message to this rank itself is received at once, as it is sent: the channel to
+        self has no transit, so no snapshot ever finds a message this rank sent and has
+        not received (a flush has no marker to wait for on it, a cut nothing to cut).
+        """
         dst = env.dst
         if self._held and dst in self._held:
             self._held[dst].append(env)
@@ -183,6 +191,9 @@ class Endpoint:
         self._out.stamp(env, self.epoch, self.peer_epochs[dst])
         if self.trace is not None:  # tracing is run-wide: only traces read send times
             env.t_send = self.link.clock()
+        if dst == self.rank:
+            self.deliver([env])
+            return
         box = self._outbox.get(dst)
         if box is None:
             box = self._outbox[dst] = []
@@ -215,11 +226,7 @@ class Endpoint:
 
     def _flush_one(self, dst: int) -> None:
         envs = self._outbox.pop(dst, None)
-        if not envs:
-            return
-        if dst == self.rank:
-            self._loop.call_soon(self.deliver, envs)
-        else:
+        if envs:
             self.link.send(dst, envs)
 
     # --------------------------------------------------------------- receiving
@@ -617,14 +624,26 @@ class Endpoint:
         # (a fast peer's marker, say) would otherwise reach the protocols before they
         # reset, and the matcher before its restored messages, and be lost
         self.epoch = epoch
+        self.peer_epochs[self.rank] = epoch  # the channel to self reaches this incarnation
         self._out.reset()
         self._early = self._in.new_epoch(epoch)
         if self._waiting is None:
             self._waiting = []
         self._in_flight.clear()
         self.matcher.reset(list(parts["replay"]))
-        if parts["protocols"] is not None:
-            self.owner.restore_protocol_state(parts["protocols"])
+        protocols = parts["protocols"]
+        if protocols is None and self._start_protocols is not None:
+            protocols = pickle.loads(self._start_protocols)  # a blank snapshot: the start
+        if protocols is not None:
+            self.owner.restore_protocol_state(protocols)
+
+    def started(self) -> None:
+        """The protocols have started (``on_start`` ran): keep their state as it is now,
+        which a blank snapshot restores. A rank restored to the start of the run is often
+        a survivor (non-stop recovery rolls everyone back in place); without this it would
+        go on with the state of the execution it abandoned, e.g. the next backup round it
+        had agreed on, and wait in another round than the others."""
+        self._start_protocols = cloudpickle.dumps(self.owner.protocol_state())
 
     def set_peer_epoch(self, rank: int, epoch: int) -> None:
         """Peer ``rank`` now runs as ``epoch``; traffic from its older lives is stale,
@@ -650,7 +669,7 @@ class Endpoint:
 
 def blank_snapshot(rank: int, size: int) -> bytes:
     """The state of rank ``rank`` before ``main()`` first ran: restoring it re-runs the
-    program from the start (protocols keep their fresh state)."""
+    program from the start, with the protocols' state of the start (``Endpoint.started``)."""
     return _storage.dumps({
         "rank": rank, "position": None, "registered": cloudpickle.dumps({}),
         "sent": [0] * size, "received": [0] * size, "prefix_log": [],

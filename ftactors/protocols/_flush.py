@@ -6,7 +6,8 @@ a participant holds the markers of a round from all its peers, every application
 message they sent before their marker has arrived: it was received already or waits in
 the matcher, and a snapshot taken now captures it. Nothing addressed to this rank from
 those peers is in transit, which makes the set of snapshots of one round a consistent
-global state (no message lost, none received but not sent). For the last point, a
+global state (no message lost, none received but not sent). A participant's channel to
+itself needs no marker: the endpoint receives a message to self as it is sent. For the last point, a
 snapshot must leave out what a peer sent *after* its marker (a fast peer finishes its
 round and computes on while this rank still waits for other markers): ``last_cut`` holds
 each peer's receive count at its marker, for ``Endpoint.snapshot(cut=)``.

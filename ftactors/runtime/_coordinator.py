@@ -158,7 +158,10 @@ class Coordinator:
         return self._result(results, fabric.clock() - t0)
 
     def start_rank(self, rank: int, restore: Any = None) -> None:
-        """Run (or run again, from ``restore``) rank ``rank``'s ``main()``."""
+        """Run (or run again, from ``restore``) rank ``rank``'s ``main()``. The outcome of
+        a run of it that ended and was not taken yet (it finished during a recovery round)
+        belongs to the execution the restore abandons: it is dropped."""
+        self._drop_runs({rank})
         task = asyncio.ensure_future(
             self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
         self._runs[task] = rank
@@ -242,12 +245,7 @@ class Coordinator:
         failed = set(self._failed)
         round_no = sum(1 for e in self.events.events if e.kind == "recovery_start")
         self.events.record("recovery_start", round=round_no, failed=sorted(failed))
-        for task, rank in list(self._runs.items()):
-            if rank in failed:
-                del self._runs[task]
-                if task.done() and not task.cancelled():
-                    task.exception()  # its death is known: consume it
-                task.cancel()
+        self._drop_runs(failed)  # their deaths are known
         self._round = round_no
         await self.phase("start")
         try:
@@ -304,10 +302,7 @@ class Coordinator:
         forgotten (that is not a failure) and it is stopped unless ``stop_old`` is False
         (a migration stops it once the new one runs). Peers learn the new host by
         ``rewire`` and the new epoch by a restore or ``Endpoint.set_peer_epoch``."""
-        for task, r in list(self._runs.items()):
-            if r == rank:
-                del self._runs[task]
-                task.cancel()
+        self._drop_runs({rank})
         old = self.handles[rank]
         self.incarnations[rank] += 1
         self.epochs[rank] = self.next_epoch()
@@ -358,9 +353,20 @@ class Coordinator:
         except RankDied as died:
             raise NewFailure({died.rank}) from None
 
+    def _drop_runs(self, ranks: set[int]) -> None:
+        """Forget the ``main()`` calls of ``ranks`` (stopped if under way): their outcome,
+        taken or not, is not the run's."""
+        for task, rank in list(self._runs.items()):
+            if rank in ranks:
+                del self._runs[task]
+                if task.done() and not task.cancelled():
+                    task.exception()  # consumed: nobody waits for it
+                task.cancel()
+
     def running(self, rank: int) -> bool:
-        """Whether rank ``rank``'s ``main()`` call is still under way (not finished)."""
-        return rank in self._runs.values()
+        """Whether rank ``rank``'s ``main()`` call is still under way (not finished, even
+        if the coordinator has not taken its outcome yet)."""
+        return any(r == rank and not task.done() for task, r in self._runs.items())
 
     # ----------------------------------------------------------------- helpers
     async def _kill_later(self, kill: Kill) -> None:

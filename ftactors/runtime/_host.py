@@ -82,8 +82,15 @@ class RankHost:
         """Run ``main()`` to the end, re-entering it after every resume; never raises for
         an application error: returns ``{"ok": False, "error", "traceback"}`` instead.
 
-        ``restore``: a shared snapshot handle (``Link.share``) this replacement starts from.
+        ``restore``: a shared snapshot handle (``Link.share``) this replacement starts
+        from, or a survivor that had finished is rolled back to.
         """
+        try:
+            return await self._run(args, kwargs, restore)
+        finally:
+            self._ready = None  # run again (after a rollback), it is ready once that run is
+
+    async def _run(self, args: tuple, kwargs: dict, restore: Any) -> dict:
         obj, ep = self.obj, self.ep
         ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
         self._parked = None
@@ -92,8 +99,11 @@ class RankHost:
             if not self._started:
                 self._started = True
                 await obj.on_start()
+                ep.started()
             if restore is not None:
-                await self._install(restore, ep.epoch)
+                # the incarnation the restore makes this rank: a new host's own, or a new
+                # one for a rank that had finished and runs again (a survivor rolled back)
+                await self._install(restore, restore["peer_epochs"][self.spec.rank])
             ep.open()
             self._ready.set_result(None)
             while True:
@@ -124,9 +134,9 @@ class RankHost:
 
     async def _install(self, restore: dict, epoch: int) -> None:
         """Become incarnation ``epoch`` from ``restore``: ``{"snapshot": share handle,
-        "peer_epochs": [epoch of every rank]}``, and optionally ``"notes"``: what the
-        recovery policy tells the restored protocols beyond the snapshot (e.g. which
-        messages their peers already have), read in ``on_restored``."""
+        "peer_epochs": [epoch of every rank, this one's included]}``, and optionally
+        ``"notes"``: what the recovery policy tells the restored protocols beyond the
+        snapshot (e.g. which messages their peers already have), read in ``on_restored``."""
         ep = self.ep
         blob = await self.link.fetch(restore["snapshot"])
         parts = ep.load(blob)

@@ -1,11 +1,12 @@
 """``ftactors sim-check``: the deterministic simulator as a protocol checker.
 
 Many seeded runs of a small program that keeps every channel busy across every safe
-point (``Flood``: each message says who sent it, in which iteration and which one, and
-the receiver checks it at once), each under a random failure schedule drawn from the
-run's seed: one to three kills at random ranks and iterations, biased towards checkpoint
-iterations (a kill at a checkpoint's safe point strikes during it), and sometimes a kill
-of another rank as recovery starts. Each run must pass these checks:
+point, each rank's channel to itself included (``Flood``: each message says who sent
+it, in which iteration and which one, and the receiver checks it at once), each under a
+random failure schedule drawn from the run's seed: one to three kills at random ranks
+and iterations, biased towards checkpoint iterations (a kill at a checkpoint's safe
+point strikes during it), and sometimes a kill of another rank as recovery starts.
+Each run must pass these checks:
 
 * it ends (the simulator turns a run that can never progress into an error, so a lost
   message is caught, not waited for);
@@ -34,37 +35,41 @@ ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
 
 
 class Flood(ft.Rank):
-    """Every rank sends ``per_peer`` messages to every other rank each iteration, on
-    several tags, and receives them in the next one; a ring message through a posted
-    ``irecv`` and an ``allreduce`` every iteration. Every message is checked on arrival;
-    the digest of what was received is compared with a failure-free run."""
+    """Every rank sends ``per_peer`` messages to every rank, itself included, each
+    iteration, on several tags, and receives them in the next one (so messages to self
+    cross safe points like the others); a ring message through a posted ``irecv``, a
+    message to self received in the same iteration and an ``allreduce`` every iteration.
+    Every message is checked on arrival; the digest of what was received is compared
+    with a failure-free run."""
 
     async def main(self, iterations=12, per_peer=3, request_at=()):
         comm, r, n = self.comm, self.rank, self.size
-        peers = [p for p in range(n) if p != r]
         self.register("digest", [])
         self.register("total", 0.0)
         async for i in self.iterations(iterations):
             if i > 0:
-                self.digest.append(await self._take(peers, i - 1, per_peer))
+                self.digest.append(await self._take(i - 1, per_peer))
             ring = comm.irecv(source=(r - 1) % n, tag=5)
+            mine = comm.irecv(source=r, tag=6)
             sends = [comm.isend((r, i, j, float(r * 1000 + i * 10 + j)), dest=p, tag=10 + j)
-                     for p in peers for j in range(per_peer)]
+                     for p in range(n) for j in range(per_peer)]
             if r == 0 and i in request_at:
                 self.request_checkpoint()
+            comm.isend(("self", r, i), dest=r, tag=6)
             await comm.send(("ring", r, i), dest=(r + 1) % n, tag=5)
-            got = await ring.wait()
-            if got != ("ring", (r - 1) % n, i):
-                raise AssertionError(f"rank {r} expected the ring message of iteration {i}, "
-                                     f"got {got}")
+            for req, expect in ((ring, ("ring", (r - 1) % n, i)), (mine, ("self", r, i))):
+                got = await req.wait()
+                if got != expect:
+                    raise AssertionError(f"rank {r} expected {expect} in iteration {i}, "
+                                         f"got {got}")
             self.total = await comm.allreduce(self.total + r + i)
             await ft.waitall(sends)
-        self.digest.append(await self._take(peers, iterations - 1, per_peer))
+        self.digest.append(await self._take(iterations - 1, per_peer))
         return {"digest": list(self.digest), "total": self.total}
 
-    async def _take(self, peers, i, per_peer):
+    async def _take(self, i, per_peer):
         got = []
-        for src in peers:
+        for src in range(self.size):
             for j in range(per_peer):
                 m = await self.comm.recv(source=src, tag=10 + j)
                 if m[:3] != (src, i, j):

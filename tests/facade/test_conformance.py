@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import ftactors as ft
+from ftactors.tools.simcheck import setups
 
 from .. import bodies as b
 
@@ -160,6 +161,43 @@ def test_killed_rank_raises_rank_failed(transport):
 def test_iterations_without_failure(transport):
     r = run(b.Iterating, transport, ranks=3, args=(6,))
     assert r.results == [3 * sum(range(6))] * 3
+
+
+def test_messages_to_self(transport):
+    r = run(b.SelfTalk, transport, ranks=3, args=(4,))
+    assert r.results == [b.self_talk_result(rank, 4) for rank in range(3)]
+
+
+def check_self_talk_survives(protocol, transport, kills, method="sigkill", **options):
+    """``SelfTalk`` under ``protocol`` (sim-check's settings, updated by ``options``) with
+    ``kills`` gives the failure-free results. The ranks talk only to themselves, so they
+    drift apart: a kill finds them in different rounds (on sim a survivor is rolled back
+    in place to the start of the run: standby, rs), and a second one may find some
+    finished, to be rolled back and run again."""
+    setup = setups()[protocol]
+    cls = type(f"SelfTalk_{protocol}", (setup.mixin, b.SelfTalk), {})
+    r = run(cls, transport, args=(8,), spares=min(setup.spares, len(kills)),
+            chaos=ft.Chaos(kill=kills, method=method), **{**setup.options, **options})
+    assert r.metrics["recoveries"] >= 1
+    assert r.results == [b.self_talk_result(rank, 8) for rank in range(4)]
+
+
+@pytest.mark.parametrize("kills", [[(1, 5)], [(1, 5), (3, 7)]], ids=["one", "two"])
+@pytest.mark.parametrize("protocol", sorted(setups()))
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_messages_to_self_survive_kills(transport, protocol, kills):
+    check_self_talk_survives(protocol, transport, kills)
+
+
+def test_messages_to_self_survive_a_kill_in_a_group_of_one():
+    # its flush has no peer to wait for: the snapshot follows the send to self at once
+    check_self_talk_survives("groups", "sim", [(1, 5)], groups="fixed:1")
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("protocol", sorted(setups()))
+def test_messages_to_self_survive_a_sigkill_on_ray(ray_session, protocol):
+    check_self_talk_survives(protocol, "ray", [(1, 5)])
 
 
 @pytest.mark.parametrize("ranks", [2, 5, 6, 7, 8])
