@@ -1,7 +1,8 @@
 """The ``ray`` transport: each rank is a Ray async actor.
 
-This is the only module of ftactors that imports Ray. What it handles, measured on Ray
-2.60 (see docs/ARCHITECTURE.md):
+With ``ray_driver`` (the driver process's side: who starts the embedded Ray, which of
+its notices are printed), the only module of ftactors that imports Ray. What it handles,
+measured on Ray 2.60 (see docs/ARCHITECTURE.md):
 
 * calls to async actors run out of submission order, so envelopes go in batches (one
   actor call per destination per flush) and the channel layer reorders them;
@@ -28,10 +29,11 @@ This is the only module of ftactors that imports Ray. What it handles, measured 
 
 ``address`` joins an existing cluster (``"auto"``, ``"ray://host:10001"``, ``host:port``);
 with none, an embedded local Ray is started once per process and reused, by a thread that
-lives as long as the process (``ray_driver``). The fabric tells ``ray_driver`` which rank
-workers die on purpose, so that Ray's crash notice is not printed for a planned kill. Ray 2.60 turns
-token authentication on by default: a client joining an explicit address needs
-``RAY_AUTH_MODE=token`` (and the cluster's token) in its environment.
+lives as long as the process (``ray_driver.ensure_ray``). The fabric tells
+``ray_driver.DEATH_NOTICES`` which rank workers die on purpose, so that Ray's crash notice
+is not printed for a planned kill. Ray 2.60 turns token authentication on by default: a
+client joining an explicit address needs ``RAY_AUTH_MODE=token`` (and the cluster's token)
+in its environment.
 """
 from __future__ import annotations
 
