@@ -90,7 +90,8 @@ _OWNER = _OwnerThread()
 
 HOLD_S = 10.0
 """How long a notice about a doomed worker waits for the rank's report of its planned
-kill before it is printed after all."""
+kill before it is printed after all (it holds Ray's listener thread, which
+``ray.shutdown`` joins, so no longer than this)."""
 
 _WORKER_ID = re.compile(r"Worker ID: ([0-9a-f]+)")
 
