@@ -22,3 +22,23 @@ def transport(request):
     if request.param == "ray":
         request.getfixturevalue("ray_session")
     return request.param
+
+
+def _wait_heavy(item) -> int:
+    """0 for a module of real-Ray tests, 1 for a test on the ray transport, 2 otherwise."""
+    if any(m.name == "ray" for m in item.getparent(pytest.Module).own_markers):
+        return 0
+    if item.get_closest_marker("ray") or item.get_closest_marker("slow") or "[ray" in item.nodeid:
+        return 1
+    return 2
+
+
+def pytest_collection_modifyitems(items):
+    """Run the modules that mostly wait on Ray first.
+
+    Under ``pytest -n N --dist loadfile`` (the README's test command) files go to the
+    workers in collection order; a cluster test that starts last would leave the other
+    workers idle while it waits, so the waiting starts first and overlaps the rest.
+    Within a weight the collection order is kept (the sort is stable).
+    """
+    items.sort(key=_wait_heavy)
