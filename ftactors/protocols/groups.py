@@ -29,11 +29,13 @@ raises :class:`ftactors.ConfigError` naming the problem (which rank is missing, 
 groups, out of range, which group is empty, ...). Ranks inside a group are sorted; the
 groups keep their order, so a group's index is its id.
 
-*Trace-based formation* (Algorithm 2). :func:`pairs_from_trace` reads a Parquet trace
-(``ft.run(..., trace=PATH)``, see ``ftactors.runtime._trace``) and adds up, per unordered rank
-pair, the messages and payload bytes between them. Only application (``"app"``) and
-collective (``"coll"``: collectives are point-to-point messages on a collective context,
-real traffic of the program) messages count by default. Protocol control messages
+*Trace-based formation* (Algorithm 2). :func:`pairs_from_trace` reads a trace
+(``ft.run(..., trace=PATH)``, see ``ftactors.runtime._trace``; or any Parquet or CSV file with
+``source``, ``dest`` and ``bytes`` columns, such as one converted from an MPI tracer) and
+adds up, per unordered rank pair, the messages and payload bytes between them. Only
+application (``"app"``) and collective (``"coll"``: collectives are point-to-point
+messages on a collective context, real traffic of the program) messages count by default
+(a trace without a ``kind`` column counts whole). Protocol control messages
 (``"ctrl"``) do not: they belong to whichever protocol ran while the trace was taken, not
 to the program. StandbyReplacement, for one, ships every rank's backup to its partner
 ``(r + n//2) % n`` as control messages, the largest messages of the run: counted, they
@@ -88,7 +90,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ftactors.base._errors import ConfigError
-from ftactors.runtime._trace import _conform, read_trace
+from ftactors.runtime._trace import read_traffic
 
 __all__ = [
     "DEFAULT_KINDS", "POLICIES", "Groups", "PairTraffic", "default_group_size", "form_groups",
@@ -265,7 +267,7 @@ def policy_groups(policy: str, nranks: int) -> Groups | None:
         if not path:
             raise ConfigError(f"group policy {policy!r}: give a trace file, trace:PATH")
         try:
-            table = _read(path)
+            table = read_traffic(path)
             seen = ranks_in_trace(table)
             if seen > nranks:
                 raise ConfigError(f"trace {path!r} has ranks up to {seen - 1}, more than the "
@@ -353,20 +355,14 @@ def _load_file(path: str, nranks: int) -> Groups:
 # --------------------------------------------------------------------------- traces
 
 
-def _read(path_or_table) -> pa.Table:
-    if isinstance(path_or_table, pa.Table):
-        return _conform(path_or_table, "trace table")
-    return read_trace(path_or_table)
-
-
 def ranks_in_trace(path_or_table) -> int:
     """The number of ranks a trace shows: its highest rank (any kind of message) + 1.
 
     Raises:
-        ValueError: a bad trace file (see ``ftactors.runtime._trace.read_trace``) or one with no
+        ValueError: a bad trace file (see ``ftactors.runtime._trace.read_traffic``) or one with no
             messages.
     """
-    table = _read(path_or_table)
+    table = read_traffic(path_or_table)
     tops = [v for v in (pc.max(table[c]).as_py() for c in ("source", "dest")) if v is not None]
     if not tops:
         raise ValueError("the trace holds no messages")
@@ -378,28 +374,33 @@ def pairs_from_trace(path_or_table, *, kinds: Iterable[str] = DEFAULT_KINDS) -> 
 
     Each delivered message is one trace row (recorded at the receiver); rows of the
     given ``kinds`` between two different ranks are added up per pair ``{source, dest}``
-    (a missing byte count adds 0). Rows without a source or destination are skipped.
+    (a missing byte count adds 0). Rows without a source or destination are skipped. A
+    trace without a ``kind`` column (one converted from another tool) is all program
+    traffic: ``kinds`` does not apply.
 
     Returns:
         ``PairTraffic`` tuples sorted by bytes, then count, descending, then by pair.
 
     Raises:
-        ValueError: the file is missing, empty, not Parquet or lacks trace columns (from
-            ``read_trace``); the trace holds no messages; none is of the given kinds
-            between two ranks; a rank is negative.
+        ValueError: the file is missing, empty, unreadable or lacks source, dest or
+            bytes (from ``read_traffic``); the trace holds no messages; none is of the
+            given kinds between two ranks; a rank is negative.
     """
     kinds = tuple(kinds)
-    table = _read(path_or_table)
+    table = read_traffic(path_or_table)
     if table.num_rows == 0:
         raise ValueError("the trace holds no messages")
     src, dst = table["source"], table["dest"]
-    keep = pc.and_(pc.and_(pc.is_valid(src), pc.is_valid(dst)),
-                   pc.is_in(table["kind"], value_set=pa.array(kinds, pa.string())))
+    keep = pc.and_(pc.is_valid(src), pc.is_valid(dst))
+    if "kind" in table.column_names:
+        keep = pc.and_(keep, pc.is_in(table["kind"], value_set=pa.array(kinds, pa.string())))
     keep = pc.and_(pc.fill_null(keep, False), pc.not_equal(src, dst))
     kept = table.filter(pc.fill_null(keep, False))
     if kept.num_rows == 0:
-        raise ValueError(f"the trace has {table.num_rows} messages but none of kind "
-                         f"{' or '.join(kinds) or '(none given)'} between two different ranks")
+        of_kind = (f" of kind {' or '.join(kinds) or '(none given)'}"
+                   if "kind" in table.column_names else "")
+        raise ValueError(f"the trace has {table.num_rows} messages but none{of_kind} "
+                         f"between two different ranks")
     lo = pc.min_element_wise(kept["source"], kept["dest"])
     hi = pc.max_element_wise(kept["source"], kept["dest"])
     if pc.min(lo).as_py() < 0:

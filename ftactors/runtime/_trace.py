@@ -12,7 +12,10 @@ lists and :meth:`TraceBuffer.record` is eight appends: no Arrow, no locks, no di
 At the end of a run each rank ships :meth:`TraceBuffer.rows` to the driver, which merges
 them with :func:`write_trace` into one Parquet file sorted by send time, with the
 columns and types of :data:`TRACE_SCHEMA`. :func:`read_trace` checks a file against
-that schema so a wrong or damaged file fails with a message naming the problem.
+that schema so a wrong or damaged file fails with a message naming the problem;
+:func:`read_traffic` asks only for ``source``, ``dest`` and ``bytes`` (and uses ``kind``
+when present), so traces converted from other tools, Parquet or CSV, serve for traffic
+analysis.
 
 :func:`plot_trace` draws the classic ranks-by-time diagram: one horizontal lane per
 rank (rank 0 at the top), one arrow per message from ``(t_send, source)`` to
@@ -30,12 +33,14 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-__all__ = ["TRACE_SCHEMA", "TraceBuffer", "write_trace", "read_trace", "plot_trace"]
+__all__ = ["TRACE_SCHEMA", "TRAFFIC_COLUMNS", "TraceBuffer", "write_trace", "read_trace",
+           "read_traffic", "plot_trace"]
 
 TRACE_SCHEMA = pa.schema(
     [
@@ -159,19 +164,65 @@ def read_trace(path: str | os.PathLike) -> pa.Table:
     Extra columns are dropped and the columns come back in schema order and types.
 
     Raises:
-        ValueError: the file does not exist, is empty, is not Parquet, lacks trace
-            columns (they are named) or has columns that do not cast to the schema.
+        ValueError: the file does not exist, is empty, is not Parquet (or CSV, by its
+            name), lacks trace columns (they are named) or has columns that do not cast
+            to the schema.
+    """
+    return _conform(_read_table(path), f"trace file {os.fspath(path)!r}")
+
+
+TRAFFIC_COLUMNS = ("source", "dest", "bytes")
+"""What a trace must hold to say who sends how much to whom (``read_traffic``)."""
+
+
+def read_traffic(path_or_table) -> pa.Table:
+    """The ``source``, ``dest`` and ``bytes`` columns of a trace, and ``kind`` when it has
+    one: all that traffic analysis (Algorithm 2 of the group protocol) needs, so a trace
+    converted from another tool (an MPI tracer's send log, as a Parquet or CSV file) is
+    enough. Other columns are dropped; types are those of TRACE_SCHEMA.
+
+    Raises:
+        ValueError: an unreadable file (see :func:`read_trace`), or one that lacks one of
+            the three columns: the message names what it needs and what the file has.
+    """
+    if isinstance(path_or_table, pa.Table):
+        table, what = path_or_table, "trace table"
+    else:
+        table, what = _read_table(path_or_table), f"trace file {os.fspath(path_or_table)!r}"
+    missing = [name for name in TRAFFIC_COLUMNS if name not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"{what} lacks column(s) {', '.join(missing)}: a traffic trace needs source, "
+            f"dest and bytes (kind, when present, selects the message kinds); it has "
+            f"{', '.join(table.column_names) or 'no columns'}")
+    names = [*TRAFFIC_COLUMNS, *(["kind"] if "kind" in table.column_names else [])]
+    schema = pa.schema([TRACE_SCHEMA.field(name) for name in names])
+    try:
+        return table.select(names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise ValueError(f"{what} has columns that do not match the trace schema: {exc}") from exc
+
+
+def _read_table(path: str | os.PathLike) -> pa.Table:
+    """A trace file as read: CSV when its name ends in .csv (or .csv.gz), else Parquet.
+
+    Raises:
+        ValueError: the file does not exist, is empty or cannot be read as its format.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ValueError(f"trace file {path!r} does not exist")
     if os.path.getsize(path) == 0:
         raise ValueError(f"trace file {path!r} is empty")
+    if path.lower().endswith((".csv", ".csv.gz")):
+        try:
+            return pa_csv.read_csv(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ValueError(f"trace file {path!r} is not a readable CSV file: {exc}") from exc
     try:
-        table = pq.read_table(path)
+        return pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise ValueError(f"trace file {path!r} is not a readable Parquet file: {exc}") from exc
-    return _conform(table, f"trace file {path!r}")
 
 
 def _conform(table: pa.Table, what: str) -> pa.Table:

@@ -302,13 +302,22 @@ def add_demo(sub) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
+def demo_argv(problem_class: str = "S", ranks: int = 4) -> list[str]:
+    """The ``ftactors run`` command line the demo stands for: NAS CG with
+    StandbyReplacement on an embedded Ray, two spares, rank 1 killed at iteration 4 and the
+    last rank at iteration 10."""
+    n = max(2, ranks)
+    return ["run", "cg", "--class", problem_class, "--ranks", str(n), "--transport", "ray",
+            "--protocol", "standby", "--spares", "2", "--timeout", "600",
+            "--kill", "1:4", "--kill", f"{n - 1}:10"]
+
+
 def _cmd_demo(args) -> int:
-    """NAS CG with StandbyReplacement on an embedded Ray; two ranks are SIGKILLed while it
-    runs, spares take their place, and the answer still verifies."""
-    n = max(2, args.ranks)
-    return _cmd_run(argparse.Namespace(
-        app="cg", app_module=_app("cg"), ranks=n, transport="ray", address=None,
-        protocol="standby", seed=0, json=None, trace=None, timeout=600, spares=2,
-        kill=[f"1:4", f"{n - 1}:10"], problem_class=args.problem_class,
-        checkpoint_interval=None, checkpoint_interval_s=None, mtbf=None, checkpoint_storage=None,
-        checkpoint_dir=None, restart_from=None, migrate=[]))
+    """Run ``demo_argv`` through the ``run`` parser (``add_run``, as ``ftactors run``
+    builds it), so the demo takes every ``run`` option's default exactly as it does."""
+    parser = argparse.ArgumentParser(prog="ftactors")
+    add_run(parser.add_subparsers(dest="cmd", required=True))
+    argv = demo_argv(args.problem_class, args.ranks)
+    print("ftactors " + " ".join(argv), flush=True)
+    run_args = parser.parse_args(argv)
+    return run_args.func(run_args)

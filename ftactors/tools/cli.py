@@ -11,7 +11,7 @@ import sys
 
 from ..protocols.groups import (default_group_size, pairs_from_trace, ranks_in_trace,
                                 suggest_groups, traffic_inside)
-from ..runtime._trace import plot_trace, read_trace
+from ..runtime._trace import plot_trace, read_traffic
 from ._common import command_parser, run_command
 from .advise import add_advise
 from .apps_cli import add_demo, add_run
@@ -47,7 +47,7 @@ def _add_trace(sub) -> None:
 def _cmd_groups_suggest(args) -> int:
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     try:
-        table = read_trace(args.trace)
+        table = read_traffic(args.trace)
         pairs = pairs_from_trace(table, kinds=kinds)
         seen = ranks_in_trace(table)
         nranks = seen if args.ranks is None else args.ranks
@@ -60,8 +60,9 @@ def _cmd_groups_suggest(args) -> int:
         return 2
     inside, total = traffic_inside(pairs, groups)
     messages = sum(p.count for p in pairs)
+    counted = "/".join(kinds) if "kind" in table.column_names else "no kind column: all"
     print(f"{len(groups)} groups of at most {max_size} ranks for {nranks} ranks, from "
-          f"{messages:,} messages ({'/'.join(kinds)}) in {args.trace}:")
+          f"{messages:,} messages ({counted}) in {args.trace}:")
     width = len(str(len(groups) - 1))
     for i, group in enumerate(groups):
         print(f"  group {i:>{width}}: {', '.join(map(str, group))}")
@@ -70,7 +71,8 @@ def _cmd_groups_suggest(args) -> int:
           f"(a group-based protocol logs it)")
     if args.out:
         data = {"groups": groups, "max_size": max_size, "source": args.trace,
-                "nranks": nranks, "kinds": list(kinds),
+                "nranks": nranks,
+                "kinds": list(kinds) if "kind" in table.column_names else None,
                 "traffic": {"messages": messages, "bytes": total, "bytes_inside_groups": inside}}
         # one line per group, so the file reads like the paper's Table 1 and edits easily
         rows = ",\n".join(f"    {json.dumps(g)}" for g in data.pop("groups"))
@@ -94,7 +96,9 @@ def _add_groups(sub) -> None:
         description="Merge rank pairs by total bytes, then message count, into groups of at "
                     "most G ranks (ranks in no group stay alone) and print them; --out "
                     "writes a JSON group definition.")
-    sug.add_argument("trace", help="a Parquet trace written by ft.run(..., trace=PATH)")
+    sug.add_argument("trace", help="a Parquet trace written by ft.run(..., trace=PATH), or any "
+                                   "Parquet or CSV (*.csv) file with source, dest and bytes "
+                                   "columns (kind is used when present)")
     sug.add_argument("--max-size", "-G", type=int, default=None, metavar="G",
                      help="largest group (default ceil(sqrt(ranks)), as in the paper)")
     sug.add_argument("--ranks", type=int, default=None, metavar="N",

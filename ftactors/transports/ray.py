@@ -1,7 +1,8 @@
 """The ``ray`` transport: each rank is a Ray async actor.
 
-This is the only module of ftactors that imports Ray. What it handles, measured on Ray
-2.60 (see docs/ARCHITECTURE.md):
+With ``ray_driver`` (the driver process's side: who starts the embedded Ray, which of
+its notices are printed), the only module of ftactors that imports Ray. What it handles,
+measured on Ray 2.60 (see docs/ARCHITECTURE.md):
 
 * calls to async actors run out of submission order, so envelopes go in batches (one
   actor call per destination per flush) and the channel layer reorders them;
@@ -27,9 +28,12 @@ This is the only module of ftactors that imports Ray. What it handles, measured 
   died before its receiver fetched it is lost with that rank, as on a real network.
 
 ``address`` joins an existing cluster (``"auto"``, ``"ray://host:10001"``, ``host:port``);
-with none, an embedded local Ray is started once per process and reused. Ray 2.60 turns
-token authentication on by default: a client joining an explicit address needs
-``RAY_AUTH_MODE=token`` (and the cluster's token) in its environment.
+with none, an embedded local Ray is started once per process and reused, by a thread that
+lives as long as the process (``ray_driver.ensure_ray``). The fabric tells
+``ray_driver.DEATH_NOTICES`` which rank workers die on purpose, so that Ray's crash notice
+is not printed for a planned kill. Ray 2.60 turns token authentication on by default: a
+client joining an explicit address needs ``RAY_AUTH_MODE=token`` (and the cluster's token)
+in its environment.
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ from ..base._errors import ConfigError
 from ..engine._envelope import Envelope, from_rows, to_rows
 from ..runtime._host import RankHost, RankSpec
 from ..engine._payload import Payload, is_plain
+from .ray_driver import DEATH_NOTICES, ensure_ray
 
 
 class RayLink(Link):
@@ -186,6 +191,10 @@ class RankActor:
     async def ping(self) -> None:
         """Answered by the event loop: a rank that cannot answer is hung."""
 
+    async def worker_id(self) -> str:
+        """The Ray worker id of this actor's process (Ray's death notices name it)."""
+        return ray.get_runtime_context().get_worker_id()
+
     async def node(self) -> str:
         """The id of the Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
@@ -226,17 +235,6 @@ class RankActor:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to ``address``, or start an embedded local Ray once per process."""
-    if ray.is_initialized():
-        return
-    if address is None:  # "local": never join a cluster some other process started
-        ray.init(address="local", include_dashboard=False, logging_level="WARNING",
-                 log_to_driver=True)
-    else:
-        ray.init(address=address, logging_level="WARNING")
-
-
 def _pickle_by_value(cls: type) -> None:
     """Ship the user's classes by value when workers could not import their modules
     (scripts, notebooks, test files)."""
@@ -262,6 +260,8 @@ class RayFabric:
         self.address = address
         self.actors: list = []
         self.rank_of: dict = {}
+        self.worker_of: dict = {}  # actor -> Ray worker id, while its death is not seen
+        self._rank_worker: dict[int, str] = {}  # rank -> its current actor's worker id
         self.on_report = lambda event: None
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
 
@@ -287,12 +287,17 @@ class RayFabric:
     async def _drain_inbox(self) -> None:
         while True:
             for event in await self.inbox.take.remote(0.5):
-                self.on_report(event)
+                self._received(event)
 
     async def drain_reports(self) -> None:
         """Hand over every report the Inbox holds now (at the end of a run)."""
         for event in await self.inbox.take.remote(0):
-            self.on_report(event)
+            self._received(event)
+
+    def _received(self, event) -> None:
+        if event.kind == "killed":  # a planned kill at an iteration: its last word
+            DEATH_NOTICES.expect(self._rank_worker.get(event.rank))
+        self.on_report(event)
 
     async def spawn(self, spec: RankSpec):
         homes = self.options.get("rank_nodes")
@@ -319,7 +324,7 @@ class RayFabric:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = self._cls.options(**options).remote()
         self.actors.append(actor)
-        await actor.ping.remote()
+        self.worker_of[actor] = await actor.worker_id.remote()
         return actor
 
     def _spare_home(self) -> str | None:
@@ -333,6 +338,10 @@ class RayFabric:
     async def promote(self, actor, spec: RankSpec):
         _pickle_by_value(spec.rank_cls)
         self.rank_of[actor] = spec.rank
+        worker = self.worker_of.get(actor)
+        self._rank_worker[spec.rank] = worker
+        if spec.kill_iterations and worker is not None:
+            DEATH_NOTICES.doomed(worker)
         try:
             await actor.setup.remote(cloudpickle.dumps(spec), self.inbox)
         except RayActorError as exc:
@@ -344,7 +353,7 @@ class RayFabric:
         try:
             return await getattr(handle, method).remote(*args)
         except RayActorError as exc:
-            raise RankDied(self.rank_of.get(handle, -1), _death_reason(exc)) from None
+            raise self._died(handle, exc) from None
 
     async def call(self, handle, name: str, *args):
         return await self._ask(handle, "call", name, args)
@@ -380,7 +389,7 @@ class RayFabric:
         try:
             await done  # small: says the call succeeded without fetching the data
         except RayActorError as exc:
-            raise RankDied(self.rank_of.get(handle, -1), _death_reason(exc)) from None
+            raise self._died(handle, exc) from None
         return (data,)
 
     async def available(self, handles: list, timeout_s: float = 5.0) -> bool:
@@ -391,7 +400,14 @@ class RayFabric:
                                            timeout=timeout_s, fetch_local=False)
         return len(ready) == len(refs)
 
+    def _died(self, handle, exc: Exception) -> RankDied:
+        """The failure of a call to an actor that died: from now on its death is known
+        (killing it later does not make it planned, so Ray's notice is printed)."""
+        self.worker_of.pop(handle, None)
+        return RankDied(self.rank_of.get(handle, -1), _death_reason(exc))
+
     async def kill(self, handle, method: str) -> None:
+        DEATH_NOTICES.expect(self.worker_of.get(handle))
         if method == "ray.kill":
             ray.kill(handle, no_restart=True)
         elif method == "sigstop":

@@ -255,7 +255,17 @@ def test_bad_traces(tmp_path, capsys):
     no_bytes = tmp_path / "nobytes.parquet"
     pq.write_table(pa.table({"source": [0], "dest": [1], "kind": ["app"]}), no_bytes)
     _one_line_error(capsys, ["groups", "suggest", str(no_bytes)],
-                    "lacks trace column(s): t_send, t_recv, tag, bytes, comm")
+                    "lacks column(s) bytes: a traffic trace needs source, dest and bytes "
+                    "(kind, when present, selects the message kinds); it has source, dest, "
+                    "kind")
+    no_ranks = tmp_path / "noranks.csv"
+    no_ranks.write_text("from,to,bytes\n0,1,10\n")
+    _one_line_error(capsys, ["groups", "suggest", str(no_ranks)],
+                    "lacks column(s) source, dest: a traffic trace needs source, dest and "
+                    "bytes")
+    bad_csv = tmp_path / "bad.csv"
+    bad_csv.write_text("source,dest,bytes\n0,1\n")
+    _one_line_error(capsys, ["groups", "suggest", str(bad_csv)], "not a readable CSV file")
 
     no_rows = tmp_path / "norows.parquet"
     write_trace(no_rows, [])
@@ -276,6 +286,34 @@ def test_bad_traces(tmp_path, capsys):
                     "maximum group size must be an integer >= 1, got 0")
     _one_line_error(capsys, ["groups", "suggest", str(good), "--ranks", "8"],
                     "--ranks 8 is fewer than the trace shows (32)")
+
+
+def _minimal_columns(full_trace) -> dict:
+    """The three columns another tool's trace has (no kind: its control messages are not
+    in it), from a grid trace: its app and coll rows."""
+    t = pq.read_table(full_trace).to_pydict()
+    rows = [i for i, k in enumerate(t["kind"]) if k != "ctrl"]
+    return {c: [t[c][i] for i in rows] for c in ("source", "dest", "bytes")}
+
+
+def test_suggest_takes_a_three_column_parquet_or_csv_trace(tmp_path, capsys):
+    cols = _minimal_columns(_grid_trace(tmp_path / "grid.parquet"))
+    minimal = tmp_path / "tracer.parquet"
+    pq.write_table(pa.table(cols), minimal)
+    csv = tmp_path / "tracer.csv"
+    csv.write_text("source,dest,bytes\n" + "".join(
+        f"{s},{d},{b}\n" for s, d, b in zip(cols["source"], cols["dest"], cols["bytes"])))
+    for trace in (minimal, csv):
+        out = tmp_path / f"{trace.suffix[1:]}.json"
+        assert main(["groups", "suggest", str(trace), "--max-size", "8", "-o", str(out)]) == 0
+        text = capsys.readouterr().out
+        assert "4 groups of at most 8 ranks for 32 ranks" in text
+        assert "(no kind column: all)" in text
+        data = json.loads(out.read_text())
+        assert data["groups"] == TABLE_1 and data["kinds"] is None
+    # the same columns as an ft.run(..., trace=PATH) group policy
+    assert load_groups(f"trace:{csv}", 32).groups == tuple(
+        tuple(g) for g in suggest_groups(pairs_from_trace(minimal), 6, 32))
 
 
 def test_cli_suggest_prints_and_writes_a_loadable_definition(tmp_path, capsys):

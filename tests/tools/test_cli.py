@@ -1,10 +1,110 @@
-"""The ftactors command: every subcommand has --help; traces can be plotted."""
+"""The ftactors command: every subcommand has --help and a smoke test that runs it on a
+small real input (SMOKE says where); the demo runs end to end; traces can be plotted."""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
 
 import ftactors as ft
-from ftactors.tools.cli import main
+from ftactors.tools.cli import build_parser, main
 
 from .. import bodies as b
+
+TESTS = next(p for p in Path(__file__).resolve().parents if p.name == "tests")
+
+SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a small real input
+    "run": "test_apps_verify_and_write_json",
+    "demo": "test_demo_end_to_end",
+    "bench apps": "test_bench_apps_quick_json",
+    "bench checkpoint": "test_checkpoint_bench_json",
+    "bench erasure": "test_erasure_bench_json",
+    "bench groups": "test_groups_bench_json",
+    "bench hc3i": "test_hc3i_bench_json",
+    "bench migrate": "test_every_run_verifies_against_the_failure_free_reference",
+    "bench recovery": "test_bench_recovery_quick",
+    "bench rs": "test_rs_bench_json",
+    "bench sim": "test_sim_bench_json",
+    "bench transport": "test_transport_bench_json",
+    "chaos": "test_flags_make_a_one_schedule_experiment",
+    "report": "test_cli_writes_to_out_and_caps_timelines",
+    "advise": "test_cli",
+    "trace": "test_trace_plot",
+    "groups": "test_cli_suggest_prints_and_writes_a_loadable_definition",
+    "sim-check": "test_cli",
+    "submit": "test_submit_to_a_bad_address_exits_2",
+}
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]:
+    """Every command the parser takes, as "bench sim" for a bench's own subcommand."""
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = _subcommands(sub, f"{prefix}{name} ") if name == "bench" else set()
+                found |= nested or {prefix + name}
+    return found
+
+
+def test_every_subcommand_has_a_smoke_test():
+    assert _subcommands(build_parser()) == set(SMOKE)
+    sources = "".join(path.read_text() for path in TESTS.rglob("test_*.py"))
+    for test in SMOKE.values():
+        assert f"def {test}(" in sources, test
+
+
+def _ftactors() -> list[str]:
+    """The installed ``ftactors`` command next to this Python, else ``python -m ftactors``."""
+    script = Path(sys.executable).with_name("ftactors")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ftactors"]
+
+
+@pytest.mark.ray
+def test_demo_end_to_end():
+    """The README's first command: CG on the embedded Ray (its own process), two ranks
+    killed, two spares promoted, NPB's verification passes, and no Ray crash notice for
+    the planned kills."""
+    done = subprocess.run([*_ftactors(), "demo"], capture_output=True, text=True, timeout=600)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    assert "VERIFICATION SUCCESSFUL" in done.stdout, text
+    assert "rank 1 killed (chaos) at iteration 4" in done.stdout, text
+    assert "rank 3 killed (chaos) at iteration 10" in done.stdout, text
+    assert "spare promoted to rank 1" in done.stdout, text
+    assert "spare promoted to rank 3" in done.stdout, text
+    assert "A worker died or was killed" not in text
+
+
+def test_bench_recovery_quick(tmp_path, capsys):
+    out = tmp_path / "recovery.json"
+    assert main(["bench", "recovery", "--quick", "--transport", "local", "--intervals", "2",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert (data["problem_class"], data["ranks"], data["transport"]) == ("S", 4, "local")
+    assert set(data["overhead"]["ratio"]) == {"2"} and data["overhead"]["ratio"]["2"] > 0
+    for side in ("online", "global_restart"):
+        assert data[side]["lost_iterations"] >= 0 and data[side]["detection_to_running_s"] >= 0
+    assert "detection to RUNNING" in capsys.readouterr().out
+
+
+def test_submit_to_a_bad_address_exits_2(tmp_path, capsys):
+    experiment = tmp_path / "tiny.yaml"
+    experiment.write_text(yaml.safe_dump({
+        "name": "tiny", "transport": "ray", "timeout_s": 60,
+        "matrix": {"app": ["cg"], "protocol": ["standby"], "ranks": [2],
+                   "schedule": ["kill-one"], "seed": [0]},
+        "apps": {"cg": {"problem_class": "S"}},
+        "protocols": {"standby": {"spares": 1}},
+        "schedules": {"kill-one": {"kill": [[1, 4]]}}}))
+    # port 9 (discard) has no dashboard: the job API is unreachable, nothing is shipped
+    assert main(["submit", str(experiment), "--address", "http://127.0.0.1:9",
+                 "--out", str(tmp_path / "results")]) == 2
+    assert "cannot reach the Ray dashboard at http://127.0.0.1:9" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize("argv", [[], ["run"], ["run", "cg"], ["demo"], ["bench"],

@@ -1,18 +1,14 @@
 """Smoke tests of ``ftactors bench sim`` and ``ftactors bench transport``: they run at a
 small size through the bench registry and write JSON with every field. Performance is
 never asserted here (the machine is shared); only the shape of the results is."""
-import argparse
 import json
 
-from ftactors.tools.bench import add_bench
+from ftactors.tools.cli import main
 
 
 def bench(*argv: str) -> int:
-    """Run ``ftactors bench ARGV`` through the registry (not the whole CLI)."""
-    parser = argparse.ArgumentParser()
-    add_bench(parser.add_subparsers(dest="cmd", required=True))
-    args = parser.parse_args(["bench", *argv])
-    return args.func(args)
+    """Run ``ftactors bench ARGV`` as the command line does."""
+    return main(["bench", *argv])
 
 
 def test_sim_bench_json(tmp_path):
