@@ -85,12 +85,6 @@ class RankHost:
         ``restore``: a shared snapshot handle (``Link.share``) this replacement starts
         from, or a survivor that had finished is rolled back to.
         """
-        try:
-            return await self._run(args, kwargs, restore)
-        finally:
-            self._ready = None  # run again (after a rollback), it is ready once that run is
-
-    async def _run(self, args: tuple, kwargs: dict, restore: Any) -> dict:
         obj, ep = self.obj, self.ep
         ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
         self._parked = None
