@@ -128,6 +128,7 @@ class _Inbound(asyncio.Protocol):
         self.counters = listener.counters
         self.buf = bytearray()
         self.authed = False
+        self.refused = False
         self.transport = None
         self.nonce = secrets.token_bytes(NONCE_BYTES)
         self.timer = None
@@ -142,10 +143,13 @@ class _Inbound(asyncio.Protocol):
 
     def _auth_timeout(self) -> None:
         if not self.authed:
-            self.counters.auth_timeout += 1
-            self._drop()
+            self._refuse("auth_timeout")
 
-    def _drop(self) -> None:
+    def _refuse(self, reason: str) -> None:
+        """Close the connection unread from here on; count it once under ``reason``."""
+        if not self.refused:
+            self.refused = True
+            setattr(self.counters, reason, getattr(self.counters, reason) + 1)
         self.buf = bytearray()
         self.transport.abort()
 
@@ -158,8 +162,7 @@ class _Inbound(asyncio.Protocol):
             theirs, mac = bytes(buf[:NONCE_BYTES]), bytes(buf[NONCE_BYTES:NONCE_BYTES + MAC_BYTES])
             secret = self.listener.secret
             if not hmac.compare_digest(mac, secret.mac(b"client", self.nonce, theirs)):
-                self.counters.auth_failed += 1
-                self._drop()
+                self._refuse("auth_failed")
                 return
             self.authed = True
             self.timer.cancel()
@@ -173,8 +176,7 @@ class _Inbound(asyncio.Protocol):
         while end - pos >= HEADER.size:
             size, kind = HEADER.unpack_from(buf, pos)
             if size > self.listener.max_frame_bytes:
-                self.counters.oversized += 1
-                self._drop()
+                self._refuse("oversized")
                 return
             start = pos + HEADER.size
             if end - start < size:
@@ -183,8 +185,7 @@ class _Inbound(asyncio.Protocol):
                 with memoryview(buf) as view, view[start:start + size] as body:
                     envs = decode(kind, body)
             except Exception:
-                self.counters.bad_frame += 1
-                self._drop()
+                self._refuse("bad_frame")
                 return
             pos = start + size
             self.counters.frames += 1
@@ -195,10 +196,11 @@ class _Inbound(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        if self.authed and self.buf:
-            self.counters.truncated += 1
-        elif not self.authed and self.buf:
-            self.counters.auth_failed += 1  # hung up in the middle of the handshake
+        if not self.refused:
+            if not self.authed:  # gone before it proved the secret
+                self._refuse("auth_failed")
+            elif self.buf:  # gone in the middle of a frame
+                self._refuse("truncated")
         self.buf = bytearray()
         self.listener.inbound.discard(self)
 
