@@ -46,13 +46,14 @@ def test_transport_bench_json(tmp_path, ray_session):
     figures = data["figures"]
     assert set(figures) == {"latency", "throughput", "bandwidth_1048576", "bandwidth_16777216"}
     for key, fig in figures.items():
-        for side in ("ftactors", "ray"):
+        for side in ("ftactors", "ray", "socket"):
             assert fig[side] > 0
             assert len(fig[f"{side}_samples"]) == reps
-        assert fig["ratio"] > 0
-        assert ("target" in fig) == ("met" in fig)
-    targeted = {k for k, f in figures.items() if "target" in f}
+        assert fig["ratio"] > 0 and fig["ratio_socket"] > 0
+        assert ("targets" in fig) == ("met" in fig)
+    targeted = {k for k, f in figures.items() if "targets" in f}
     assert targeted == {"latency", "throughput", "bandwidth_16777216"}
+    assert set(figures["latency"]["targets"]) == {"ray", "socket"}
     assert data["targets_met"] == all(figures[k]["met"] for k in targeted)
     assert {"python", "platform", "cpus", "ray", "numpy"} <= set(data["machine"])
 
