@@ -69,6 +69,10 @@ class RayLink(Link):
         self.peers: list = []
         self.direct: Peers | None = None
 
+    @property
+    def cheap_messages(self) -> bool:
+        return self.direct is not None
+
     def send(self, dst: int, envs: list[Envelope]) -> None:
         if self.direct is not None and not _has_refs(envs):
             if self.direct.send(dst, *encode(envs, _plain_piggyback(envs))):
