@@ -95,7 +95,7 @@ class DirectEndpoint:
 class Counters:
     """What a rank's listener accepted and refused (see the module docstring)."""
 
-    FIELDS = ("connections", "frames", "auth_failed", "auth_timeout", "oversized",
+    FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
               "truncated", "bad_frame", "dropped_sends")
 
     def __init__(self):
@@ -123,8 +123,9 @@ def secure_run_dir(path: str) -> str:
 class _Inbound(asyncio.Protocol):
     """One accepted connection: the handshake, then frames to ``deliver``."""
 
-    def __init__(self, listener: "Listener"):
+    def __init__(self, listener: "Listener", tcp: bool):
         self.listener = listener
+        self.tcp = tcp
         self.counters = listener.counters
         self.buf = bytearray()
         self.authed = False
@@ -137,6 +138,7 @@ class _Inbound(asyncio.Protocol):
         self.transport = transport
         self.listener.inbound.add(self)
         self.counters.connections += 1
+        self.counters.tcp_connections += self.tcp
         transport.write(self.nonce)
         self.timer = asyncio.get_running_loop().call_later(
             self.listener.auth_timeout_s, self._auth_timeout)
@@ -230,9 +232,9 @@ class Listener:
             raise ValueError(f"refusing to listen on all interfaces ({host!r})")
         loop = asyncio.get_running_loop()
         path = os.path.join(secure_run_dir(run_dir), f"{name}.sock")
-        unix = await loop.create_unix_server(lambda: _Inbound(self), path)
+        unix = await loop.create_unix_server(lambda: _Inbound(self, False), path)
         os.chmod(path, 0o600)
-        tcp = await loop.create_server(lambda: _Inbound(self), host, 0)
+        tcp = await loop.create_server(lambda: _Inbound(self, True), host, 0)
         self.servers = [unix, tcp]
         port = tcp.sockets[0].getsockname()[1]
         self.endpoint = DirectEndpoint(node, path, host, port)

@@ -63,6 +63,7 @@ def test_batches_arrive_in_order_over_unix_and_tcp(tmp_path, same_node):
         assert [e.app_seq for e in got] == list(range(300))
         assert got[2].piggyback == {"x": [0]}
         assert listener.counters.frames == 100 and listener.counters.connections == 1
+        assert listener.counters.tcp_connections == (0 if same_node else 1)
         peers.close()
         listener.close()
         assert not os.path.exists(endpoint.path)
