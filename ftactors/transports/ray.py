@@ -1,7 +1,11 @@
 """The ``ray`` transport: each rank is a Ray async actor.
 
-This is the only module of ftactors that imports Ray. What it handles, measured on Ray
-2.60 (see docs/ARCHITECTURE.md):
+This is the only module of ftactors that imports Ray. With ``data_plane="direct"`` (the
+default) Ray is the control plane only: batches between ranks go on the sockets of
+``_direct`` (each rank listens from ``setup`` on, the driver makes the run's secret and
+hands out the endpoints in ``wire``), and only batches that hold object-store references
+still go by actor call. With ``data_plane="ray"`` every batch is an actor call. What the
+actor-call path handles, measured on Ray 2.60 (see docs/ARCHITECTURE.md):
 
 * calls to async actors run out of submission order, so envelopes go in batches (one
   actor call per destination per flush) and the channel layer reorders them;
