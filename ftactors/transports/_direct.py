@@ -46,7 +46,7 @@ from typing import Callable
 
 import cloudpickle
 
-from .._envelope import Envelope, from_rows, to_rows
+from ..engine._envelope import Envelope, from_rows, to_rows
 
 HEADER = struct.Struct("!IB")
 """Frame header: body length (bytes), body kind."""
