@@ -20,6 +20,8 @@ from .runtime._rank import check_rank_class
 from .runtime._trace import write_trace
 
 TRANSPORTS = ("ray", "local", "sim")
+DATA_PLANES = ("direct", "ray")
+COLLECTIVES = ("auto", "tree", "doubling")
 
 CORE_OPTIONS = {
     "heartbeat_interval_s": "seconds between heartbeats to every rank (default 1 on Ray, "
@@ -28,6 +30,11 @@ CORE_OPTIONS = {
     "progress": "callable(positions) called every progress_interval_s with each rank's "
                 "(loop, iteration) position",
     "progress_interval_s": "seconds between progress reports (default 1)",
+    "data_plane": "Ray: 'direct' (default: rank-to-rank sockets, Unix on one node, TCP "
+                  "across nodes) or 'ray' (every batch an actor call)",
+    "collectives": "allreduce/allgather schedule: 'auto' (default: recursive doubling on "
+                   "power-of-two communicators of Ray's direct plane, binomial trees "
+                   "elsewhere), 'tree' or 'doubling' (same bits either way)",
     "rank_num_cpus": "CPUs Ray reserves per rank actor (default 0: ranks share the cores)",
     "rank_nodes": "Ray: the node id each rank starts on (a list, one per rank; a rank "
                   "whose node is gone starts anywhere)",
@@ -75,6 +82,12 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     if homes is not None and (not isinstance(homes, (list, tuple)) or len(homes) != ranks):
         raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "
                           f"got {homes!r}")
+    if options.get("data_plane", "direct") not in DATA_PLANES:
+        raise ConfigError(f"data_plane must be one of {', '.join(DATA_PLANES)}, "
+                          f"got {options['data_plane']!r}")
+    if options.get("collectives", "auto") not in COLLECTIVES:
+        raise ConfigError(f"collectives must be one of {', '.join(COLLECTIVES)}, "
+                          f"got {options['collectives']!r}")
     spare_homes = options.get("spare_nodes")
     if spare_homes is not None and (not isinstance(spare_homes, (list, tuple)) or not spare_homes):
         raise ConfigError(f"spare_nodes must list at least one Ray node id, got {spare_homes!r}")

@@ -57,6 +57,10 @@ class Link:
     ``send`` must not block and must not run receiver code synchronously.
     """
 
+    cheap_messages = False
+    """Whether a message costs little more than the wake-up it causes (the direct data
+    plane): then allreduce and allgather prefer fewer hops to fewer messages."""
+
     def send(self, dst: int, envs: list[Envelope]) -> None:
         raise NotImplementedError
 
@@ -228,6 +232,12 @@ class Endpoint:
         envs = self._outbox.pop(dst, None)
         if envs:
             self.link.send(dst, envs)
+
+    def doubling_collectives(self) -> bool:
+        """Whether allreduce/allgather use recursive doubling (option ``collectives``:
+        ``"auto"``, the default, follows ``Link.cheap_messages``)."""
+        choice = getattr(self.owner, "options", {}).get("collectives", "auto")
+        return choice == "doubling" or (choice == "auto" and self.link.cheap_messages)
 
     # --------------------------------------------------------------- receiving
     def deliver(self, envs: list[Envelope]) -> None:

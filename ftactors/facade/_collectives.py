@@ -14,10 +14,15 @@ another root adds one message. Operands are combined in rank order with a fixed
 bracketing — a node's range always on the left, e.g. ``((x0 op x1) op (x2 op x3))`` for
 four ranks — so results never depend on arrival order, are bit-identical on every rank and
 in every run, ``reduce`` gives the same bits as ``allreduce``, and non-commutative
-operations are fine (like MPI, an op is assumed associative). Recursive doubling would
-halve the sequential hops but sends n log n messages instead of 2(n - 1); measured on this
-2-core machine, where Ray's per-call CPU cost dominates, it made CG W on 8 ranks slower
-(17 -> 21 s). bcast packs the object once at the root and forwards the same packed payload
+operations are fine (like MPI, an op is assumed associative).
+
+Recursive doubling (``_exchange_doubling``) halves the sequential hops of allreduce and
+allgather (log2 n instead of 2 log2 n) but sends n log2 n messages instead of 2(n - 1),
+and keeps the bracketing only on power-of-two communicators. Where each message is an
+actor call (``data_plane="ray"``) the extra messages cost more than the hops save: CG W
+on 8 ranks went from 17 to 21 s. On the direct plane a message is cheap and a hop is a
+process wake-up, so there it is the default (``collectives="auto"``); the option
+``collectives="tree"`` or ``"doubling"`` forces one schedule on any transport. bcast packs the object once at the root and forwards the same packed payload
 down the tree: on Ray, large buffers are put in the object store once and only references
 travel.
 """
@@ -26,7 +31,7 @@ from __future__ import annotations
 from ._ops import check_op
 from ..engine._payload import unpack
 
-BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE = 1, 2, 3, 4, 5, 6
+BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING = 1, 2, 3, 4, 5, 6, 7
 
 
 async def barrier(comm) -> None:
@@ -115,7 +120,31 @@ async def _fold_to_zero(comm, value, combine):
     return value
 
 
+async def _exchange_doubling(comm, value, combine):
+    """Recursive doubling on a power-of-two communicator: log2 n rounds, in each of which
+    a rank swaps its block's value with the rank whose number differs in that bit and
+    combines them lower block on the left, which is exactly the binomial tree's
+    bracketing, so every rank gets the same bits as ``_fold_to_zero`` + ``bcast``."""
+    r, mask = comm.rank, 1
+    while mask < comm.size:
+        partner = r ^ mask
+        comm._csend(value, partner, DOUBLING)
+        other = unpack((await comm._crecv(partner, DOUBLING)).payload)
+        value = combine(value, other) if r < partner else combine(other, value)
+        mask <<= 1
+    return value
+
+
+def _doubling(comm) -> bool:
+    """Whether allreduce and allgather use recursive doubling here (see the module
+    docstring): a power-of-two communicator whose messages are cheap."""
+    n = comm.size
+    return n > 1 and n & (n - 1) == 0 and comm._ep.doubling_collectives()
+
+
 async def allreduce(comm, obj, op):
+    if _doubling(comm):
+        return await _exchange_doubling(comm, obj, check_op(op))
     return await bcast(comm, await _fold_to_zero(comm, obj, check_op(op)), 0)
 
 
@@ -131,6 +160,8 @@ async def reduce(comm, obj, op, root: int):
 
 
 async def allgather(comm, obj) -> list:
+    if _doubling(comm):
+        return await _exchange_doubling(comm, [obj], lambda a, b: a + b)
     return await bcast(comm, await _fold_to_zero(comm, [obj], lambda a, b: a + b), 0)
 
 

@@ -439,6 +439,9 @@ class Coordinator:
         for key in ("sent", "received", "duplicates_dropped", "resends_suppressed",
                     "stale_dropped", "channel_duplicates"):
             metrics[key] = sum(s[key] for s in stats)
+        direct = [s["direct"] for s in stats if "direct" in s]  # the direct data plane's
+        if direct:
+            metrics["direct"] = {key: sum(d[key] for d in direct) for key in direct[0]}
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
         result = RunResult(results, merge(logs), metrics)

@@ -1,8 +1,13 @@
 """The ``ray`` transport: each rank is a Ray async actor.
 
 With ``ray_driver`` (the driver process's side: who starts the embedded Ray, which of
-its notices are printed), the only module of ftactors that imports Ray. What it handles,
-measured on Ray 2.60 (see docs/ARCHITECTURE.md):
+its notices are printed), the only module of ftactors that imports Ray. With
+``data_plane="direct"`` (the default) Ray is the control plane only: batches between ranks
+go on the sockets of ``_direct`` (each rank listens from ``setup`` on, the driver makes the
+run's secret and hands out the endpoints in ``wire``), and only batches that hold
+object-store references still go by actor call. With ``data_plane="ray"`` every batch is an
+actor call. What the actor-call path handles, measured on Ray 2.60 (see
+docs/ARCHITECTURE.md):
 
 * calls to async actors run out of submission order, so envelopes go in batches (one
   actor call per destination per flush) and the channel layer reorders them;
@@ -40,8 +45,11 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import secrets
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 
@@ -57,18 +65,28 @@ from ..base._errors import ConfigError
 from ..engine._envelope import Envelope, from_rows, to_rows
 from ..runtime._host import RankHost, RankSpec
 from ..engine._payload import Payload, is_plain
+from ._direct import Listener, Peers, RunSecret, encode
 from .ray_driver import DEATH_NOTICES, ensure_ray
 
 
 class RayLink(Link):
-    """Sends batches with one-way actor calls; large buffers through the object store."""
+    """Sends batches on the direct plane (``direct``, see ``_direct``) or with one-way
+    actor calls; large buffers through the object store."""
 
     def __init__(self, rank: int, inbox):
         self.rank = rank
         self.inbox = inbox
         self.peers: list = []
+        self.direct: Peers | None = None
+
+    @property
+    def cheap_messages(self) -> bool:
+        return self.direct is not None
 
     def send(self, dst: int, envs: list[Envelope]) -> None:
+        if self.direct is not None and not _has_refs(envs):
+            if self.direct.send(dst, *encode(envs, _plain_piggyback(envs))):
+                return
         batch = pickle.dumps(to_rows(envs), protocol=5) if _plain(envs) else envs
         self.peers[dst].deliver.remote(batch)
 
@@ -134,8 +152,16 @@ async def _awaited(ref):
 def _plain(envs: list[Envelope]) -> bool:
     """True when the C pickler can ship ``envs`` for Ray: no object references (Ray must
     see those to keep them alive) and plain piggyback data (``is_plain``)."""
-    return all(not env.payload.buffers and (env.piggyback is None or is_plain(env.piggyback))
-               for env in envs)
+    return not _has_refs(envs) and _plain_piggyback(envs)
+
+
+def _has_refs(envs: list[Envelope]) -> bool:
+    """Whether any payload has out-of-band buffers (object references on Ray)."""
+    return any(env.payload.buffers for env in envs)
+
+
+def _plain_piggyback(envs: list[Envelope]) -> bool:
+    return all(env.piggyback is None or is_plain(env.piggyback) for env in envs)
 
 
 class Inbox:
@@ -167,15 +193,36 @@ class RankActor:
     def __init__(self):
         self.host: RankHost | None = None
         self.link: RayLink | None = None
+        self.listener: Listener | None = None
 
-    async def setup(self, spec_blob: bytes, inbox) -> int:
+    async def setup(self, spec_blob: bytes, inbox, plane: dict | None = None):
+        """Become the rank of ``spec_blob``; with ``plane`` (``{"secret", "run_dir"}``)
+        listen for direct channels and return where (a ``DirectEndpoint``)."""
         spec: RankSpec = cloudpickle.loads(spec_blob)
         self.link = RayLink(spec.rank, inbox)
         self.host = RankHost(spec, self.link, self.die)
-        return os.getpid()
+        if plane is None:
+            return None
+        node = ray.get_runtime_context().get_node_id()
+        self.listener = Listener(plane["secret"], self._take)
+        endpoint = await self.listener.start(
+            node, ray.util.get_node_ip_address(), plane["run_dir"],
+            f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
+        self.link.direct = Peers(plane["secret"], node, self.listener.counters)
+        return endpoint
 
-    async def wire(self, peers: list) -> None:
+    def _take(self, envs: list[Envelope]) -> None:
+        """Hand a batch to the rank, from either plane."""
+        try:
+            self.host.ep.deliver(envs)
+        except Exception:  # no sender sees a result: report it here
+            print(f"ftactors: rank {self.link.rank} failed to deliver a batch:\n"
+                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+
+    async def wire(self, peers: list, endpoints: list | None = None) -> None:
         self.link.peers = peers
+        if self.link.direct is not None and endpoints is not None:
+            self.link.direct.wire(endpoints)
 
     async def run(self, args: tuple, kwargs: dict, restore=None) -> dict:
         return await self.host.run(args, kwargs, restore)
@@ -214,14 +261,13 @@ class RankActor:
                         env.payload = await self.link.resolve(env.payload)
             except RayError:
                 return
-        try:
-            self.host.ep.deliver(envs)
-        except Exception:  # no caller sees a result: report it here
-            print(f"ftactors: rank {self.link.rank} failed to deliver a batch:\n"
-                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+        self._take(envs)
 
     async def collect(self) -> dict:
-        return self.host.collect()
+        out = self.host.collect()
+        if self.listener is not None:
+            out["stats"]["direct"] = self.listener.counters.as_dict()
+        return out
 
     async def progress(self):
         return self.host.progress()
@@ -264,6 +310,12 @@ class RayFabric:
         self._rank_worker: dict[int, str] = {}  # rank -> its current actor's worker id
         self.on_report = lambda event: None
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
+        self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
+        self._plane: dict | None = None
+        if options.get("data_plane", "direct") == "direct":
+            self._plane = {"secret": RunSecret(),
+                           "run_dir": os.path.join(tempfile.gettempdir(),
+                                                   f"ftactors-{secrets.token_hex(8)}")}
 
     def clock(self) -> float:
         return time.time()
@@ -343,7 +395,8 @@ class RayFabric:
         if spec.kill_iterations and worker is not None:
             DEATH_NOTICES.doomed(worker)
         try:
-            await actor.setup.remote(cloudpickle.dumps(spec), self.inbox)
+            self.endpoints[actor] = await actor.setup.remote(
+                cloudpickle.dumps(spec), self.inbox, self._plane)
         except RayActorError as exc:
             raise RankDied(spec.rank, f"could not start: {exc}") from None
         return actor
@@ -362,7 +415,10 @@ class RayFabric:
         await self._ask(handle, "ping")
 
     async def wire(self, handles: list) -> None:
-        await asyncio.gather(*(self._ask(h, "wire", handles) for h in handles))
+        """Hand every rank its peers' actors and direct endpoints (a changed endpoint
+        closes the connections to the old one)."""
+        endpoints = [self.endpoints.get(h) for h in handles]
+        await asyncio.gather(*(self._ask(h, "wire", handles, endpoints) for h in handles))
 
     async def run(self, handle, args: tuple, kwargs: dict, restore=None) -> dict:
         return await self._ask(handle, "run", args, kwargs, restore)
@@ -421,6 +477,8 @@ class RayFabric:
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors.clear()
+        if self._plane is not None:  # the sockets of ranks on this node
+            shutil.rmtree(self._plane["run_dir"], ignore_errors=True)
 
 
 def _death_reason(exc: Exception) -> str:

@@ -97,6 +97,7 @@ def outcome(r, app: str, reference) -> dict:
         "recoveries": r.metrics["recoveries"],
         "partner_copies": sum(e.detail["partner"] is not None for e in r.events_of("backup")),
         "nr_states": sorted({e.detail["state"] for e in r.events_of("nr_state")}),
+        "direct": r.metrics.get("direct"),
     }
 
 

@@ -81,3 +81,12 @@ def test_beyond_reach_falls_back_to_stable_storage_and_verifies(runs):
 def test_node_kills_removed_real_nodes(runs):
     assert len(runs["node"]["removed"]) == 1 and len(runs["two_nodes"]["removed"]) == 2
     assert set(runs["two_nodes"]["removed"]) <= set(runs["two_nodes"]["nodes"])
+
+
+@pytest.mark.parametrize("name", ["node", "two_nodes"])
+def test_ranks_on_different_nodes_talk_over_tcp(runs, name):
+    """The direct data plane between nodes is TCP (ranks are placed two per worker node),
+    and it carried the runs that survived the node kills."""
+    direct = runs[name]["direct"]
+    assert direct["tcp_connections"] > 0 and direct["frames"] > 0
+    assert direct["auth_failed"] == direct["bad_frame"] == 0

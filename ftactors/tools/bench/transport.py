@@ -1,4 +1,5 @@
-"""Ray transport against raw Ray actor calls: latency, small-message throughput, bandwidth.
+"""Ray transport against raw Ray actor calls and a raw socket pair: latency, small-message
+throughput, bandwidth.
 
 What is measured, in one run, on the same embedded (or given) Ray:
 
@@ -12,23 +13,29 @@ What is measured, in one run, on the same embedded (or given) Ray:
   reading one element and checking the shape of each (raw Ray: the array passed as a
   call argument, which Ray puts in the object store, as ftactors does for large buffers).
 
-Each figure is timed with ``time.perf_counter`` inside the sending actor around the
-measured loop only, after a warm-up, so both sides pay the same costs. The baseline is
-raw Ray because it is what ftactors is built on: the ratio says what the framework
-(envelopes, channels, matching, batching) adds or saves compared with writing the same
-exchange by hand.
+The second anchor is a **raw socket pair** (``_rawsocket``): two actors exchanging
+length-prefixed frames over a Unix socket with asyncio protocols, one frame per message,
+the same kind of channel the direct data plane (``data_plane="direct"``, the default)
+uses, with none of ftactors on it.
 
-Both sides live for the whole run and take turns: one ``ft.run`` whose rank 0, after
-each ftactors repetition, has the raw-Ray actors do theirs while rank 1 waits. Turns
+Each figure is timed with ``time.perf_counter`` inside the sending actor around the
+measured loop only, after a warm-up, so every side pays the same costs. Raw Ray is what
+the control plane is built on and the socket pair is what the data plane is built on:
+the ratios say what the framework (envelopes, channels, matching, batching) adds or saves
+compared with writing the same exchange by hand on either.
+
+All sides live for the whole run and take turns: one ``ft.run`` whose rank 0, after
+each ftactors repetition, has the raw-Ray actors and then the socket pair do theirs while
+rank 1 waits. Turns
 let load from other users of this shared machine hit both sides; living actors keep
 actor start-up out of every repetition of both, including what a fresh process pays on
 its first touches of object-store memory (page-table faults that made 16 MiB transfers
 of freshly started actors up to twice as slow as those of warm ones). Every figure is
 the median over repetitions; a ratio is the ratio of medians.
 
-The targets checked are those of the core issue: latency at most 1.3x raw Ray,
-small-message throughput at least 3x raw Ray's one call per message (ftactors batches
-per destination), 16 MiB bandwidth at least 0.8x raw Ray.
+The targets checked are those of issue #16: latency at most 0.5x raw Ray and at most
+1.5x the socket pair, small-message throughput at least 3x raw Ray's one call per message
+(ftactors batches per destination), 16 MiB bandwidth at least 0.8x raw Ray.
 """
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ import numpy as np
 import ftactors as ft
 
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
+from ._rawsocket import SocketDriver, SocketPeer
 
 MIB = 1 << 20
 
@@ -53,12 +61,16 @@ QUICK = {"repetitions": 2, "round_trips": 50, "messages": 2_000,
 WARMUP_FRACTION = 0.1
 """Each timed loop is preceded by this fraction of its work, untimed (at least one)."""
 
+ANCHORS = ("ray", "socket")
+"""The hand-written baselines, by the name their samples go under."""
+
 TARGETS = {
-    "latency": ("<=", 1.3),
-    "throughput": (">=", 3.0),
-    f"bandwidth_{16 * MIB}": (">=", 0.8),
+    ("latency", "ray"): ("<=", 0.5),
+    ("latency", "socket"): ("<=", 1.5),
+    ("throughput", "ray"): (">=", 3.0),
+    (f"bandwidth_{16 * MIB}", "ray"): (">=", 0.8),
 }
-"""Ratio ftactors / raw Ray required by the core issue, per figure."""
+"""Ratio ftactors / anchor required by issue #16, per (figure, anchor)."""
 
 
 def _warmup(n: int) -> int:
@@ -75,10 +87,11 @@ def _touch(arr: np.ndarray, nbytes: int) -> float:
 # ------------------------------------------------------------------------- ftactors side
 class TransportBench(ft.Rank):
     """Rank 0 drives every measurement; rank 1 answers. Between two ftactors
-    repetitions rank 0 has ``raw`` (a ``RawDriver``) run one of raw Ray; rank 0 returns
-    ``[(ftactors figures, raw Ray figures)]``, one pair per repetition."""
+    repetitions rank 0 has ``raw`` (a ``RawDriver``) run one of raw Ray and ``sock`` (a
+    ``SocketDriver``) one over the socket pair; rank 0 returns ``[(ftactors figures,
+    raw Ray figures, socket figures)]``, one per repetition."""
 
-    async def main(self, plan: dict, repetitions: int, raw) -> list | None:
+    async def main(self, plan: dict, repetitions: int, raw, sock) -> list | None:
         pairs = []
         for _ in range(repetitions):
             mine = {"latency": await self._pingpong(plan["round_trips"]),
@@ -86,7 +99,8 @@ class TransportBench(ft.Rank):
             for nbytes, count in plan["arrays"].items():
                 mine[f"bandwidth_{nbytes}"] = await self._arrays(nbytes, count)
             if self.rank == 0:
-                pairs.append((mine, await raw.run.remote(plan)))
+                pairs.append((mine, await raw.run.remote(plan),
+                              await sock.run.remote(plan, _warmup)))
                 await self.comm.send(None, dest=1)  # rank 1's turn again
             else:
                 await self.comm.recv(source=0)
@@ -225,29 +239,36 @@ class RawDriver:
 
 
 # ------------------------------------------------------------------------------- driver
-def _raw_actors(address: str | None):
-    """Two plain async actors, reserving no CPU like ftactors' rank actors."""
+def _anchor_actors(address: str | None):
+    """The raw-Ray pair and the socket pair: plain async actors, reserving no CPU like
+    ftactors' rank actors, on this node (the socket is a Unix socket)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from ...transports.ray import ensure_ray
     ensure_ray(address)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     peer = ray.remote(RawPeer).options(num_cpus=0).remote()
     driver = ray.remote(RawDriver).options(num_cpus=0).remote(peer)
-    return ray, driver, peer
+    sock_peer = ray.remote(SocketPeer).options(num_cpus=0, scheduling_strategy=here).remote()
+    sock_driver = ray.remote(SocketDriver).options(num_cpus=0, scheduling_strategy=here).remote()
+    ray.get(sock_driver.connect.remote(ray.get(sock_peer.listen.remote())))
+    return ray, [driver, peer, sock_driver, sock_peer]
 
 
 def measure(plan: dict, repetitions: int,
             address: str | None = None) -> dict[str, dict[str, list[float]]]:
-    """Alternating ftactors and raw-Ray repetitions; the samples of each figure."""
-    ray, driver, peer = _raw_actors(address)
+    """Alternating ftactors, raw-Ray and socket repetitions; the samples of each figure."""
+    ray, actors = _anchor_actors(address)
     try:
-        pairs = ft.run(TransportBench, 2, args=(plan, repetitions, driver), transport="ray",
-                       address=address, timeout_s=1800).results[0]
+        runs = ft.run(TransportBench, 2, args=(plan, repetitions, actors[0], actors[2]),
+                      transport="ray", address=address, timeout_s=1800).results[0]
     finally:
-        ray.kill(driver)
-        ray.kill(peer)
-    return {key: {"ftactors": [mine[key] for mine, _ in pairs],
-                  "ray": [raw[key] for _, raw in pairs]} for key in pairs[0][0]}
+        for actor in actors:
+            ray.kill(actor)
+    return {key: {"ftactors": [mine[key] for mine, _, _ in runs],
+                  "ray": [raw[key] for _, raw, _ in runs],
+                  "socket": [sock[key] for _, _, sock in runs]} for key in runs[0][0]}
 
 
 FIGURES = [
@@ -260,30 +281,40 @@ FIGURES = [
 
 
 def summarize(samples: dict) -> dict:
-    """Medians, ratios ftactors / raw Ray, and the targets' verdicts, per figure."""
+    """Medians, ratios ftactors / each anchor (``ratio`` is against raw Ray,
+    ``ratio_socket`` against the socket pair), and the targets' verdicts, per figure."""
     figures = {}
     for key, label, unit, scale in FIGURES:
         s = samples[key]
-        ft_med, ray_med = statistics.median(s["ftactors"]), statistics.median(s["ray"])
-        ratio = ft_med / ray_med
-        fig = {"label": label, "unit": unit,
-               "ftactors": ft_med * scale, "ray": ray_med * scale, "ratio": ratio,
-               "ftactors_samples": [v * scale for v in s["ftactors"]],
-               "ray_samples": [v * scale for v in s["ray"]]}
-        if key in TARGETS:
-            op, bound = TARGETS[key]
-            fig["target"] = f"{op} {bound}"
-            fig["met"] = ratio <= bound if op == "<=" else ratio >= bound
+        fig = {"label": label, "unit": unit}
+        for side in ("ftactors",) + ANCHORS:
+            fig[side] = statistics.median(s[side]) * scale
+            fig[f"{side}_samples"] = [v * scale for v in s[side]]
+        fig["ratio"] = fig["ftactors"] / fig["ray"]
+        fig["ratio_socket"] = fig["ftactors"] / fig["socket"]
+        targets = {}
+        for anchor in ANCHORS:
+            if (key, anchor) in TARGETS:
+                op, bound = TARGETS[(key, anchor)]
+                ratio = fig["ratio" if anchor == "ray" else "ratio_socket"]
+                targets[anchor] = {"target": f"{op} {bound}",
+                                   "met": ratio <= bound if op == "<=" else ratio >= bound}
+        if targets:
+            fig["targets"] = targets
+            fig["met"] = all(t["met"] for t in targets.values())
         figures[key] = fig
     return figures
 
 
 def format_table(figures: dict) -> str:
-    rows = [("figure", "ftactors", "raw Ray", "ratio", "target", "met")]
+    rows = [("figure", "ftactors", "raw Ray", "socket", "vs Ray", "vs socket", "targets",
+             "met")]
     for key, fig in figures.items():
+        targets = fig.get("targets", {})
         rows.append((f"{fig['label']} ({fig['unit']})", f"{fig['ftactors']:.1f}",
-                     f"{fig['ray']:.1f}", f"{fig['ratio']:.2f}x",
-                     f"{fig['target']}x" if "target" in fig else "-",
+                     f"{fig['ray']:.1f}", f"{fig['socket']:.1f}", f"{fig['ratio']:.2f}x",
+                     f"{fig['ratio_socket']:.2f}x",
+                     ", ".join(f"{t['target']}x {a}" for a, t in targets.items()) or "-",
                      ("yes" if fig["met"] else "NO") if "met" in fig else "-"))
     return table(rows)
 
@@ -303,7 +334,7 @@ def main(args) -> int:
     if repetitions < 1:
         return usage_error("transport", "--repetitions must be >= 1")
     plan = {k: v for k, v in settings.items() if k != "repetitions"}
-    print(f"transport benchmark: ftactors on Ray vs raw Ray actor calls, "
+    print(f"transport benchmark: ftactors on Ray vs raw Ray actor calls and a raw socket pair, "
           f"{repetitions} repetition(s)")
     machine = machine_info()
     figures = summarize(measure(plan, repetitions, args.address))

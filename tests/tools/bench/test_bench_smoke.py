@@ -42,13 +42,14 @@ def test_transport_bench_json(tmp_path, ray_session):
     figures = data["figures"]
     assert set(figures) == {"latency", "throughput", "bandwidth_1048576", "bandwidth_16777216"}
     for key, fig in figures.items():
-        for side in ("ftactors", "ray"):
+        for side in ("ftactors", "ray", "socket"):
             assert fig[side] > 0
             assert len(fig[f"{side}_samples"]) == reps
-        assert fig["ratio"] > 0
-        assert ("target" in fig) == ("met" in fig)
-    targeted = {k for k, f in figures.items() if "target" in f}
+        assert fig["ratio"] > 0 and fig["ratio_socket"] > 0
+        assert ("targets" in fig) == ("met" in fig)
+    targeted = {k for k, f in figures.items() if "targets" in f}
     assert targeted == {"latency", "throughput", "bandwidth_16777216"}
+    assert set(figures["latency"]["targets"]) == {"ray", "socket"}
     assert data["targets_met"] == all(figures[k]["met"] for k in targeted)
     assert {"python", "platform", "cpus", "ray", "numpy"} <= set(data["machine"])
 
@@ -145,3 +146,26 @@ def test_rs_bench_json(tmp_path):
 
 def test_rs_bench_rejects_bad_settings():
     assert bench("rs", "--groups", "0") == 2
+
+
+def test_solver_bench_table_from_samples():
+    """The solver table's ratios, target verdicts and the row of a missing mpi4py (the
+    CG runs themselves are too slow for a test; ``bench solver`` is run by hand)."""
+    from ftactors.tools.bench import solver
+    samples = {("W", 8): {"serial": [1.0, 3.0], "mpi4py": "not installed: " + solver.MPI_HINT,
+                          "ray": [40.0, 50.0], "direct": [8.0, 9.0]},
+               ("S", 4): {"serial": [0.5, 0.5], "mpi4py": "not installed: " + solver.MPI_HINT,
+                          "ray": [20.0, 20.0], "direct": [2.0, 2.0]}}
+    summary = solver.summarize(samples)
+    w = summary["table"][("W", 8)]
+    assert w["_baseline"] == "serial" and w["direct"]["ratio"] == 8.5 / 2.0
+    assert w["mpi4py"] == {"missing": "not installed: " + solver.MPI_HINT}
+    (target,) = summary["targets"]  # no mpi4py: only direct vs ray can be judged
+    assert target["figure"] == "direct/ray" and target["ratio"] == 8.5 / 45.0 and target["met"]
+    text = solver.format_table(summary)
+    assert "pip install 'ftactors[bench]'" in text and "direct/ray" in text
+
+
+def test_solver_bench_rejects_bad_ways():
+    assert bench("solver", "--ways", "serial,telepathy") == 2
+    assert bench("solver", "--repetitions", "0") == 2

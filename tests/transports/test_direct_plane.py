@@ -1,0 +1,203 @@
+"""The direct data plane's sockets (``transports/_direct``) without Ray: the handshake,
+framing, and what a listener does with peers that cannot prove they belong to the run."""
+import asyncio
+import os
+import pickle
+import socket
+import stat
+
+import pytest
+
+from ftactors.engine._envelope import APP, Envelope
+from ftactors.engine._payload import pack
+from ftactors.transports._direct import (HEADER, MAC_BYTES, NONCE_BYTES, ROWS, Listener,
+                                          Peers, RunSecret, encode, secure_run_dir)
+
+
+def _env(i: int, piggyback=None) -> Envelope:
+    return Envelope(APP, 0, 1, "w", 0, i, pack(i), seq=i, piggyback=piggyback)
+
+
+async def _listening(tmp_path, secret, **kw):
+    got = []
+    listener = Listener(secret, got.extend, **kw)
+    host = socket.gethostbyname("localhost")
+    endpoint = await listener.start("node-a", host, str(tmp_path / "run"), "r1")
+    return listener, endpoint, got
+
+
+async def _until(cond, timeout_s=5.0, show=None):
+    """Poll the loop until ``cond()`` (the sockets work on the same loop)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"condition not reached; {show() if show else ''}")
+        await asyncio.sleep(0.005)
+
+
+async def _handshake(reader, writer, secret: RunSecret) -> None:
+    """A well-behaved client's handshake (to send bad frames after it)."""
+    theirs = await reader.readexactly(NONCE_BYTES)
+    mine = os.urandom(NONCE_BYTES)
+    writer.write(mine + secret.mac(b"client", theirs, mine))
+    assert await reader.readexactly(MAC_BYTES) == secret.mac(b"server", mine, theirs)
+
+
+def _frame(envs) -> bytes:
+    kind, body = encode(envs, True)
+    return HEADER.pack(len(body), kind) + body
+
+
+@pytest.mark.parametrize("same_node", [True, False], ids=["unix", "tcp"])
+def test_batches_arrive_in_order_over_unix_and_tcp(tmp_path, same_node):
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a" if same_node else "node-b", listener.counters)
+        peers.wire([None, endpoint])
+        for i in range(0, 300, 3):
+            assert peers.send(1, *encode([_env(i), _env(i + 1), _env(i + 2, {"x": [i]})],
+                                         plain=i % 2 == 0))
+        await _until(lambda: len(got) == 300)
+        assert [e.app_seq for e in got] == list(range(300))
+        assert got[2].piggyback == {"x": [0]}
+        assert listener.counters.frames == 100 and listener.counters.connections == 1
+        assert listener.counters.tcp_connections == (0 if same_node else 1)
+        peers.close()
+        listener.close()
+        assert not os.path.exists(endpoint.path)
+    asyncio.run(body())
+
+
+def test_listener_never_binds_all_interfaces(tmp_path):
+    async def body():
+        listener = Listener(RunSecret(), print)
+        for host in ("0.0.0.0", "", "::"):
+            with pytest.raises(ValueError, match="all interfaces"):
+                await listener.start("n", host, str(tmp_path / "run"), "r0")
+    asyncio.run(body())
+
+
+def test_socket_directory_is_private(tmp_path):
+    path = secure_run_dir(str(tmp_path / "run"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    lax = tmp_path / "lax"
+    lax.mkdir(mode=0o755)
+    os.chmod(lax, 0o755)
+    with pytest.raises(PermissionError, match="not a private directory"):
+        secure_run_dir(str(lax))
+    os.symlink(path, tmp_path / "link")
+    with pytest.raises(PermissionError):
+        secure_run_dir(str(tmp_path / "link"))
+
+
+def test_secret_never_shown():
+    secret = RunSecret()
+    assert secret.key.hex() not in repr(secret) and "hidden" in repr(secret)
+    assert pickle.loads(pickle.dumps(secret)).key == secret.key
+
+
+def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
+    """No secret, a wrong one, garbage, silence, an oversized frame and a truncated
+    frame: each connection is dropped and counted, none of their frames is delivered
+    (a pickle that would run code is among them), and the run's own sender, interleaved
+    with them, loses nothing."""
+    evil = pickle.dumps(os.system)  # would be called by pickle.loads: must never be read
+
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret, auth_timeout_s=0.3,
+                                                   max_frame_bytes=1 << 16)
+        peers = Peers(secret, "node-a", listener.counters)
+        peers.wire([None, endpoint])
+        c = listener.counters
+        sent = 0
+
+        def honest():
+            nonlocal sent
+            peers.send(1, *encode([_env(sent)], True))
+            sent += 1
+
+        async def attack(payload: bytes, *, secret_to_use=None, close=True):
+            honest()
+            r, w = await asyncio.open_unix_connection(endpoint.path)
+            if secret_to_use is not None:
+                await _handshake(r, w, secret_to_use)
+            w.write(payload)
+            await w.drain()
+            if close:
+                w.close()
+            honest()
+            return r, w
+
+        # no secret: frames straight away (the first 64 bytes fail as a proof)
+        await attack(HEADER.pack(len(evil), ROWS) + evil + b"\0" * 64)
+        await _until(lambda: c.auth_failed == 1)
+        # a wrong secret
+        wrong = RunSecret()
+        r, w = await asyncio.open_unix_connection(endpoint.path)
+        theirs = await r.readexactly(NONCE_BYTES)
+        w.write(b"n" * NONCE_BYTES + wrong.mac(b"client", theirs, b"n" * NONCE_BYTES)
+                + HEADER.pack(len(evil), ROWS) + evil)
+        await _until(lambda: c.auth_failed == 2)
+        assert await r.read() == b""  # dropped without the listener's proof
+        honest()
+        # garbage, then a hang-up halfway through the handshake
+        await attack(os.urandom(200))
+        await _until(lambda: c.auth_failed == 3)
+        await attack(os.urandom(10))
+        await _until(lambda: c.auth_failed == 4)
+        # silence: dropped when the proof does not come in time
+        silent = await attack(b"", close=False)  # kept open (a dropped writer closes)
+        await _until(lambda: c.auth_timeout == 1, show=c.as_dict)
+        # the right secret, but an oversized frame, then a truncated one
+        await attack(HEADER.pack(1 << 20, ROWS) + b"x" * 100, secret_to_use=secret)
+        await _until(lambda: c.oversized == 1)
+        await attack(_frame([_env(10_000)])[:-3], secret_to_use=secret)
+        await _until(lambda: c.truncated == 1)
+        # the right secret and a frame that does not decode
+        await attack(HEADER.pack(5, ROWS) + b"trash", secret_to_use=secret)
+        await _until(lambda: c.bad_frame == 1)
+        await _until(lambda: len(got) == sent)
+        assert [e.app_seq for e in got] == list(range(sent))  # nothing lost, no intruder
+        assert c.frames == sent  # the intruders' frames were never counted as read
+        assert c.connections == 9  # 8 intruders and the run's own sender
+        peers.close()
+        listener.close()
+
+    calls = []
+    real = os.system
+    os.system = calls.append
+    try:
+        asyncio.run(body())
+    finally:
+        os.system = real
+    assert calls == []
+
+
+def test_rewire_to_a_new_endpoint_closes_the_old_connection(tmp_path):
+    """A new incarnation's endpoint replaces the old one: the old connection is closed
+    and later frames reach only the new listener; a peer that is gone drops its frames."""
+    async def body():
+        secret = RunSecret()
+        old, old_ep, got_old = await _listening(tmp_path / "a", secret)
+        new, new_ep, got_new = await _listening(tmp_path / "b", secret)
+        peers = Peers(secret, "node-a", old.counters)
+        peers.wire([None, old_ep])
+        peers.send(1, *encode([_env(0)], True))
+        await _until(lambda: len(got_old) == 1)
+        peers.wire([None, new_ep])
+        await _until(lambda: not old.inbound)  # the fence closed it
+        peers.send(1, *encode([_env(1)], True))
+        await _until(lambda: len(got_new) == 1)
+        assert len(got_old) == 1
+        new.close()
+        await asyncio.sleep(0.05)
+        gone = Peers(secret, "node-a", old.counters)
+        gone.wire([None, new_ep])  # its socket file is removed: the connect fails
+        gone.send(1, *encode([_env(2)], True))
+        await _until(lambda: old.counters.dropped_sends == 1)
+        peers.close()
+        old.close()
+    asyncio.run(body())
