@@ -118,6 +118,8 @@ from .groups import Groups, load_groups
 
 NAME = "hc3i"
 NODE = "node"
+GC_CLCS_MAX = 2
+"""By default a collection starts once a cluster stores more CLCs than this."""
 CONTROL = {"req": "_on_req", "cut": "_on_cut", "expect": "_on_expect", "ack": "_on_ack",
            "nack": "_on_nack", "commit": "_on_commit", "abort": "_on_abort", "got": "_on_got"}
 """This protocol's control messages and their handlers (one per message)."""
@@ -138,6 +140,10 @@ def check_settings(options: dict) -> None:
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                   and v > 0):
             raise ConfigError(f"{name} must be > 0, got {v!r}")
+    v = options.get("gc_clcs_max", GC_CLCS_MAX)
+    if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        raise ConfigError(f"gc_clcs_max must be an int >= 1 (or None: no collection on "
+                          f"commits), got {v!r}")
     if options.get("ddv_transitive") not in (None, True, False):
         raise ConfigError(f"ddv_transitive must be True or False, "
                           f"got {options['ddv_transitive']!r}")
@@ -167,13 +173,13 @@ class _Round:
 
     sn: int
     initiator: int                 # the smallest initiator seen (Algorithm 4)
-    forced: bool = False           # this rank started it for a message
+    forced_by: int | None = None   # this rank started it for a message from this cluster
     part: bool = False             # this rank's tentative checkpoint is taken (or refused)
     ddv: list | None = None        # the DDV of this rank's acknowledgement
     told: bool = False             # this rank's cut went to the initiator
     acked: bool = False            # the acknowledgement went out
     cuts: dict = field(default_factory=dict)  # as initiator: rank -> its cut
-    acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced)
+    acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced_by)
     committing: bool = False
 
 
@@ -222,6 +228,8 @@ class DDVPiggyback(Protocol):
         "clc_interval_s": "seconds between unforced CLCs: a number, or {cluster: seconds} "
                           "(default: only forced CLCs)",
         "gc_interval_s": "seconds between garbage collections (default: none on a timer)",
+        "gc_clcs_max": "a garbage collection starts when a cluster stores more CLCs than "
+                       f"this (default {GC_CLCS_MAX}; None: not on commits)",
         "log_bytes_max": "a rank whose log passes this many bytes asks for a garbage "
                          "collection (default: never)",
         "ddv_transitive": "piggyback the whole DDV, not only the SN (default False)",
@@ -343,7 +351,7 @@ class DDVPiggyback(Protocol):
                         if i != st.me:
                             st.ddv[i] = max(st.ddv[i], x)
                 st.held_inter.insert(0, env)  # before any held after it
-                self._initiate(forced=True, cause=(env.src, env.app_seq, sn))
+                self._initiate(forced_by=j, cause=(env.src, env.app_seq, sn))
                 return None
             st.ddv[j] = sn  # no CLC possible any more: a dependency of the current state
             ft.events.record("hc3i_dependency", cluster=j, sn=sn, src=env.src)
@@ -371,15 +379,17 @@ class DDVPiggyback(Protocol):
         """Start an unforced CLC of this rank's cluster now (what the leader's timer
         does); ignored during a 2PC or once the cluster can no longer checkpoint."""
         if self._can_checkpoint():
-            self._initiate(forced=False)
+            self._initiate(forced_by=None)
 
-    def _initiate(self, forced: bool, cause=None) -> None:
-        """Algorithm 3: ask the cluster for CLC SN+1."""
+    def _initiate(self, forced_by: int | None, cause=None) -> None:
+        """Algorithm 3: ask the cluster for CLC SN+1 (forced by a message from cluster
+        ``forced_by``, or unforced: None)."""
         st = self._hc3i
         if st.round is not None or st.closed:
             return
-        r = st.round = _Round(st.sn + 1, self.rank, forced)
-        self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced, cause=cause)
+        r = st.round = _Round(st.sn + 1, self.rank, forced_by)
+        self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced_by is not None,
+                              cause=cause)
         self._cut(r.sn)
         self.ft.send_control_all(self._others(), NAME, "req", r.sn)
         self._tell_cut(r)
@@ -523,7 +533,7 @@ class DDVPiggyback(Protocol):
 
     def _send_ack(self, r: _Round) -> None:
         r.acked = True
-        data = (r.sn, r.ddv, r.forced)
+        data = (r.sn, r.ddv, r.forced_by)
         if r.initiator == self.rank:
             self._on_ack(self.rank, data)
         else:
@@ -536,11 +546,11 @@ class DDVPiggyback(Protocol):
             self.ft.send_control(r.initiator, NAME, "nack", r.sn)
 
     def _on_ack(self, src: int, data) -> None:
-        sn, ddv, forced = data
+        sn, ddv, forced_by = data
         r = self._hc3i.round
         if r is None or r.sn != sn or r.initiator != self.rank or r.committing:
             return  # for a round this rank no longer leads
-        r.acks[src] = (ddv, forced)
+        r.acks[src] = (ddv, forced_by)
         if len(r.acks) == len(self._others()) + 1:
             r.committing = True
             self.ft_spawn(self._commit(r))
@@ -551,9 +561,9 @@ class DDVPiggyback(Protocol):
         st, ft = self._hc3i, self.ft
         ddv = _ddv.merge(d for d, _ in r.acks.values())
         ddv[st.me] = r.sn
-        forced = any(f for _, f in r.acks.values())
+        by = sorted({b for _, b in r.acks.values() if b is not None})
         await ft.link.report_now(ft.events.make("hc3i_commit", cluster=st.me, sn=r.sn,
-                                                ddv=list(ddv), forced=forced,
+                                                ddv=list(ddv), forced=bool(by), by=by,
                                                 incarnation=self.incarnation))
         ft.send_control_all(self._others(), NAME, "commit", (r.sn, ddv))
         self._apply_commit(r.sn, ddv)
