@@ -431,7 +431,7 @@ class Coordinator:
         stats = [c["stats"] for c in self.collected]
         metrics: dict[str, Any] = {"wall_s": wall_s, "ranks": self.n, "transport": self.fabric.name}
         for key in ("sent", "received", "duplicates_dropped", "resends_suppressed",
-                    "stale_dropped", "channel_duplicates"):
+                    "stale_dropped", "channel_duplicates", "logged_bytes"):
             metrics[key] = sum(s[key] for s in stats)
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")

@@ -295,6 +295,7 @@ class DDVPiggyback(Protocol):
                                  env.payload))
         st.log.setdefault(env.dst, {})[env.app_seq] = entry
         st.log_bytes += env.payload.nbytes
+        self.ft.logged_bytes += env.payload.nbytes
         self._check_memory()
         if cut:
             st.held_out.append(entry)  # after this rank's cut: goes with the new SN

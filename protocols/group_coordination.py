@@ -143,6 +143,7 @@ class GroupCoordination(Protocol):
                 APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload)
             gc.logged[0] += 1
             gc.logged[1] += env.payload.nbytes
+            self.ft.logged_bytes += env.payload.nbytes
         if dst in gc.skip:
             if env.app_seq < gc.skip[dst]:
                 gc.skipped += 1
