@@ -37,6 +37,7 @@ import asyncio
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -225,6 +226,14 @@ class RankActor:
         """SIGSTOP this actor's own process (chaos: a hang only heartbeats can see)."""
         os.kill(os.getpid(), signal.SIGSTOP)
 
+    def stall(self, seconds: float) -> None:
+        """Freeze this actor's process for ``seconds`` (chaos: a paging or starved
+        process): SIGSTOP now, SIGCONT from a detached shell when the time is up."""
+        subprocess.Popen(["sh", "-c", f"sleep {float(seconds)}; kill -CONT {os.getpid()}"],
+                         start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
 
 def ensure_ray(address: str | None = None) -> None:
     """Connect to ``address``, or start an embedded local Ray once per process."""
@@ -390,6 +399,9 @@ class RayFabric:
         ready, _ = await asyncio.to_thread(ray.wait, refs, num_returns=len(refs),
                                            timeout=timeout_s, fetch_local=False)
         return len(ready) == len(refs)
+
+    async def stall(self, handle, seconds: float) -> None:
+        handle.stall.remote(seconds)
 
     async def kill(self, handle, method: str) -> None:
         if method == "ray.kill":
