@@ -8,11 +8,17 @@ Theory of operation
 *Clusters* (``clusters`` option): a partition of the ranks. ``"node"`` (the default)
 groups the ranks by the Ray node they run on; the coordinator finds the nodes once the
 ranks exist and tells every rank before ``main()`` starts. Where every rank is on one
-node (the ``local`` and ``sim`` transports, a one-machine Ray) that would be a single
-cluster, so ``"node"`` falls back to the default group policy of ``protocols/groups.py``
-(consecutive ranks in clusters of ceil(sqrt(n))). Any group definition or policy is
-accepted instead (``"fixed:K"``, a JSON/YAML file, a list of lists). A cluster's
-smallest rank is its primary leader: it runs the unforced checkpoint timer.
+node (the ``local`` and ``sim`` transports, a one-machine Ray) that is one cluster: the
+protocol is then coordinated checkpointing of the whole run, with no forced CLC. (It
+used to fall back to clusters of ceil(sqrt(n)) consecutive ranks: two arbitrary halves
+for 4 ranks, which CG's collectives cross at every step, so every crossing message forced
+a CLC in the other half: a forced-checkpoint storm, issue 19.) Any group definition or
+policy is accepted instead (``"fixed:K"``, ``"trace:PATH"``: Algorithm 2 on a message
+trace, as ``ftactors groups suggest`` forms them, a JSON/YAML file, a list of lists). A
+cluster's smallest rank is its primary leader: it runs the unforced checkpoint timer.
+A run whose clusters force CLCs much faster than they take unforced ones says so
+(``protocols/_hc3i_storm.py``: a ``hc3i_storm`` event and a warning naming the cluster
+pairs and the remedy).
 
 *Sequence numbers and DDVs.* CLC 1 is the start of the run: every cluster has SN 1 and a
 DDV with its own entry 1 and 0 elsewhere. Every message to another cluster carries the
@@ -84,11 +90,23 @@ part (the paper keeps it in volatile memory only), so two clusters that both rol
 still exchange what crossed their recovery line. Clusters that do not depend on a
 rolled-back one never roll back.
 
-*Garbage collection* (Algorithm 8, centralized): on the ``gc_interval_s`` timer, and when
-a rank's log passes ``log_bytes_max`` (memory pressure), the coordinator simulates the
-failure of every cluster, keeps per cluster the smallest SN it could be sent back to,
-drops older CLCs and tells every rank to drop log entries acked below the receiver's
-smallest SN.
+*Garbage collection* (Algorithm 8, centralized): whenever a commit leaves a cluster with
+more than ``gc_clcs_max`` CLCs (2 by default; on unless set to None), on the
+``gc_interval_s`` timer, and when a rank's log passes ``log_bytes_max`` (memory
+pressure), the coordinator simulates the failure of every cluster, keeps per cluster the
+smallest SN it could be sent back to, drops older CLCs (their parts' object references
+with them, so Ray frees them) and tells every rank to drop log entries acked below the
+receiver's smallest SN. Collections started by commits run one at a time; commits during
+one ask for one more.
+
+*Footprint*: per cluster, the CLCs some single failure could still send it back to (with
+their parts in the object store) plus a CLC being taken; after each collection that is 1
+CLC with one cluster and, in the runs measured (sim-check, the tests, ``bench footprint``),
+at most 2 per cluster (the paper's Tables 2-3). It is a bound on what a recovery line can
+use, not a constant: a cluster that received from another one that has taken no CLC
+since must keep the CLC that dependency leads back to. Each rank's log holds its
+messages to other clusters not acknowledged below the receiver's smallest kept SN; the
+events per CLC stay in the timeline (a few hundred bytes each).
 
 *Beyond the paper* (its section 8): ``ddv_transitive`` piggybacks the whole DDV; a forced
 CLC then also records the sender's entries for third clusters, so a later message from
