@@ -2,6 +2,8 @@
 deliberately broken protocol is caught, and its seed replays the same failure."""
 import pytest
 
+import ftactors as ft
+
 from ftactors import cli
 from ftactors.protocols import GroupCoordination
 from ftactors.simcheck import schedule, setups, sim_check
@@ -50,3 +52,45 @@ def test_cli(capsys):
     assert cli.main(["sim-check", "--protocol", "ready-flush", "--runs", "3"]) == 0
     assert "sim-check ready-flush: 3 of 3 runs passed" in capsys.readouterr().out
     assert cli.main(["sim-check", "--protocol", "groups", "--runs", "0"]) == 2
+
+
+def _ev(kind, rank=-1, **detail):
+    return ft.Event(0.0, kind, rank, detail)
+
+
+def test_a_give_up_is_judged_by_the_failed_ranks_and_the_copies_placement():
+    """StandbyReplacement: only a rank and its partner failing in one recovery after a
+    backup lose data; RSBackup: only a group left with fewer than k of its k + m blocks.
+    A failure in an earlier, completed recovery does not count for the round that gave up."""
+    from ftactors._simcheck_invariants import needless_give_up
+    from ftactors.simcheck import setups
+    backed = [_ev("backup", 0)]
+    # 6 ranks: rank 1's partner is 4
+    assert needless_give_up("standby", backed + [_ev("failure_detected", 1),
+                                                 _ev("failure_detected", 4)], 6, {}) == ""
+    assert "partner survived" in needless_give_up(
+        "standby", backed + [_ev("failure_detected", 1), _ev("failure_detected", 2)], 6, {})
+    assert "partner survived" in needless_give_up(
+        "standby", backed + [_ev("failure_detected", 4), _ev("recovery_end"),
+                             _ev("failure_detected", 1)], 6, {})
+    assert "before any backup" in needless_give_up(
+        "standby", [_ev("failure_detected", 1), _ev("failure_detected", 4)], 6, {})
+    rs = setups()["rs"].options  # 8 ranks, groups of 2 on virtual nodes of 2 ranks
+    from ftactors.protocols.rs_placement import place, virtual_nodes
+    placement = place(virtual_nodes(8, 2), 2)
+    g = placement.groups[0]
+    holders = [placement.holder(0, j) for j in range(placement.m(0))]
+    lost = [*g, holders[0]]  # 3 of the group's 4 blocks
+    assert needless_give_up("rs", [_ev("failure_detected", r) for r in lost], 8, rs) == ""
+    assert "keeps k" in needless_give_up("rs", [_ev("failure_detected", r) for r in g], 8, rs)
+
+
+def test_hc3i_footprint_bounds_are_checked_after_each_collection():
+    from ftactors._simcheck_invariants import hc3i_unbounded
+
+    def gc(stored, parts=4, log=10):
+        return _ev("hc3i_gc", stored_after={0: 1, 1: stored}, parts_kept=parts, log_after=log)
+    assert hc3i_unbounded([gc(2), gc(1)], 4, 100) == ""
+    assert "kept 3 CLCs" in hc3i_unbounded([gc(2), gc(3)], 4, 100)
+    assert "13 parts" in hc3i_unbounded([gc(2, parts=13)], 4, 100)
+    assert "101 messages" in hc3i_unbounded([gc(2, log=101)], 4, 100)
