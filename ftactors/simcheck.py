@@ -15,8 +15,9 @@ of another rank as recovery starts. Each run must pass these checks:
   cuts (``exact`` below): a duplicate there means an orphan message, one a restored
   state holds as received that its sender's restored state had not sent;
 * for GroupCoordination, its logs stay bounded (garbage collection works);
-* for DDVPiggyback, after every garbage collection no cluster keeps more than two CLCs,
-  the coordinator no more parts than those and one CLC being taken, and the logs no more
+* for DDVPiggyback, after every garbage collection every cluster keeps exactly the CLCs
+  a single failure could still send it back to, never more than there are clusters, the
+  coordinator no more parts than those and one CLC being taken, and the logs no more
   than a bound (``_simcheck_invariants``).
 
 A run that fails prints its seed and the command that replays it; the same seed makes

@@ -240,6 +240,7 @@ class Hc3iRecovery:
             info = {"reason": reason, "lowest": lowest, "stored_before": before,
                     "stored_after": after, "log_before": sum(b for b, _ in logs),
                     "log_after": sum(a for _, a in logs),
+                    "newest": {k: v[-1].clc.sn for k, v in self.clcs.items()},
                     "parts_kept": sum(len(h) for h in self.parts_of.values())}
             c.events.record("hc3i_gc", **info)
             return info

@@ -101,8 +101,9 @@ one ask for one more.
 
 *Footprint*: per cluster, the CLCs some single failure could still send it back to (with
 their parts in the object store) plus a CLC being taken; after each collection that is 1
-CLC with one cluster and, in the runs measured (sim-check, the tests, ``bench footprint``),
-at most 2 per cluster (the paper's Tables 2-3). It is a bound on what a recovery line can
+CLC with one cluster and, in the runs measured (the tests, ``bench footprint``, 1,000
+sim-check runs), at most 2 per cluster (the paper's Tables 2-3), 3 (the number of
+clusters) in 4 sim-check runs with rollbacks. It is a bound on what a recovery line can
 use, not a constant: a cluster that received from another one that has taken no CLC
 since must keep the CLC that dependency leads back to. Each rank's log holds its
 messages to other clusters not acknowledged below the receiver's smallest kept SN; the

@@ -88,9 +88,13 @@ def test_a_give_up_is_judged_by_the_failed_ranks_and_the_copies_placement():
 def test_hc3i_footprint_bounds_are_checked_after_each_collection():
     from ftactors._simcheck_invariants import hc3i_unbounded
 
-    def gc(stored, parts=4, log=10):
-        return _ev("hc3i_gc", stored_after={0: 1, 1: stored}, parts_kept=parts, log_after=log)
+    def gc(stored, parts=4, log=10, lowest=None):
+        lowest = 9 - stored + 1 if lowest is None else lowest
+        return _ev("hc3i_gc", stored_after={0: 1, 1: stored}, newest={0: 5, 1: 9},
+                   lowest={0: 5, 1: lowest}, parts_kept=parts, log_after=log)
     assert hc3i_unbounded([gc(2), gc(1)], 4, 100) == ""
-    assert "kept 3 CLCs" in hc3i_unbounded([gc(2), gc(3)], 4, 100)
+    assert "3 can still be used" in hc3i_unbounded([gc(2, lowest=7)], 4, 100)  # kept too few
+    assert "1 can still be used" in hc3i_unbounded([gc(2, lowest=9)], 4, 100)  # not collected
+    assert "at most 2, the number of clusters" in hc3i_unbounded([gc(2), gc(3)], 4, 100)
     assert "13 parts" in hc3i_unbounded([gc(2, parts=13)], 4, 100)
     assert "101 messages" in hc3i_unbounded([gc(2, log=101)], 4, 100)
