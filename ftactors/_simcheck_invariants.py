@@ -16,6 +16,10 @@
   (:func:`needless_give_up`): StandbyReplacement loses a rank's backup only when the rank
   and its partner fail in one recovery after a backup was taken; RSBackup loses a group
   only when fewer than ``k`` of its ``k + m`` blocks (members and parity holders) survive.
+  StandbyReplacement also ends the run when no standby rank is left (NR-MPI's ABORT: the
+  spares are its resource, refilled in the background after each recovery); such a
+  give-up passes only if the timeline shows the spares used up (the last replacement
+  left none, or the run had none).
 """
 from __future__ import annotations
 
@@ -56,9 +60,22 @@ def failed_in_last_round(events) -> set[int]:
     return failed
 
 
-def needless_give_up(protocol: str, events, ranks: int, options: dict) -> str:
-    """Why a give-up was not forced by lost data ("" when it was)."""
+def spares_used_up(events) -> bool:
+    """Whether the timeline shows no standby rank left at its end."""
+    left = [e.detail["spares_left"] for e in events if e.kind == "replaced"]
+    if left:
+        return left[-1] == 0
+    return any(e.kind == "run_start" and e.detail["spares"] == 0 for e in events)
+
+
+def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
+    """Why the give-up ``exc`` (an ``ft.RankFailed`` with its timeline) was not forced by
+    lost data or, for StandbyReplacement, by want of a spare ("" when it was)."""
+    events = exc.events
     failed = failed_in_last_round(events)
+    if protocol == "standby" and "no spare left" in exc.reason:
+        return "" if spares_used_up(events) else (
+            "StandbyReplacement said no spare was left, but the timeline shows one")
     if protocol == "standby":
         from ftactors.protocols.standby import partner
         pairs = sorted((r, partner(r, ranks)) for r in failed if partner(r, ranks) in failed)

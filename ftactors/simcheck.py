@@ -23,9 +23,10 @@ of another rank as recovery starts. Each run must pass these checks:
 A run that fails prints its seed and the command that replays it; the same seed makes
 the same run, event for event. ``StandbyReplacement`` and ``RSBackup`` legitimately give
 up (``RankFailed``) when a failure takes data that no copy or code can rebuild (a rank
-and its partner, too many ranks of a group); each give-up is checked against the failed
-ranks and the placement of the copies (not the protocol's own bookkeeping), and counted
-as such when the data was truly lost, failed otherwise.
+and its partner, too many ranks of a group), and StandbyReplacement when no spare is
+left; each give-up is checked against the failed ranks and the placement of the copies
+(not the protocol's own bookkeeping), or the spares the timeline shows, and counted as
+such when it was forced, failed otherwise.
 """
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
         return out
     except ft.RankFailed as exc:
         out.gave_up = True
-        out.problem = (needless_give_up(setup.name, exc.events, setup.ranks, setup.options)
+        out.problem = (needless_give_up(setup.name, exc, setup.ranks, setup.options)
                        if setup.may_give_up else f"gave up: {exc}")
         if out.problem and setup.may_give_up:
             out.problem += f" ({exc})"
@@ -252,6 +253,7 @@ def _cmd_sim_check(args) -> int:
         print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}\n  replay: ftactors "
               f"sim-check --protocol {args.protocol} --runs 1 --seed {o.seed}")
     print(f"sim-check {args.protocol}: {len(outcomes) - len(failed)} of {len(outcomes)} runs "
-          f"passed ({gave_up} gave up correctly, data lost beyond repair) in "
+          f"passed ({gave_up} gave up correctly: data lost beyond repair, or no spare "
+          f"left) in "
           f"{time.perf_counter() - t0:.1f} s")
     return 1 if failed else 0

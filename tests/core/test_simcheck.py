@@ -58,31 +58,49 @@ def _ev(kind, rank=-1, **detail):
     return ft.Event(0.0, kind, rank, detail)
 
 
+def _gave_up(events, reason="both failed"):
+    exc = ft.RankFailed([0], reason)
+    exc.events = events
+    return exc
+
+
 def test_a_give_up_is_judged_by_the_failed_ranks_and_the_copies_placement():
     """StandbyReplacement: only a rank and its partner failing in one recovery after a
-    backup lose data; RSBackup: only a group left with fewer than k of its k + m blocks.
-    A failure in an earlier, completed recovery does not count for the round that gave up."""
+    backup lose data, and "no spare left" must be what the timeline shows; RSBackup: only a
+    group left with fewer than k of its k + m blocks. A failure in an earlier, completed
+    recovery does not count for the round that gave up."""
     from ftactors._simcheck_invariants import needless_give_up
     from ftactors.simcheck import setups
     backed = [_ev("backup", 0)]
+
+    def standby(events, reason="both failed"):
+        return needless_give_up("standby", _gave_up(events, reason), 6, {})
     # 6 ranks: rank 1's partner is 4
-    assert needless_give_up("standby", backed + [_ev("failure_detected", 1),
-                                                 _ev("failure_detected", 4)], 6, {}) == ""
-    assert "partner survived" in needless_give_up(
-        "standby", backed + [_ev("failure_detected", 1), _ev("failure_detected", 2)], 6, {})
-    assert "partner survived" in needless_give_up(
-        "standby", backed + [_ev("failure_detected", 4), _ev("recovery_end"),
-                             _ev("failure_detected", 1)], 6, {})
-    assert "before any backup" in needless_give_up(
-        "standby", [_ev("failure_detected", 1), _ev("failure_detected", 4)], 6, {})
+    assert standby(backed + [_ev("failure_detected", 1), _ev("failure_detected", 4)]) == ""
+    assert "partner survived" in standby(
+        backed + [_ev("failure_detected", 1), _ev("failure_detected", 2)])
+    assert "partner survived" in standby(
+        backed + [_ev("failure_detected", 4), _ev("recovery_end"), _ev("failure_detected", 1)])
+    assert "before any backup" in standby([_ev("failure_detected", 1),
+                                           _ev("failure_detected", 4)])
+    no_spare = "rank 5 failed: no spare left to replace it"
+    assert standby([_ev("replaced", 3, spares_left=0), _ev("failure_detected", 5)],
+                   no_spare) == ""
+    assert standby([_ev("run_start", spares=0), _ev("failure_detected", 5)], no_spare) == ""
+    assert "shows one" in standby([_ev("run_start", spares=2), _ev("replaced", 3, spares_left=1),
+                                   _ev("failure_detected", 5)], no_spare)
     rs = setups()["rs"].options  # 8 ranks, groups of 2 on virtual nodes of 2 ranks
     from ftactors.protocols.rs_placement import place, virtual_nodes
     placement = place(virtual_nodes(8, 2), 2)
     g = placement.groups[0]
     holders = [placement.holder(0, j) for j in range(placement.m(0))]
     lost = [*g, holders[0]]  # 3 of the group's 4 blocks
-    assert needless_give_up("rs", [_ev("failure_detected", r) for r in lost], 8, rs) == ""
-    assert "keeps k" in needless_give_up("rs", [_ev("failure_detected", r) for r in g], 8, rs)
+
+    def rs_judge(dead):
+        return needless_give_up("rs", _gave_up([_ev("failure_detected", r) for r in dead]),
+                                8, rs)
+    assert rs_judge(lost) == ""
+    assert "keeps k" in rs_judge(g)
 
 
 def test_hc3i_footprint_bounds_are_checked_after_each_collection():
