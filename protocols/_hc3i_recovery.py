@@ -1,10 +1,11 @@
 """Coordinator side of DDVPiggyback (HC3I): the clusters' CLCs, rollback, garbage collection.
 
-The coordinator keeps every member's part of every committed CLC (in the object store,
+The coordinator keeps every member's part of every CLC a failure could still use (in the object store,
 ``_parts``) with the CLC's DDV, which is all the paper's garbage collector and rollback
 alerts need. A recovery round runs the alert cascade (``_ddv.cascade``) with the
 surviving clusters' DDVs read after fencing them against the rolled-back incarnations;
-a garbage collection runs Algorithm 8 (``_ddv.collectable``). See
+a garbage collection runs Algorithm 8 (``_ddv.collectable``), by default whenever a
+commit leaves a cluster with more than ``gc_clcs_max`` CLCs. See
 ``protocols/ddv_piggyback.py`` for the theory of operation.
 """
 from __future__ import annotations
@@ -31,7 +32,8 @@ class _Stored:
 
 class Hc3iRecovery:
     """Coordinator side of DDVPiggyback: CLC records, rollback of the clusters on the
-    recovery line, centralized garbage collection (timer and memory pressure)."""
+    recovery line, centralized garbage collection (on commits, timer and memory pressure),
+    forced-checkpoint storm warnings."""
 
     def __init__(self, coordinator):
         from .ddv_piggyback import GC_CLCS_MAX, NODE, check_settings
@@ -131,6 +133,7 @@ class Hc3iRecovery:
         self.gc_task.add_done_callback(self.busy.discard)
 
     async def _collect_while_asked(self) -> None:
+        """Collections one after another while commits keep asking for one."""
         try:
             self.gc_again = True
             while self.gc_again:
