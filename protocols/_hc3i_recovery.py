@@ -1,8 +1,8 @@
 """Coordinator side of DDVPiggyback (HC3I): the clusters' CLCs, rollback, garbage collection.
 
-The coordinator keeps every member's part of every CLC a failure could still use (in the object store,
-``_parts``) with the CLC's DDV, which is all the paper's garbage collector and rollback
-alerts need. A recovery round runs the alert cascade (``_ddv.cascade``) with the
+The coordinator keeps every member's part of every CLC a failure could still use (in the
+object store, ``_parts``) with the CLC's DDV, which is all the paper's garbage collector
+and rollback alerts need. A recovery round runs the alert cascade (``_ddv.cascade``) with the
 surviving clusters' DDVs read after fencing them against the rolled-back incarnations;
 a garbage collection runs Algorithm 8 (``_ddv.collectable``), by default whenever a
 commit leaves a cluster with more than ``gc_clcs_max`` CLCs. See
