@@ -248,7 +248,7 @@ def _cmd_sim_check(args) -> int:
 
     outcomes = sim_check(args.protocol, args.runs, args.seed, progress=progress)
     failed = [o for o in outcomes if not o.ok]
-    gave_up = sum(o.gave_up for o in outcomes)
+    gave_up = sum(o.gave_up and o.ok for o in outcomes)
     for o in failed:
         print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}\n  replay: ftactors "
               f"sim-check --protocol {args.protocol} --runs 1 --seed {o.seed}")
