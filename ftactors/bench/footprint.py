@@ -123,6 +123,8 @@ def measure(app: str, protocol: str | None, args) -> dict:
             "forced": sum(1 for e in commits if e.detail["forced"]),
             "logged_bytes": r.metrics["logged_bytes"],
             "failures": r.metrics["failures"] + len(r.events_of("hang_detected")),
+            "failure_reasons": [e.detail.get("reason", e.kind) for e in r.events
+                                if e.kind in ("failure_detected", "hang_detected")],
             "storms": len(r.events_of("hc3i_storm"))}
 
 
@@ -134,6 +136,7 @@ def combine(runs: list[dict]) -> dict:
     row["wall_runs_s"] = [r["wall_s"] for r in runs]
     row["peak_store_bytes"] = max(r["peak_store_bytes"] for r in runs)
     row["failures"] = sum(r["failures"] for r in runs)
+    row["failure_reasons"] = [x for r in runs for x in r["failure_reasons"]]
     row["storms"] = sum(r["storms"] for r in runs)
     row["verified"] = all(r["verified"] for r in runs)
     return row
@@ -171,6 +174,10 @@ def main(args) -> int:
               f"{r['peak_store_bytes'] / MIB:8.1f} MiB {r['store_above_bare'] / MIB:7.1f} MiB "
               f"{r['checkpoints']:6d} {r['forced']:7d} {r['logged_bytes'] / MIB:6.1f} MiB "
               f"{r['failures']:8d} {'yes' if r['verified'] else 'NO':>3s}")
+    for r in rows:
+        for reason in sorted(set(r["failure_reasons"])):
+            print(f"  {r['app']} {r['protocol']}: failure reported with nothing killed: "
+                  f"{reason} (x{r['failure_reasons'].count(reason)})")
     cg = [r for r in rows if r["app"] == "cg" and r["protocol"] != "none"]
     targets = {
         "cg_wall_le_1.5x_bare": bool(cg) and all(r["ratio"] <= TARGET_RATIO for r in cg),
