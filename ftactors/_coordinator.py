@@ -28,7 +28,7 @@ from ._errors import RankError, RankFailed
 from ._events import Event, EventLog, merge
 from ._endpoint import blank_snapshot
 from ._host import RankSpec
-from ._liveness import Liveness
+from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
 from ._protocol import protocol_classes
 
 COLLECT_TIMEOUT_S = 5.0
@@ -392,6 +392,7 @@ class Coordinator:
         process is gone is failed, unless it is being replaced or was since the ping."""
         live = self.liveness
         pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
+        busy: set[int] = set()  # silent past the bound, but its process is busy
         while True:
             await self.fabric.sleep(self.heartbeat_interval_s)
             now = self.fabric.clock()
@@ -407,7 +408,17 @@ class Coordinator:
                     self._helpers.add(task)
                     task.add_done_callback(self._helpers.discard)
             bound = live.bound()
-            for rank, waited in live.hung(now):
+            silent = live.hung(now)
+            busy &= {rank for rank, _ in silent}  # those that answered are busy no more
+            for rank, waited in silent:
+                state = self.fabric.process_state(self.handles[rank])
+                if state in BUSY_STATES and waited <= BUSY_FACTOR * bound:
+                    if rank not in busy:
+                        busy.add(rank)
+                        self.events.record("rank_busy", rank=rank, waited_s=waited,
+                                           process_state=state)
+                    continue
+                busy.discard(rank)
                 live.forget(rank)
                 pinged.pop(rank, None)
                 if rank in self._failed or rank in self._respawning:

@@ -13,6 +13,12 @@ down (paging, an overloaded node), every round trip grows and the bound with the
 it recovers, the slow answers leave the window and the bound falls back to the floor. A
 stopped or deadlocked process never answers, so it is still found, one bound after its
 last answer.
+
+Where the coordinator can see the rank's process (a rank on the driver's node on Ray,
+``Fabric.process_state``), a silent rank whose process is running or runnable (``R``:
+computing, or starved of CPU on an overloaded machine) or waiting on the disk (``D``:
+paging) is busy, not hung, until ``BUSY_FACTOR`` bounds; a stopped one (``T``) or one
+sleeping without answering is hung at the bound.
 """
 from __future__ import annotations
 
@@ -20,6 +26,10 @@ from collections import deque
 
 RTT_FACTOR = 4.0
 """How many times the slowest recent round trip a ping may wait before its rank is hung."""
+BUSY_FACTOR = 6.0
+"""How many bounds a silent rank whose process is visibly busy may take to answer."""
+BUSY_STATES = ("R", "D")
+"""Process states that mean busy (running or runnable, waiting on the disk)."""
 WINDOW = 64
 """How many recent answers (of all ranks) the slowest round trip is taken from."""
 

@@ -139,6 +139,14 @@ class LocalFabric:
         self.dead.add(rank)
         raise Killed()
 
+    def process_state(self, host: RankHost) -> str | None:
+        """As ``/proc/PID/stat`` would say: ``T`` for a ``sigstop``ped rank, ``R`` (busy)
+        for a stalled one, else None (nothing to tell)."""
+        rank = host.spec.rank
+        if rank in self.hung:
+            return "T"
+        return "R" if self.stalled.get(rank, 0.0) > self.clock() else None
+
     async def stall(self, host: RankHost, seconds: float) -> None:
         """The rank freezes for ``seconds``: its answers to heartbeats wait until then
         (its program goes on: in one process, the model of a loop busy elsewhere)."""

@@ -164,11 +164,12 @@ class RankActor:
         self.host: RankHost | None = None
         self.link: RayLink | None = None
 
-    async def setup(self, spec_blob: bytes, inbox) -> int:
+    async def setup(self, spec_blob: bytes, inbox) -> tuple[int, str]:
+        """Become a rank; returns this process's id and Ray node."""
         spec: RankSpec = cloudpickle.loads(spec_blob)
         self.link = RayLink(spec.rank, inbox)
         self.host = RankHost(spec, self.link, self.die)
-        return os.getpid()
+        return os.getpid(), ray.get_runtime_context().get_node_id()
 
     async def wire(self, peers: list) -> None:
         self.link.peers = peers
@@ -271,6 +272,7 @@ class RayFabric:
         self.address = address
         self.actors: list = []
         self.rank_of: dict = {}
+        self.local_pid: dict = {}  # actor -> its process id, when on the driver's node
         self.on_report = lambda event: None
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
 
@@ -343,10 +345,25 @@ class RayFabric:
         _pickle_by_value(spec.rank_cls)
         self.rank_of[actor] = spec.rank
         try:
-            await actor.setup.remote(cloudpickle.dumps(spec), self.inbox)
+            pid, node = await actor.setup.remote(cloudpickle.dumps(spec), self.inbox)
         except RayActorError as exc:
             raise RankDied(spec.rank, f"could not start: {exc}") from None
+        if node == ray.get_runtime_context().get_node_id():
+            self.local_pid[actor] = pid
         return actor
+
+    def process_state(self, handle) -> str | None:
+        """The scheduler state of a rank's process (``/proc/PID/stat``: ``R`` running or
+        runnable, ``D`` waiting on the disk or paging, ``S`` sleeping, ``T`` stopped), or
+        None where it cannot be read (another node, no /proc)."""
+        pid = self.local_pid.get(handle)
+        if pid is None:
+            return None
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
 
     async def _ask(self, handle, method: str, *args):
         """Call an actor method; an actor that died surfaces as ``RankDied``."""

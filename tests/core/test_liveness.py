@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 import ftactors as ft
-from ftactors._liveness import RTT_FACTOR, WINDOW, Liveness
+from ftactors._liveness import BUSY_FACTOR, RTT_FACTOR, WINDOW, Liveness
 
 
 def test_a_ping_waits_up_to_the_floor_while_round_trips_are_fast():
@@ -60,10 +60,30 @@ def test_a_rank_stalled_longer_than_a_beat_but_under_the_bound_is_not_hung():
     assert r.results == reference
 
 
-def test_a_rank_stalled_past_the_bound_is_hung():
+def test_a_silent_rank_whose_process_is_busy_gets_more_time():
+    """Past the bound (3 s) but its process is running (a stall is one: ``R``): busy, not
+    hung, up to BUSY_FACTOR bounds; the timeline says so once."""
+    reference = ft.run(Ticker, 3, transport="sim", kwargs={"iterations": 300}).results
+    r = ft.run(Ticker, 3, transport="sim", kwargs={"iterations": 300},
+               chaos=ft.Chaos(kill_at=[(1, 2.0)], method="stall", stall_s=6.0), **BEATS)
+    (busy,) = r.events_of("rank_busy")
+    assert busy.rank == 1 and busy.detail["process_state"] == "R"
+    assert 3.0 < busy.detail["waited_s"] < 3.0 * BUSY_FACTOR
+    assert not r.events_of("hang_detected") and r.results == reference
+
+
+def test_a_rank_busy_past_the_busy_bound_is_hung():
     with pytest.raises(ft.RankFailed, match="no heartbeat"):
-        ft.run(Ticker, 3, transport="sim", chaos=ft.Chaos(kill_at=[(1, 2.0)], method="stall",
-                                                          stall_s=6.0), **BEATS)
+        ft.run(Ticker, 3, transport="sim", kwargs={"iterations": 300},
+               chaos=ft.Chaos(kill_at=[(1, 2.0)], method="stall",
+                              stall_s=3.0 * BUSY_FACTOR + 2.0), **BEATS)
+
+
+def test_a_stopped_rank_is_hung_at_the_bound():
+    """``sigstop``: the process is stopped (``T``), not busy: hung once the bound passes."""
+    with pytest.raises(ft.RankFailed, match=r"no heartbeat for [34]\.\d s \(bound 3\.0 s\)"):
+        ft.run(Ticker, 3, transport="sim", kwargs={"iterations": 300},
+               chaos=ft.Chaos(kill_at=[(1, 2.0)], method="sigstop"), **BEATS)
 
 
 def test_a_stall_is_timed_only():
