@@ -2,17 +2,18 @@
 
 Public names live here; the modules behind them are private (``_x.py``).
 """
-from ._chaos import Chaos, Kill
-from ._comm import Communicator
-from ._constants import ANY_SOURCE, ANY_TAG, TAG_UB, UNDEFINED
-from ._coordinator import RunResult
-from ._envelope import APP, CTRL, Envelope
-from ._errors import CheckpointCorrupted, ConfigError, FTError, ProtocolError, RankError, RankFailed
-from ._events import Event
-from ._ops import BAND, BOR, LAND, LOR, MAX, MIN, PROD, SUM, Op
-from ._protocol import Protocol
-from ._rank import Rank
-from ._request import Request, Status, waitall
+from .runtime._chaos import Chaos, Kill
+from .facade._comm import Communicator
+from .engine._constants import ANY_SOURCE, ANY_TAG, TAG_UB, UNDEFINED
+from .runtime._coordinator import RunResult
+from .engine._envelope import APP, CTRL, Envelope
+from .base._errors import (CheckpointCorrupted, ConfigError, FTError, ProtocolError, RankError,
+                           RankFailed)
+from .base._events import Event
+from .facade._ops import BAND, BOR, LAND, LOR, MAX, MIN, PROD, SUM, Op
+from .runtime._protocol import Protocol
+from .runtime._rank import Rank
+from .facade._request import Request, Status, waitall
 from ._run import Run, launch, run, run_async
 
 __version__ = "0.1.0"

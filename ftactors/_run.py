@@ -11,13 +11,13 @@ import asyncio
 import numbers
 from typing import Any
 
-from ._chaos import Chaos
-from ._checkpoints import load_latest
-from ._coordinator import Coordinator, RunResult
-from ._errors import ConfigError, ProtocolError
-from ._protocol import protocol_classes
-from ._rank import check_rank_class
-from ._trace import write_trace
+from .runtime._chaos import Chaos
+from .runtime._checkpoints import load_latest
+from .runtime._coordinator import Coordinator, RunResult
+from .base._errors import ConfigError, ProtocolError
+from .runtime._protocol import protocol_classes
+from .runtime._rank import check_rank_class
+from .runtime._trace import write_trace
 
 TRANSPORTS = ("ray", "local", "sim")
 

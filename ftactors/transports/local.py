@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .._coordinator import RankDied
-from .._endpoint import Link
-from .._envelope import Envelope
-from .._host import Killed, RankHost, RankSpec
+from ..runtime._coordinator import RankDied
+from ..engine._endpoint import Link
+from ..engine._envelope import Envelope
+from ..runtime._host import Killed, RankHost, RankSpec
 
 
 class LocalLink(Link):

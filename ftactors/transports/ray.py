@@ -48,12 +48,12 @@ import ray
 from ray.exceptions import RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .._coordinator import RankDied
-from .._endpoint import Link
-from .._errors import ConfigError
-from .._envelope import Envelope, from_rows, to_rows
-from .._host import RankHost, RankSpec
-from .._payload import Payload, is_plain
+from ..runtime._coordinator import RankDied
+from ..engine._endpoint import Link
+from ..base._errors import ConfigError
+from ..engine._envelope import Envelope, from_rows, to_rows
+from ..runtime._host import RankHost, RankSpec
+from ..engine._payload import Payload, is_plain
 
 
 class RayLink(Link):

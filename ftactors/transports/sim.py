@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from .._envelope import Envelope
+from ..engine._envelope import Envelope
 from .local import LocalFabric, LocalLink
 
 DEFAULTS = {"sim_latency_s": 5e-6, "sim_bandwidth_Bps": 1e9, "sim_jitter_s": 5e-6,

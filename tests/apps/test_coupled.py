@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ftactors as ft
-from ftactors._trace import read_trace
+from ftactors.runtime._trace import read_trace
 from ftactors.apps import _stencil_ref as ref
 from ftactors.apps.coupled import COUPLE, Coupled, check_modules, coupled_serial
 from ftactors.protocols import StandbyReplacement

@@ -1,9 +1,10 @@
-"""Small deterministic programs that the protocol tests mix protocols into."""
+"""Small deterministic programs that the protocol tests mix protocols into, and what the
+tests read from their runs."""
 import numpy as np
 
 import ftactors as ft
 from ftactors.protocols import StandbyReplacement
-from ftactors.simcheck import Flood  # noqa: F401 (the protocol tests' busy-channel program)
+from ftactors.tools.simcheck import Flood  # noqa: F401 (the protocol tests' busy-channel program)
 
 
 class Heat1D(ft.Rank):
@@ -24,6 +25,20 @@ class Heat1D(ft.Rank):
             self.u = 0.25 * padded[:-2] + 0.5 * padded[1:-1] + 0.25 * padded[2:]
             self.norms.append(await comm.allreduce(float(self.u @ self.u)))
         return {"u": self.u, "norms": list(self.norms)}
+
+
+FLOOD = {"iterations": 12, "per_peer": 3}
+"""The protocol tests' Flood: every channel busy across every safe point."""
+
+
+def ranks_of(result, kind: str) -> list[int]:
+    """The ranks of the ``kind`` events of a run, sorted."""
+    return sorted(e.rank for e in result.events_of(kind))
+
+
+def positions(result, kind: str) -> list[tuple]:
+    """The safe-point positions of the ``kind`` events of a run, in order."""
+    return [tuple(e.detail["position"]) for e in result.events_of(kind)]
 
 
 class FTHeat(StandbyReplacement, Heat1D):

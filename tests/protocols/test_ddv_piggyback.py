@@ -10,7 +10,7 @@ from ftactors.apps.coupled import Coupled
 from ftactors.protocols import DDVPiggyback
 from ftactors.protocols import _ddv
 
-from .programs import Flood, Heat1D
+from .programs import FLOOD, Flood, Heat1D
 
 CLUSTERS = "fixed:2"  # paper's clusters 1, 2, 3 are our 0 = {0, 1}, 1 = {2, 3}, 2 = {4, 5}
 
@@ -268,14 +268,6 @@ class HFlood(DDVPiggyback, Flood):
     pass
 
 
-FLOOD = {"iterations": 12, "per_peer": 3}
-
-
-@pytest.fixture(scope="module")
-def flood_reference():
-    return ft.run(Flood, 6, transport="local", kwargs=FLOOD).results
-
-
 @pytest.mark.parametrize("transport, seed, victim, at, transitive", [
     ("local", 0, 3, 6, False), ("sim", 1, 0, 4, False), ("sim", 2, 5, 9, False),
     ("sim", 3, 2, 11, False), ("sim", 5, 4, 7, True)])
@@ -288,8 +280,8 @@ def test_exact_delivery_after_rollbacks(transport, seed, victim, at, transitive,
     r = ft.run(HFlood, 6, transport=transport, seed=seed, kwargs=FLOOD, clusters=CLUSTERS,
                chaos=ft.Chaos(kill=[(victim, at)]), sim_jitter_s=2e-5, timeout_s=120,
                ddv_transitive=transitive)
-    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
-    assert [x["total"] for x in r.results] == [x["total"] for x in flood_reference]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference(6)]
+    assert [x["total"] for x in r.results] == [x["total"] for x in flood_reference(6)]
     assert r.events_of("hc3i_rollback")
     failed = {e.detail["cluster"] for e in r.events_of("hc3i_rollback") if e.detail["failed"]}
     assert failed == {victim // 2}
@@ -300,7 +292,7 @@ def test_two_failures_in_different_clusters(flood_reference):
     starts the cascade from both, in one round or two)."""
     r = ft.run(HFlood, 6, transport="sim", seed=4, kwargs=FLOOD, clusters=CLUSTERS,
                chaos=ft.Chaos(kill_at=[(1, 2e-4), (4, 2e-4)]), timeout_s=120)
-    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference(6)]
     failed = {e.detail["cluster"] for e in r.events_of("hc3i_rollback") if e.detail["failed"]}
     assert failed == {0, 2}
 

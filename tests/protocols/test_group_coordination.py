@@ -6,7 +6,7 @@ import pytest
 import ftactors as ft
 from ftactors.protocols import GroupCoordination
 
-from .programs import Flood, Heat1D
+from .programs import FLOOD, Flood, Heat1D, ranks_of
 
 
 class GFlood(GroupCoordination, Flood):
@@ -17,18 +17,6 @@ class GHeat(GroupCoordination, Heat1D):
     pass
 
 
-FLOOD = {"iterations": 12, "per_peer": 3}
-
-
-@pytest.fixture(scope="module")
-def flood_reference():
-    return ft.run(Flood, 6, transport="local", kwargs=FLOOD).results
-
-
-def ranks_of(result, kind):
-    return sorted(e.rank for e in result.events_of(kind))
-
-
 @pytest.mark.parametrize("transport, seed", [("local", 0), ("sim", 1), ("sim", 2), ("sim", 3)])
 def test_only_the_failed_group_rolls_back(transport, seed, flood_reference):
     """Rank 3 dies: its group {2, 3} restarts from its checkpoint at 4; ranks 0, 1, 4, 5
@@ -37,7 +25,7 @@ def test_only_the_failed_group_rolls_back(transport, seed, flood_reference):
     r = ft.run(GFlood, 6, transport=transport, seed=seed, kwargs=FLOOD, groups="fixed:2",
                group_checkpoint_interval=4, chaos=ft.Chaos(kill=[(3, 6)]), timeout_s=60,
                sim_jitter_s=2e-5)
-    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference(6)]
     assert ranks_of(r, "respawned") == [2, 3] and ranks_of(r, "restored") == [2, 3]
     (rollback,) = r.events_of("group_rollback")
     assert rollback.detail["groups"] == [1] and rollback.detail["positions"] == {1: (0, 4)}
@@ -54,7 +42,7 @@ def test_only_the_failed_group_rolls_back(transport, seed, flood_reference):
 def test_two_groups_fail_together_and_resend_to_each_other(flood_reference):
     r = ft.run(GFlood, 6, transport="local", kwargs=FLOOD, groups="fixed:2",
                group_checkpoint_interval=4, chaos=ft.Chaos(kill=[(0, 7), (5, 7)]), timeout_s=60)
-    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference(6)]
     # one round, or two when the second death is found during the first round's resend
     assert set(ranks_of(r, "respawned")) == {0, 1, 4, 5}
 
@@ -70,7 +58,7 @@ def test_groups_checkpoint_on_their_own_intervals(flood_reference):
     assert {p[1] for g, p in taken if g == 0} == {3, 6, 9}
     assert {p[1] for g, p in taken if g == 1} == {5, 10}
     assert ranks_of(r, "respawned") == [0, 1]
-    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference(6)]
 
 
 def test_logs_are_collected_and_stay_bounded_over_a_long_run():
@@ -90,7 +78,7 @@ def test_a_group_without_a_checkpoint_restarts_from_the_start(flood_reference):
                chaos=ft.Chaos(kill=[(4, 5)]))
     assert r.events_of("group_rollback")[0].detail["positions"] == {1: None}
     assert ranks_of(r, "respawned") == [3, 4, 5]
-    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference]
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in flood_reference(6)]
 
 
 def test_heat_verifies_after_a_group_restart():
@@ -120,7 +108,7 @@ def test_cannot_stack_with_the_global_protocols():
 
 @pytest.fixture(scope="module")
 def hpl_reference():
-    from apps.hpl import HPL
+    from ftactors.apps.hpl import HPL
     return ft.run(HPL, 8, transport="local", kwargs=HPL_KW).results
 
 
@@ -131,7 +119,7 @@ def test_hpl_verifies_after_a_process_column_restarts(hpl_reference):
     """HPL on a 2 x 4 grid, groups = process columns (what Algorithm 2 finds on our HPL's
     traces): a kill restarts one column; the solution is bit-identical to the failure-free
     run, and the other columns never restart."""
-    from apps.hpl import HPL
+    from ftactors.apps.hpl import HPL
 
     class GHPL(GroupCoordination, HPL):
         pass
@@ -149,7 +137,7 @@ def test_hpl_verifies_after_a_process_column_restarts(hpl_reference):
 def test_stencil_verifies_after_a_block_restarts():
     """The 2-D stencil on a 4 x 2 grid in 2 x 2 blocks of neighbours: a kill restarts one
     block, the grid is bit-identical to the single-process reference."""
-    from apps.stencil import Stencil
+    from ftactors.apps.stencil import Stencil
 
     class GStencil(GroupCoordination, Stencil):
         pass

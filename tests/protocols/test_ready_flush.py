@@ -9,7 +9,7 @@ import pytest
 import ftactors as ft
 from ftactors.protocols import ReadyMessageFlush
 
-from .programs import Flood, Heat1D
+from .programs import FLOOD, Flood, Heat1D, positions
 
 
 class RFFlood(ReadyMessageFlush, Flood):
@@ -18,18 +18,6 @@ class RFFlood(ReadyMessageFlush, Flood):
 
 class RFHeat(ReadyMessageFlush, Heat1D):
     pass
-
-
-FLOOD = {"iterations": 12, "per_peer": 3}
-
-
-@pytest.fixture(scope="module")
-def flood_reference():
-    return ft.run(Flood, 5, transport="local", kwargs=FLOOD).results
-
-
-def positions(result, kind):
-    return [tuple(e.detail["position"]) for e in result.events_of(kind)]
 
 
 # ----------------------------------------------------------------- checkpoints
@@ -41,8 +29,8 @@ def test_checkpoints_with_messages_in_flight_lose_and_duplicate_nothing(
     message's identity and order, the digests equal the failure-free run's."""
     r = ft.run(RFFlood, 5, transport=transport, kwargs=FLOOD, checkpoint_interval=4,
                chaos=ft.Chaos(kill=[(3, 6)]), timeout_s=60)
-    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
-    assert [res["total"] for res in r.results] == [x["total"] for x in flood_reference]
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
+    assert [res["total"] for res in r.results] == [x["total"] for x in flood_reference(5)]
     assert positions(r, "rollback") == [(0, 4)]
     assert positions(r, "checkpoint") == [(0, 4), (0, 8)]
     # the checkpoint is an exact cut: nothing sent after a sender's part is in the
@@ -60,7 +48,7 @@ def test_requests_arrive_while_isend_irecv_and_collectives_are_pending(seed, flo
     kw = dict(FLOOD, request_at=(2, 7))
     r = ft.run(RFFlood, 5, transport="sim", seed=seed, kwargs=kw, timeout_s=60,
                sim_jitter_s=2e-5, chaos=ft.Chaos(kill=[(seed % 5, 10)]))
-    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
     taken = positions(r, "checkpoint")
     assert len(taken) == 2 and all(p[1] in (3, 4, 8, 9) for p in taken), taken
     assert positions(r, "rollback") == [taken[-1]]
@@ -78,14 +66,14 @@ def test_kill_during_a_checkpoint_restarts_from_the_previous_one(flood_reference
     assert positions(r, "checkpoint") == [(0, 4), (0, 8)]  # 8: again, after the restart
     t_kill = r.events_of("killed")[0].time
     assert all(e.time < t_kill for e in r.events_of("checkpoint")[:1])
-    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
 
 
 def test_failure_before_any_checkpoint_restarts_from_the_start(flood_reference):
     r = ft.run(RFFlood, 5, transport="sim", kwargs=FLOOD, checkpoint_interval=6,
                chaos=ft.Chaos(kill=[(1, 3)]), timeout_s=60)
     assert r.events_of("rollback")[0].detail["position"] is None
-    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
 
 
 def test_two_failures_two_rollbacks_and_every_rank_is_new(flood_reference):
@@ -95,7 +83,7 @@ def test_two_failures_two_rollbacks_and_every_rank_is_new(flood_reference):
     assert positions(r, "rollback") == [(0, 3), (0, 9)]
     respawned = sorted((e.rank, e.detail["incarnation"]) for e in r.events_of("respawned"))
     assert respawned == sorted((rank, inc) for rank in range(5) for inc in (1, 2))
-    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference]
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
 
 
 def test_timer_checkpoints_in_virtual_time():
@@ -265,7 +253,7 @@ def test_auto_interval_is_dalys_for_each_measured_cost_and_is_kept():
     """On sim (virtual time, jittered latencies): the first checkpoint is requested at the
     start; after each one the coordinator picks Daly's interval for the cost it measured
     and requests the next exactly that long after the checkpoint was stored."""
-    from ftactors.advise import daly, young
+    from ftactors.protocols._intervals import daly, young
 
     kw = {"iterations": 300}
     reference = ft.run(Heat1D, 4, transport="sim", kwargs=kw).results

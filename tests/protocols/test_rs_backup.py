@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 import ftactors as ft
-from ftactors._checkpoints import position_index
-from ftactors._storage import latest_complete, open_store, read_manifest
+from ftactors.runtime._checkpoints import position_index
+from ftactors.base._storage import latest_complete, open_store, read_manifest
 from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
-from ftactors.erasure import RSCode
+from ftactors.protocols.erasure import RSCode
 from ftactors.protocols import PROTOCOLS, ReadyMessageFlush, RSBackup, StandbyReplacement
 from ftactors.protocols.rs_backup import Plan, Undecodable, choose_recovery, rebuild_part
 from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes

@@ -1,0 +1,74 @@
+"""Checkpoint parts in the object store, owned by the coordinator (shared by the protocols).
+
+A rank that saved its part holds it (``HeldParts``) and waits until the coordinator has
+taken it: a rank past a checkpoint then never holds the only copy of its part. The
+coordinator takes each reported part with ``Fabric.call_kept`` (``PartTaker``): on Ray
+the part becomes an object owned by the driver, without a copy through the driver, so it
+outlives the rank's process (not its node).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Hashable
+
+from ftactors.runtime._coordinator import RankDied
+
+
+class HeldParts:
+    """Rank side: parts waiting for the coordinator."""
+
+    def __init__(self):
+        self._held: dict[Hashable, tuple[bytes, asyncio.Future]] = {}
+
+    def hold(self, key: Hashable, blob: bytes) -> asyncio.Future:
+        """Keep ``blob`` until ``give(key)``; the future completes then."""
+        taken = asyncio.get_running_loop().create_future()
+        self._held[key] = (blob, taken)
+        return taken
+
+    def give(self, key: Hashable) -> bytes:
+        """The part for the coordinator (the answer of the protocol's ``ft_rpc_*``)."""
+        blob, taken = self._held.pop(key)
+        taken.set_result(None)
+        return blob
+
+
+class PartTaker:
+    """Coordinator side: takes reported parts into the object store through the ranks'
+    ``ft_rpc_<rpc>(key)``."""
+
+    def __init__(self, coordinator, rpc: str):
+        self.c = coordinator
+        self.rpc = rpc
+        self.tasks: dict[asyncio.Task, int] = {}  # task -> rank
+
+    def take(self, rank: int, key: Any, then: Callable[[Any], Awaitable[None]], *,
+             fetch: bool = True) -> None:
+        """Take rank ``rank``'s part ``key``, then ``await then(handle)``; a rank that died
+        first leaves its part untaken (its checkpoint stays incomplete). ``fetch=False``:
+        the part is kept elsewhere (stable storage), ``then(None)`` only."""
+        host = self.c.handles[rank]  # the reporting incarnation, even if replaced meanwhile
+
+        async def one():
+            handle = None
+            if fetch:
+                try:
+                    handle = await self.c.fabric.call_kept(host, self.rpc, key)
+                except RankDied:
+                    return
+            await then(handle)
+        task = asyncio.ensure_future(one())
+        self.tasks[task] = rank
+        task.add_done_callback(lambda t: self.tasks.pop(t, None))
+
+    def cancel(self, ranks=None) -> None:
+        """Forget the parts being taken from ``ranks`` (default: all): they belong to an
+        execution that is rolled back."""
+        for task, rank in list(self.tasks.items()):
+            if ranks is None or rank in ranks:
+                task.cancel()
+
+    async def finish(self) -> None:
+        """Wait for every part being taken (the run is over)."""
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)

@@ -1,0 +1,375 @@
+"""RSBackup's coordinator side: its settings, recovery planning (pure), placement and
+stable sets, recovery rounds, and the stable-storage parity helpers. The theory of
+operation is in ``rs_backup``'s module docstring.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ftactors.base import _storage
+from ftactors.runtime._checkpoints import load_latest, position_index, prune_sets, seal_set
+from ftactors.runtime._coordinator import NewFailure, RankDied
+from ftactors.base._errors import ConfigError, RankFailed
+from ftactors.runtime._protocol import protocol_names
+from ftactors.base._storage import open_store
+from ftactors.protocols.erasure import RSCode
+
+from .rs_placement import Placement, place, virtual_nodes
+
+NAME = "rs"
+KEEP_ROUNDS = 2
+"""Rounds kept by ranks (own snapshots) and holders (parity): the newest two."""
+KEEP_STABLE = 2
+"""Complete checkpoint sets kept on stable storage."""
+
+
+def _options(opts: dict) -> dict:
+    """The protocol's settings with defaults, checked."""
+    def positive_int(key, default):
+        v = opts.get(key, default)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{key} must be an int >= 1, got {v!r}")
+        return v
+    settings = {
+        "group_size": positive_int("rs_group_size", 4),
+        "parity": positive_int("rs_parity", None),
+        "interval": positive_int("rs_interval", 5),
+        "block_bytes": positive_int("rs_block_bytes", 1 << 20),
+        "ranks_per_node": positive_int("rs_ranks_per_node", None),
+        "interleave": opts.get("rs_interleave", True),
+        "stable": opts.get("rs_stable_store"),
+        "stable_parity": opts.get("rs_stable_parity", False),
+    }
+    for key in ("interleave", "stable_parity"):
+        if not isinstance(settings[key], bool):
+            raise ConfigError(f"rs_{key} must be True or False, got {settings[key]!r}")
+    if settings["stable_parity"] and settings["stable"] is None:
+        raise ConfigError("rs_stable_parity needs rs_stable_store (where to write them)")
+    return settings
+
+
+# ------------------------------------------------------------ recovery planning
+@dataclass
+class Plan:
+    """What a recovery round does (``choose_recovery``).
+
+    Attributes:
+        round: the position every rank restores (None: the start of the run).
+        decode: ``{group: {"lost": [member index], "sources": {block index: rank}}}``:
+            ``k`` blocks to decode from (data ``0..k-1``, parity ``k..k+m-1``).
+        reencode: ``{group: [parity index]}``: parity blocks of the round no live holder
+            has complete, to be encoded again by the group.
+    """
+
+    round: tuple | None
+    decode: dict = field(default_factory=dict)
+    reencode: dict = field(default_factory=dict)
+
+
+class Undecodable(Exception):
+    """No round can be rebuilt; ``groups``: those that fail for the newest round."""
+
+    def __init__(self, groups: list[int], round_id):
+        super().__init__(groups, round_id)
+        self.groups = groups
+        self.round = round_id
+
+
+def choose_recovery(placement: Placement, failed: set[int], inventories: dict) -> Plan:
+    """The newest round every group can restore, and how.
+
+    ``inventories[r]`` (survivors only): ``{"own": [rounds], "held": [(group, parity
+    index, round)]}`` with complete parity blocks only.
+
+    Raises:
+        Undecodable: some parity block was completed (a round was committed) yet no
+            round is decodable in every group.
+    """
+    rounds = sorted({tuple(r) for inv in inventories.values() for r in inv["own"]},
+                    reverse=True)
+    first_failure = None
+    for round_id in rounds:
+        plan, bad = _plan_round(placement, round_id, inventories)
+        if not bad:
+            return plan
+        if first_failure is None:
+            first_failure = bad
+    if any(inv["held"] for inv in inventories.values()):
+        raise Undecodable(first_failure or list(range(len(placement.groups))),
+                          rounds[0] if rounds else None)
+    return Plan(None)  # nothing was ever committed: the start of the run
+
+
+def _plan_round(placement: Placement, round_id: tuple, inventories: dict):
+    """``(plan, groups that cannot be rebuilt)`` for one round."""
+    own = {r: {tuple(x) for x in inv["own"]} for r, inv in inventories.items()}
+    parity: dict[tuple[int, int], int] = {}
+    for holder, inv in sorted(inventories.items()):
+        for g, j, rnd in inv["held"]:
+            if tuple(rnd) == round_id:
+                parity.setdefault((g, j), holder)
+    plan, bad = Plan(round_id), []
+    for g, members in enumerate(placement.groups):
+        k, m = placement.k(g), placement.m(g)
+        data = {i: r for i, r in enumerate(members) if round_id in own.get(r, ())}
+        have = {j: parity[(g, j)] for j in range(m) if (g, j) in parity}
+        lost = [i for i in range(k) if i not in data]
+        if lost:
+            blocks = {**data, **{k + j: r for j, r in have.items()}}
+            if len(blocks) < k:
+                bad.append(g)
+                continue
+            plan.decode[g] = {"lost": lost, "sources": dict(sorted(blocks.items())[:k])}
+        missing = [j for j in range(m) if j not in have]
+        if missing:
+            plan.reencode[g] = missing
+    return plan, bad
+
+
+def store_parity(store, index: int, g: int, j: int, lengths: dict, blob: bytes) -> str:
+    """Write parity block ``j`` of group ``g`` beside checkpoint set ``index``."""
+    key = f"{_storage.checkpoint_prefix('', index)}/parity-g{g:04d}-j{j:03d}"
+    store.put(key, {"lengths": lengths, "block": blob})
+    return key
+
+
+def rebuild_part(store, index: int, placement: Placement, rank: int) -> bytes:
+    """Decode rank ``rank``'s part of checkpoint set ``index`` from the other parts of
+    its group and the parity blocks written with ``rs_stable_parity`` (a part lost on
+    stable storage, IV.E). Raises ValueError when fewer than ``k`` blocks are there."""
+    g, i = placement.group_of(rank)
+    k, m = placement.k(g), placement.m(g)
+    prefix = _storage.checkpoint_prefix("", index)
+    blocks, lengths = {}, None
+    for idx, member in enumerate(placement.groups[g]):
+        key = f"{prefix}/rank-{member:05d}"
+        if member != rank and store.exists(key):
+            blocks[idx] = store.get_bytes(key)
+    for j in range(m):
+        key = f"{prefix}/parity-g{g:04d}-j{j:03d}"
+        if store.exists(key):
+            entry = store.get(key)
+            blocks[k + j], lengths = entry["block"], entry["lengths"]
+    if lengths is None:
+        raise ValueError(f"no parity block of group {g} in set {index}")
+    size = max(lengths.values())
+    padded = {idx: np.frombuffer(b, np.uint8) for idx, b in blocks.items()}
+    padded = {idx: b if b.size == size else np.concatenate([b, np.zeros(size - b.size, np.uint8)])
+              for idx, b in padded.items()}
+    return RSCode(k, m).decode(padded, size)[i][:lengths[i]].tobytes()
+
+
+# ------------------------------------------------------------ coordinator side
+class RSRecovery:
+    """Coordinator side: placement, stable sets, and recovery rounds (module docstring)."""
+
+    def __init__(self, coordinator):
+        self.c = coordinator
+        self.settings = _options(coordinator.options)
+        # stacked on StandbyReplacement, its stable sets serve as well (same format)
+        stable = self.settings["stable"] or coordinator.options.get("stable_store")
+        self.store = None if stable is None else open_store(stable)
+        self.standby = "standby" in protocol_names(coordinator.rank_cls)
+        self.placement: Placement | None = None
+        self._placing = asyncio.Lock()
+        self.stored: dict[tuple, set[int]] = {}
+        self.sealing = asyncio.Lock()
+        self.tasks: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------- placement
+    async def ensure_placement(self) -> Placement:
+        async with self._placing:
+            if self.placement is None:
+                c, s = self.c, self.settings
+                if s["ranks_per_node"] is not None:
+                    nodes, virtual = virtual_nodes(c.n, s["ranks_per_node"]), True
+                else:
+                    nodes = await asyncio.gather(*(self._node(r) for r in range(c.n)))
+                    virtual = len(set(nodes)) == 1  # one node: rank failures only
+                    if virtual:
+                        nodes = list(range(c.n))
+                self.placement = place(nodes, s["group_size"], interleave=s["interleave"],
+                                       parity=s["parity"])
+                c.events.record("rs_placement", virtual=virtual, **self.placement.as_dict())
+        return self.placement
+
+    async def _node(self, rank: int):
+        try:
+            return await self.c.fabric.node_of(self.c.handles[rank])
+        except RankDied:
+            return ("gone", rank)
+
+    async def service(self) -> None:
+        """At the start: place the ranks and tell them; after ``restart_from``, have every
+        group encode the restored round again."""
+        c = self.c
+        await c.wired.wait()
+        placement = await self.ensure_placement()
+        try:
+            await asyncio.gather(*(self._tell(r, placement) for r in range(c.n)))
+            if c.restore is not None:
+                restored = await c.call(0, "rs_restored")
+                if restored is not None:
+                    await self._reencode(restored, self._everything())
+        except NewFailure:
+            return  # the recovery round tells the ranks it restarts
+
+    async def _tell(self, rank: int, placement: Placement) -> None:
+        await self.c.call(rank, "ready")
+        await self.c.call(rank, "rs_placement", placement)
+
+    def _everything(self) -> dict:
+        p = self.placement
+        return {g: list(range(p.m(g))) for g in range(len(p.groups))}
+
+    async def _reencode(self, round_id, reencode: dict) -> None:
+        c = self.c
+        for phase in ("drop", "send"):  # nobody holds stale blocks when new ones come
+            await asyncio.gather(*(c.call(r, "rs_reencode", round_id, reencode, phase)
+                                   for r in range(c.n)))
+
+    # ------------------------------------------------------------ stable sets
+    def on_report(self, event) -> None:
+        if event.kind != "rs_stored":
+            return
+        pos = tuple(event.detail["position"])
+        ranks = self.stored.setdefault(pos, set())
+        ranks.add(event.rank)
+        if len(ranks) == self.c.n:
+            del self.stored[pos]
+            task = asyncio.ensure_future(self._seal(pos))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _seal(self, pos: tuple) -> None:
+        async with self.sealing:
+            try:
+                await asyncio.to_thread(seal_set, self.store, "", position_index(pos),
+                                        self.c.n, {"position": list(pos), "protocol": NAME})
+            except KeyError as missing:  # pruned: the store holds newer sets (another job)
+                self.c.events.record("stable_checkpoint_failed", position=pos,
+                                     reason=str(missing))
+                return
+            await asyncio.to_thread(prune_sets, self.store, "", KEEP_STABLE)
+        self.c.events.record("stable_checkpoint", position=pos)
+
+    async def finish(self) -> None:
+        if self.tasks:
+            await asyncio.gather(*self.tasks)
+
+    # --------------------------------------------------------------- recovery
+    async def recover(self, failed: set[int]) -> None:
+        c = self.c
+        placement = await self.ensure_placement()
+        survivors = [r for r in range(c.n) if r not in failed]
+        await asyncio.gather(*(c.call(r, "pause") for r in survivors))
+        if self.standby:  # NR-MPI: RUNNING -> FAILURE (the rest follows the restore)
+            await asyncio.gather(*(c.call(r, "standby_failure", sorted(failed))
+                                   for r in survivors))
+        answers = await asyncio.gather(
+            *(c.call(r, "rs_failure", sorted(failed)) for r in survivors))
+        await c.phase("notified")
+        plan, source = await self._plan(placement, failed, dict(zip(survivors, answers)))
+        c.events.record("rs_recovery", position=plan.round, failed=sorted(failed),
+                        source="memory" if isinstance(source, str) else "stable",
+                        reencode=plan.reencode,
+                        decode={g: [placement.groups[g][i] for i in d["lost"]]
+                                for g, d in plan.decode.items()})
+        for rank in sorted(failed):
+            await (c.replace(rank) if c.spares else c.respawn(rank))
+        for rank in survivors:
+            c.epochs[rank] = c.next_epoch()
+        await c.rewire()
+        await c.phase("repaired")
+        handles = await self._snapshots(plan, source, survivors)
+        notes = {NAME: {"placement": placement}}
+
+        def restore(rank):
+            return {"snapshot": handles[rank], "peer_epochs": list(c.epochs), "notes": notes}
+        waits = []
+        for rank in range(c.n):
+            if rank in survivors and c.running(rank):
+                waits.append(c.call(rank, "resume", restore(rank), c.epochs[rank]))
+            else:
+                c.start_rank(rank, restore(rank))
+                waits.append(c.call(rank, "ready"))
+        await asyncio.gather(*waits)
+        if plan.round is not None and plan.reencode:
+            await self._reencode(plan.round, plan.reencode)
+        c.events.record("resumed", position=plan.round)
+        c.refill_spares()
+
+    async def _plan(self, placement, failed, inventories) -> tuple[Plan, Any]:
+        """The recovery plan from memory, else from stable storage (``source`` is then
+        the blobs of the newest complete set). A plan to restart from the start of the
+        run (nothing known in memory: the whole job was lost) also prefers a stable set.
+        """
+        try:
+            plan = choose_recovery(placement, failed, inventories)
+            if plan.round is not None:
+                return plan, "memory"
+            lost = None
+        except Undecodable as exc:
+            lost = exc
+        stable = await self._load_stable()
+        if stable is not None:
+            if lost is not None:
+                self.c.events.record("rs_undecodable", groups=lost.groups,
+                                     position=lost.round, fallback="stable")
+            position, blobs = stable
+            return Plan(position, {}, self._everything()), blobs
+        if lost is None:
+            return plan, "memory"
+        groups = ", ".join(f"{g} (ranks {list(placement.groups[g])})" for g in lost.groups)
+        raise RankFailed(sorted(failed), f"RSBackup cannot rebuild group(s) {groups}: too "
+                                         f"few blocks survive and there is no stable copy "
+                                         f"(rs_stable_store)")
+
+    async def _load_stable(self):
+        """``(position, blob per rank)`` of the newest complete stable set, or None."""
+        if self.store is None:
+            return None
+        try:
+            async with self.sealing:  # not while a set is being sealed or pruned
+                _, blobs, meta = await asyncio.to_thread(load_latest, self.store, self.c.n)
+        except ConfigError:
+            return None
+        return tuple(meta["position"]), blobs
+
+    async def _snapshots(self, plan: Plan, source, survivors: list[int]) -> list:
+        """A snapshot handle per rank: own copies, decoded ones, stable blobs or blanks."""
+        c, placement = self.c, self.placement
+        if not isinstance(source, str):
+            return list(source)
+        if plan.round is None:
+            return [c.blank(r) for r in range(c.n)]
+        handles: list = [None] * c.n
+        decoded = await asyncio.gather(*(self._decode(g, d, plan.round)
+                                         for g, d in plan.decode.items()))
+        for g, out in zip(plan.decode, decoded):
+            for i, handle in out.items():
+                handles[placement.groups[g][i]] = handle
+        shared = await asyncio.gather(*(c.call(r, "rs_share", plan.round, ("own",))
+                                        for r in range(c.n) if handles[r] is None))
+        for r, handle in zip([r for r in range(c.n) if handles[r] is None], shared):
+            handles[r] = handle
+        return handles
+
+    async def _decode(self, g: int, decode: dict, round_id) -> dict:
+        """Group ``g``'s lost snapshots, decoded by one live rank holding a source."""
+        c, placement = self.c, self.placement
+        k, members = placement.k(g), placement.groups[g]
+        sources, lengths = {}, {}
+        for idx, rank in decode["sources"].items():
+            if idx < k:
+                sources[idx] = await c.call(rank, "rs_share", round_id, ("own",))
+            else:
+                sources[idx], lengths = await c.call(rank, "rs_share", round_id,
+                                                     ("parity", g, idx - k))
+        decoder = next(iter(decode["sources"].values()))
+        return await c.call(decoder, "rs_decode", round_id, g, k, placement.m(g), sources,
+                            lengths, list(members), decode["lost"])

@@ -1,0 +1,746 @@
+"""DDVPiggyback: HC3I hierarchical checkpointing for cluster federations.
+
+Paper: hc3i-hierarchical-ddv.txt (Monnet, Morin & Badrinath, 2004), sections 2-5,
+Algorithms 1-8. The dependency rules are plain functions in ``protocols/_ddv.py``.
+
+Theory of operation
+-------------------
+*Clusters* (``clusters`` option): a partition of the ranks. ``"node"`` (the default)
+groups the ranks by the Ray node they run on; the coordinator finds the nodes once the
+ranks exist and tells every rank before ``main()`` starts. Where every rank is on one
+node (the ``local`` and ``sim`` transports, a one-machine Ray) that is one cluster: the
+protocol is then coordinated checkpointing of the whole run, with no forced CLC. (It
+used to fall back to clusters of ceil(sqrt(n)) consecutive ranks: two arbitrary halves
+for 4 ranks, which CG's collectives cross at every step, so every crossing message forced
+a CLC in the other half: a forced-checkpoint storm, issue 19.) Any group definition or
+policy is accepted instead (``"fixed:K"``, ``"trace:PATH"``: Algorithm 2 on a message
+trace, as ``ftactors groups suggest`` forms them, a JSON/YAML file, a list of lists). A
+cluster's smallest rank is its primary leader: it runs the unforced checkpoint timer.
+A run whose clusters force CLCs much faster than they take unforced ones says so
+(``protocols/_hc3i_storm.py``: a ``hc3i_storm`` event and a warning naming the cluster
+pairs and the remedy).
+
+*Sequence numbers and DDVs.* CLC 1 is the start of the run: every cluster has SN 1 and a
+DDV with its own entry 1 and 0 elsewhere. Every message to another cluster carries the
+sender's SN (with ``ddv_transitive``, its whole DDV); the sender keeps it in an in-memory
+log with the receiver's acknowledgement, infinity until the receiver answers (Algorithms
+5 and 7).
+
+*Cluster-level checkpoints by two-phase commit* (Algorithms 3-4). An initiator (the
+leader when its ``clc_interval_s`` timer fires; any rank for a forced CLC) sends a request
+for CLC SN+1 to its cluster; concurrent initiators resolve by the smallest rank: a member
+always answers the smallest initiator it has seen, and answers again when a smaller one
+shows up. A member *cuts* when it joins (or when a message from a member that cut
+already arrives first): it answers with how many messages it sent to each member so far,
+and tags every message it sends to a member from then on with the CLC's number. Once it
+has every member's cut the initiator tells each member how many messages each other
+member sent it before its cut; a member takes its tentative checkpoint (its *part*) once
+all of those have arrived, and holds back every tagged message until then. So everything
+a member sent before its cut is in the receivers' parts and nothing sent after is: the
+parts of one CLC form a consistent cut of the cluster (CoCheck's flush restricted to the
+cluster, as in GroupCoordination, with counts instead of n(n-1) markers: five control
+messages per member and CLC, which is what lets 100-rank clusters checkpoint often). It
+replaces the paper's freeze of intra-cluster traffic between request and commit, which
+could deadlock a program that needs a message from a frozen member before it can take
+its own part. The part goes to the coordinator (``_parts``: it outlives the rank), then
+the member acknowledges with its DDV; with every acknowledgement the initiator reports
+the commit to the coordinator (the CLC exists from then on) and sends the commit with the
+element-wise max DDV; every member's SN becomes the new SN. Between its part and the
+commit a member holds its messages to other clusters (they go at the commit with the new
+SN, so a receiver sees that they come after the CLC) and holds every message from other
+clusters (handled at the commit, where they may force the next CLC).
+
+*Forced CLCs* (Algorithm 6). A message from cluster j with SN s > DDV[j] is held, acked
+with SN+1, DDV[j] becomes s and the receiver initiates a CLC; the message is delivered
+after the commit. The CLC is taken "now", not at a safe point: holding the message until
+the next safe point deadlocks any program that needs it to get there (the coupled app
+receives its interface columns inside an iteration). So every member's part is its state
+at the moment of its cut, ``Endpoint.state_now``: the last safe point's state plus every
+message consumed since, replayed in order on restore (before the first loop: the start of
+the run plus what was received so far), with the held messages not counted as received;
+the messages from members that were in transit at the cut are added when they arrive
+(``seal_state``). Why the recovery line stays consistent: (1) a restored member
+re-executes from the safe point with exactly the messages it had consumed at its cut, so
+under piecewise determinism (assumed by all of ftactors, docs/ARCHITECTURE.md) it reaches
+the state it had there and sends again, with the same numbers, what it had sent since the
+safe point; receivers that have those drop them; (2) held messages (the forcing one,
+messages from other clusters from the cut to the commit, intra-cluster messages sent after
+their sender's cut) are not in the part, and their senders send them again after a
+rollback (logs, or re-execution inside the cluster); (3) nothing this cluster sends to
+another after its cut leaves before the commit, and it leaves with the new SN, so a
+receiver's DDV records the dependency exactly as if the CLC had been taken at once (the
+paper's freeze of inter-cluster traffic during the 2PC). A member that has left its
+``iterations()`` loop cannot be captured (straight-line code after a loop cannot be
+resumed): it answers with a refusal, the CLC is aborted and its cluster takes no CLC any
+more (a forced one becomes a dependency in the current DDV, which a rollback undoes by
+going back to the last CLC, ``_ddv.cascade``).
+
+*Rollback* (section 3.4). The coordinator is the single arbiter of failures; it keeps
+every committed CLC's DDV (as the paper's GC initiator collects them) and runs the alert
+cascade itself: the failed cluster goes back to its last CLC and alerts with that SN; a
+cluster whose DDV has an entry >= the SN goes back to its first CLC with such an entry
+and alerts in turn; others only check. Before each check the coordinator fences the
+surviving ranks (they drop anything from the rolled-back incarnations) and reads their
+current DDV, so no message of a rolled-back execution slips in after the check. Each
+rolled-back rank restarts in a new actor from its part of the target CLC (CLC 1: from the
+start), every rank learns the new incarnations, and logged messages to a rolled-back
+cluster are sent again when acked with an SN >= its new SN or never acked; a rolled-back
+rank also sends again what its restored log never saw acked. The log is saved with each
+part (the paper keeps it in volatile memory only), so two clusters that both roll back
+still exchange what crossed their recovery line. Clusters that do not depend on a
+rolled-back one never roll back.
+
+*Garbage collection* (Algorithm 8, centralized): whenever a commit leaves a cluster with
+more than ``gc_clcs_max`` CLCs (2 by default; on unless set to None), on the
+``gc_interval_s`` timer, and when a rank's log passes ``log_bytes_max`` (memory
+pressure), the coordinator simulates the failure of every cluster, keeps per cluster the
+smallest SN it could be sent back to, drops older CLCs (their parts' object references
+with them, so Ray frees them) and tells every rank to drop log entries acked below the
+receiver's smallest SN. Collections started by commits run one at a time; commits during
+one ask for one more.
+
+*Footprint*: per cluster, the CLCs some single failure could still send it back to (with
+their parts in the object store) plus a CLC being taken; after each collection that is 1
+CLC with one cluster and, in the runs measured (the tests, ``bench footprint``, 1,000
+sim-check runs), at most 2 per cluster (the paper's Tables 2-3), 3 (the number of
+clusters) in 4 sim-check runs with rollbacks. It is a bound on what a recovery line can
+use, not a constant: a cluster that received from another one that has taken no CLC
+since must keep the CLC that dependency leads back to. Each rank's log holds its
+messages to other clusters not acknowledged below the receiver's smallest kept SN; the
+events per CLC stay in the timeline (a few hundred bytes each).
+
+*Beyond the paper* (its section 8): ``ddv_transitive`` piggybacks the whole DDV; a forced
+CLC then also records the sender's entries for third clusters, so a later message from
+one of those with no newer SN does not force another CLC. Only forced CLCs take such
+entries (a CLC's DDV must never record a dependency its state already holds, or the
+"first CLC with entry >= SN" rule would keep an orphan).
+
+Deviations: no 2PC timers (failures are detected by the coordinator, which aborts a
+failed cluster's 2PC by restarting it); the unforced timer runs on the leader only (the
+paper starts one on every node and lets the smallest rank win); alerts are computed by
+the coordinator, not sent between leaders (same cascade, same result).
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftactors.engine._envelope import APP, Envelope
+from ftactors.base._errors import ProtocolError
+from ftactors.runtime._protocol import Protocol
+
+from . import _ddv
+from ._hc3i_settings import GC_CLCS_MAX, NODE, check_settings
+from ._parts import HeldParts
+from .groups import Groups, load_groups
+
+NAME = "hc3i"
+CONTROL = {"req": "_on_req", "cut": "_on_cut", "expect": "_on_expect", "ack": "_on_ack",
+           "nack": "_on_nack", "commit": "_on_commit", "abort": "_on_abort", "got": "_on_got"}
+"""This protocol's control messages and their handlers (one per message)."""
+
+
+def clc_interval(options: dict, cluster: int) -> float | None:
+    """Cluster ``cluster``'s unforced CLC interval (None: only forced CLCs)."""
+    v = options.get("clc_interval_s")
+    if isinstance(v, dict):
+        v = v.get(cluster, v.get(str(cluster)))
+    return v
+
+
+@dataclass
+class _Logged:
+    """A message sent to another cluster: the envelope, the SN (or DDV) it carried (None:
+    held, not sent yet) and the receiver's acknowledgement (None: infinity)."""
+
+    env: Envelope
+    sn: Any = None
+    ack: int | None = _ddv.UNACKED
+
+
+@dataclass
+class _Round:
+    """A two-phase commit for CLC ``sn`` as one member sees it."""
+
+    sn: int
+    initiator: int                 # the smallest initiator seen (Algorithm 4)
+    forced_by: int | None = None   # this rank started it for a message from this cluster
+    part: bool = False             # this rank's tentative checkpoint is taken (or refused)
+    ddv: list | None = None        # the DDV of this rank's acknowledgement
+    told: bool = False             # this rank's cut went to the initiator
+    acked: bool = False            # the acknowledgement went out
+    cuts: dict = field(default_factory=dict)  # as initiator: rank -> its cut
+    acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced_by)
+    committing: bool = False
+
+
+@dataclass
+class _State:
+    """One rank's HC3I state (under ``self._hc3i``)."""
+
+    clusters: Groups
+    me: int
+    interval_s: float | None
+    transitive: bool
+    log_bytes_max: float | None
+    sn: int = 1
+    ddv: list = field(default_factory=list)
+    log: dict = field(default_factory=dict)          # dst -> {app_seq: _Logged}
+    log_bytes: int = 0
+    round: _Round | None = None
+    early: dict = field(default_factory=dict)        # sn -> initiators of future rounds
+    cut_sn: int = 1                                  # the last CLC this rank has cut for
+    cuts: dict = field(default_factory=dict)         # sn -> {member: sent to it at the cut}
+    expect: dict = field(default_factory=dict)       # sn -> {member: its sends before its cut}
+    captured: tuple | None = None                    # (state, protocol state) at the cut
+    late: list = field(default_factory=list)         # in transit at the cut, arrived since
+    part_sn: int = 1                                 # the last CLC this rank has a part of
+    held_intra: dict = field(default_factory=dict)   # src -> [(its cut's CLC, env)]
+    held_inter: list = field(default_factory=list)   # messages from other clusters
+    held_out: list = field(default_factory=list)     # envelopes to other clusters
+    closed: bool = False                             # a member can no longer checkpoint
+    parts: HeldParts = field(default_factory=HeldParts)
+    timer: asyncio.Task | None = None
+    timer_reset: asyncio.Event = field(default_factory=asyncio.Event)
+    gc_asked: bool = False
+    others: list | None = None                       # the other members (cached)
+
+
+class DDVPiggyback(Protocol):
+    """Mixin: HC3I - 2PC checkpoints inside clusters, SN piggybacking, forced CLCs,
+    sender logs, rollback alerts, centralized garbage collection."""
+
+    protocol_name = NAME
+    conflicts = ("ready_flush", "standby", "groups")
+    uses_spares = True
+    ft_options = {
+        "clusters": "cluster definition: 'node' (by Ray node; one node: the default group "
+                    "policy), a group policy or file (see protocols/groups.py)",
+        "clc_interval_s": "seconds between unforced CLCs: a number, or {cluster: seconds} "
+                          "(default: only forced CLCs)",
+        "gc_interval_s": "seconds between garbage collections (default: none on a timer)",
+        "gc_clcs_max": "a garbage collection starts when a cluster stores more CLCs than "
+                       f"this (default {GC_CLCS_MAX}; None: not on commits)",
+        "log_bytes_max": "a rank whose log passes this many bytes asks for a garbage "
+                         "collection (default: never)",
+        "ddv_transitive": "piggyback the whole DDV, not only the SN (default False)",
+    }
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        check_settings(options)
+        super().check_options(options)
+
+    # ------------------------------------------------------------------ start
+    async def on_start(self) -> None:
+        opts = getattr(self, "options", {})
+        spec = opts.get("clusters", NODE)
+        if spec == NODE:
+            groups = await self._given_clusters()
+        else:
+            groups = load_groups(spec, self.size)
+        me = groups.group_of(self.rank)
+        self._hc3i = _State(groups, me, clc_interval(opts, me),
+                            bool(opts.get("ddv_transitive")), opts.get("log_bytes_max"))
+        self._hc3i.ddv = _ddv.initial_ddv(len(groups), me)
+        self.ft.keep_base = True
+        self._start_timer()
+        await super().on_start()
+
+    def ft_rpc_hc3i_clusters(self, groups: list) -> None:
+        """The coordinator resolved ``clusters="node"``: here are the clusters."""
+        self._hc3i_given = groups
+        self._clusters_event().set()
+
+    def _clusters_event(self) -> asyncio.Event:
+        if getattr(self, "_hc3i_known", None) is None:
+            self._hc3i_known = asyncio.Event()
+        return self._hc3i_known
+
+    async def _given_clusters(self) -> Groups:
+        await self._clusters_event().wait()
+        return load_groups(self._hc3i_given, self.size)
+
+    def _others(self) -> list[int]:
+        """The other members of this rank's cluster."""
+        st = self._hc3i
+        if st.others is None:
+            st.others = [r for r in st.clusters.members(self.rank) if r != self.rank]
+        return st.others
+
+    def _cluster_of(self, rank: int) -> int:
+        return self._hc3i.clusters.group_of(rank)
+
+    # ----------------------------------------------------------- message path
+    def on_send(self, env: Envelope) -> Envelope | None:
+        env = super().on_send(env)
+        if env is None:
+            return None
+        st = self._hc3i
+        cut = st.cut_sn > st.sn and not st.closed  # after a cut for a CLC not committed
+        if self._cluster_of(env.dst) == st.me:
+            if cut:  # the receiver must know it comes after this rank's part
+                env.piggyback = {**(env.piggyback or {}), NAME: st.cut_sn}
+            return env
+        entry = _Logged(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
+                                 env.payload))
+        st.log.setdefault(env.dst, {})[env.app_seq] = entry
+        st.log_bytes += env.payload.nbytes
+        self.ft.logged_bytes += env.payload.nbytes
+        self._check_memory()
+        if cut:
+            st.held_out.append(entry)  # after this rank's cut: goes with the new SN
+            return None
+        entry.sn = self._stamp()
+        env.piggyback = {**(env.piggyback or {}), NAME: entry.sn}
+        return env
+
+    def _stamp(self):
+        st = self._hc3i
+        return tuple(st.ddv) if st.transitive else st.sn
+
+    def _check_memory(self) -> None:
+        st = self._hc3i
+        if st.log_bytes_max is not None and st.log_bytes > st.log_bytes_max and not st.gc_asked:
+            st.gc_asked = True
+            self.ft.report("hc3i_gc_request", bytes=st.log_bytes)
+
+    def on_receive(self, env: Envelope) -> Envelope | None:
+        st = self._hc3i
+        if self._cluster_of(env.src) == st.me:
+            tag = env.piggyback.get(NAME) if env.piggyback else None
+            if st.held_intra.get(env.src):
+                tag = max(tag or 0, st.held_intra[env.src][-1][0])
+            if tag is not None and tag > st.part_sn:
+                # sent after its sender's cut for CLC ``tag``: not in this rank's part
+                self._cut(tag)
+                st.held_intra.setdefault(env.src, []).append((tag, env))
+                return None
+            if st.cut_sn <= st.part_sn:
+                return super().on_receive(env)
+            st.late.append(env)  # sent before its sender's cut, arrived after this one's
+            self._deliver(env)
+            self._maybe_take_part()  # this may be the last message from before a cut
+            return None
+        if self._in_clc():  # during a 2PC (Algorithm 2: storeMessFromOut)
+            st.held_inter.append(env)
+            return None
+        env = self._from_outside(env)
+        return None if env is None else super().on_receive(env)
+
+    def _from_outside(self, env: Envelope) -> Envelope | None:
+        """Algorithm 6 for a message from another cluster, outside a 2PC."""
+        st, ft = self._hc3i, self.ft
+        j = self._cluster_of(env.src)
+        carried = env.piggyback[NAME]
+        sn = carried[j] if isinstance(carried, tuple) else carried
+        if _ddv.must_force(sn, st.ddv, j):
+            if self._can_checkpoint():
+                self._ack_message(env, st.sn + 1)
+                st.ddv[j] = sn
+                if isinstance(carried, tuple):  # transitive: the sender's other entries
+                    for i, x in enumerate(carried):
+                        if i != st.me:
+                            st.ddv[i] = max(st.ddv[i], x)
+                st.held_inter.insert(0, env)  # before any held after it
+                self._initiate(forced_by=j, cause=(env.src, env.app_seq, sn))
+                return None
+            st.ddv[j] = sn  # no CLC possible any more: a dependency of the current state
+            ft.events.record("hc3i_dependency", cluster=j, sn=sn, src=env.src)
+        self._ack_message(env, st.sn)
+        return env
+
+    def _ack_message(self, env: Envelope, sn: int) -> None:
+        self.ft.send_control(env.src, NAME, "got", (env.app_seq, sn))
+
+    def _deliver(self, env: Envelope) -> None:
+        env = super().on_receive(env)
+        if env is not None:
+            self.ft.deliver_now(env)
+
+    def _in_clc(self) -> bool:
+        """Between this rank's cut (or a request) and the commit or abort of the CLC."""
+        st = self._hc3i
+        return st.round is not None or (st.cut_sn > st.part_sn and not st.closed)
+
+    def _can_checkpoint(self) -> bool:
+        return not self._hc3i.closed and self.ft.can_snapshot_now()
+
+    # ------------------------------------------------------- two-phase commit
+    def request_clc(self) -> None:
+        """Start an unforced CLC of this rank's cluster now (what the leader's timer
+        does); ignored during a 2PC or once the cluster can no longer checkpoint."""
+        if self._can_checkpoint():
+            self._initiate(forced_by=None)
+
+    def _initiate(self, forced_by: int | None, cause=None) -> None:
+        """Algorithm 3: ask the cluster for CLC SN+1 (forced by a message from cluster
+        ``forced_by``, or unforced: None)."""
+        st = self._hc3i
+        if st.round is not None or st.closed:
+            return
+        r = st.round = _Round(st.sn + 1, self.rank, forced_by)
+        self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced_by is not None,
+                              cause=cause)
+        self._cut(r.sn)
+        self.ft.send_control_all(self._others(), NAME, "req", r.sn)
+        self._tell_cut(r)
+
+    def _cut(self, sn: int) -> None:
+        """This rank's cut for CLC ``sn``: its state now is its part (sealed once the
+        messages in transit to it have arrived); what it sent to each member until now is
+        before the CLC; what it sends from now on carries ``sn`` and is held by members
+        that have no part of the CLC yet."""
+        st, ft = self._hc3i, self.ft
+        if st.cut_sn >= sn or st.closed:
+            return
+        st.cut_sn = sn
+        sent = ft.sent
+        st.cuts[sn] = {q: sent[q] for q in self._others() if sent[q]}  # sparse: few peers
+        st.late = []
+        st.captured = None
+        if ft.can_snapshot_now():
+            unreceived = Counter(e.src for held in st.held_intra.values() for _, e in held)
+            unreceived.update(env.src for env in st.held_inter)
+            st.captured = (ft.state_now(unreceived=dict(unreceived)), self._part_state(sn))
+
+    def _tell_cut(self, r: _Round) -> None:
+        r.told = True
+        data = (r.sn, self._hc3i.cuts.get(r.sn, {}))
+        if r.initiator == self.rank:
+            self._on_cut(self.rank, data)
+        else:
+            self.ft.send_control(r.initiator, NAME, "cut", data)
+
+    def _on_req(self, src: int, sn: int) -> None:
+        st = self._hc3i
+        if sn <= st.sn:
+            return  # a concurrent initiator's request for a CLC already committed
+        r = st.round
+        if sn > st.sn + 1:
+            st.early.setdefault(sn, set()).add(src)  # the commit of SN+1 is on its way
+            return
+        if r is None:
+            self._join(sn, src)
+        elif src < r.initiator and not r.committing:
+            r.initiator = src  # Algorithm 4: the smallest initiator wins
+            r.cuts.clear()
+            r.acks.clear()
+            if r.told:
+                self._tell_cut(r)
+            if r.acked:
+                self._send_ack(r)
+
+    def _join(self, sn: int, initiator: int) -> None:
+        st = self._hc3i
+        r = st.round = _Round(sn, initiator)
+        if st.closed:
+            r.part = True
+            self._refuse(r)
+            return
+        self._cut(sn)
+        self._tell_cut(r)
+
+    def _on_cut(self, src: int, data) -> None:
+        """Initiator: a member's cut; with all of them, tell each member how many
+        messages every other member sent it before its cut."""
+        sn, sent = data
+        r = self._hc3i.round
+        if r is None or r.sn != sn or r.initiator != self.rank or r.committing:
+            return
+        r.cuts[src] = sent
+        members = self._others() + [self.rank]
+        if len(r.cuts) < len(members):
+            return
+        expect_all: dict[int, dict] = {q: {} for q in members}  # sparse: senders only
+        for p, sent in r.cuts.items():
+            for q, n in sent.items():
+                expect_all[q][p] = n
+        for q in members:
+            expect = expect_all[q]
+            if q == self.rank:
+                self._on_expect(self.rank, (sn, expect))
+            else:
+                self.ft.send_control(q, NAME, "expect", (sn, expect))
+
+    def _on_expect(self, src: int, data) -> None:
+        sn, expect = data
+        st = self._hc3i
+        if sn > st.sn:
+            st.expect[sn] = expect
+            self._maybe_take_part()
+
+    def _maybe_take_part(self) -> None:
+        """Take this rank's tentative checkpoint once every member's messages from
+        before its cut are here."""
+        st, ft = self._hc3i, self.ft
+        r = st.round
+        if r is None or r.part or r.sn not in st.expect:
+            return
+        if any(ft.received[p] < n for p, n in st.expect[r.sn].items()):
+            return
+        r.part = True
+        if st.captured is None or st.cut_sn != r.sn:
+            self._refuse(r)  # this rank had left its loop at the cut
+            return
+        state, protocols = st.captured
+        blob = ft.seal_state(state, protocols, st.late)
+        st.captured, st.late = None, []
+        st.part_sn = r.sn
+        r.ddv = list(st.ddv)
+        self._release_intra(r.sn)
+        self.ft_spawn(self._keep_part(r, blob))
+
+    def _release_intra(self, sn: int) -> None:
+        """Deliver the held intra-cluster messages their senders sent after a cut for a
+        CLC up to ``sn`` (later ones stay held for the next part)."""
+        st = self._hc3i
+        for src in list(st.held_intra):
+            held = st.held_intra[src]
+            while held and held[0][0] <= sn:
+                self._deliver(held.pop(0)[1])
+            if not held:
+                del st.held_intra[src]
+
+    def _part_state(self, sn: int) -> dict:
+        """The protocol state saved in a part of CLC ``sn``: as after its commit (the
+        coordinator hands the committed DDV over after a rollback)."""
+        state = self.protocol_state()
+        mine = state[NAME]
+        mine["sn"] = sn
+        mine["ddv"][self._hc3i.me] = sn
+        return state
+
+    async def _keep_part(self, r: _Round, blob: bytes) -> None:
+        st, ft = self._hc3i, self.ft
+        taken = st.parts.hold(r.sn, blob)
+        await ft.link.report_now(ft.events.make("hc3i_part", cluster=st.me, sn=r.sn,
+                                                bytes=len(blob), incarnation=self.incarnation))
+        await taken  # the coordinator holds it: the acknowledgement may go
+        if st.round is r:
+            self._send_ack(r)
+
+    def ft_rpc_hc3i_part(self, sn: int) -> bytes:
+        return self._hc3i.parts.give(sn)
+
+    def _send_ack(self, r: _Round) -> None:
+        r.acked = True
+        data = (r.sn, r.ddv, r.forced_by)
+        if r.initiator == self.rank:
+            self._on_ack(self.rank, data)
+        else:
+            self.ft.send_control(r.initiator, NAME, "ack", data)
+
+    def _refuse(self, r: _Round) -> None:
+        if r.initiator == self.rank:
+            self._abort(r.sn, self.rank)
+        else:
+            self.ft.send_control(r.initiator, NAME, "nack", r.sn)
+
+    def _on_ack(self, src: int, data) -> None:
+        sn, ddv, forced_by = data
+        r = self._hc3i.round
+        if r is None or r.sn != sn or r.initiator != self.rank or r.committing:
+            return  # for a round this rank no longer leads
+        r.acks[src] = (ddv, forced_by)
+        if len(r.acks) == len(self._others()) + 1:
+            r.committing = True
+            self.ft_spawn(self._commit(r))
+
+    async def _commit(self, r: _Round) -> None:
+        """Algorithm 4, all acknowledgements in: the CLC exists once the coordinator
+        has the commit; then every member learns it."""
+        st, ft = self._hc3i, self.ft
+        ddv = _ddv.merge(d for d, _ in r.acks.values())
+        ddv[st.me] = r.sn
+        by = sorted({b for _, b in r.acks.values() if b is not None})
+        await ft.link.report_now(ft.events.make("hc3i_commit", cluster=st.me, sn=r.sn,
+                                                ddv=list(ddv), forced=bool(by), by=by,
+                                                incarnation=self.incarnation))
+        ft.send_control_all(self._others(), NAME, "commit", (r.sn, ddv))
+        self._apply_commit(r.sn, ddv)
+
+    def _on_commit(self, src: int, data) -> None:
+        sn, ddv = data
+        if sn == self._hc3i.sn + 1:
+            self._apply_commit(sn, ddv)
+
+    def _apply_commit(self, sn: int, ddv: list) -> None:
+        st = self._hc3i
+        st.sn, st.ddv, st.round = sn, list(ddv), None
+        self._end_round(sn)
+        st.timer_reset.set()
+        initiators = st.early.pop(sn + 1, None)
+        if initiators and st.round is None:
+            self._join(sn + 1, min(initiators))
+
+    def _on_nack(self, src: int, sn: int) -> None:
+        r = self._hc3i.round
+        if r is not None and r.sn == sn and r.initiator == self.rank:
+            self._abort(sn, src)
+
+    def _abort(self, sn: int, by: int) -> None:
+        """A member cannot checkpoint any more: no CLC in this cluster from now on."""
+        st, ft = self._hc3i, self.ft
+        ft.report("hc3i_abort", cluster=st.me, sn=sn, by=by)
+        ft.send_control_all(self._others(), NAME, "abort", sn)
+        self._on_abort(self.rank, sn)
+
+    def _on_abort(self, src: int, sn: int) -> None:
+        st = self._hc3i
+        st.closed = True
+        st.round = None
+        st.early.clear()
+        st.captured, st.late = None, []
+        st.part_sn = st.cut_sn  # nothing is held for a CLC that will not come
+        self._release_intra(st.cut_sn)
+        self._end_round(st.sn)
+        if st.timer is not None:
+            st.timer.cancel()
+
+    def _end_round(self, sn: int) -> None:
+        """The 2PC is over (committed with SN ``sn``, or aborted): send what was held for
+        other clusters, handle what came from them."""
+        st, ft = self._hc3i, self.ft
+        for table in (st.cuts, st.expect):
+            for old in [k for k in table if k <= sn]:
+                del table[old]
+        st.part_sn = max(st.part_sn, sn)
+        self._release_intra(sn)
+        held_out, st.held_out = st.held_out, []
+        for entry in held_out:
+            entry.sn = self._stamp()
+            e = entry.env
+            ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq, e.payload,
+                                 piggyback={NAME: entry.sn}))
+        # one at a time, the rest still held: a forced CLC may begin at any of them, and
+        # its part must not count the ones after it
+        while st.held_inter and not self._in_clc():
+            env = self._from_outside(st.held_inter.pop(0))
+            if env is not None:
+                self._deliver(env)
+
+    # ------------------------------------------------------------ control path
+    def on_control(self, env) -> None:
+        if env.comm != NAME:
+            return super().on_control(env)
+        op, data = self.ft.control_data(env)
+        handler = CONTROL.get(op)
+        if handler is None:
+            raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
+        getattr(self, handler)(env.src, data)
+
+    def _on_got(self, src: int, data) -> None:
+        """Algorithm 7: the receiver's SN replaces infinity in the log."""
+        app_seq, sn = data
+        entry = self._hc3i.log.get(src, {}).get(app_seq)
+        if entry is not None:
+            entry.ack = sn
+
+    # ------------------------------------------------------------------ timer
+    def _start_timer(self) -> None:
+        st = self._hc3i
+        leader = min(st.clusters.members(self.rank)) == self.rank
+        if leader and st.interval_s is not None and not st.closed:
+            st.timer = self.ft_spawn(self._unforced_timer())
+
+    async def _unforced_timer(self) -> None:
+        """The leader's ckPtTimer: a CLC when no CLC committed for ``interval_s``."""
+        st = self._hc3i
+        while not st.closed:
+            st.timer_reset.clear()
+            try:
+                await asyncio.wait_for(st.timer_reset.wait(), st.interval_s)
+            except asyncio.TimeoutError:
+                self.request_clc()
+
+    async def on_finish(self) -> None:
+        st = self._hc3i
+        if st.timer is not None:
+            st.timer.cancel()
+        await super().on_finish()
+
+    # ------------------------------------------------- coordinator requests
+    def ft_rpc_hc3i_fence(self, epochs: dict) -> list[int]:
+        """Ranks are rolling back as ``epochs`` {rank: new incarnation}: drop anything
+        from their old incarnations from now on; returns this rank's DDV."""
+        for rank, epoch in epochs.items():
+            if int(rank) != self.rank:
+                self.ft.set_peer_epoch(int(rank), epoch)
+        return list(self._hc3i.ddv)
+
+    def ft_rpc_hc3i_recovered(self, targets: dict, ddvs: dict, epochs: dict) -> int:
+        """The recovery line: ``targets`` {cluster: SN it rolled back to}, ``ddvs`` their
+        committed DDVs, ``epochs`` the new incarnations. Send again from the log what the
+        rolled-back clusters may lack; returns how many."""
+        st, ft = self._hc3i, self.ft
+        targets = {int(k): v for k, v in targets.items()}
+        for rank, epoch in epochs.items():
+            if int(rank) != self.rank:
+                ft.set_peer_epoch(int(rank), epoch)
+        rolled_back = st.me in targets
+        if rolled_back:
+            st.ddv = _ddv.merge([st.ddv, ddvs[st.me] if st.me in ddvs else ddvs[str(st.me)]])
+        resent = 0
+        for dst in sorted(st.log):
+            k = self._cluster_of(dst)
+            for seq in sorted(st.log[dst]):
+                entry = st.log[dst][seq]
+                if entry.sn is None:
+                    continue  # held for a commit: it has not left yet
+                if k in targets:
+                    again = _ddv.must_resend(entry.ack, targets[k])
+                else:
+                    again = rolled_back and entry.ack is _ddv.UNACKED
+                if again:
+                    e = entry.env
+                    ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq,
+                                         e.payload, piggyback={NAME: entry.sn}))
+                    resent += 1
+        ft.events.record("hc3i_resent", messages=resent, rolled_back=rolled_back)
+        return resent
+
+    def ft_rpc_hc3i_collect(self, lowest: dict) -> tuple[int, int]:
+        """Algorithm 8, COLLECT: drop log entries acked below their receiver's smallest
+        SN; returns (entries before, after)."""
+        st = self._hc3i
+        lowest = {int(k): v for k, v in lowest.items()}
+        before = after = 0
+        for dst in list(st.log):
+            floor = lowest[self._cluster_of(dst)]
+            entries = st.log[dst]
+            before += len(entries)
+            for seq in [s for s, e in entries.items()
+                        if e.ack is not _ddv.UNACKED and e.ack < floor]:
+                st.log_bytes -= entries.pop(seq).env.payload.nbytes
+            after += len(entries)
+        st.gc_asked = False
+        return before, after
+
+    # ------------------------------------------------------------------ state
+    def protocol_state(self) -> dict[str, Any]:
+        state = super().protocol_state()
+        st = self._hc3i
+        state[NAME] = {"sn": st.sn, "ddv": list(st.ddv),
+                       "log": {d: {s: (e.env, e.sn, e.ack) for s, e in v.items()}
+                               for d, v in st.log.items()}}
+        return state
+
+    def restore_protocol_state(self, state: dict[str, Any]) -> None:
+        super().restore_protocol_state(state)
+        mine, st = state[NAME], self._hc3i
+        st.sn, st.ddv = mine["sn"], list(mine["ddv"])
+        st.log = {d: {s: _Logged(*e) for s, e in v.items()} for d, v in mine["log"].items()}
+        st.log_bytes = sum(e.env.payload.nbytes for v in st.log.values() for e in v.values())
+        st.part_sn = st.cut_sn = st.sn
+
+    async def on_restored(self) -> None:
+        self.ft.restored_from = None  # parts stay with the coordinator
+        await super().on_restored()
+
+
+from ._hc3i_recovery import Hc3iRecovery  # noqa: E402  (the policy needs this module)
+
+DDVPiggyback.recovery_policy = Hc3iRecovery

@@ -1,0 +1,425 @@
+"""GroupCoordination: group-based checkpoint/restart with inter-group message logging.
+
+Paper: group-based-checkpoint.txt (Ho, Wang & Lau, 2008), Algorithm 1, sections 3-4.
+Measured by ``ftactors bench groups`` (the paper's Figures 5-9). Group sets are kept in
+the object store by the coordinator, not on stable storage.
+
+Theory of operation
+-------------------
+*Groups* (``groups`` option: a definition file or a policy, ``protocols/groups.py``;
+default groups of ceil(sqrt(n)) consecutive ranks). A group checkpoints alone, at its own
+safe-point positions (``group_checkpoint_interval``: an int, or ``{group index: int}``):
+ready messages flush the channels between its members only (CoCheck restricted to the
+group), each member saves its snapshot, and the other groups keep computing.
+
+*Counters* are counted in messages, not bytes: the core's application sequence numbers
+(``Endpoint.sent`` / ``received``, per peer) are S_X and R_X, and they identify each
+message exactly, which byte counts cannot once messages differ in size. At a group
+checkpoint a member records RR_X = R_X for every out-of-group peer X.
+
+*Logging* (sender side): every message to a rank outside the sender's group is kept in
+the sender's log (a reference to the already pickled message, appended when it is sent:
+nothing is copied or written on the send's path); intra-group messages never are. The log
+is part of the sender's snapshot, so it is saved with the group's checkpoint.
+
+*Garbage collection*: once a group checkpoint is complete (every member's part is kept by
+the coordinator), each member piggybacks RR_X on its next message to each out-of-group X;
+X then drops from its log for that member every message numbered below RR_X: the
+member's restart line already holds them.
+
+*Restart of one group* (the recovery policy): the group of every failed rank restarts
+from its last complete group checkpoint (or the start), in new actors; every other rank
+goes on. First every other rank is *fenced*: it learns the new incarnations (so what
+the dead lives still had in flight is dropped) and reports its R for the restarted
+ranks, final until their new lives send. Then each of them resends from its log what
+the restarted ranks had not received at their checkpoint (their restored R), up to
+the fence (later messages already went to the new lives); a restarted rank records
+``group_caught_up`` once it holds all of them. The restarted ranks in turn resend to
+the others, from their restored logs, what those lack below the parts' counts (a
+message sent before the checkpoint but still in flight at the failure was dropped with
+the dead life's traffic). The restarted ranks start with the
+fenced R of every peer (restore notes) and skip sending the messages below it (the
+"skip" of Algorithm 1, done at the sender); a skipped message is still logged, since
+its receiver may later roll back past it.
+Messages between two restarted groups are resent from the restored logs the same way,
+and skipped the same way: a group checkpoint's report carries each part's R, so the
+coordinator knows what a restarted peer will hold before it starts. Whatever the skip
+misses would still be dropped by the receivers' sequence numbers. Piecewise
+determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
+messages with the same numbers.
+
+*Footprint* (bounded whatever the run's length): per group, the newest complete group
+set in the object store and the sets still being taken (an older set that never
+completes is dropped when a newer one does); each sender's log holds its messages to
+other groups sent since their receiver's group last checkpointed (the RR piggyback
+drops the rest), so about two checkpoint intervals of inter-group traffic (sim-check
+checks that bound). Measured by ``ftactors bench footprint``.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftactors.runtime._checkpoints import position_index
+from ftactors.engine._envelope import APP, Envelope
+from ftactors.base._errors import ConfigError
+from ftactors.runtime._protocol import Protocol
+
+from ._flush import Flush
+from ._parts import HeldParts, PartTaker
+from .groups import Groups, load_groups
+
+NAME = "groups"
+
+
+def _interval(option, group: int) -> int | None:
+    """The checkpoint interval of group ``group`` (None: it never checkpoints)."""
+    if isinstance(option, dict):
+        option = option.get(group, option.get(str(group)))
+    return option
+
+
+def _check_interval(option) -> None:
+    values = option.values() if isinstance(option, dict) else [option]
+    for v in values:
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"group_checkpoint_interval must be an int >= 1 (or a dict "
+                              f"group -> int), got {option!r}")
+
+
+@dataclass
+class _GroupState:
+    """One rank's GroupCoordination state (under ``self._gc``)."""
+
+    groups: Groups
+    interval: int | None
+    flush: Flush = field(default_factory=Flush)
+    log: dict = field(default_factory=dict)       # dst -> {app_seq: Envelope}
+    rr: dict = field(default_factory=dict)        # position -> {peer: RR} (not committed)
+    piggyback: dict = field(default_factory=dict)  # peer -> RR to send on the next message
+    last: tuple | None = None                     # position of the last group checkpoint
+    parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
+    collected: int = 0                            # log entries dropped by garbage collection
+    skip: dict = field(default_factory=dict)      # dst -> messages it holds (after a restart)
+    skipped: int = 0                              # messages not sent again thanks to skip
+    logged: list = field(default_factory=lambda: [0, 0])  # messages, bytes ever logged
+    fenced: dict = field(default_factory=dict)    # restarting rank -> sent to it at the fence
+    expect: dict | None = None                    # after a restart: peer -> resends end
+
+
+class GroupCoordination(Protocol):
+    """Mixin: group checkpoints, inter-group message logs, restart of one group."""
+
+    protocol_name = NAME
+    conflicts = ("ready_flush", "standby")
+    uses_spares = True
+    ft_options = {
+        "groups": "group definition: a JSON/YAML file, or one / single / fixed:K / "
+                  "trace:PATH (default: groups of ceil(sqrt(n)) consecutive ranks)",
+        "group_checkpoint_interval": "iterations between a group's checkpoints: an int, "
+                                     "or {group index: int} (default: never)",
+    }
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        _check_interval(options.get("group_checkpoint_interval"))
+        super().check_options(options)
+
+    # ------------------------------------------------------------------ start
+    async def on_start(self) -> None:
+        opts = getattr(self, "options", {})
+        groups = load_groups(opts.get("groups"), self.size)
+        self._gc = _GroupState(groups, _interval(opts.get("group_checkpoint_interval"),
+                                                 groups.group_of(self.rank)))
+        await super().on_start()
+
+    def my_group(self) -> tuple[int, ...]:
+        return self._gc.groups.members(self.rank)
+
+    # ----------------------------------------------------------- message path
+    def on_send(self, env: Envelope) -> Envelope | None:
+        env = super().on_send(env)
+        if env is None:
+            return None
+        gc, dst = self._gc, env.dst
+        inter = not gc.groups.same_group(self.rank, dst)
+        if inter:
+            gc.log.setdefault(dst, {})[env.app_seq] = Envelope(
+                APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload)
+            gc.logged[0] += 1
+            gc.logged[1] += env.payload.nbytes
+            self.ft.logged_bytes += env.payload.nbytes
+        if dst in gc.skip:
+            if env.app_seq < gc.skip[dst]:
+                gc.skipped += 1
+                return None
+            del gc.skip[dst]
+            if not gc.skip:
+                self.ft.events.record("group_skipped", messages=gc.skipped)
+        if inter:
+            rr = gc.piggyback.pop(dst, None)
+            if rr is not None:
+                env.piggyback = {**(env.piggyback or {}), NAME: rr}
+        return env
+
+    def on_receive(self, env: Envelope) -> Envelope | None:
+        if env.piggyback and NAME in env.piggyback:
+            self._collect(env.src, env.piggyback[NAME])
+        if self._gc.expect is not None:
+            self._check_caught_up()
+        return super().on_receive(env)
+
+    def _collect(self, peer: int, upto: int) -> None:
+        """``peer`` holds everything numbered below ``upto`` in its restart line."""
+        log = self._gc.log.get(peer)
+        if log:
+            for seq in [s for s in log if s < upto]:
+                del log[seq]
+                self._gc.collected += 1
+
+    def log_size(self) -> tuple[int, int]:
+        """(messages, bytes) in this rank's log."""
+        envs = [e for log in self._gc.log.values() for e in log.values()]
+        return len(envs), sum(e.payload.nbytes for e in envs)
+
+    # ------------------------------------------------------------ checkpoints
+    async def on_safe_point(self, iteration: int) -> None:
+        await super().on_safe_point(iteration)
+        gc, pos = self._gc, self.ft.position
+        every = gc.interval
+        if every and iteration > 0 and iteration % every == 0 and (gc.last is None or pos > gc.last):
+            await self.group_checkpoint()
+
+    async def group_checkpoint(self) -> None:
+        """Flush the channels inside this rank's group, save this rank's part. Collective
+        over the group, at one safe point."""
+        gc, ft = self._gc, self.ft
+        pos = ft.position
+        at = ft.link.clock()
+        peers = [r for r in self.my_group() if r != self.rank]
+        gc.flush.start(ft, NAME, ("ckpt", pos), peers)
+        await gc.flush.wait(("ckpt", pos), peers)
+        flushed_at = ft.link.clock()
+        gc.last = pos
+        gc.rr[pos] = {x: ft.received[x] for x in range(self.size)
+                      if not gc.groups.same_group(self.rank, x)}
+        t0 = time.perf_counter()
+        cut = gc.flush.last_cut
+        blob = ft.snapshot(cut=cut)
+        held = ft.received_at(cut)  # R_X in the part
+        kept = gc.parts.hold(pos, blob)
+        n_log, log_bytes = self.log_size()
+        await ft.link.report_now(ft.events.make(
+            "group_checkpoint_part", group=gc.groups.group_of(self.rank), position=pos,
+            bytes=len(blob), flush_s=flushed_at - at, save_s=time.perf_counter() - t0,
+            log_messages=n_log, log_bytes=log_bytes, received=held))
+        await kept
+
+    def ft_rpc_group_part(self, position) -> bytes:
+        return self._gc.parts.give(tuple(position))
+
+    def ft_rpc_group_commit(self, position) -> None:
+        """The group checkpoint at ``position`` is complete: piggyback its RR values."""
+        rr = self._gc.rr.pop(tuple(position), None)
+        for old in [p for p in self._gc.rr if p < tuple(position)]:
+            del self._gc.rr[old]
+        if rr is not None:
+            self._gc.piggyback.update(rr)
+
+    # ------------------------------------------------------------------ restart
+    def ft_rpc_group_received(self) -> list[int]:
+        """R_X of this (restored) rank for every X."""
+        return list(self.ft.received)
+
+    def ft_rpc_group_fence(self, epochs: dict) -> list[int]:
+        """Ranks restart as ``epochs`` {rank: new incarnation}: from now on drop what their
+        old lives still had in flight, and return R_X for every X (final for them until
+        their new lives send)."""
+        ft, gc = self.ft, self._gc
+        for rank, epoch in epochs.items():
+            rank = int(rank)
+            ft.set_peer_epoch(rank, epoch)
+            gc.fenced[rank] = ft.sent[rank]
+            gc.skip.pop(rank, None)  # it rolled back: it no longer holds what it held
+            if gc.expect is not None:
+                gc.expect.pop(rank, None)
+        return list(ft.received)
+
+    def ft_rpc_group_resend(self, received: dict) -> int:
+        """``received`` {rank: how many messages from this rank it holds} for the
+        restarted ranks (and, on a restarted rank, for the others too): resend from the
+        log what they lack, in order, up to the fence (what was sent after it, or after a
+        restored part, is sent by running on); returns how many, and where the resends
+        end for each of them."""
+        ft, gc = self.ft, self._gc
+        resent = nbytes = 0
+        upto = {}
+        for rank, since in received.items():
+            rank = int(rank)
+            if rank == self.rank or gc.groups.same_group(self.rank, rank):
+                continue
+            end = gc.fenced.pop(rank, ft.sent[rank])
+            for seq in sorted(s for s in gc.log.get(rank, {}) if since <= s < end):
+                env = gc.log[rank][seq]
+                ft.transmit(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
+                                     env.payload))
+                resent += 1
+                nbytes += env.payload.nbytes
+            upto[rank] = end
+        ft.events.record("group_resent", to=sorted(int(r) for r in received), messages=resent,
+                         bytes=nbytes)
+        return {"messages": resent, "upto": upto}
+
+    def ft_rpc_group_expect(self, upto: dict) -> None:
+        """The resends end at ``upto`` {peer: app_seq}: record ``group_caught_up`` once
+        every one of them is here (the restarted rank is back to normal execution)."""
+        self._gc.expect = {int(x): n for x, n in upto.items() if self.ft.received[int(x)] < n}
+        self._check_caught_up()
+
+    def _check_caught_up(self) -> None:
+        gc = self._gc
+        if gc.expect is None:
+            return
+        for x in [x for x, n in gc.expect.items() if self.ft.received[x] >= n]:
+            del gc.expect[x]
+        if not gc.expect:
+            gc.expect = None
+            self.ft.events.record("group_caught_up")
+
+    async def on_finish(self) -> None:
+        gc = self._gc
+        self.ft.events.record("group_log_total", messages=gc.logged[0], bytes=gc.logged[1],
+                              collected=gc.collected, skipped=gc.skipped)
+        await super().on_finish()
+
+    # ------------------------------------------------------------------ state
+    def on_control(self, env) -> None:
+        if env.comm != NAME:
+            return super().on_control(env)
+        self._gc.flush.take_marker(self.ft, env)
+
+    def protocol_state(self) -> dict[str, Any]:
+        state = super().protocol_state()
+        gc = self._gc
+        state[NAME] = {"log": {d: dict(v) for d, v in gc.log.items()}, "last": gc.last,
+                       "piggyback": dict(gc.piggyback)}
+        return state
+
+    def restore_protocol_state(self, state: dict[str, Any]) -> None:
+        super().restore_protocol_state(state)
+        mine, gc = state[NAME], self._gc
+        gc.log = {d: dict(v) for d, v in mine["log"].items()}
+        gc.last = None if mine["last"] is None else tuple(mine["last"])
+        gc.piggyback = dict(mine["piggyback"])
+
+    async def on_restored(self) -> None:
+        gc = self._gc
+        gc.flush.reset()
+        gc.rr.clear()
+        gc.skip = {int(x): n for x, n in self.ft.restore_notes.get(NAME, {}).items()
+                   if n > self.ft.sent[int(x)]}
+        # a restored rank's own fence: from its part's counts on, its log is re-sent by
+        # running again, so a resend to another restarted rank stops there
+        gc.fenced = {x: n for x, n in enumerate(self.ft.sent) if x != self.rank}
+        if gc.skip:
+            self.ft.events.record("group_skip", upto=dict(gc.skip))
+        await super().on_restored()
+        self.ft.restored_from = None
+
+
+# ---------------------------------------------------------------- coordinator side
+@dataclass
+class _GroupSet:
+    group: int
+    position: tuple
+    size: int
+    handles: dict = field(default_factory=dict)
+    received: dict = field(default_factory=dict)  # rank -> R_X in its part, for every X
+
+
+class GroupRecovery:
+    """Coordinator side: keeps every group's checkpoint parts, restarts failed groups."""
+
+    def __init__(self, coordinator):
+        self.c = coordinator
+        self.groups = load_groups(coordinator.options.get("groups"), coordinator.n)
+        self.pending: dict[tuple, _GroupSet] = {}   # (group, position) -> parts so far
+        self.latest: dict[int, _GroupSet] = {}      # group -> newest complete set
+        self.parts = PartTaker(coordinator, "group_part")
+
+    def on_report(self, event) -> None:
+        if event.kind != "group_checkpoint_part":
+            return
+        g, pos = event.detail["group"], tuple(event.detail["position"])
+        ck = self.pending.get((g, pos))
+        if ck is None:
+            ck = self.pending[(g, pos)] = _GroupSet(g, pos, len(self.groups.members(event.rank)))
+        ck.received[event.rank] = event.detail["received"]
+        self.parts.take(event.rank, pos, lambda handle: self._kept(ck, event.rank, handle))
+
+    async def _kept(self, ck: _GroupSet, rank: int, handle) -> None:
+        """Rank ``rank``'s part is kept; the group's set is complete with all of them."""
+        c = self.c
+        ck.handles[rank] = handle
+        if len(ck.handles) < ck.size:
+            return
+        self.pending.pop((ck.group, ck.position), None)
+        old = self.latest.get(ck.group)
+        if old is None or ck.position > old.position:
+            self.latest[ck.group] = ck
+            for key in [k for k in self.pending if k[0] == ck.group and k[1] < ck.position]:
+                del self.pending[key]  # older sets that never completed can never be used
+        c.events.record("group_checkpoint", group=ck.group, position=ck.position,
+                        index=position_index(ck.position))
+        await asyncio.gather(*(c.fabric.call(c.handles[r], "group_commit", ck.position)
+                               for r in ck.handles), return_exceptions=True)
+
+    async def finish(self) -> None:
+        await self.parts.finish()
+
+    async def recover(self, failed: set[int]) -> None:
+        c = self.c
+        hit = sorted({self.groups.group_of(r) for r in failed})
+        ranks = sorted(r for g in hit for r in self.groups.groups[g])
+        c.events.record("group_rollback", groups=hit, ranks=ranks,
+                        positions={g: (self.latest[g].position if g in self.latest else None)
+                                   for g in hit})
+        self.parts.cancel(set(ranks))  # parts of the lost execution
+        for key in [k for k in self.pending if k[0] in hit]:
+            del self.pending[key]
+        await asyncio.gather(*(c.respawn(r) for r in ranks))
+        await c.rewire()
+        epochs = {r: c.epochs[r] for r in ranks}
+        others = [x for x in range(c.n) if x not in ranks]
+        holds = dict(zip(others, await asyncio.gather(*(c.call(x, "group_fence", epochs)
+                                                        for x in others))))
+        for x in ranks:  # a restarted rank will hold what its part holds
+            ck = self.latest.get(self.groups.group_of(x))
+            holds[x] = [0] * c.n if ck is None else ck.received[x]
+        for r in ranks:
+            ck = self.latest.get(self.groups.group_of(r))
+            handle = c.blank(r) if ck is None else ck.handles[r]
+            c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs),
+                             "notes": {NAME: {x: held[r] for x, held in holds.items()
+                                              if x != r}}})
+        await asyncio.gather(*(c.call(r, "ready") for r in ranks))
+        got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
+        # every rank resends to the restarted ones what they lack; a restarted rank also
+        # resends to the others what it had sent before its part but they never got (it
+        # was in flight when the fence dropped its old life's traffic)
+        lack = {x: {r: got[i][x] for i, r in enumerate(ranks)} for x in range(c.n)}
+        for x in ranks:
+            lack[x].update({s: holds[s][x] for s in others})
+        resent = await asyncio.gather(*(c.call(x, "group_resend", lack[x]) for x in range(c.n)))
+        await asyncio.gather(*(
+            c.call(r, "group_expect", {x: done["upto"][r] for x, done in enumerate(resent)
+                                       if r in done["upto"]})
+            for r in ranks))
+        c.events.record("group_resumed", groups=hit,
+                        resent=sum(done["messages"] for done in resent))
+        c.refill_spares()
+
+
+GroupCoordination.recovery_policy = GroupRecovery

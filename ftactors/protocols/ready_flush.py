@@ -1,0 +1,699 @@
+"""ReadyMessageFlush: CoCheck's coordinated checkpoint, global restart and migration.
+
+Paper: cocheck-ready-messages.txt (Stellner, 1996), sections 2, 4 and 5.2.
+
+Theory of operation
+-------------------
+*Checkpoint* (section 4). The central instance is the run's coordinator. A checkpoint is
+taken at one safe-point position K, the same on every rank (a position is
+``(loop, iteration)``): with ``checkpoint_interval`` every rank knows K by itself (every
+k-th iteration); for a request (``await run.checkpoint()``, ``self.request_checkpoint()``
+or the ``checkpoint_interval_s`` timer) the coordinator notifies every rank, each answers
+with the next safe point it will reach and stops there until told K, the largest of the
+answers, so no rank has passed it. The notification is handled between sends (message
+hooks are synchronous), as the paper requires. At K a rank sends a ready message (RM) on
+its channel to every other rank and keeps receiving: every application message that
+arrives before the RM of its channel is queued for the application. Once it holds every
+peer's RM nothing addressed to it is in transit, and its snapshot (registered state,
+protocol state, the queued in-transit messages in arrival order, the channel and
+application counters) is saved, in the object store (``checkpoint_storage="object"``,
+owned by the coordinator: it survives the rank, not its node), on stable storage through
+pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete when
+every rank's part is stored: the coordinator then writes the manifest (stable storage)
+and makes it the one to restart from, so a failure during a checkpoint leaves the
+previous one in force. After a restart, receives are served first from the restored
+in-transit messages, in arrival order, then from the network (the core's matcher).
+
+*How often* (``checkpoint_interval="auto"`` with ``mtbf_s``). The coordinator's timer
+requests a first checkpoint at once, measures what each checkpoint it requested held the
+job (first rank at the position to the set stored: ``cost_s`` of every ``checkpoint``
+event), and waits Daly's optimal interval for that cost and the given MTBF
+(``protocols/_intervals.py``) from the set being stored to its next request; each choice is
+a ``checkpoint_interval_chosen`` event (``ReadyFlushCoordinator._auto_timer`` says why).
+
+Programs must not keep an ``irecv`` pending across a safe point (the code that posted it
+does not run again after a restart); the snapshot refuses with a ProtocolError. Ranks
+are assumed to progress in step: what a rank needs to reach safe point K was sent by its
+peers before they reached K (true of iterative SPMD codes; a program where a rank needs
+a peer's next-iteration message to finish its own iteration would wait forever at K).
+
+*Restart* (global rollback). When a rank fails, every rank is restarted in a new actor
+(a new incarnation: traffic of the old ones is dropped by the channels) from the last
+complete checkpoint, or from the start of the run when there is none; the coordinator's
+handle table is CoCheck's virtual-address mapping, handed to every rank by ``rewire``.
+``ft.run(restart_from=DIR)`` restarts a whole lost job from the latest set on disk.
+
+*Migration* (section 5.2, the optimised protocol). ``await run.migrate(rank, node)``
+starts a warm actor on ``node`` (Ray node affinity), stops the migrating rank (MP) at its
+next safe point, where it sends an RM to every rank it has sent to; every other rank
+sends an RM to MP if it has ever sent to it (its channel to MP may hold messages) and from
+then on keeps every envelope for MP (``Endpoint.hold``). MP waits for the RMs of those
+partners, so every message sent to its old location is in its snapshot, and the snapshot
+moves to the new actor, which becomes MP's next incarnation. Each partner waits for MP's
+RM (so MP's last messages were delivered before the old actor goes), learns the new
+incarnation, and sends what it kept (``Endpoint.release``): nothing was sent to the old
+location after its snapshot, nothing is lost, nothing duplicated. Only MP rolls back to
+its snapshot, which is the state it was stopped in.
+
+*Footprint* (bounded whatever the run's length): the coordinator keeps in the object
+store the newest complete checkpoint set (one part per rank) and the parts of sets still
+being taken; every older set is dropped, and its object references released, as soon as
+a newer one is complete. Stable storage keeps ``KEEP_STABLE`` (2) sets. No message log.
+Measured by ``ftactors bench footprint``.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ftactors.runtime._coordinator import NewFailure
+from ftactors.runtime._checkpoints import (load_latest, position_index, prune_sets, seal_set,
+                                           store_part)
+from ftactors.base._errors import ConfigError, ProtocolError
+from ftactors.runtime._protocol import Protocol
+from ftactors.base._storage import open_store
+
+from ._flush import Flush
+from ._intervals import daly
+from ._parts import HeldParts, PartTaker
+
+NAME = "ready_flush"
+STORAGES = ("object", "stable", "both")
+KEEP_STABLE = 2
+"""Complete checkpoint sets kept on stable storage (older ones are deleted)."""
+ABORT = "abort"
+"""A marker's data when its sender cannot reach the checkpoint position (its loop ended)."""
+AUTO = "auto"
+"""``checkpoint_interval=AUTO``: Daly's interval from the measured cost and ``mtbf_s``."""
+FIRST_RETRY = 1e-4
+"""Before the first auto checkpoint, a request no rank could place (not in a loop yet) is
+retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
+RETRY_MAX = 1e-2
+COST_FLOOR_S = 1e-9
+"""A measured cost of zero (a sim without latency) would give a zero interval."""
+
+
+def _options(opts: dict) -> dict:
+    """The protocol's settings with defaults, checked."""
+    storage = opts.get("checkpoint_storage", "object")
+    if storage not in STORAGES:
+        raise ConfigError(f"checkpoint_storage must be one of {', '.join(STORAGES)}, "
+                          f"got {storage!r}")
+    interval = opts.get("checkpoint_interval")
+    auto = isinstance(interval, str) and interval == AUTO
+    if interval is not None and not auto and (
+            not isinstance(interval, int) or isinstance(interval, bool) or interval < 1):
+        raise ConfigError(f"checkpoint_interval must be an int >= 1 or {AUTO!r}, "
+                          f"got {interval!r}")
+    seconds = opts.get("checkpoint_interval_s")
+    if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
+        raise ConfigError(f"checkpoint_interval_s must be > 0, got {seconds!r}")
+    mtbf = opts.get("mtbf_s")
+    if mtbf is not None and not (isinstance(mtbf, (int, float)) and not isinstance(mtbf, bool)
+                                 and math.isfinite(mtbf) and mtbf > 0):
+        raise ConfigError(f"mtbf_s must be a number of seconds > 0, got {mtbf!r}")
+    if auto and mtbf is None:
+        raise ConfigError(f"checkpoint_interval={AUTO!r} needs mtbf_s: the job's mean time "
+                          f"between failures (s), from which Daly's interval is chosen")
+    if auto and seconds is not None:
+        raise ConfigError(f"checkpoint_interval={AUTO!r} and checkpoint_interval_s both "
+                          f"set the checkpoint timer: give one of them")
+    if mtbf is not None and not auto:
+        raise ConfigError(f"mtbf_s is only used with checkpoint_interval={AUTO!r}")
+    directory = opts.get("checkpoint_dir")
+    if storage != "object" and directory is None:
+        directory = os.path.join(os.getcwd(), "ftactors-checkpoints")
+    return {"storage": storage, "interval": None if auto else interval, "interval_s": seconds,
+            "auto": auto, "mtbf_s": mtbf, "dir": directory}
+
+
+@dataclass
+class _Ready:
+    """One rank's ReadyMessageFlush state (under ``self._ready``)."""
+
+    settings: dict
+    flush: Flush = field(default_factory=Flush)
+    store: Any = None
+    undecided: dict = field(default_factory=dict)   # request id -> future of K (or None)
+    targets: set = field(default_factory=set)       # decided positions not reached yet
+    last: tuple | None = None                        # position of the last checkpoint taken
+    parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
+    stop: asyncio.Future | None = None               # migration: resolved where MP stops
+    resume: asyncio.Future | None = None             # migration aborted: MP goes on
+
+
+class ReadyMessageFlush(Protocol):
+    """Mixin: coordinated checkpoints by ready messages, global restart, migration."""
+
+    protocol_name = NAME
+    conflicts = ("standby",)
+    uses_spares = True
+    ft_options = {
+        "checkpoint_interval": "take a checkpoint every k iterations of every loop, or "
+                               "\"auto\": Daly's interval from the measured checkpoint "
+                               "cost and mtbf_s",
+        "checkpoint_interval_s": "the coordinator requests a checkpoint this often (s)",
+        "mtbf_s": "the job's mean time between failures (s), for checkpoint_interval=\"auto\"",
+        "checkpoint_storage": "object (object store, owned by the coordinator), stable "
+                              "(checkpoint_dir) or both (default object)",
+        "checkpoint_dir": "directory or pyarrow URI of stable checkpoints "
+                          "(default ./ftactors-checkpoints)",
+    }
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        _options(options)
+        super().check_options(options)
+
+    # ------------------------------------------------------------------ start
+    async def on_start(self) -> None:
+        st = self._ready = _Ready(_options(getattr(self, "options", {})))
+        if st.settings["storage"] != "object":
+            st.store = open_store(st.settings["dir"])
+        await super().on_start()
+
+    async def on_finish(self) -> None:
+        """``main()`` returned: no safe point is left, so positions still awaited here
+        can never be reached; tell the peers waiting there."""
+        st = self._ready
+        for fut in st.undecided.values():
+            await fut
+        self._abandon(set(st.targets) | {k for k in self._decided() if k is not None})
+        if st.stop is not None and not st.stop.done():
+            st.stop.set_result(None)
+        await super().on_finish()
+
+    def _decided(self) -> set:
+        return {f.result() for f in self._ready.undecided.values() if f.done()}
+
+    def _abandon(self, positions) -> None:
+        st = self._ready
+        peers = [r for r in range(self.size) if r != self.rank]
+        for pos in sorted(positions):
+            st.flush.start(self.ft, NAME, ("ckpt", pos), peers, ABORT)
+            self.ft.report("checkpoint_abandoned", position=pos)
+        st.targets.clear()
+        st.undecided.clear()
+
+    # ------------------------------------------------------------ safe points
+    async def on_safe_point(self, iteration: int) -> None:
+        await super().on_safe_point(iteration)
+        st, pos = self._ready, self.ft.position
+        for fut in list(st.undecided.values()):
+            await fut  # notified: wait here for the position (never past it)
+        st.targets |= {fut.result() for fut in st.undecided.values()} - {None}
+        st.undecided.clear()
+        every = st.settings["interval"]
+        due = bool(every) and iteration > 0 and iteration % every == 0
+        if st.last is not None and pos <= st.last:
+            due = False  # restored here: this position's checkpoint was taken already
+        if due or pos in st.targets:
+            st.targets.discard(pos)
+            await self.checkpoint_here()
+        passed = {k for k in st.targets if k < pos}
+        if passed:  # a new loop began before the position (SPMD programs do not)
+            self._abandon(passed)
+        if st.stop is not None and not st.stop.done():
+            await self._stop_for_migration()
+
+    async def checkpoint_here(self) -> None:
+        """Flush every channel with ready messages, then save this rank's part of the
+        checkpoint at this safe point. Collective: every rank calls it at the same
+        position (the protocol does, see the module docstring)."""
+        st, ft = self._ready, self.ft
+        pos = ft.position
+        if pos is None:
+            raise ProtocolError("checkpoint_here() must be called at a safe point")
+        at = ft.link.clock()  # the run's clock: virtual on sim
+        peers = [r for r in range(self.size) if r != self.rank]
+        st.flush.start(ft, NAME, ("ckpt", pos), peers)
+        markers = await st.flush.wait(("ckpt", pos), peers)
+        t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
+        if ABORT in markers.values():
+            ft.events.record("checkpoint_aborted", position=pos,
+                             by=sorted(r for r, d in markers.items() if d == ABORT))
+            return
+        st.last = pos
+        blob = ft.snapshot(cut=st.flush.last_cut)
+        index = position_index(pos)
+        taken = None
+        if st.settings["storage"] in ("object", "both"):
+            taken = st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
+        if st.store is not None:
+            await asyncio.to_thread(store_part, st.store, "", index, self.rank, blob)
+        # waited for: the coordinator holds every part reported before main() returns
+        t_saved = time.perf_counter()
+        await ft.link.report_now(ft.events.make(
+            "checkpoint_part", position=pos, index=index, bytes=len(blob),
+            flush_s=flushed_at - at, save_s=t_saved - t_flushed, at=at,
+            flushed_at=flushed_at))
+        if taken is not None:
+            await taken  # a rank past the position never holds the only copy of its part
+            ft.events.record("checkpoint_kept", position=pos,
+                             wait_s=time.perf_counter() - t_saved)
+
+    def ft_rpc_ready_part(self, position) -> bytes:
+        """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
+        which keeps it in the object store (it then outlives this rank)."""
+        return self._ready.parts.give(tuple(position))
+
+    def request_checkpoint(self) -> None:
+        """Ask the coordinator for a checkpoint (any rank, any time; it is taken at a
+        safe point every rank can still reach)."""
+        self.ft.report("checkpoint_request")
+
+    # ---------------------------------------------------- coordinator requests
+    def ft_rpc_ready_notify(self, request: int) -> tuple | None:
+        """A checkpoint is wanted: stop at the next safe point until told where to take
+        it; returns that next safe point (None: this rank has none left in its loop)."""
+        nxt = self.ft.next_safe_point()
+        if nxt is not None:
+            self._ready.undecided[request] = asyncio.get_running_loop().create_future()
+        return nxt
+
+    def ft_rpc_ready_decide(self, request: int, position) -> None:
+        """The checkpoint of ``request`` is at ``position`` (None: not taken)."""
+        fut = self._ready.undecided.get(request)
+        if fut is not None and not fut.done():
+            fut.set_result(None if position is None else tuple(position))
+
+    # --------------------------------------------------------------- migration
+    def ft_rpc_ready_migrate_stop(self, move: int) -> asyncio.Future:
+        """MP: stop at the next safe point; the answer says where, and to whom this rank
+        sent an RM there (None: ``main()`` ended first)."""
+        st = self._ready
+        loop = asyncio.get_running_loop()
+        st.stop, st.resume = loop.create_future(), loop.create_future()
+        st.move = move
+        return st.stop
+
+    async def _stop_for_migration(self) -> None:
+        st, ft = self._ready, self.ft
+        out = [r for r in range(self.size) if r != self.rank and ft.sent[r] > 0]
+        for peer in out:
+            ft.send_control(peer, NAME, "marker", (("move", st.move), None))
+        st.stop.set_result({"position": ft.position, "out": out})
+        await st.resume  # never resolved when the move succeeds: this actor is stopped
+
+    async def ft_rpc_ready_migrate_notice(self, move: int, mover: int, wait_rm: bool) -> bool:
+        """Rank ``mover`` is moving: clear this rank's channel to it with an RM if it
+        ever sent on it, and keep everything for it from now on; with ``wait_rm`` (the
+        mover sent to this rank) wait for the mover's RM, so everything its old
+        incarnation sent has arrived before the new one exists (the new incarnation's
+        first envelope makes the old one's stale). Returns whether an RM was sent."""
+        ft = self.ft
+        partner = ft.sent[mover] > 0
+        if partner:
+            ft.send_control(mover, NAME, "marker", (("move", move), None))
+        ft.hold(mover)
+        if wait_rm:
+            await self._ready.flush.wait(("move", move), [mover])
+        return partner
+
+    async def ft_rpc_ready_migrate_out(self, move: int, senders: list[int]) -> dict:
+        """MP: wait for the RMs of the ranks that sent to it, then hand over the state
+        (its large buffers straight to the object store, see ``Endpoint.transfer``)."""
+        st, ft = self._ready, self.ft
+        await st.flush.wait(("move", move), senders)
+        state = self.protocol_state()
+        state[NAME]["targets"] = sorted(st.targets)  # MP goes on with the same plan
+        stream, buffers = ft.transfer(protocol_state=state)
+        size = len(stream) + sum(memoryview(b).nbytes for b in buffers)
+        return {"handle": ft.link.share((stream, buffers)), "bytes": size}
+
+    def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None) -> int:
+        """The move is over: ``mover`` runs as ``epoch`` (None: the move was abandoned
+        and it stays where it was); send it what was kept. Returns how many."""
+        if epoch is not None:
+            self.ft.set_peer_epoch(mover, epoch)
+        return self.ft.release(mover)
+
+    def ft_rpc_ready_migrate_resume(self, move: int) -> None:
+        """MP: the move was abandoned; go on here."""
+        st = self._ready
+        if st.resume is not None and not st.resume.done():
+            st.resume.set_result(None)
+        st.stop = st.resume = None
+
+    # ------------------------------------------------------------------ state
+    def on_control(self, env) -> None:
+        if env.comm != NAME:
+            return super().on_control(env)
+        self._ready.flush.take_marker(self.ft, env)
+
+    def protocol_state(self) -> dict[str, Any]:
+        state = super().protocol_state()
+        # a rollback forgets the requests in flight (the coordinator dropped them too)
+        state[NAME] = {"targets": [], "last": self._ready.last}
+        return state
+
+    def restore_protocol_state(self, state: dict[str, Any]) -> None:
+        super().restore_protocol_state(state)
+        mine = state[NAME]
+        self._ready.targets = {tuple(t) for t in mine["targets"]}
+        self._ready.last = None if mine["last"] is None else tuple(mine["last"])
+
+    async def on_restored(self) -> None:
+        st = self._ready
+        st.flush.reset()
+        st.undecided.clear()
+        st.stop = st.resume = None
+        await super().on_restored()
+        self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
+
+
+# ---------------------------------------------------------------- coordinator side
+@dataclass
+class _Set:
+    """A checkpoint being assembled or complete, as the coordinator knows it."""
+
+    position: tuple
+    index: int
+    handles: dict = field(default_factory=dict)  # rank -> object-store handle (or None)
+    bytes: int = 0
+    flush_s: float = 0.0
+    save_s: float = 0.0
+    first_at: float = math.inf   # the first rank's arrival at the position (its clock)
+    cost_s: float | None = None  # first_at to stored: what the checkpoint cost the job
+    done: asyncio.Future | None = None
+
+
+class ReadyFlushCoordinator:
+    """Coordinator side: checkpoint requests, completion, global restart, migration."""
+
+    def __init__(self, coordinator):
+        self.c = coordinator
+        self.settings = _options(coordinator.options)
+        self.store = None if self.settings["storage"] == "object" else open_store(
+            self.settings["dir"])
+        self.sets: dict[tuple, _Set] = {}
+        self.latest: _Set | None = None
+        self.lock = asyncio.Lock()  # one request or migration at a time
+        self.sealing = asyncio.Lock()  # completions in order (pruning sees sealed sets)
+        self.busy: set[asyncio.Task] = set()  # requests and moves
+        self.parts = PartTaker(coordinator, "ready_part")
+        self._ids = itertools.count()
+        self.running = asyncio.Event()  # no rollback under way (the auto timer waits)
+        self.running.set()
+        self.stopped = asyncio.Event()  # a rollback began (restarts the auto timer's wait)
+
+    # ------------------------------------------------------------- checkpoints
+    def on_report(self, event) -> None:
+        if event.kind == "checkpoint_part":
+            self._part(event)
+        elif event.kind == "checkpoint_request":
+            self._spawn(self.request())
+        elif event.kind == "checkpoint_abandoned":
+            ck = self.sets.get(tuple(event.detail["position"]))
+            if ck is not None and ck.done is not None and not ck.done.done():
+                ck.done.set_result(None)
+
+    def _set(self, position) -> _Set:
+        position = tuple(position)
+        ck = self.sets.get(position)
+        if ck is None:
+            ck = self.sets[position] = _Set(position, position_index(position))
+            ck.done = asyncio.get_running_loop().create_future()
+        return ck
+
+    def _part(self, event) -> None:
+        d = event.detail
+        ck = self._set(d["position"])
+        ck.bytes += d["bytes"]
+        ck.flush_s = max(ck.flush_s, d["flush_s"])
+        ck.save_s = max(ck.save_s, d["save_s"])
+        ck.first_at = min(ck.first_at, d["at"])
+        self.parts.take(event.rank, ck.position,
+                        lambda handle: self._kept(ck, event.rank, handle),
+                        fetch=self.settings["storage"] != "stable")
+
+    async def _kept(self, ck: _Set, rank: int, handle) -> None:
+        """Rank ``rank``'s part is kept; the set is complete with all of them."""
+        ck.handles[rank] = handle
+        if len(ck.handles) == self.c.n:
+            await self._complete(ck)
+
+    async def _complete(self, ck: _Set) -> None:
+        async with self.sealing:  # one at a time, in the order they became complete
+            await self._seal(ck)
+
+    async def _seal(self, ck: _Set) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(seal_set, self.store, "", ck.index, self.c.n,
+                                    {"position": list(ck.position), "protocol": NAME})
+            await asyncio.to_thread(prune_sets, self.store, "", KEEP_STABLE)
+        if self.latest is None or ck.index > self.latest.index:
+            self.latest = ck
+        for pos in [p for p in self.sets if p < ck.position]:
+            del self.sets[pos]  # older parts are no longer needed (frees the object store)
+        ck.cost_s = self.c.fabric.clock() - ck.first_at  # Daly's C, see _auto_timer
+        self.c.events.record("checkpoint", position=ck.position, index=ck.index,
+                             bytes=ck.bytes, flush_s=ck.flush_s, save_s=ck.save_s,
+                             cost_s=ck.cost_s, storage=self.settings["storage"])
+        if not ck.done.done():
+            ck.done.set_result(ck)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self.busy.add(task)
+        task.add_done_callback(self.busy.discard)
+        return task
+
+    async def _request(self) -> tuple | None:
+        """``request`` as a task a rollback can cancel: None when it was."""
+        task = self._spawn(self.request())
+        await asyncio.wait([task])
+        return None if task.cancelled() else task.result()
+
+    async def request(self) -> tuple | None:
+        """Notify every rank and fix the checkpoint position (None: some rank has no
+        safe point left in its loop, or a rank failed meanwhile, so none is taken)."""
+        try:
+            return await self._notify_and_decide()
+        except NewFailure as failure:  # the rollback that follows makes it moot
+            self.c.events.record("checkpoint_skipped", reason="a rank failed",
+                                 ranks=sorted(failure.ranks))
+            return None
+
+    async def _notify_and_decide(self) -> tuple | None:
+        c = self.c
+        async with self.lock:
+            await c.wired.wait()
+            request = next(self._ids)
+            notified_at = c.fabric.clock()
+            nexts = await asyncio.gather(*(c.call(r, "ready_notify", request)
+                                           for r in range(c.n)))
+            position = None if any(p is None for p in nexts) else max(tuple(p) for p in nexts)
+            await asyncio.gather(*(c.call(r, "ready_decide", request, position)
+                                   for r in range(c.n)))
+            if position is None:
+                c.events.record("checkpoint_skipped", request=request,
+                                reason="a rank has no safe point left in its loop")
+            else:
+                c.events.record("checkpoint_requested", request=request, position=position,
+                                notified_at=notified_at)
+                self._set(position)
+            return position
+
+    async def checkpoint(self, attempts: int = 20) -> dict:
+        """A checkpoint now (``await run.checkpoint()``): returns its description once
+        every part is stored.
+
+        Raises:
+            ProtocolError: no position could be agreed (ranks outside their loops).
+        """
+        for _ in range(attempts):
+            position = await self._request()
+            if position is not None:
+                ck = await asyncio.shield(self.sets[position].done)
+                if ck is not None:
+                    return {"position": ck.position, "index": ck.index, "bytes": ck.bytes,
+                            "flush_s": ck.flush_s, "save_s": ck.save_s}
+            await asyncio.sleep(0.01)  # between loops: ask again once they are in one
+        raise ProtocolError(f"no checkpoint could be placed in {attempts} attempts: the "
+                            f"ranks are not inside an iterations() loop")
+
+    async def service(self) -> None:
+        """The checkpoint timer: ``checkpoint_interval_s``, a request every so often, or
+        ``checkpoint_interval="auto"`` (``_auto_timer``)."""
+        if self.settings["auto"]:
+            return await self._auto_timer()
+        seconds = self.settings["interval_s"]
+        if seconds is None:
+            return
+        while True:
+            await self.c.fabric.sleep(seconds)
+            await self._request()
+
+    async def _auto_timer(self) -> None:
+        """``checkpoint_interval="auto"``: after each checkpoint it requested, the timer
+        waits Daly's optimal interval (``_intervals.daly``) for that checkpoint's measured
+        cost C and ``mtbf_s``, then requests the next, and records the choice
+        (``checkpoint_interval_chosen``).
+
+        C is what the checkpoint held the job: from the first rank's arrival at the
+        agreed safe point to the set being stored (``cost_s`` of the ``checkpoint``
+        event): the wait for the slowest rank, the flush, the parts' save, their transfer
+        to the coordinator and the manifest. Not from the request: between the request
+        and the safe point the ranks still compute (up to an iteration, which in a test
+        with iterations as long as a checkpoint tripled C now and then). The arrival is
+        on the rank's clock and the end on the coordinator's: the same clock on one
+        machine (and on sim: virtual), NTP-close across Ray nodes. The ranks' own
+        ``flush_s`` + ``save_s`` would leave out the transfer, and on sim ``save_s`` is
+        real time, which would make virtual runs irreproducible.
+
+        The interval runs from the checkpoint being stored, not from its request: Daly's
+        interval is the work between two checkpoints, the checkpoint's own time being C
+        (the ``checkpoint_interval_s`` timer counts from request to request). A rollback
+        starts the wait again from the resumed run, which restarts from its checkpoint,
+        and no request is sent while one is under way.
+
+        The first checkpoint is requested at once, so the cost is measured, not guessed:
+        it costs one C early in the run, and every later interval is Daly's for this
+        run's real cost, where a guessed C (Young's interval from an estimate) could be
+        off by orders of magnitude for the whole first interval. A request no rank can
+        place yet (none is inside a loop) is retried after ``FIRST_RETRY`` x ``mtbf_s``,
+        doubling up to ``RETRY_MAX`` x ``mtbf_s``; later, a request that is not placed or
+        a checkpoint lost to a failure waits the current interval again.
+        """
+        c, mtbf_s = self.c, self.settings["mtbf_s"]
+        interval_s, retry_s = None, FIRST_RETRY * mtbf_s
+        while True:
+            if interval_s is not None:
+                await self._run_for(interval_s)
+            await self.running.wait()
+            position = await self._request()
+            ck = None if position is None else self.sets.get(position)
+            if ck is not None:
+                ck = await asyncio.shield(ck.done)  # None: abandoned, or lost to a failure
+            if ck is None:
+                if interval_s is None:
+                    await c.fabric.sleep(retry_s)
+                    retry_s = min(2 * retry_s, RETRY_MAX * mtbf_s)
+                continue
+            interval_s = daly(max(ck.cost_s, COST_FLOOR_S), mtbf_s)
+            c.events.record("checkpoint_interval_chosen", position=ck.position,
+                            cost_s=ck.cost_s, mtbf_s=mtbf_s, interval_s=interval_s)
+
+    async def _run_for(self, seconds: float) -> None:
+        """Wait until the job has run ``seconds`` without a rollback: one that begins
+        meanwhile (or is under way) starts the count again once every rank runs."""
+        while True:
+            await self.running.wait()
+            self.stopped.clear()
+            sleep = asyncio.ensure_future(self.c.fabric.sleep(seconds))
+            stop = asyncio.ensure_future(self.stopped.wait())
+            try:
+                await asyncio.wait([sleep, stop], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleep.cancel()
+                stop.cancel()
+            if not self.stopped.is_set():
+                return
+
+    # ----------------------------------------------------------------- restart
+    async def recover(self, failed: set[int]) -> None:
+        """Global rollback: every rank restarts in a new actor from the last complete
+        checkpoint (or the start of the run)."""
+        c = self.c
+        self.running.clear()
+        self.stopped.set()
+        for task in list(self.busy):
+            task.cancel()  # requests and moves of the lost execution
+        self.parts.cancel()
+        for ck in self.sets.values():
+            if not ck.done.done():
+                ck.done.set_result(None)  # a waiting run.checkpoint() asks again
+        await c.collect_events()
+        restore = await self._restore_handles()
+        c.events.record("rollback", position=None if restore is None else restore[0],
+                        failed=sorted(failed))
+        await c.phase("restore_chosen")
+        await asyncio.gather(*(c.respawn(rank) for rank in range(c.n)))  # actors start in parallel
+        await c.rewire()
+        for rank in range(c.n):
+            handle = c.blank(rank) if restore is None else restore[1][rank]
+            c.start_rank(rank, {"snapshot": handle, "peer_epochs": list(c.epochs)})
+        await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
+        self.sets.clear()
+        c.events.record("resumed", position=None if restore is None else restore[0])
+        self.running.set()
+        c.refill_spares()
+
+    async def _restore_handles(self):
+        """``(position, handle per rank)`` of the newest complete checkpoint whose parts
+        are still there: the object-store copy, else stable storage; None: none."""
+        ck = self.latest
+        if ck is not None and ck.handles.get(0) is not None:
+            if await self.c.fabric.available(list(ck.handles.values())):
+                return ck.position, [ck.handles[r] for r in range(self.c.n)]
+            self.c.events.record("checkpoint_lost", position=ck.position, storage="object")
+        if self.store is not None:
+            try:
+                _, blobs, meta = await asyncio.to_thread(load_latest, self.store, self.c.n)
+            except ConfigError:
+                return None
+            return tuple(meta["position"]), blobs
+        return None
+
+    async def finish(self) -> None:
+        """The run is over: let the checkpoints whose parts are all reported complete
+        (requests still in flight are moot)."""
+        await self.parts.finish()
+
+    # --------------------------------------------------------------- migration
+    async def migrate(self, rank: int, node: str | None = None) -> dict:
+        """Move rank ``rank`` to a new actor on ``node`` while the others run."""
+        c = self.c
+        if not (isinstance(rank, int) and 0 <= rank < c.n):
+            raise ConfigError(f"rank {rank!r} is not a rank of this run (0..{c.n - 1})")
+        async with self.lock:
+            await c.wired.wait()
+            move = self._spawn(self._move(rank, node))
+            await asyncio.wait([move])
+        if move.cancelled() or isinstance(move.exception(), NewFailure):
+            raise ProtocolError(f"the move of rank {rank} was cut short by a failure; every "
+                                f"rank restarts from the last checkpoint")
+        return move.result()
+
+    async def _move(self, rank: int, node: str | None) -> dict:
+        c = self.c
+        move = next(self._ids)
+        t0 = c.fabric.clock()
+        spare = await c.fabric.spawn_spare(node)
+        t_spare = c.fabric.clock()
+        stop = await c.call(rank, "ready_migrate_stop", move)
+        if stop is None:
+            await c.fabric.kill(spare, "ray.kill")
+            raise ProtocolError(f"rank {rank} finished before it could move")
+        t_stop = c.fabric.clock()
+        others = [r for r in range(c.n) if r != rank]
+        sent = await asyncio.gather(*(c.call(r, "ready_migrate_notice", move, rank,
+                                             r in stop["out"]) for r in others))
+        senders = [r for r, s in zip(others, sent) if s]
+        out = await c.call(rank, "ready_migrate_out", move, senders)
+        t_saved = c.fabric.clock()
+        old = await c.respawn(rank, spare, stop_old=False)
+        await c.rewire()
+        c.start_rank(rank, {"snapshot": out["handle"], "peer_epochs": list(c.epochs)})
+        await c.call(rank, "ready")
+        t_restored = c.fabric.clock()
+        released = await asyncio.gather(*(
+            c.call(r, "ready_migrate_done", move, rank, c.epochs[rank])
+            for r in others))
+        await c.fabric.kill(old, "ray.kill")
+        info = {"rank": rank, "node": node, "position": stop["position"],
+                "bytes": out["bytes"], "partners": sorted(set(senders) | set(stop["out"])),
+                "held": sum(released), "spare_s": t_spare - t0, "stop_s": t_stop - t_spare,
+                "state_s": t_saved - t_stop, "restore_s": t_restored - t_saved,
+                "total_s": c.fabric.clock() - t_spare}
+        c.events.record("migrated", **info)
+        return info
+
+
+ReadyMessageFlush.recovery_policy = ReadyFlushCoordinator

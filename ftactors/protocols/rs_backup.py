@@ -1,0 +1,401 @@
+"""RSBackup: Reed-Solomon encoded in-memory checkpoints, fast and slow recovery.
+
+Paper: distributed-diskless-rs-checkpoint.txt (Bautista Gomez, Maruyama, Cappello,
+Matsuoka, 2010), sections IV and V.
+
+Theory of operation
+-------------------
+*Placement* (IV.B-C, ``rs_placement``): when the run starts the coordinator learns the node
+of every rank (``Fabric.node_of``; ``rs_ranks_per_node`` builds a virtual topology where
+there are no nodes) and cuts the ranks into groups of at most ``rs_group_size`` members
+on different nodes, in sectors, on a ring whose neighbours are in different sectors. It
+sends every rank the placement. A group of ``k`` members encodes ``m = k`` parity blocks
+(``rs_parity`` for fewer); parity ``j`` of group ``G_i`` is held by member ``j`` of
+``G_{i+1}``, so a whole group can be lost with its parity intact.
+
+*Checkpoint* (every ``rs_interval`` iterations, at the same safe point on every rank): the
+ranks flush every channel with ready messages (``_flush``, as StandbyReplacement does), so
+the snapshots of a round form a consistent cut, and each rank keeps its own snapshot
+(``s`` bytes). Then, in a task that runs beside ``main()``, the *star encoding* (V.A):
+rank ``i`` of a group cuts its snapshot into blocks of ``rs_block_bytes`` (``z``), and
+for each block computes its ``m`` partial products ``M[j][i] * block`` (its column of
+the Cauchy matrix, ``erasure.partial_products``) and sends product ``j`` to the holder
+of parity ``j``, in ring-shifted order (step ``s`` goes to holder ``i + s``), so at
+every step every holder receives from one sender. The holder XORs what it receives at
+the block's offset (parity is linear; a shorter snapshot is a zero-padded one). Once
+every member's last block has arrived the parity block is complete; the holder keeps it
+as an object of its own (``Link.share``: on Ray an object in the object store owned by
+the holder's actor, so it lives as long as the holder; in-process elsewhere). Encoding
+costs ``m * s`` field products per rank whatever the number of groups (V.B): groups
+encode in parallel. The next checkpoint waits for the previous encoding to be sent, so
+its markers follow every block of it on each channel: when a round's flush is over, the
+previous round is complete on every live holder. Ranks and holders keep the newest two
+rounds (ping-pong): a failure in the middle of an encoding leaves the round before.
+
+*Fast recovery* (IV.E): the survivors pause and report the rounds they hold (own
+snapshots, complete parity blocks). ``choose_recovery`` picks the newest round in which
+every group either lost no data or keeps ``k`` of its ``k + m`` blocks; for each group
+with a loss, one live rank (a member, else a parity holder) fetches ``k`` blocks, decodes
+(``RSCode.decode``: the inverse of the chosen rows of the distribution matrix) and shares
+the rebuilt snapshots. Failed ranks are replaced by spares (``ft.run(spares=k)``), or by
+new actors when none is left; everyone restores the round (survivors their own copy,
+replacements the decoded one) and ``main()`` resumes there. Parity blocks of the round
+that died with their holders are then re-encoded by their group (only those indices),
+after every rank has dropped what it held of them.
+
+*Slow recovery*: with ``rs_stable_store`` every rank also writes its snapshot to stable
+storage (``pyarrow.fs``) and the coordinator seals the round's set when all parts are in
+(``_checkpoints``). When no round is decodable the run restores the newest complete set
+there (every rank; all parity re-encoded); a lost job restarts from it with
+``ft.run(restart_from=...)``. With ``rs_stable_parity`` the holders also write their
+parity blocks beside the set (``rebuild_part`` decodes a part lost on disk from them). With
+no stable copy, an undecodable loss ends the run with ``ft.RankFailed`` naming the groups
+that could not be rebuilt. A failure before the first complete encoding restarts from
+the start of the run.
+
+*With StandbyReplacement* (``class S(RSBackup, StandbyReplacement, App)``, RSBackup
+first): NR-MPI decides when to back up (``backup_interval``; ``rs_interval`` is unused)
+and runs its state machine; the round it backs up is encoded here instead of copied to a
+partner (``standby_protect``), and the recovery round is RSBackup's (it also moves the
+survivors to NR-MPI's FAILURE state; the restore moves everyone on to RUNNING). So a
+rank and its partner can die together, which partner copies cannot survive.
+StandbyReplacement's ``stable_store`` sets also serve the slow recovery.
+
+*Deviations.* Checkpoints stay in memory (no SSD tier, IV.D). Placement is fixed for the
+run by rank number: a replacement may start on another node than the rank it replaces.
+The decoder holds ``k`` snapshots at once (not ``z``-sized blocks). Encoding shares the
+rank's event loop (one block, then the application): a worker thread would overlap it
+with the application but make the sim transport's runs depend on the OS scheduler.
+
+*Footprint* (bounded whatever the run's length): each rank holds its own snapshot and
+the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (on Ray the parity
+blocks are objects in the object store owned by their holder, released when the round is
+dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. No
+message log. Measured by ``ftactors bench footprint``.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ftactors.runtime._checkpoints import position_index, store_part
+from ftactors.base._errors import ProtocolError
+from ftactors.runtime._protocol import Protocol, protocol_names
+from ftactors.base._storage import open_store
+from ftactors.protocols.erasure import RSCode, partial_products, xor_into
+
+from ._flush import Flush
+from ._rs_recovery import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
+from ._rs_recovery import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
+from .rs_placement import Placement
+
+
+# ------------------------------------------------------------------ rank side
+@dataclass
+class _Parity:
+    """One parity block being accumulated (or complete) at its holder."""
+
+    k: int
+    buf: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    lengths: dict = field(default_factory=dict)  # member index -> snapshot bytes
+    done: set = field(default_factory=set)        # members whose last block arrived
+    handle: Any = None                            # Link.share handle once complete
+    xor_s: float = 0.0                            # CPU time spent accumulating
+
+    def add(self, member: int, offset: int, length: int, last: bool, block) -> bool:
+        """XOR ``block`` in at ``offset``; returns True when the parity became complete."""
+        t0 = time.thread_time()
+        self.lengths[member] = length
+        end = offset + len(block)
+        if length > self.buf.size:  # the longest snapshot so far: grow once, not per block
+            self.buf = np.concatenate([self.buf, np.zeros(length - self.buf.size, np.uint8)])
+        xor_into(self.buf[offset:end], block)
+        if last:
+            self.done.add(member)
+        self.xor_s += time.thread_time() - t0
+        return len(self.done) == self.k
+
+
+@dataclass
+class _RS:
+    """One rank's RSBackup state (under ``self._rs``)."""
+
+    settings: dict
+    placed: asyncio.Future
+    flush: Flush = field(default_factory=Flush)
+    own: dict = field(default_factory=dict)       # round -> snapshot blob
+    held: dict = field(default_factory=dict)      # (group, parity index, round) -> _Parity
+    encoding: list = field(default_factory=list)  # encoding tasks under way
+    last: tuple | None = None                     # position of the last checkpoint
+    restored: tuple | None = None                 # position of the last restore
+    store: Any = None
+
+
+def _keep_newest(d: dict, round_of, keep: int, group_of=lambda key: None) -> None:
+    """Drop the entries of ``d`` older than the ``keep`` newest rounds (per group)."""
+    by_group: dict = {}
+    for key in d:
+        by_group.setdefault(group_of(key), set()).add(round_of(key))
+    for group, rounds in by_group.items():
+        old = sorted(rounds)[:-keep]
+        for key in [key for key in d if group_of(key) == group and round_of(key) in old]:
+            del d[key]
+
+
+class RSBackup(Protocol):
+    """Mixin: Reed-Solomon encoded in-memory checkpoints, fast and slow recovery."""
+
+    protocol_name = NAME
+    conflicts = ("ready_flush",)
+    uses_spares = True
+    ft_options = {
+        "rs_group_size": "ranks per encoding group, on different nodes (default 4)",
+        "rs_parity": "parity blocks per group (default: as many as members, m = k)",
+        "rs_interval": "iterations between encoded checkpoints (default 5)",
+        "rs_block_bytes": "z: bytes of each block of the star encoding (default 1 MiB)",
+        "rs_ranks_per_node": "virtual topology: rank r on node r // this (default: the "
+                             "transport's nodes; one rank per node if there is one node)",
+        "rs_interleave": "interleave the sectors' groups on the ring (default True)",
+        "rs_stable_store": "also write every round to this directory or pyarrow URI (slow "
+                           "recovery; ft.run(restart_from=...) restarts from it)",
+        "rs_stable_parity": "also write the parity blocks to rs_stable_store",
+    }
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        _options(options)
+        super().check_options(options)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names = protocol_names(cls)
+        if "standby" in names and names.index("standby") < names.index(NAME):
+            raise TypeError(f"{cls.__qualname__}: put RSBackup before StandbyReplacement "
+                            f"(RSBackup keeps its backups and runs the recovery)")
+
+    # ----------------------------------------------------------------- start, end
+    async def on_start(self) -> None:
+        st = self._rs = _RS(_options(getattr(self, "options", {})),
+                            asyncio.get_running_loop().create_future())
+        if st.settings["stable"] is not None:
+            st.store = open_store(st.settings["stable"])
+        await super().on_start()
+
+    async def on_finish(self) -> None:
+        await self._encoded()  # the last round's parity is complete at the end
+        await super().on_finish()
+
+    def ft_rpc_rs_placement(self, placement: Placement) -> None:
+        """The coordinator's placement (once per run, or with a restore)."""
+        if not self._rs.placed.done():
+            self._rs.placed.set_result(placement)
+
+    # ---------------------------------------------------------------- checkpoints
+    async def on_safe_point(self, iteration: int) -> None:
+        st, pos = self._rs, self.ft.position
+        if self._under_standby():  # StandbyReplacement decides; its copy is ours to keep
+            if self.need_backup(iteration):
+                await self._encoded()  # the last encoding's blocks precede its markers
+            await super().on_safe_point(iteration)
+            return
+        await super().on_safe_point(iteration)
+        due = iteration > 0 and iteration % st.settings["interval"] == 0
+        if due and (st.last is None or pos > st.last):
+            await self.rs_checkpoint()
+
+    def _under_standby(self) -> bool:
+        return "standby" in protocol_names(type(self))
+
+    def standby_protect(self, round_id, blob: bytes, restored: bool = False) -> None:
+        """Stacked on StandbyReplacement: its backup round is encoded here instead of
+        copied to a partner (a restored round's lost parity is re-encoded by the
+        recovery round, not here)."""
+        if not restored:
+            self._keep_and_encode(tuple(round_id), blob)
+
+    async def rs_checkpoint(self) -> None:
+        """Flush every channel, keep this rank's snapshot and start its star encoding.
+        Collective: every rank calls it at the same safe point (the protocol does)."""
+        st, ft = self._rs, self.ft
+        pos = ft.position
+        if pos is None:
+            raise ProtocolError("rs_checkpoint() must be called at a safe point")
+        await self._encoded()  # their blocks go out before this round's markers
+        t0 = time.perf_counter()
+        peers = [r for r in range(self.size) if r != self.rank]
+        st.flush.start(ft, NAME, pos, peers)
+        await st.flush.wait(pos, peers)
+        flush_s = time.perf_counter() - t0
+        st.last = pos  # saved in the snapshot: a rank restored here does not take it again
+        blob = ft.snapshot(cut=st.flush.last_cut)
+        self._keep_and_encode(pos, blob, flush_s=flush_s)
+
+    def _keep_and_encode(self, pos: tuple, blob: bytes, **detail) -> None:
+        st = self._rs
+        st.own[pos] = blob
+        _keep_newest(st.own, lambda key: key, KEEP_ROUNDS)
+        self.ft.events.record("rs_checkpoint", position=pos, bytes=len(blob), **detail)
+        st.encoding.append(self.ft_spawn(self._encode_and_store(pos, blob)))
+
+    async def _encoded(self) -> None:
+        """Wait for the encodings under way (their blocks are all sent then)."""
+        tasks, self._rs.encoding = self._rs.encoding, []
+        for task in tasks:
+            await task
+
+    async def _encode_and_store(self, pos: tuple, blob: bytes) -> None:
+        st = self._rs
+        placement = await st.placed
+        g, _ = placement.group_of(self.rank)
+        await self._encode(pos, blob, range(placement.m(g)))
+        if st.store is not None:
+            await asyncio.to_thread(store_part, st.store, "", position_index(pos),
+                                    self.rank, blob)
+            await self.ft.link.report_now(self.ft.events.make("rs_stored", position=pos))
+
+    async def _encode(self, pos: tuple, blob: bytes, parities) -> None:
+        """The star encoding of this rank's ``blob`` for the parity blocks ``parities``
+        of its group: block by block, partial products in ring-shifted order."""
+        st, ft = self._rs, self.ft
+        placement = await st.placed
+        g, i = placement.group_of(self.rank)
+        k, m = placement.k(g), placement.m(g)
+        targets = sorted(parities, key=lambda j: (j - i - 1) % m)  # step s: holder i + s
+        column = RSCode(k, m).cauchy[targets, i]
+        data = np.frombuffer(blob, np.uint8)
+        z = st.settings["block_bytes"]
+        t0, work_s = time.perf_counter(), 0.0
+        for offset in range(0, data.size, z):
+            t_block = time.thread_time()
+            block = data[offset:offset + z]
+            last = offset + z >= data.size
+            mine = []
+            for j, product in zip(targets, partial_products(block, column)):
+                part = (pos, g, j, i, k, offset, data.size, last, product)
+                holder = placement.holder(g, j)
+                if holder == self.rank:
+                    mine.append(part)  # a ring of one group: this rank holds its own
+                else:
+                    ft.send_control(holder, NAME, "part", part)
+            work_s += time.thread_time() - t_block  # CPU time of this rank's own steps
+            for part in mine:
+                self._take_part(part)  # counted as the holder's (xor_s)
+            await asyncio.sleep(0)  # the application runs between blocks
+        ft.events.record("rs_encoded", position=pos, group=g, parities=list(targets),
+                         bytes=data.size, blocks=-(-data.size // z),
+                         encode_s=time.perf_counter() - t0, work_s=work_s)
+
+    def _take_part(self, part: tuple) -> None:
+        """A holder XORs a partial product into its parity block."""
+        pos, g, j, i, k, offset, length, last, product = part
+        st, key = self._rs, (g, j, tuple(pos))
+        parity = st.held.get(key)
+        if parity is None:
+            parity = st.held[key] = _Parity(k)
+            _keep_newest(st.held, lambda key: key[2], KEEP_ROUNDS, lambda key: key[:2])
+        if parity.add(i, offset, length, last, product):
+            blob = parity.buf.tobytes()
+            parity.handle, parity.buf = self.ft.link.share(blob), None
+            self.ft.events.record("rs_parity", position=key[2], group=g, parity=j,
+                                  bytes=len(blob), xor_s=parity.xor_s)
+            if st.store is not None and st.settings["stable_parity"]:
+                self.ft_spawn(asyncio.to_thread(
+                    store_parity, st.store, position_index(key[2]), g, j, parity.lengths, blob))
+
+    def on_control(self, env) -> None:
+        if env.comm != NAME:
+            return super().on_control(env)
+        op, data = self.ft.control_data(env)
+        if op == "marker":
+            self._rs.flush.on_marker(self.ft, env.src, data)
+        elif op == "part":
+            self._take_part(data)
+        else:
+            raise ProtocolError(f"rs: unknown control message {op!r} from rank {env.src}")
+
+    def protocol_state(self) -> dict[str, Any]:
+        state = super().protocol_state()
+        state[NAME] = {"last": self._rs.last}
+        return state
+
+    def restore_protocol_state(self, state: dict[str, Any]) -> None:
+        super().restore_protocol_state(state)
+        last = state[NAME]["last"]
+        self._rs.last = None if last is None else tuple(last)
+
+    # ------------------------------------------------- recovery (coordinator calls)
+    def ft_rpc_rs_failure(self, failed: list[int]) -> dict:
+        """A failure notice (the rank is paused): the rounds this rank holds."""
+        st = self._rs
+        st.encoding = []  # cancelled by the pause
+        held = [(g, j, rnd) for (g, j, rnd), p in st.held.items() if p.handle is not None]
+        return {"own": sorted(st.own), "held": sorted(held)}
+
+    def ft_rpc_rs_share(self, round_id, what: tuple) -> Any:
+        """A handle to this rank's own snapshot of ``round_id`` (``("own",)``), or
+        ``(handle, member lengths)`` of a parity block it holds (``("parity", g, j)``)."""
+        st = self._rs
+        if what[0] == "own":
+            return self.ft.link.share(st.own[tuple(round_id)])
+        parity = st.held[(what[1], what[2], tuple(round_id))]
+        return parity.handle, dict(parity.lengths)
+
+    async def ft_rpc_rs_decode(self, round_id, g: int, k: int, m: int, sources: dict,
+                               lengths: dict, members: list[int], lost: list[int]) -> dict:
+        """Rebuild the lost snapshots of group ``g`` from ``sources`` (block index ->
+        handle); returns ``{member index: handle}`` of the rebuilt ones."""
+        ft = self.ft
+        t0 = time.perf_counter()
+        fetched = await asyncio.gather(*(ft.link.fetch(h) for h in sources.values()))
+        size = max(lengths.values())
+        blocks = {}
+        for idx, blob in zip(sources, fetched):
+            b = np.frombuffer(blob, np.uint8)
+            blocks[idx] = b if b.size == size else np.concatenate(
+                [b, np.zeros(size - b.size, np.uint8)])
+        data = await asyncio.to_thread(RSCode(k, m).decode, blocks, size)
+        out = {i: ft.link.share(data[i][:lengths[i]].tobytes()) for i in lost}
+        ft.events.record("rs_decoded", position=tuple(round_id), group=g,
+                         ranks=[members[i] for i in lost], blocks=sorted(sources),
+                         bytes=size, decode_s=time.perf_counter() - t0)
+        return out
+
+    def ft_rpc_rs_reencode(self, round_id, reencode: dict, phase: str) -> None:
+        """Parity blocks of ``round_id`` to build again: ``phase="drop"`` forgets what
+        this rank holds of them; ``"send"`` encodes this rank's share of them."""
+        st, round_id = self._rs, tuple(round_id)
+        placement = st.placed.result()
+        if phase == "drop":
+            for g, js in reencode.items():
+                for j in js:
+                    st.held.pop((g, j, round_id), None)
+            return
+        g, _ = placement.group_of(self.rank)
+        if reencode.get(g) and round_id in st.own:
+            st.encoding.append(self.ft_spawn(self._encode(round_id, st.own[round_id],
+                                                          reencode[g])))
+
+    async def on_restored(self) -> None:
+        st, ft = self._rs, self.ft
+        notes = ft.restore_notes.get(NAME)
+        if notes is not None:
+            self.ft_rpc_rs_placement(notes["placement"])
+        st.flush.reset()
+        st.encoding = []
+        position, blob = ft.restored_from
+        st.restored = position
+        st.own = {} if position is None else {position: blob}
+        st.held = {key: p for key, p in st.held.items()
+                   if key[2] == position and p.handle is not None}
+        await super().on_restored()
+
+    def ft_rpc_rs_restored(self):
+        """The position this rank was last restored at (None: the start)."""
+        return self._rs.restored
+
+
+RSBackup.recovery_policy = RSRecovery

@@ -1,0 +1,445 @@
+"""StandbyReplacement: NR-MPI's non-stop recovery with standby ranks.
+
+Paper: nr-mpi-standby-replacement.txt (Suo et al., 2016), sections 1.2-1.5, Tables 1-3,
+Figures 3, 5 and 6.
+
+Theory of operation
+-------------------
+*Backups* (NR_Backup, double in-memory, section 1.5): at safe points chosen by
+``need_backup`` (every ``backup_interval`` iterations, or about every
+``backup_interval_s`` seconds), all ranks flush their channels with ready messages
+(``_flush``, CoCheck) so the snapshots of one round form a consistent cut, then each
+keeps its snapshot and sends a copy to its *partner*, rank ``(r + n // 2) % n``. Both keep
+the two newest rounds (ping-pong buffers), so a failure in the middle of a backup round
+never destroys the last complete one. The partner's copy is a plain object in the
+partner's process, so it survives the death of the rank it protects. Rank 0's marker
+carries the iteration of the next backup, so all ranks agree on it even when the
+interval is given in seconds.
+
+*Detection and arbitration* (section 1.2) are the coordinator's: it sees a dead rank
+within milliseconds, a hung one by heartbeats, and handles failures one recovery round at
+a time, so every survivor sees the same failures in the same order.
+
+*Recovery without restarting the job* (``StandbyRecovery``, section 1.3): the survivors
+are paused (RUNNING -> FAILURE) and report the rounds they hold; the newest round held by
+every survivor and, for each failed rank, by its live partner is chosen (none yet: the
+start of the run); each failed rank is replaced by a spare that takes over its rank number
+in every communicator (a new incarnation: anything from the dead one is dropped); all
+ranks get the new peer table ("MPI core data": FAILURE -> RECOVER, INIT ->
+REPLACE_RECOVER); then survivors restore their own copy and replacements the partner's
+("application data": -> RUNNING), and ``main()`` resumes at the backed-up iteration. The
+restored state and the replayed messages are those of the failure-free run, so the result
+is bit-identical to it (piecewise determinism). A failure during recovery ends the round
+and starts a new one with all failures so far (self-loops 2, 9, 12).
+
+Unrecoverable: both partners of a pair dead (their data is gone) and no spare left end
+the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported.
+
+The NR-MPI interface in Python (Table 3): NR_Register is ``self.register``; NR_Backup is
+``await self.backup()`` (collective, at a safe point); NR_Need_backup is
+``self.need_backup(iteration)``; NR_Recover is done by the framework before ``main()``
+re-enters (override ``on_restored`` for a custom recovery, e.g. ABFT); NR_Get_state /
+NR_Set_state are ``self.nr_state`` / ``self.set_nr_state``; NR_Get_failure_ranks is
+``self.failure_ranks()``.
+
+*Footprint* (bounded whatever the run's length): each rank holds, in its own memory, the
+newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
+(ping-pong: a round is dropped once two newer ones are complete); no message log; the
+coordinator and the object store keep nothing per round (a replacement's snapshot travels
+from the surviving partner). Measured by ``ftactors bench footprint``.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ftactors.runtime._checkpoints import position_index, seal_set, store_part
+from ftactors.base._errors import ProtocolError, RankFailed
+from ftactors.runtime._protocol import Protocol
+from ftactors.base._storage import open_store
+
+from ._flush import Flush
+
+NAME = "standby"
+INITIAL = None
+"""The round "before main() first ran": every rank can restore it without a backup."""
+KEEP_ROUNDS = 2
+"""Ping-pong: the newest two complete rounds are kept."""
+
+
+class State(enum.Enum):
+    """The NR-MPI process states (Table 1)."""
+
+    INIT = "INIT"
+    RUNNING = "RUNNING"
+    FINISH = "FINISH"
+    ABORT = "ABORT"
+    FAILURE = "FAILURE"
+    RECOVER = "RECOVER"
+    REPLACE_RECOVER = "REPLACE_RECOVER"
+    REPLACE_FAILURE = "REPLACE_FAILURE"
+
+
+class Input(enum.Enum):
+    """What drives the state machine."""
+
+    STARTED = "started"              # a normal process leaves MPI_Init
+    PROMOTED = "promoted"            # a standby process is chosen as a replacement
+    FAILURE = "failure"              # a failure notice
+    CORE_RECOVERED = "core_recovered"  # communicators repaired
+    DATA_RECOVERED = "data_recovered"  # application data restored
+    FINALIZE = "finalize"            # the program ended on every rank
+    UNRECOVERABLE = "unrecoverable"
+
+
+S, I = State, Input
+TRANSITIONS: dict[tuple[State, Input], tuple[State, int]] = {
+    (S.INIT, I.FAILURE): (S.INIT, 2),
+    (S.INIT, I.PROMOTED): (S.REPLACE_RECOVER, 3),
+    (S.INIT, I.UNRECOVERABLE): (S.ABORT, 4),
+    (S.INIT, I.STARTED): (S.RUNNING, 5),
+    (S.REPLACE_RECOVER, I.DATA_RECOVERED): (S.RUNNING, 6),
+    (S.REPLACE_RECOVER, I.FAILURE): (S.REPLACE_FAILURE, 7),
+    (S.REPLACE_FAILURE, I.CORE_RECOVERED): (S.REPLACE_RECOVER, 8),
+    (S.REPLACE_FAILURE, I.FAILURE): (S.REPLACE_FAILURE, 9),
+    (S.RUNNING, I.FINALIZE): (S.FINISH, 10),
+    (S.RUNNING, I.FAILURE): (S.FAILURE, 11),
+    (S.FAILURE, I.FAILURE): (S.FAILURE, 12),
+    (S.INIT, I.FINALIZE): (S.FINISH, 13),
+    (S.FAILURE, I.CORE_RECOVERED): (S.RECOVER, 14),
+    (S.RECOVER, I.FAILURE): (S.FAILURE, 15),
+    (S.RECOVER, I.DATA_RECOVERED): (S.RUNNING, 16),
+    (S.RUNNING, I.UNRECOVERABLE): (S.ABORT, 17),
+    (S.FAILURE, I.UNRECOVERABLE): (S.ABORT, 18),
+    (S.REPLACE_FAILURE, I.UNRECOVERABLE): (S.ABORT, 19),
+}
+"""Table 2 of the paper: (state, input) -> (next state, transition id). The paper draws
+only four transitions to ABORT (4, 17, 18, 19); we read them as from INIT, RUNNING,
+FAILURE and REPLACE_FAILURE."""
+
+
+class StandbyMachine:
+    """The NR-MPI process state machine of one rank; no I/O.
+
+    ``fire`` returns the ``(from, to, id)`` of the transition so that the caller can
+    record it; an input with no transition from the current state is a ProtocolError.
+    """
+
+    def __init__(self):
+        self.state = State.INIT
+
+    def fire(self, inp: Input) -> tuple[State, State, int]:
+        try:
+            nxt, tid = TRANSITIONS[(self.state, inp)]
+        except KeyError:
+            raise ProtocolError(f"NR-MPI: no transition from {self.state.value} on "
+                                f"{inp.value}") from None
+        prev, self.state = self.state, nxt
+        return prev, nxt, tid
+
+    def set_state(self, state: State) -> tuple[State, State, int]:
+        """NR_Set_state: the program declares its data recovered (-> RUNNING)."""
+        if state is not State.RUNNING:
+            raise ProtocolError(f"NR_Set_state only sets RUNNING, not {state.value}")
+        return self.fire(Input.DATA_RECOVERED)
+
+
+def partner(rank: int, size: int) -> int:
+    """The rank that holds ``rank``'s backup copy (another node when ranks are spread)."""
+    return (rank + max(1, size // 2)) % size if size > 1 else rank
+
+
+def choose_round(size: int, failed: set[int], inventories: dict[int, dict]):
+    """The newest backup round every rank can restore, or INITIAL.
+
+    ``inventories[r]`` (survivors only) is ``{"own": [rounds], "held": {rank: [rounds]}}``.
+
+    Raises:
+        RankFailed: a failed rank's partner failed too (its copies are gone) while the
+            failed rank had backed up at least once.
+    """
+    candidates = None
+    for r in range(size):
+        if r in failed:
+            holder = partner(r, size)
+            if holder in failed or holder == r:
+                if _ever_backed_up(inventories):
+                    raise RankFailed(sorted({r, holder}),
+                                     f"rank {r} and its backup partner {holder} both failed: "
+                                     f"the backup of rank {r} is lost")
+                return INITIAL
+            have = set(inventories[holder]["held"].get(r, ()))
+        else:
+            have = set(inventories[r]["own"])
+        candidates = have if candidates is None else candidates & have
+    return max(candidates) if candidates else INITIAL
+
+
+def _ever_backed_up(inventories: dict[int, dict]) -> bool:
+    return any(inv["own"] for inv in inventories.values())
+
+
+@dataclass
+class _Standby:
+    """One rank's StandbyReplacement state (under ``self._standby``)."""
+
+    machine: StandbyMachine = field(default_factory=StandbyMachine)
+    own: dict = field(default_factory=dict)       # round -> sealed snapshot
+    held: dict = field(default_factory=dict)      # rank -> {round -> sealed snapshot}
+    flush: Flush = field(default_factory=Flush)
+    next_backup: int = 0
+    failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
+    stable: Any = None                                # a Store, with the stable_store option
+    unsealed: Any = None                              # the round written but not sealed yet
+    last_backup_t: float = 0.0
+    last_backup_it: int = 0
+
+
+def _keep(store: dict, round_id, blob: bytes) -> None:
+    store[round_id] = blob
+    for old in sorted(store)[:-KEEP_ROUNDS]:
+        del store[old]
+
+
+class StandbyReplacement(Protocol):
+    """Mixin: survive rank failures by promoting standby ranks (``ft.run(spares=k)``)."""
+
+    protocol_name = NAME
+    uses_spares = True
+    backup_interval: ClassVar[int] = 5
+    """Iterations between backups (NR_Need_backup)."""
+    backup_interval_s: ClassVar[float | None] = None
+    """If set, back up about this often instead, in seconds (rank 0 decides)."""
+    ft_options = {
+        "backup_interval": "iterations between partner backups (overrides the class value)",
+        "backup_interval_s": "seconds between partner backups (overrides backup_interval)",
+        "stable_store": "also write every backup round to this directory or pyarrow URI "
+                        "as a checkpoint set (ft.run(restart_from=...) restarts from it); "
+                        "round k's set is sealed at backup k+1 (the last one at the end)",
+    }
+
+    # ----------------------------------------------------------------- start, end
+    async def on_start(self) -> None:
+        self._standby = _Standby()
+        self._standby.last_backup_t = time.monotonic()
+        uri = getattr(self, "options", {}).get("stable_store")
+        self._standby.stable = None if uri is None else open_store(uri)
+        self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
+        await super().on_start()
+
+    async def on_finalize(self) -> None:
+        """Every rank has written the last round: rank 0 seals it; then FINISH."""
+        st = self._standby
+        if self.rank == 0 and st.unsealed is not None:
+            await self._seal_stable(st.unsealed)
+        self._nr_fire(Input.FINALIZE)
+        await super().on_finalize()
+
+    # ------------------------------------------------------------------ backups
+    def _interval(self) -> tuple[int, float | None]:
+        opts = getattr(self, "options", {})
+        seconds = opts.get("backup_interval_s", self.backup_interval_s)
+        return int(opts.get("backup_interval", self.backup_interval)), seconds
+
+    def need_backup(self, iteration: int) -> bool:
+        """NR_Need_backup: whether the backup agreed for this iteration is due."""
+        return iteration >= self._standby.next_backup
+
+    async def on_safe_point(self, iteration: int) -> None:
+        await super().on_safe_point(iteration)
+        if self.need_backup(iteration):
+            await self.backup()
+
+    async def backup(self) -> None:
+        """NR_Backup: flush, snapshot, keep one copy and send one to the partner.
+
+        Collective: every rank must call it at the same safe point.
+        """
+        st, ft = self._standby, self.ft
+        if ft.position is None:
+            raise ProtocolError("backup() must be called at a safe point (inside iterations())")
+        t0 = time.perf_counter()
+        iteration = ft.position[1]
+        round_id = ft.position
+        decision = self._next_backup_after(iteration) if self.rank == 0 else None
+        peers = [r for r in range(self.size) if r != self.rank]
+        st.flush.start(ft, NAME, round_id, peers, decision)
+        markers = await st.flush.wait(round_id, peers)
+        t_flushed = time.perf_counter()
+        st.next_backup = decision if self.rank == 0 else markers[0]
+        if self.rank == 0 and st.unsealed is not None:
+            # every rank wrote its part of the previous round before sending this marker
+            await self._seal_stable(st.unsealed)
+        blob = ft.snapshot(cut=st.flush.last_cut)
+        _keep(st.own, round_id, blob)
+        holder = self.standby_protect(round_id, blob)
+        if st.stable is not None:
+            await asyncio.to_thread(store_part, st.stable, "", position_index(round_id), self.rank, blob)
+            st.unsealed = round_id
+        st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
+        ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
+                         flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
+
+    def standby_protect(self, round_id, blob: bytes, restored: bool = False) -> int | None:
+        """Keep ``blob`` (this rank's backup of ``round_id``) safe from this rank's death:
+        send a copy to the partner; returns it. ``restored``: the round this rank was just
+        restored to. A protocol stacked outside may keep it another way (RSBackup encodes
+        it); it returns None then."""
+        holder = partner(self.rank, self.size)
+        if holder != self.rank:
+            self.ft.send_control(holder, NAME, "copy", (round_id, blob))
+        return holder
+
+    def _next_backup_after(self, iteration: int) -> int:
+        """Rank 0's decision: the iteration of the next backup."""
+        every, seconds = self._interval()
+        if seconds is None:
+            return iteration + max(1, every)
+        st = self._standby
+        done = iteration - st.last_backup_it
+        if done <= 0:
+            return iteration + 1  # nothing measured yet: look again after one iteration
+        per_iteration = (time.monotonic() - st.last_backup_t) / done
+        return iteration + max(1, round(seconds / max(per_iteration, 1e-9)))
+
+    async def _seal_stable(self, round_id) -> None:
+        """Rank 0: write the manifest that makes the round's checkpoint set complete."""
+        st = self._standby
+        await asyncio.to_thread(seal_set, st.stable, "", position_index(round_id),
+                                self.size, {"position": round_id, "protocol": NAME})
+        st.unsealed = None
+        self.ft.events.record("stable_checkpoint", position=round_id)
+
+    def on_control(self, env) -> None:
+        if env.comm != NAME:
+            return super().on_control(env)
+        op, data = self.ft.control_data(env)
+        st = self._standby
+        if op == "marker":
+            st.flush.on_marker(self.ft, env.src, data)
+        elif op == "copy":
+            round_id, blob = data
+            _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
+        else:
+            raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
+
+    def protocol_state(self) -> dict[str, Any]:
+        state = super().protocol_state()
+        state[NAME] = {"next_backup": self._standby.next_backup}
+        return state
+
+    def restore_protocol_state(self, state: dict[str, Any]) -> None:
+        super().restore_protocol_state(state)
+        self._standby.next_backup = state[NAME]["next_backup"]
+
+    # ------------------------------------------------- recovery (coordinator calls)
+    async def ft_rpc_standby_failure(self, failed: list[int]) -> dict:
+        """A failure notice: stop, and say which backup rounds this rank holds."""
+        st = self._standby
+        st.failures.append(tuple(failed))
+        self._nr_fire(Input.FAILURE, failed=list(failed))
+        return {"own": sorted(st.own), "held": {r: sorted(v) for r, v in st.held.items()}}
+
+    def ft_rpc_standby_share(self, rank: int, round_id) -> Any:
+        """A handle to the snapshot of ``rank`` for ``round_id`` (own or held copy)."""
+        st, ft = self._standby, self.ft
+        if round_id is INITIAL:
+            return ft.link.share(ft.blank_snapshot(rank))
+        blob = st.own[round_id] if rank == self.rank else st.held[rank][round_id]
+        return ft.link.share(blob)
+
+    async def on_restored(self) -> None:
+        st, ft = self._standby, self.ft
+        if st.machine.state in (State.FAILURE, State.REPLACE_FAILURE):
+            self._nr_fire(Input.CORE_RECOVERED)
+        st.flush.reset()
+        st.unsealed = None  # its parts may belong to the abandoned execution
+        position, blob = ft.restored_from
+        if position is not None:
+            # the restored round becomes this rank's newest copy, and the partner (maybe
+            # a fresh replacement) gets it again, so every pair is whole at once
+            st.own = {position: blob}
+            self.standby_protect(position, blob, restored=True)
+        else:
+            st.own = {}
+        if st.machine.state is State.RUNNING:
+            # a new job restarted from stable storage: not a transition of NR-MPI's machine
+            ft.events.record("restarted_from_stable", position=position)
+        else:
+            self._nr_fire(Input.DATA_RECOVERED, position=position)
+        await super().on_restored()
+
+    # ---------------------------------------------------------- NR-MPI interface
+    @property
+    def nr_state(self) -> State:
+        """NR_Get_state."""
+        return self._standby.machine.state
+
+    def set_nr_state(self, state: State) -> None:
+        """NR_Set_state (only RUNNING, after a custom recovery)."""
+        self._record(*self._standby.machine.set_state(state))
+
+    def failure_ranks(self) -> tuple[int, ...]:
+        """NR_Get_failure_ranks: the ranks of the last failure notice."""
+        failures = self._standby.failures
+        return failures[-1] if failures else ()
+
+    def _nr_fire(self, inp: Input, **detail) -> None:
+        self._record(*self._standby.machine.fire(inp), **detail)
+
+    def _record(self, prev: State, nxt: State, tid: int, **detail) -> None:
+        detail.update(state=nxt.value, prev=prev.value, transition=tid)
+        if nxt is State.RUNNING and prev is not State.INIT:
+            self.ft.report("nr_state", **detail)  # the coordinator times recoveries by these
+        else:
+            self.ft.events.record("nr_state", **detail)
+
+
+class StandbyRecovery:
+    """Coordinator side: one NR-MPI recovery round (see the module docstring)."""
+
+    def __init__(self, coordinator):
+        self.c = coordinator
+
+    async def recover(self, failed: set[int]) -> None:
+        c = self.c
+        survivors = [r for r in range(c.n) if r not in failed]
+        await asyncio.gather(*(c.call(r, "pause") for r in survivors))
+        answers = await asyncio.gather(
+            *(c.call(r, "standby_failure", sorted(failed)) for r in survivors))
+        inventories = dict(zip(survivors, answers))
+        await c.phase("notified")
+        round_id = choose_round(c.n, failed, inventories)
+        c.events.record("recovery_line", position=round_id, failed=sorted(failed))
+        for rank in sorted(failed):
+            await c.replace(rank)
+        for rank in survivors:
+            c.epochs[rank] = c.next_epoch()
+        await c.rewire()
+        c.events.record("repaired", failed=sorted(failed))
+        await c.phase("repaired")
+        sources = [partner(rank, c.n) if rank in failed else rank for rank in range(c.n)]
+        handles = await asyncio.gather(
+            *(c.call(src, "standby_share", rank, round_id) for rank, src in enumerate(sources)))
+
+        def restore(rank):
+            return {"snapshot": handles[rank], "peer_epochs": list(c.epochs)}
+
+        waits = []
+        for rank in survivors:
+            if c.running(rank):
+                waits.append(c.call(rank, "resume", restore(rank), c.epochs[rank]))
+            else:
+                c.start_rank(rank, restore(rank))
+                waits.append(c.call(rank, "ready"))
+        for rank in sorted(failed):
+            c.start_rank(rank, restore(rank))
+            waits.append(c.call(rank, "ready"))
+        await asyncio.gather(*waits)
+        c.events.record("resumed", position=round_id)
+
+
+StandbyReplacement.recovery_policy = StandbyRecovery

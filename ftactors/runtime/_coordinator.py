@@ -1,0 +1,481 @@
+"""The run's central instance: starts the ranks, watches them, arbitrates failures.
+
+The coordinator is transport-agnostic: it drives a *fabric* (``transports``) that knows
+how to start a rank host, call it, ping it and kill it. It turns what it observes into the
+run's outcome: every rank's return value, ``RankError`` (with the original traceback)
+when a ``main()`` raises, ``RankFailed`` when a rank dies and nothing in the stack can
+recover it. Whatever happens, every host it started is stopped before it returns.
+
+Failure detection and arbitration (NR-MPI section 1.2): a rank is failed when its
+process dies (the fabric reports it within milliseconds) or when it stops answering
+heartbeats (a hung process). The coordinator is the single arbiter: it handles failures
+one *recovery round* at a time, each round with every failure known when it starts, so
+every survivor sees the same failures in the same order. A failure noticed during a
+round (a call to a rank fails, or another rank's process dies) ends that round and starts
+a new one with all failures so far (NR-MPI's self-loops 2, 9 and 12).
+
+What a round does is the business of the stack's recovery policy: the outermost protocol
+mixin with a ``recovery_policy`` class. Without one, a failure ends the run.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._chaos import Kill
+from ..base._errors import RankError, RankFailed
+from ..base._events import Event, EventLog, merge
+from ..engine._endpoint import blank_snapshot
+from ._host import RankSpec
+from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
+from ._protocol import protocol_classes
+
+COLLECT_TIMEOUT_S = 5.0
+_ANY_SPARE = object()
+"""``respawn``'s default: a warm spare if one is left, else a new host."""
+
+
+class RankDied(Exception):
+    """Raised by a fabric when a rank's host is gone (process death, kill)."""
+
+    def __init__(self, rank: int, reason: str = ""):
+        super().__init__(rank, reason)
+        self.rank = rank
+        self.reason = reason
+
+
+class NewFailure(Exception):
+    """Raised inside a recovery round when more ranks are found failed."""
+
+    def __init__(self, ranks):
+        super().__init__(ranks)
+        self.ranks = set(ranks)
+
+
+@dataclass
+class RunResult:
+    """What ``ft.run`` returns.
+
+    Attributes:
+        results: ``main()``'s return value per rank.
+        events: the run's timeline (``ft.Event`` records, in time order).
+        metrics: counters and timings (wall time, messages, duplicates dropped, ...).
+    """
+
+    results: list
+    events: list[Event] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+
+    def events_of(self, kind: str) -> list[Event]:
+        """The events of one kind, in time order."""
+        return [ev for ev in self.events if ev.kind == kind]
+
+
+class Coordinator:
+    """Runs one job on one fabric."""
+
+    def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
+                 kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
+                 spares: int = 0,
+                 trace: bool, options: dict, restore: list[bytes] | None = None):
+        self.fabric = fabric
+        self.rank_cls = rank_cls
+        self.n = ranks
+        self.args = args
+        self.kwargs = kwargs
+        self.kills = kills
+        self.kill_method = kill_method
+        self.stall_s = stall_s
+        self.n_spares = spares
+        self.restore = restore
+        self.trace = trace
+        self.options = dict(options)
+        self.progress = self.options.pop("progress", None)
+        self.progress_interval_s = float(self.options.pop("progress_interval_s", 1.0))
+        default_hb = 1.0 if fabric.name == "ray" else None  # only real processes hang
+        hb = self.options.get("heartbeat_interval_s", default_hb)
+        self.heartbeat_interval_s = None if hb is None else float(hb)
+        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s", 10.0))
+        self.liveness = Liveness(self.heartbeat_timeout_s)
+        self.events = EventLog(fabric.clock)
+        self.handles: list[Any] = []
+        self.spares: list[Any] = []
+        self.epochs = [0] * ranks
+        self._epoch_counter = 0  # the largest epoch handed out
+        self.incarnations = [0] * ranks
+        self.collected: list[dict] = []
+        self.rank_events: list[Event] = []
+        self.reports: list[Event] = []
+        self._runs: dict[asyncio.Task, int] = {}
+        self._results: list = [None] * ranks
+        self._done: set[int] = set()
+        self._failed: set[int] = set()
+        self._fresh: set[int] = set()  # replaced, not started yet
+        self._respawning: set[int] = set()  # between a new incarnation number and its host
+        self._wake = asyncio.Event()
+        self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
+        self.wired = asyncio.Event()  # set once every rank is started and wired
+        policy_cls = next((p.recovery_policy for p in protocol_classes(rank_cls)
+                           if getattr(p, "recovery_policy", None)), None)
+        self.policy = policy_cls(self) if policy_cls else None
+
+    # ------------------------------------------------------------------- specs
+    def spec(self, rank: int) -> RankSpec:
+        inc = self.incarnations[rank]
+        its = tuple(k.iteration for k in self.kills
+                    if k.rank == rank and k.iteration is not None and k.incarnation == inc)
+        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
+                        self.options, its, inc)
+
+    # --------------------------------------------------------------------- run
+    async def run(self) -> RunResult:
+        fabric = self.fabric
+        fabric.on_report = self._on_report
+        await fabric.start(self.n)
+        t0 = fabric.clock()
+        try:
+            self.handles = list(await asyncio.gather(
+                *(fabric.spawn(self.spec(r)) for r in range(self.n))))
+            self.spares = list(await asyncio.gather(
+                *(fabric.spawn_spare() for _ in range(self.n_spares))))
+            await fabric.wire(self.handles)
+            self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+                               transport=fabric.name)
+            self.wired.set()
+            try:
+                results = await self._supervise()
+            except (RankError, RankFailed) as exc:
+                exc.events = merge([self.events.events, self.rank_events])
+                raise
+            if self.policy is not None:
+                await asyncio.gather(*(fabric.call(h, "finalize") for h in self.handles),
+                                     return_exceptions=True)
+                await fabric.drain_reports()
+                finish = getattr(self.policy, "finish", None)
+                if finish is not None:
+                    await finish()
+            self.events.record("run_end")
+            await self._collect()
+        finally:
+            await fabric.shutdown()
+        return self._result(results, fabric.clock() - t0)
+
+    def start_rank(self, rank: int, restore: Any = None) -> None:
+        """Run (or run again, from ``restore``) rank ``rank``'s ``main()``."""
+        task = asyncio.ensure_future(
+            self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
+        self._runs[task] = rank
+        self._done.discard(rank)
+        self._fresh.discard(rank)
+        self._wake.set()
+
+    async def _supervise(self) -> list:
+        for rank in range(self.n):
+            self.start_rank(rank, None if self.restore is None else
+                            {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n})
+        work = [self._kill_later(k) for k in self.kills
+                if k.time_s is not None and k.incarnation == 0]
+        if self.heartbeat_interval_s:
+            work.append(self._heartbeats())
+        if self.progress is not None:
+            work.append(self._report_progress())
+        service = getattr(self.policy, "service", None)
+        if service is not None:
+            work.append(service())
+        self._helpers.update(asyncio.ensure_future(w) for w in work)
+        try:
+            while len(self._done) < self.n or self._failed:
+                if self._failed:
+                    await self._recover()
+                    continue
+                self._wake.clear()
+                waker = asyncio.ensure_future(self._wake.wait())
+                done, _ = await asyncio.wait(list(self._runs) + [waker],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                waker.cancel()
+                for task in sorted((t for t in done if t in self._runs), key=self._runs.get):
+                    error = self._finished(task)
+                    if error is not None:
+                        await self._collect()
+                        raise error
+        finally:
+            for task in sorted(self._runs, key=self._runs.get):
+                task.cancel()
+            for task in self._helpers:
+                task.cancel()
+        return self._results
+
+    def _finished(self, task: asyncio.Task) -> RankError | None:
+        """Take the outcome of a rank's run; returns the error that ends the run, if any."""
+        rank = self._runs.pop(task)
+        if task.cancelled():
+            return None
+        try:
+            outcome = task.result()
+        except RankDied as died:
+            self.fail(rank, died.reason or "its process died")
+            return None
+        if not outcome["ok"]:
+            return RankError(rank, outcome["error"], outcome["traceback"])
+        self._results[rank] = outcome["value"]
+        self._done.add(rank)
+        return None
+
+    def fail(self, rank: int, reason: str) -> None:
+        """Rank ``rank`` (its current incarnation) is failed: arbitrate it."""
+        if rank in self._failed:
+            return
+        killed = [e for e in self.reports if e.rank == rank and e.kind == "killed"]
+        detail = {"reason": reason, "incarnation": self.incarnations[rank]}
+        if killed:
+            detail["detection_s"] = self.fabric.clock() - killed[-1].time
+        self.events.record("failure_detected", rank=rank, **detail)
+        self._failed.add(rank)
+        self._fresh.discard(rank)
+        self._done.discard(rank)
+        self._wake.set()
+
+    async def _recover(self) -> None:
+        if self.policy is None:
+            await self._collect()
+            ranks = sorted(self._failed)
+            reasons = "; ".join(e.detail["reason"] for e in self.events.events
+                                if e.kind == "failure_detected" and e.rank in ranks)
+            raise RankFailed(ranks, reasons or "its process died")
+        failed = set(self._failed)
+        round_no = sum(1 for e in self.events.events if e.kind == "recovery_start")
+        self.events.record("recovery_start", round=round_no, failed=sorted(failed))
+        for task, rank in list(self._runs.items()):
+            if rank in failed:
+                del self._runs[task]
+                if task.done() and not task.cancelled():
+                    task.exception()  # its death is known: consume it
+                task.cancel()
+        self._round = round_no
+        await self.phase("start")
+        try:
+            await self.policy.recover(failed)
+        except NewFailure as more:
+            for rank in sorted(more.ranks - failed):
+                self.fail(rank, "failed during recovery")
+            self.events.record("recovery_restart", round=round_no, failed=sorted(self._failed))
+            return
+        except RankFailed:
+            await self._collect()
+            raise
+        self._failed -= failed
+        self.events.record("recovery_end", round=round_no)
+        await self.collect_events()  # so a rank that dies later does not take them along
+
+    # -------------------------------------------------- services for policies
+    async def phase(self, name: str) -> None:
+        """A recovery policy reached phase ``name`` of the current round: chaos may
+        strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``); the
+        timeline records it, so reports can time each phase."""
+        self.events.record("recovery_phase", round=self._round, phase=name)
+        for kill in self.kills:
+            if kill.recovery_round == self._round and kill.recovery_phase == name:
+                self.events.record("killed", rank=kill.rank, how=self.kill_method,
+                                   during_recovery=self._round, phase=name)
+                await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+
+    async def call(self, rank: int, name: str, *args) -> Any:
+        """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
+        try:
+            return await self.fabric.call(self.handles[rank], name, *args)
+        except RankDied:
+            raise NewFailure({rank}) from None
+
+    async def replace(self, rank: int) -> None:
+        """Promote a spare to be the next incarnation of ``rank`` and rewire everyone.
+
+        Raises:
+            RankFailed: no spare is left.
+        """
+        if rank in self._fresh:
+            return  # promoted in an earlier (aborted) round and still unused
+        if not self.spares:
+            raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
+        await self.respawn(rank, self.spares.pop(0))
+        self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
+                           epoch=self.epochs[rank], spares_left=len(self.spares))
+
+    async def respawn(self, rank: int, spare: Any = _ANY_SPARE, *,
+                      stop_old: bool = True) -> Any:
+        """Make ``spare`` (default: a warm spare if one is left, else a new host) the next
+        incarnation of rank ``rank``; returns the old host. Its ``main()`` call is
+        forgotten (that is not a failure) and it is stopped unless ``stop_old`` is False
+        (a migration stops it once the new one runs). Peers learn the new host by
+        ``rewire`` and the new epoch by a restore or ``Endpoint.set_peer_epoch``."""
+        for task, r in list(self._runs.items()):
+            if r == rank:
+                del self._runs[task]
+                task.cancel()
+        old = self.handles[rank]
+        self.incarnations[rank] += 1
+        self.epochs[rank] = self.next_epoch()
+        self._respawning.add(rank)  # its handle is the stopped old one until swapped
+        try:
+            if stop_old:
+                await self.fabric.kill(old, "ray.kill")
+            if spare is _ANY_SPARE and self.spares:
+                spare = self.spares.pop(0)
+            warm = spare is not _ANY_SPARE  # (a local fabric's spares are None placeholders)
+            if warm:
+                self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
+            else:
+                self.handles[rank] = await self.fabric.spawn(self.spec(rank))
+        except RankDied:
+            raise NewFailure({rank}) from None
+        finally:
+            self._respawning.discard(rank)
+        self._fresh.add(rank)
+        self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
+                           epoch=self.epochs[rank], warm=warm)
+        return old
+
+    def refill_spares(self) -> None:
+        """Start, in the background, warm spares for those used up, so that the next
+        recovery finds them (``ft.run(spares=k)`` then means k at every recovery)."""
+        async def one():
+            try:
+                self.spares.append(await self.fabric.spawn_spare())
+            except RankDied:
+                pass  # a spare that cannot start is simply not there
+        for _ in range(self.n_spares - len(self.spares)):
+            self._helpers.add(asyncio.ensure_future(one()))
+
+    def blank(self, rank: int) -> bytes:
+        """A snapshot handle that restarts rank ``rank`` from the start of the run."""
+        return blank_snapshot(rank, self.n)
+
+    def next_epoch(self) -> int:
+        """A fresh incarnation number, larger than any used so far."""
+        self._epoch_counter += 1
+        return self._epoch_counter
+
+    async def rewire(self) -> None:
+        """Give every rank the current peer table."""
+        try:
+            await self.fabric.wire(self.handles)
+        except RankDied as died:
+            raise NewFailure({died.rank}) from None
+
+    def running(self, rank: int) -> bool:
+        """Whether rank ``rank``'s ``main()`` call is still under way (not finished)."""
+        return rank in self._runs.values()
+
+    # ----------------------------------------------------------------- helpers
+    async def _kill_later(self, kill: Kill) -> None:
+        await self.fabric.sleep(kill.time_s)
+        if self.kill_method == "stall":  # not a failure: the rank freezes, then goes on
+            self.events.record("stalled", rank=kill.rank, at_s=kill.time_s, for_s=self.stall_s)
+            await self.fabric.stall(self.handles[kill.rank], self.stall_s)
+            return
+        ev = self.events.record("killed", rank=kill.rank, how=self.kill_method, at_s=kill.time_s)
+        self.reports.append(ev)
+        await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+
+    def _on_report(self, event: Event) -> None:
+        """An event a rank posted to the coordinator (its own kill, a checkpoint part for
+        the policy, ...)."""
+        take = getattr(self.policy, "on_report", None)
+        if take is not None:
+            take(event)
+        self.reports.append(event)
+        self.events.events.append(event)
+
+    async def _heartbeats(self) -> None:
+        """Every beat, ping each rank that has no ping outstanding; a rank whose ping has
+        waited longer than the adaptive bound (``_liveness``) is hung: kill it. One whose
+        process is gone is failed, unless it is being replaced or was since the ping."""
+        live = self.liveness
+        pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
+        busy: set[int] = set()  # silent past the bound, but its process is busy
+        while True:
+            await self.fabric.sleep(self.heartbeat_interval_s)
+            now = self.fabric.clock()
+            for rank in range(self.n):
+                if (rank in self._failed or rank in self._respawning
+                        or pinged.get(rank, self.incarnations[rank]) != self.incarnations[rank]):
+                    live.forget(rank)  # its ping went to a life that is over
+                    pinged.pop(rank, None)
+                    continue
+                if live.ping(rank, now):
+                    pinged[rank] = self.incarnations[rank]
+                    task = asyncio.ensure_future(self._ping(rank, pinged[rank]))
+                    self._helpers.add(task)
+                    task.add_done_callback(self._helpers.discard)
+            bound = live.bound()
+            silent = live.hung(now)
+            busy &= {rank for rank, _ in silent}  # those that answered are busy no more
+            for rank, waited in silent:
+                state = self.fabric.process_state(self.handles[rank])
+                if state in BUSY_STATES and waited <= BUSY_FACTOR * bound:
+                    if rank not in busy:
+                        busy.add(rank)
+                        self.events.record("rank_busy", rank=rank, waited_s=waited,
+                                           process_state=state)
+                    continue
+                busy.discard(rank)
+                live.forget(rank)
+                pinged.pop(rank, None)
+                if rank in self._failed or rank in self._respawning:
+                    continue
+                self.events.record("hang_detected", rank=rank, waited_s=waited,
+                                   timeout_s=bound)
+                await self.fabric.kill(self.handles[rank], "ray.kill")
+                self.fail(rank, f"no heartbeat for {waited:.1f} s (bound {bound:.1f} s)")
+
+    async def _ping(self, rank: int, incarnation: int) -> None:
+        """One heartbeat of ``rank``'s life ``incarnation``, recorded when it answers."""
+        try:
+            await self.fabric.ping(self.handles[rank])
+        except RankDied as died:
+            if (self.incarnations[rank] == incarnation and rank not in self._failed
+                    and rank not in self._respawning):
+                self.fail(rank, died.reason or "its process died")
+            if self.incarnations[rank] == incarnation:
+                self.liveness.forget(rank)
+            return
+        if self.incarnations[rank] == incarnation:
+            self.liveness.answered(rank, self.fabric.clock())
+
+    async def _report_progress(self) -> None:
+        """Poll every rank's safe-point position and hand them to the progress callback."""
+        while True:
+            await self.fabric.sleep(self.progress_interval_s)
+            positions = await asyncio.gather(
+                *(self.fabric.progress(h) for h in self.handles), return_exceptions=True)
+            self.progress([None if isinstance(p, BaseException) else p for p in positions])
+
+    async def _collect(self) -> None:
+        """Gather events, traces and counters from every live host (best effort)."""
+        async def one(h):
+            try:
+                return await asyncio.wait_for(self.fabric.collect(h), COLLECT_TIMEOUT_S)
+            except (RankDied, asyncio.TimeoutError):
+                return None
+        got = await asyncio.gather(*(one(h) for h in self.handles))
+        self.collected = [c for c in got if c is not None]
+        for c in self.collected:
+            self.rank_events.extend(c["events"])
+
+    async def collect_events(self) -> None:
+        """Take the events recorded so far from every live rank."""
+        await self._collect()
+        self.collected = []
+
+    def _result(self, results: list, wall_s: float) -> RunResult:
+        logs = [self.events.drain(), self.rank_events]
+        stats = [c["stats"] for c in self.collected]
+        metrics: dict[str, Any] = {"wall_s": wall_s, "ranks": self.n, "transport": self.fabric.name}
+        for key in ("sent", "received", "duplicates_dropped", "resends_suppressed",
+                    "stale_dropped", "channel_duplicates", "logged_bytes"):
+            metrics[key] = sum(s[key] for s in stats)
+        metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
+        metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
+        result = RunResult(results, merge(logs), metrics)
+        result.trace_rows = [c["trace"] for c in self.collected if c["trace"] is not None]
+        return result

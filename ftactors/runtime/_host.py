@@ -1,0 +1,225 @@
+"""Hosting one rank: its user object, its endpoint and its ``main()`` task.
+
+A ``RankHost`` is transport-agnostic: the local and sim transports keep hosts as plain
+objects in one process, the Ray transport wraps one in each actor. The coordinator talks
+to a host only through ``run``, ``collect``, ``progress`` and ``call`` (pause, resume,
+and the protocols' own ``ft_rpc_<name>`` methods), so the three transports share one code
+path above the wire.
+
+Recovery in place: ``pause`` cancels ``main()`` and the protocol tasks and parks the
+rank; ``resume`` installs a snapshot as a new incarnation and re-enters ``main()``. A
+replacement host gets its snapshot with ``run(..., restore=...)`` and installs it before
+it takes any message, so nothing from the new incarnations of its peers is counted
+against a fresh state.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..facade._comm import Communicator
+from ..engine._endpoint import Endpoint, Link
+from ..base._errors import ProtocolError
+from ._protocol import protocol_classes
+from ._trace import TraceBuffer
+
+WORLD = "w"
+"""The world communicator's id."""
+
+
+@dataclass
+class RankSpec:
+    """Everything a host needs to become rank ``rank`` of a run."""
+
+    rank_cls: type
+    rank: int
+    size: int
+    epoch: int = 0
+    trace: bool = False
+    options: dict = field(default_factory=dict)
+    kill_iterations: tuple = ()
+    incarnation: int = 0
+
+
+class Killed(BaseException):
+    """Raised inside a local/sim rank that chaos kills: it stops dead, like a process."""
+
+
+class RankHost:
+    """One rank's runtime; ``die`` is how the transport makes it vanish."""
+
+    def __init__(self, spec: RankSpec, link: Link, die: Callable[[], None]):
+        self.spec = spec
+        self.link = link
+        self._die = die
+        self.obj = spec.rank_cls()
+        self.obj.rank = spec.rank
+        self.obj.size = spec.size
+        self.obj.options = dict(spec.options)
+        self.obj.incarnation = spec.incarnation
+        self.ep = Endpoint(spec.rank, spec.size, link, self.obj, epoch=spec.epoch,
+                           trace=TraceBuffer() if spec.trace else None,
+                           record_deliveries=any(p.records_deliveries
+                                                 for p in protocol_classes(spec.rank_cls)))
+        self.ep.spawn = self.spawn
+        self.ep.kill_iterations = set(spec.kill_iterations)
+        self.ep.die = self.die
+        self.obj.ft = self.ep
+        self.obj.comm = Communicator(self.ep, WORLD, tuple(range(spec.size)))
+        self._main: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._failure: BaseException | None = None
+        self._parked: asyncio.Future | None = None
+        self._installed: asyncio.Future | None = None
+        self._ready: asyncio.Future | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------- running
+    async def run(self, args: tuple, kwargs: dict, restore: Any = None) -> dict:
+        """Run ``main()`` to the end, re-entering it after every resume; never raises for
+        an application error: returns ``{"ok": False, "error", "traceback"}`` instead.
+
+        ``restore``: a shared snapshot handle (``Link.share``) this replacement starts from.
+        """
+        obj, ep = self.obj, self.ep
+        ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
+        self._parked = None
+        self._ready = asyncio.get_running_loop().create_future()
+        try:
+            if not self._started:
+                self._started = True
+                await obj.on_start()
+            if restore is not None:
+                await self._install(restore, ep.epoch)
+            ep.open()
+            self._ready.set_result(None)
+            while True:
+                self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
+                try:
+                    value = await self._main
+                except asyncio.CancelledError:
+                    if self._failure is not None:
+                        raise self._failure from None
+                    if self._parked is None:
+                        raise
+                    handle, epoch = await self._parked
+                    self._parked = None
+                    await self._install(handle, epoch)
+                    continue
+                break
+            await obj.on_finish()
+        except Killed:
+            raise
+        except Exception as exc:  # an application (or protocol) error: report, don't crash
+            ep.flush()
+            ep.events.record("error", error=f"{type(exc).__name__}: {exc}")
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+        ep.flush()
+        ep.events.record("finish")
+        return {"ok": True, "value": value}
+
+    async def _install(self, restore: dict, epoch: int) -> None:
+        """Become incarnation ``epoch`` from ``restore``: ``{"snapshot": share handle,
+        "peer_epochs": [epoch of every rank]}``, and optionally ``"notes"``: what the
+        recovery policy tells the restored protocols beyond the snapshot (e.g. which
+        messages their peers already have), read in ``on_restored``."""
+        ep = self.ep
+        blob = await self.link.fetch(restore["snapshot"])
+        parts = ep.load(blob)
+        for rank, peer_epoch in enumerate(restore["peer_epochs"]):
+            if rank != self.spec.rank:
+                ep.set_peer_epoch(rank, peer_epoch)
+        ep.restore(parts, epoch)
+        ep.restored_from = (parts["position"], blob)
+        ep.restore_notes = restore.get("notes", {})
+        self.obj.comm = Communicator(ep, WORLD, tuple(range(self.spec.size)))
+        ep.events.record("restored", epoch=epoch, position=parts["position"])
+        await self.obj.on_restored()
+        ep.open()
+        if self._installed is not None and not self._installed.done():
+            self._installed.set_result(None)
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Run protocol work beside ``main()``; an exception in it fails the rank."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        self._failure = task.exception()
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    async def die(self, iteration: int) -> None:
+        """Chaos: this rank's process dies now, at the top of ``iteration``; its last word
+        goes to the coordinator. Nothing (not even a pause) can cancel a planned death."""
+        event = self.ep.events.make("killed", how="chaos", iteration=iteration)
+        try:
+            await asyncio.shield(self.link.report_now(event))
+        finally:
+            self._die()
+
+    # ------------------------------------------------------- coordinator calls
+    async def call(self, name: str, *args) -> Any:
+        """A coordinator request: ``pause``/``resume`` here, else the rank's
+        ``ft_rpc_<name>`` method (protocols add those)."""
+        if name in ("pause", "resume", "ready"):
+            return await getattr(self, name)(*args)
+        if name == "finalize":
+            return await self.obj.on_finalize()
+        method = getattr(self.obj, f"ft_rpc_{name}", None)
+        if method is None:
+            raise ProtocolError(f"rank {self.spec.rank} has no coordinator request {name!r}")
+        result = method(*args)
+        return await result if inspect.isawaitable(result) else result
+
+    async def pause(self) -> None:
+        """Stop ``main()`` and the protocol tasks; the rank waits for ``resume``."""
+        if self._parked is None:
+            self._parked = asyncio.get_running_loop().create_future()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    async def ready(self) -> None:
+        """Return once ``run`` has started and installed its snapshot (if any)."""
+        while self._ready is None:
+            await asyncio.sleep(0)
+        await asyncio.shield(self._ready)
+
+    async def resume(self, restore: dict, epoch: int) -> None:
+        """Install ``restore`` (see ``_install``) as incarnation ``epoch``, re-enter
+        ``main()``; returns once the state is installed."""
+        if self._parked is None or self._parked.done():
+            raise ProtocolError(f"rank {self.spec.rank} was resumed without being paused")
+        self._installed = asyncio.get_running_loop().create_future()
+        self._parked.set_result((restore, epoch))
+        await self._installed
+
+    # ------------------------------------------------------------------ queries
+    def collect(self) -> dict:
+        """Events, trace rows and counters recorded so far (events are handed over)."""
+        return {
+            "rank": self.spec.rank,
+            "events": self.ep.events.drain(),
+            "trace": self.ep.trace.rows() if self.ep.trace is not None else None,
+            "stats": self.ep.stats(),
+        }
+
+    def progress(self) -> tuple | None:
+        return self.ep.position
+
+    def cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._main is not None:
+            self._main.cancel()

@@ -1,0 +1,148 @@
+"""The protocol-mixin base: the hooks every send, receive and recovery passes through.
+
+Theory of operation: a protocol is a mixin class placed before the application class,
+``class Solver(StandbyReplacement, RSBackup, CG)``. Python's MRO chains the mixins; every
+hook a mixin overrides must call ``super()`` so the next one in the stack sees the event
+too, and the base implementations here end the chain. A mixin keeps its state under its
+own attribute (for example ``self._standby``) and its decisions in a plain class with no
+asyncio and no transport (a *machine*, testable step by step); the mixin only performs the
+machine's effects through ``self.ft``, the rank's endpoint.
+
+Hooks that run on the message path (``on_send``, ``on_receive``, ``on_control``) are
+synchronous: a send is atomic with respect to protocol events, and control messages are
+processed in channel order. A hook that needs to wait starts a task with
+``self.ft_spawn``. Hooks on the control path (start, finish, safe points, failures,
+rollback) are ``async``.
+
+Composition rules are checked when a class is created: a protocol lists the protocol
+names it ``conflicts`` with or ``requires`` (checked once the stack meets an ``ft.Rank``),
+and a bad stack raises ``TypeError`` naming both protocols before any actor starts.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from ..engine._envelope import Envelope
+from ..base._errors import ProtocolError
+
+
+class Protocol:
+    """Base of every protocol mixin and of ``ft.Rank``."""
+
+    protocol_name: ClassVar[str | None] = None
+    """Unique short name; also the ``comm`` field of this protocol's control messages."""
+    conflicts: ClassVar[tuple[str, ...]] = ()
+    """Protocol names this one cannot be stacked with."""
+    requires: ClassVar[tuple[str, ...]] = ()
+    """Protocol names that must also be in the stack."""
+    records_deliveries: ClassVar[bool] = True
+    """Whether the stack needs received messages logged for replay after a restore."""
+    recovery_policy: ClassVar[type | None] = None
+    """Coordinator-side class ``Policy(coordinator)`` with ``async recover(failed)``,
+    run by the coordinator for each recovery round (the outermost one in the stack)."""
+    uses_spares: ClassVar[bool] = False
+    """Whether this protocol promotes ``ft.run(spares=k)`` standby ranks."""
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ConfigError for a bad value of one of this protocol's ``ft_options``
+        (called by ``ft.run`` before anything starts)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        check_stack(cls)
+
+    # --------------------------------------------------------------- message path
+    def on_send(self, env: Envelope) -> Envelope | None:
+        """An outgoing application envelope. Return it (maybe changed) to go on, or None
+        when the protocol holds it (release later with ``self.ft.transmit``)."""
+        return env
+
+    def on_receive(self, env: Envelope) -> Envelope | None:
+        """An incoming application envelope, in channel order, before matching. Return it
+        to deliver, or None to hold it (release later with ``self.ft.deliver_now``)."""
+        return env
+
+    def on_control(self, env: Envelope) -> None:
+        """A control envelope; a protocol handles those whose ``env.comm`` is its name and
+        passes the others on with ``super()``."""
+        raise ProtocolError(
+            f"rank {getattr(self, 'rank', '?')} got a control message for protocol "
+            f"{env.comm!r}, which is not in its stack {protocol_names(type(self))}")
+
+    # --------------------------------------------------------------- control path
+    async def on_start(self) -> None:
+        """The rank is wired to its peers; ``main()`` has not started."""
+
+    async def on_finish(self) -> None:
+        """``main()`` returned on this rank."""
+
+    async def on_safe_point(self, iteration: int) -> None:
+        """The rank is at the top of ``iteration`` of an ``iterations()`` loop: the
+        registered state is consistent and may be saved."""
+
+    async def on_peer_failure(self, ranks: tuple[int, ...]) -> None:
+        """The coordinator reports ``ranks`` failed (all ranks see failures in one order)."""
+
+    async def on_restored(self) -> None:
+        """The rank was restored from a snapshot and ``main()`` is about to re-enter."""
+
+    async def on_finalize(self) -> None:
+        """Every rank's ``main()`` has returned: the run is over (asked by the
+        coordinator when the stack has a recovery policy)."""
+
+    # -------------------------------------------------------------------- state
+    def protocol_state(self) -> dict[str, Any]:
+        """Each protocol adds its own entry under its name; saved in every snapshot."""
+        return {}
+
+    def restore_protocol_state(self, state: dict[str, Any]) -> None:
+        """Each protocol takes back its own entry."""
+
+    # ------------------------------------------------------------------ helpers
+    def ft_spawn(self, coro) -> asyncio.Task:
+        """Run protocol work concurrently with ``main()`` (errors fail the rank)."""
+        return self.ft.spawn(coro)
+
+
+def protocol_classes(cls) -> list[type]:
+    """The protocol mixins of a class, outermost first.
+
+    A subclass that keeps its parent's ``protocol_name`` refines that protocol (for
+    example to change a setting) and stands for it: the parent is not listed again.
+    """
+    out: list[type] = []
+    for k in cls.__mro__:
+        name = k.__dict__.get("protocol_name") if isinstance(k, type) else None
+        if not name or not issubclass(k, Protocol):
+            continue
+        if any(o.protocol_name == name and issubclass(o, k) for o in out):
+            continue
+        out.append(k)
+    return out
+
+
+def protocol_names(cls) -> list[str]:
+    return [k.protocol_name for k in protocol_classes(cls)]
+
+
+def check_stack(cls) -> None:
+    """Raise TypeError when ``cls`` stacks protocols that cannot work together."""
+    names = protocol_names(cls)
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise TypeError(f"{cls.__qualname__}: two different protocols are named {name!r}")
+        seen.add(name)
+    for proto in protocol_classes(cls):
+        for other in proto.conflicts:
+            if other in seen:
+                raise TypeError(
+                    f"{cls.__qualname__}: protocol {proto.protocol_name!r} cannot be combined "
+                    f"with {other!r}")
+        for needed in proto.requires:
+            if needed not in seen and getattr(cls, "_ft_rank_class", False):
+                raise TypeError(
+                    f"{cls.__qualname__}: protocol {proto.protocol_name!r} needs {needed!r} "
+                    f"in the same stack")

@@ -1,0 +1,314 @@
+"""``ftactors run APP`` and ``ftactors demo``: the apps from the command line.
+
+Every app module (``ftactors.apps.<name>``) exposes the same small contract, so this
+file knows nothing about any app in particular:
+
+* ``RANK_CLASS``: the ``ft.Rank`` subclass;
+* ``add_arguments(parser)``: its own options;
+* ``kwargs_from_args(args) -> dict``: ``main()``'s kwargs, raising ``ValueError`` with a
+  clear message for bad options (then the command exits with code 2);
+* ``summarize(result) -> (verified, lines, record)``: the verification verdict, the lines
+  to print (ending with ``VERIFICATION SUCCESSFUL`` or ``VERIFICATION FAILED``) and a
+  JSON-able record.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ._common import progress_printer, write_json
+
+APPS = ("cg", "hpl", "stencil", "coupled")
+
+
+def _app(name: str):
+    return importlib.import_module(f"ftactors.apps.{name}")
+
+
+def protocol_stack(app_cls: type, protocol) -> type:
+    """The app class with the named protocol mixin in front (None or "none": the bare
+    app); a list of names stacks several, the first outermost (``["rs", "standby"]``).
+
+    Raises:
+        ValueError: an unknown protocol name.
+    """
+    names = [protocol] if isinstance(protocol, str) or protocol is None else list(protocol)
+    names = [n for n in names if n not in (None, "none")]
+    if not names:
+        return app_cls
+    from ftactors.protocols import PROTOCOLS
+    unknown = [n for n in names if n not in PROTOCOLS]
+    if unknown:
+        raise ValueError(f"unknown protocol {unknown[0]!r}; known: none, {', '.join(PROTOCOLS)}")
+    mixins = tuple(PROTOCOLS[n] for n in names)
+    return type("".join(m.__name__ for m in mixins) + app_cls.__name__, (*mixins, app_cls),
+                {"__module__": __name__})
+
+
+def _protocol_names() -> list[str]:
+    from ftactors.protocols import PROTOCOLS
+    return ["none", *PROTOCOLS]
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=int, default=4, help="number of ranks (default 4)")
+    p.add_argument("--transport", choices=("ray", "local", "sim"), default="ray")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: embedded local Ray)")
+    p.add_argument("--protocol", default="none", choices=_protocol_names(),
+                   help="fault-tolerance protocol mixed into the app")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="PATH", help="write the result record as JSON")
+    p.add_argument("--trace", default=None, metavar="PATH", help="write a Parquet message trace")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--spares", type=int, default=0, help="standby ranks (StandbyReplacement)")
+    p.add_argument("--kill", action="append", default=[], metavar="RANK:ITERATION",
+                   help="SIGKILL RANK at the top of ITERATION (repeatable)")
+    g = p.add_argument_group("checkpoints (--protocol ready-flush)")
+    g.add_argument("--checkpoint-interval", type=_every, default=None, metavar="K|auto",
+                   help="checkpoint every K iterations, or auto: Daly's interval from the "
+                        "measured checkpoint cost and --mtbf")
+    g.add_argument("--checkpoint-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="request a checkpoint this often")
+    g.add_argument("--mtbf", type=float, default=None, metavar="SECONDS",
+                   help="the job's mean time between failures (--checkpoint-interval auto)")
+    g.add_argument("--checkpoint-storage", choices=("object", "stable", "both"), default=None,
+                   help="object store, stable storage (--checkpoint-dir) or both")
+    g.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URI",
+                   help="stable checkpoints here (default ./ftactors-checkpoints)")
+    g.add_argument("--restart-from", default=None, metavar="DIR_OR_URI",
+                   help="start from the latest complete checkpoint there (a lost job)")
+    g.add_argument("--migrate", action="append", default=[], metavar="RANK@SECONDS[:NODE]",
+                   help="move RANK to another node (NODE id; default: another live node) "
+                        "SECONDS after the start (repeatable; Ray)")
+    g = p.add_argument_group("group checkpoints (--protocol groups)")
+    g.add_argument("--groups", default=None, metavar="SPEC",
+                   help="a group definition (JSON/YAML file) or one, single, fixed:K, "
+                        "trace:PATH (default: groups of ceil(sqrt(ranks)))")
+    g.add_argument("--group-checkpoint-interval", type=int, default=None, metavar="K",
+                   help="every group checkpoints every K iterations")
+    g = p.add_argument_group("cluster checkpoints (--protocol hc3i)")
+    g.add_argument("--clusters", default=None, metavar="SPEC",
+                   help="node (by Ray node, the default), or a group definition or policy")
+    g.add_argument("--clc-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="unforced CLC interval of every cluster (default: forced CLCs only)")
+    g.add_argument("--gc-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="garbage collection of CLCs and logs this often")
+    g.add_argument("--ddv-transitive", action="store_true", default=None,
+                   help="piggyback the whole DDV, not only the SN")
+
+
+def _every(text: str) -> int | str:
+    """``--checkpoint-interval``: an int, or "auto" (checked with the other options)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"K (iterations) or auto, got {text!r}") from None
+
+
+def parse_pair(spec: str, flag: str, form: str, kind=int) -> list:
+    """``"RANK:VALUE"`` from a command-line flag as ``[rank, kind(value)]``.
+
+    Raises:
+        ValueError: ``spec`` is not of the ``form`` the message names.
+    """
+    try:
+        rank, value = spec.split(":")
+        return [int(rank), kind(value)]
+    except ValueError:
+        raise ValueError(f"{flag} takes {form}, got {spec!r}") from None
+
+
+def _parse_kills(specs: list[str]) -> list[tuple[int, int]]:
+    return [tuple(parse_pair(spec, "--kill", "RANK:ITERATION")) for spec in specs]
+
+
+def _parse_moves(specs: list[str]) -> list[tuple[int, float, str | None]]:
+    moves = []
+    for spec in specs:
+        head, _, node = spec.partition(":")
+        try:
+            rank, at = head.split("@")
+            moves.append((int(rank), float(at), node or None))
+        except ValueError:
+            raise ValueError(f"--migrate takes RANK@SECONDS[:NODE], got {spec!r}") from None
+    return moves
+
+
+def _protocol_options(args) -> dict:
+    """ft.run options from the protocol flags that were given."""
+    names = {"checkpoint_interval": args.checkpoint_interval,
+             "checkpoint_interval_s": args.checkpoint_interval_s,
+             "mtbf_s": args.mtbf,
+             "checkpoint_storage": args.checkpoint_storage,
+             "checkpoint_dir": args.checkpoint_dir}
+    options = {k: v for k, v in names.items() if v is not None}
+    if (options or args.migrate) and args.protocol != "ready-flush":
+        raise ValueError("--checkpoint-*, --mtbf and --migrate need --protocol ready-flush")
+    grouped = {k: v for k, v in {"groups": args.groups,
+                                 "group_checkpoint_interval": args.group_checkpoint_interval
+                                 }.items() if v is not None}
+    if grouped and args.protocol != "groups":
+        raise ValueError("--groups and --group-checkpoint-interval need --protocol groups")
+    clustered = {k: v for k, v in {"clusters": args.clusters,
+                                   "clc_interval_s": args.clc_interval_s,
+                                   "gc_interval_s": args.gc_interval_s,
+                                   "ddv_transitive": args.ddv_transitive}.items()
+                 if v is not None}
+    if clustered and args.protocol != "hc3i":
+        raise ValueError("--clusters, --clc-interval-s, --gc-interval-s and --ddv-transitive "
+                         "need --protocol hc3i")
+    return options | grouped | clustered
+
+
+async def _run_moving(cls, moves, **kw):
+    """Run with ``ft.launch`` and move ranks at the given times."""
+    import asyncio
+
+    import ftactors as ft
+    run = await ft.launch(cls, **kw)
+    t0 = asyncio.get_running_loop().time()
+    for rank, at, node in sorted(moves, key=lambda m: m[1]):
+        await asyncio.sleep(max(0.0, t0 + at - asyncio.get_running_loop().time()))
+        if node is None:
+            here = await run.node_of(rank)
+            others = [n for n in await run.nodes() if n != here]
+            node = others[0] if others else None
+        info = await run.migrate(rank, node)
+        where = f"node {node[:12]}" if node else "a new actor on the same node (only one)"
+        print(f"  rank {rank} moved to {where} in {info['total_s']:.3f}s ({info['bytes']} "
+              f"bytes of state, {len(info['partners'])} partner(s))", flush=True)
+    return await run
+
+
+def add_run(sub) -> None:
+    p = sub.add_parser("run", help="run an app (cg, hpl, stencil, coupled) and verify it")
+    apps = p.add_subparsers(dest="app", required=True)
+    for name in APPS:
+        mod = _app(name)
+        ap = apps.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0])
+        _add_common(ap)
+        mod.add_arguments(ap)
+        ap.set_defaults(func=_cmd_run, app_module=mod)
+
+
+def _cmd_run(args) -> int:
+    import ftactors as ft
+
+    mod = args.app_module
+    if args.ranks < 1:
+        print(f"ftactors run {args.app}: --ranks must be >= 1, got {args.ranks}", file=sys.stderr)
+        return 2
+    try:
+        kwargs = mod.kwargs_from_args(args)
+        kills = _parse_kills(args.kill)
+        cls = protocol_stack(mod.RANK_CLASS, args.protocol)
+        chaos = ft.Chaos(kill=kills) if kills else None
+        if chaos is not None:
+            chaos.plan(args.ranks)
+        if args.spares and not getattr(cls, "uses_spares", False):
+            raise ValueError(f"--spares needs a protocol that promotes them (--protocol standby)")
+        options = _protocol_options(args)
+        moves = _parse_moves(args.migrate)
+        if moves and args.transport == "sim":
+            raise ValueError("--migrate needs --transport ray or local")
+    except ValueError as exc:
+        print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.app}: {args.ranks} ranks on {args.transport}, protocol {args.protocol}, "
+          f"{', '.join(f'{k}={v}' for k, v in kwargs.items())}"
+          + (f", spares={args.spares}, kills={kills}" if kills or args.spares else ""), flush=True)
+    kw = dict(ranks=args.ranks, kwargs=kwargs, transport=args.transport, address=args.address,
+              seed=args.seed, timeout_s=args.timeout, trace=args.trace, spares=args.spares,
+              chaos=chaos, restart_from=args.restart_from, progress=progress_printer(),
+              **options)
+    try:
+        if moves:
+            import asyncio
+            result = asyncio.run(_run_moving(cls, moves, **kw))
+        else:
+            result = ft.run(cls, **kw)
+    except ft.ConfigError as exc:
+        print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
+        return 2
+    except (ft.RankError, ft.RankFailed, TimeoutError, ft.ProtocolError) as exc:
+        print(f"run failed: {exc}", file=sys.stderr)
+        return 1
+    for line in failure_story(result):
+        print(line)
+    chosen = result.events_of("checkpoint_interval_chosen")
+    if chosen:
+        d = chosen[-1].detail
+        print(f"  checkpoint interval auto: {len(chosen)} checkpoint(s) measured, the last "
+              f"cost {d['cost_s']:.3g}s: Daly's interval {d['interval_s']:.3g}s for MTBF "
+              f"{d['mtbf_s']:g}s")
+    verified, lines, record = mod.summarize(result)
+    for line in lines:
+        print(line)
+    record.update(app=args.app, ranks=args.ranks, transport=args.transport,
+                  protocol=args.protocol, verified=verified, metrics=result.metrics)
+    write_json(args.json, record)
+    return 0 if verified else 1
+
+
+def failure_story(result) -> list[str]:
+    """One line per kill, detection and recovery in the run's timeline."""
+    t0 = result.events[0].time if result.events else 0.0
+    lines = []
+    for ev in result.events:
+        d = ev.detail
+        if ev.kind == "killed":
+            where = f"at iteration {d['iteration']}" if "iteration" in d else "now"
+            lines.append(f"  {ev.time - t0:7.3f}s  rank {ev.rank} killed ({d.get('how')}) {where}")
+        elif ev.kind == "failure_detected":
+            took = f" after {d['detection_s'] * 1e3:.0f} ms" if "detection_s" in d else ""
+            lines.append(f"  {ev.time - t0:7.3f}s  rank {ev.rank} failure detected{took}")
+        elif ev.kind == "recovery_line":
+            pos = d["position"]
+            lines.append(f"  {ev.time - t0:7.3f}s  rolling back to "
+                         + ("the start" if pos is None else f"iteration {pos[1]}"))
+        elif ev.kind == "replaced":
+            lines.append(f"  {ev.time - t0:7.3f}s  spare promoted to rank {ev.rank} "
+                         f"({d['spares_left']} spare(s) left)")
+        elif ev.kind == "rollback":
+            pos = d["position"]
+            lines.append(f"  {ev.time - t0:7.3f}s  restarting every rank from "
+                         + ("the start" if pos is None else f"the checkpoint at iteration {pos[1]}"))
+        elif ev.kind == "group_rollback":
+            at = ", ".join(f"group {g} ({'the start' if pos is None else f'iteration {pos[1]}'})"
+                           for g, pos in d["positions"].items())
+            lines.append(f"  {ev.time - t0:7.3f}s  restarting ranks {d['ranks']} only: {at}")
+        elif ev.kind == "group_resumed":
+            lines.append(f"  {ev.time - t0:7.3f}s  {d['resent']} logged message(s) resent; "
+                         "the other groups never stopped")
+        elif ev.kind == "hc3i_rollback":
+            why = "failed" if d["failed"] else "depends on a rolled-back cluster"
+            lines.append(f"  {ev.time - t0:7.3f}s  cluster {d['cluster']} ({why}) back to "
+                         f"its CLC {d['sn']}: ranks {d['ranks']}")
+        elif ev.kind == "hc3i_recovered":
+            lines.append(f"  {ev.time - t0:7.3f}s  {d['resent']} logged message(s) resent; "
+                         "clusters off the recovery line never stopped")
+        elif ev.kind == "recovery_end":
+            lines.append(f"  {ev.time - t0:7.3f}s  all ranks RUNNING again")
+    return lines
+
+
+def add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="CG on an embedded Ray, surviving killed ranks")
+    p.add_argument("--class", dest="problem_class", default="S", choices=("S", "W", "A"))
+    p.add_argument("--ranks", type=int, default=4)
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args) -> int:
+    """NAS CG with StandbyReplacement on an embedded Ray; two ranks are SIGKILLed while it
+    runs, spares take their place, and the answer still verifies."""
+    n = max(2, args.ranks)
+    return _cmd_run(argparse.Namespace(
+        app="cg", app_module=_app("cg"), ranks=n, transport="ray", address=None,
+        protocol="standby", seed=0, json=None, trace=None, timeout=600, spares=2,
+        kill=[f"1:4", f"{n - 1}:10"], problem_class=args.problem_class,
+        checkpoint_interval=None, checkpoint_interval_s=None, mtbf=None, checkpoint_storage=None,
+        checkpoint_dir=None, restart_from=None, migrate=[]))

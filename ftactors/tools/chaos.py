@@ -1,0 +1,314 @@
+"""``ftactors chaos``: run a matrix of failure experiments, verify and record every run.
+
+Each run is checked twice: by the app's own verification and against the failure-free
+answer of the bare app (same app, settings and ranks), which also gives the wall-time
+baseline the overhead is measured against, in the same experiment on the same machine.
+Results go to a directory (or a pyarrow URI such as ``s3://...``): ``results.parquet``,
+one row per run, rewritten after every run so a long experiment that dies keeps what it
+measured; ``events/<run>.parquet``, each run's timeline; and ``experiment.yaml``, the
+experiment as run, which replays any run with ``--only``. Node kills remove a worker of
+a local ``ray.cluster_utils.Cluster`` without grace while the run goes.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import ftactors as ft
+from ..base._storage import open_filesystem
+from .apps_cli import _app, protocol_stack
+from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
+                         experiment_from_flags, load_experiment)
+from .report import write_report
+from .run_metrics import RESULT_SCHEMA, events_table, failure_metrics
+
+#: the keys of an app's summary record that are timings, not the answer
+TIMING_KEYS = ("time_s", "mops", "gflops")
+
+
+class ResultsDir:
+    """The results of one experiment: a local directory or a pyarrow filesystem URI."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.fs, self.root = open_filesystem(uri, "results directory")
+        self.fs.create_dir(f"{self.root}/events", recursive=True)
+
+    def write_text(self, name: str, text: str) -> None:
+        with self.fs.open_output_stream(f"{self.root}/{name}") as out:
+            out.write(text.encode())
+
+    def write_table(self, name: str, table: pa.Table) -> None:
+        pq.write_table(table, f"{self.root}/{name}", filesystem=self.fs)
+
+
+def same_answer(record: dict, reference: dict) -> tuple[bool, bool]:
+    """(equal within 1e-9 relative, bit-identical): an app's answer against the
+    failure-free run's, timings left out."""
+    keys = sorted(set(record) | set(reference))
+    identical, close = True, True
+    for key in (k for k in keys if k not in TIMING_KEYS):
+        a, b = record.get(key), reference.get(key)
+        try:
+            same = bool(np.array_equal(np.asarray(a), np.asarray(b)))
+            near = same or bool(np.allclose(np.asarray(a, float), np.asarray(b, float),
+                                            rtol=1e-9, atol=0))
+        except (TypeError, ValueError):
+            same = near = a == b
+        identical &= same
+        close &= near
+    return close, identical
+
+
+# --------------------------------------------------------------------------- runs
+class _Place:
+    """Where runs go: the Ray address, and for a local multi-node cluster its workers."""
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+        self.address = exp.cluster.address
+        self.cluster = None
+        self.workers: list = []
+        self.head: str | None = None  # the head node's id (the driver and the spares)
+
+    def rank_nodes(self, ranks: int) -> list[str]:
+        """Ranks spread over the worker nodes in blocks (ranks 0..k-1 on node 0, ...)."""
+        per = math.ceil(ranks / len(self.workers))
+        return [self.workers[r // per].node_id for r in range(ranks)]
+
+    async def kill_node(self, index: int) -> None:
+        """Remove worker ``index`` without grace, then add a fresh node in its place so
+        the next run finds the cluster whole."""
+        node = self.workers[index]
+        await asyncio.to_thread(self.cluster.remove_node, node, False)
+        self.workers[index] = await asyncio.to_thread(self._add_worker)
+
+    def _add_worker(self):
+        node = self.cluster.add_node(num_cpus=2, object_store_memory=128 << 20)
+        self.cluster.wait_for_nodes()
+        return node
+
+
+@contextlib.contextmanager
+def _placed(exp: Experiment):
+    place = _Place(exp)
+    if exp.cluster.kind != "nodes":
+        yield place
+        return
+    import ray
+    from ray.cluster_utils import Cluster
+    if ray.is_initialized():
+        raise ExperimentError("cluster: {nodes: N} starts its own Ray cluster, but this "
+                              "process is already connected to Ray")
+    place.cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "include_dashboard": False, "object_store_memory": 256 << 20})
+    try:
+        place.workers = [place._add_worker() for _ in range(exp.cluster.nodes)]
+        place.address = place.cluster.address
+        ray.init(address=place.address, logging_level="WARNING")
+        place.head = ray.get_runtime_context().get_node_id()
+        yield place
+    finally:
+        ray.shutdown()
+        place.cluster.shutdown()
+
+
+async def _execute(cls, spec: RunSpec, exp: Experiment, place: _Place, *, chaos=None,
+                   options=None, spares=0):
+    """One run: (result or None, error or None, wall seconds (virtual on sim), events
+    of node kills)."""
+    options = dict(spec.options if options is None else options)
+    if place.workers:
+        options.setdefault("rank_nodes", place.rank_nodes(spec.ranks))
+        options.setdefault("spare_nodes", [place.head])  # node kills spare the spares
+    kw = dict(kwargs=spec.app_kwargs, transport=exp.transport, address=place.address,
+              seed=spec.seed, spares=spares, chaos=chaos, timeout_s=exp.timeout_s, **options)
+    extra = []
+    t0 = time.perf_counter()
+    try:
+        if chaos is not None and spec.node_kills:
+            run = await ft.launch(cls, spec.ranks, **kw)
+            killer = asyncio.ensure_future(_node_kills(run, spec, place, extra))
+            try:
+                result = await run
+            finally:
+                killer.cancel()
+        else:
+            result = await ft.run_async(cls, spec.ranks, **kw)
+    except (ft.RankError, ft.RankFailed, ft.ProtocolError, TimeoutError) as exc:
+        return None, exc, time.perf_counter() - t0, extra
+    # the run's own clock: from its fabric being up to its end (no Ray start-up inside)
+    return result, None, result.metrics["wall_s"], extra
+
+
+async def _node_kills(run, spec: RunSpec, place: _Place, extra: list) -> None:
+    """Remove worker nodes at the schedule's times (seconds after every rank is wired),
+    recording a kill of each rank there."""
+    await run.nodes()  # waits until the ranks are up
+    start = time.time()
+    for index, at in sorted(spec.node_kills, key=lambda k: k[1]):
+        await asyncio.sleep(max(0.0, start + at - time.time()))
+        node_id = place.workers[index].node_id
+        ranks = [r for r in range(spec.ranks) if await run.node_of(r) == node_id]
+        now = time.time()
+        extra.extend(ft.Event(now, "killed", r, {"how": "node", "node": index}) for r in ranks)
+        extra.append(ft.Event(now, "node_killed", -1, {"node": index, "ranks": ranks}))
+        await place.kill_node(index)
+
+
+def _outcome(exc) -> str:
+    if exc is None:
+        return "verified"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return "failed" if isinstance(exc, ft.RankFailed) else "error"
+
+
+async def _baseline(spec: RunSpec, exp: Experiment, place: _Place) -> dict:
+    """The failure-free bare app: its answer and wall time."""
+    mod = _app(spec.app)
+    result, exc, wall, _ = await _execute(mod.RANK_CLASS, spec, exp, place, options={})
+    if exc is not None:
+        raise RuntimeError(f"the failure-free {spec.app} on {spec.ranks} ranks failed: {exc}")
+    verified, _, record = mod.summarize(result)
+    if not verified:
+        raise RuntimeError(f"the failure-free {spec.app} on {spec.ranks} ranks does not verify")
+    return {"record": record, "wall_s": wall}
+
+
+async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
+                  replay: str) -> tuple[dict, list]:
+    """Run one cell of the matrix; its results row and timeline."""
+    mod = _app(spec.app)
+    cls = protocol_stack(mod.RANK_CLASS, spec.stack)
+    result, exc, wall, extra = await _execute(cls, spec, exp, place, chaos=spec.chaos,
+                                              spares=spec.spares)
+    events = result.events if result is not None else list(getattr(exc, "events", []))
+    events = sorted([*events, *extra], key=lambda ev: ev.time)
+    outcome, verified, identical = _outcome(exc), False, False
+    if result is not None:
+        ok, _, record = mod.summarize(result)
+        close, identical = same_answer(record, baseline["record"])
+        verified = ok and close
+        outcome = "verified" if verified else "wrong"
+    row = {"experiment": exp.name, "run_id": spec.run_id, "app": spec.app,
+           "protocol": spec.protocol, "schedule": spec.schedule, "ranks": spec.ranks,
+           "seed": spec.seed, "transport": exp.transport, "cluster": exp.cluster.label,
+           "interval": spec.interval, "interval_unit": spec.interval_unit,
+           "outcome": outcome, "verified": verified, "identical": identical,
+           "error": "" if exc is None else f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+           "wall_s": wall, "baseline_wall_s": baseline["wall_s"],
+           "overhead": wall / baseline["wall_s"] if baseline["wall_s"] else None,
+           **failure_metrics(events), "replay": replay,
+           "events_path": f"events/{spec.run_id}.parquet"}
+    return row, events
+
+
+async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) -> list[dict]:
+    """Run ``exp`` (or only the run ids in ``only``) and write its results to ``out``;
+    returns the rows. ``echo`` gets a line per run as it ends."""
+    import yaml
+    runs = [s for s in exp.runs if only is None or s.run_id in only]
+    if only is not None and len(runs) != len(set(only)):
+        missing = sorted(set(only) - {s.run_id for s in runs})
+        raise ExperimentError(f"no run {', '.join(missing)} in {exp.name} "
+                              f"(runs r000..r{len(exp.runs) - 1:03d})")
+    store = ResultsDir(out)
+    store.write_text("experiment.yaml", yaml.safe_dump(exp.source, sort_keys=False))
+    rows, baselines = [], {}
+    with _placed(exp) as place:
+        if exp.transport == "ray":  # start Ray now, not inside the first baseline's time
+            from ..transports.ray import ensure_ray
+            ensure_ray(place.address)
+        for k, spec in enumerate(runs, 1):
+            key = (spec.app, spec.ranks, json.dumps(spec.app_kwargs, sort_keys=True))
+            if key not in baselines:
+                baselines[key] = await _baseline(spec, exp, place)
+            replay = f"ftactors chaos {out}/experiment.yaml --only {spec.run_id} --out {out}-replay"
+            row, events = await run_one(spec, exp, place, baselines[key], replay)
+            rows.append(row)
+            store.write_table(row["events_path"], events_table(events))
+            store.write_table("results.parquet", pa.Table.from_pylist(rows, RESULT_SCHEMA))
+            echo(f"  [{k}/{len(runs)}] {spec.run_id} {spec.app} x {spec.protocol} x "
+                 f"{spec.ranks} ranks x {spec.schedule} x seed {spec.seed}: {row['outcome']}, "
+                 f"{row['kills']} kill(s), {row['recoveries']} recover(ies), "
+                 f"{row['wall_s']:.3g} s (x{row['overhead']:.2f})")
+    return rows
+
+
+def print_verdicts(rows: list[dict], where: str, err=None, label: str = "") -> bool:
+    """Print each run that did not verify, with its seed and replay command (to ``err``,
+    default stdout), then the count; True when every run verified."""
+    bad = [r for r in rows if not r["verified"]]
+    for r in bad:
+        print(f"NOT VERIFIED {r['run_id']} (seed {r['seed']}): {r['outcome']}"
+              + (f", {r['error']}" if r["error"] else "") + f"\n  replay: {r['replay']}",
+              file=err)
+    print(f"{label}{len(rows) - len(bad)} of {len(rows)} run(s) verified; results in {where}")
+    return bool(rows) and not bad
+
+
+# ---------------------------------------------------------------------------- CLI
+def add_chaos(sub) -> None:
+    p = sub.add_parser(
+        "chaos", help="run a matrix of failure experiments and record verified results",
+        description="Run app x protocol x ranks x schedule x seed from an experiment file "
+                    "(see docs/ARCHITECTURE.md, 'Chaos experiments'), or one built from flags.")
+    p.add_argument("experiment", nargs="?", help="an experiment YAML file")
+    p.add_argument("--out", default=None, metavar="DIR_OR_URI",
+                   help="results directory (default ./chaos-results/NAME)")
+    p.add_argument("--only", default=None, metavar="RUN_ID[,RUN_ID]",
+                   help="run only these cells of the matrix (replay)")
+    p.add_argument("--report", action="store_true", help="write the report when done")
+    g = p.add_argument_group("an experiment from flags (without a file)")
+    g.add_argument("--name", default="flags")
+    g.add_argument("--app", default="cg", help="app(s), comma-separated")
+    g.add_argument("--protocol", default="standby", help="protocol(s), comma-separated")
+    g.add_argument("--ranks", default="4", help="rank count(s), comma-separated")
+    g.add_argument("--seeds", default="0", help="seed(s), comma-separated")
+    g.add_argument("--spares", type=int, default=0)
+    g.add_argument("--transport", default="ray", choices=("ray", "local", "sim"))
+    g.add_argument("--address", default=None, help="a Ray cluster's address")
+    g.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="per run")
+    g.add_argument("--kill", action="append", default=[], metavar="RANK:ITERATION")
+    g.add_argument("--kill-at", action="append", default=[], metavar="RANK:SECONDS")
+    g.add_argument("--random-kills", type=int, default=0, metavar="K")
+    g.add_argument("--mtbf", type=float, default=None, metavar="SECONDS",
+                   help="Poisson kills with this mean time between failures")
+    g.add_argument("--horizon", type=float, default=None, metavar="SECONDS",
+                   help="window of random and Poisson kills (default 10)")
+    p.set_defaults(func=_cmd_chaos)
+
+
+def _cmd_chaos(args) -> int:
+    try:
+        exp = (load_experiment(args.experiment) if args.experiment else
+               experiment_from_dict(experiment_from_flags(args), where="flags"))
+        only = None if args.only is None else [r.strip() for r in args.only.split(",")]
+        out = args.out or f"chaos-results/{exp.name}"
+        print(f"chaos {exp.name}: {len(exp.runs if only is None else only)} run(s) on "
+              f"{exp.transport} ({exp.cluster.label}), results in {out}", flush=True)
+        rows = asyncio.run(run_experiment(exp, out, only=only,
+                                          echo=lambda line: print(line, flush=True)))
+    except (ExperimentError, ValueError) as exc:
+        print(f"ftactors chaos: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # a failure-free baseline failed: nothing to compare with
+        print(f"ftactors chaos: {exc}", file=sys.stderr)
+        return 1
+    verified = print_verdicts(rows, f"{out}/results.parquet", label=f"chaos {exp.name}: ")
+    if args.report:
+        try:
+            print(f"wrote {write_report(out)}")
+        except ValueError as exc:  # ReportError
+            print(f"ftactors chaos --report: {exc}", file=sys.stderr)
+            return 2
+    return 0 if verified else 1

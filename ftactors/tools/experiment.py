@@ -1,0 +1,298 @@
+"""Chaos experiments as data: the YAML file (or flags) that names a matrix of runs.
+
+An experiment is a matrix (app x protocol stack x ranks x failure schedule x seed) plus
+the settings each axis value stands for. Loading it checks everything before anything
+runs: the apps' settings, the protocol options, every schedule against every rank count,
+and node kills against the cluster, so a typo costs a second, not an hour of runs.
+See ``docs/ARCHITECTURE.md`` ("Chaos experiments") for the file format.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import numbers
+from dataclasses import dataclass, field
+
+import ftactors as ft
+
+MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
+TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "protocols",
+            "schedules")
+SCHEDULE_KEYS = ("kill", "kill_at", "random_kills", "mtbf_s", "horizon_s", "method",
+                 "recovery_kills", "node_kills")
+#: the protocol options that set a checkpoint interval, and its unit
+INTERVAL_OPTIONS = {"checkpoint_interval": "iterations", "checkpoint_interval_s": "s",
+                    "backup_interval": "iterations", "group_checkpoint_interval": "iterations",
+                    "rs_interval": "iterations", "clc_interval_s": "s"}
+
+
+class ExperimentError(ValueError):
+    """The experiment file or flags are wrong; the message says where."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where the runs go: ``local`` (an embedded Ray, or none for local/sim), ``nodes``
+    (a ``ray.cluster_utils.Cluster`` of ``nodes`` worker nodes started for the
+    experiment: node kills remove one for real) or ``address`` (a running cluster)."""
+
+    kind: str = "local"
+    nodes: int = 0
+    address: str | None = None
+
+    @property
+    def label(self) -> str:
+        return {"local": "local", "nodes": f"nodes:{self.nodes}"}.get(self.kind, self.address)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the matrix, ready to run."""
+
+    run_id: str
+    app: str
+    protocol: str
+    ranks: int
+    schedule: str
+    seed: int
+    stack: tuple
+    app_kwargs: dict
+    options: dict
+    spares: int
+    chaos: ft.Chaos
+    node_kills: tuple = ()   # (worker node index, seconds after the start)
+    interval: float | None = None
+    interval_unit: str = ""
+
+
+@dataclass
+class Experiment:
+    name: str
+    transport: str
+    cluster: ClusterSpec
+    timeout_s: float
+    runs: list[RunSpec]
+    source: dict = field(default_factory=dict)
+
+
+def load_experiment(path: str) -> Experiment:
+    """Read and check an experiment file (YAML or JSON).
+
+    Raises:
+        ExperimentError: the file cannot be read or says something wrong.
+    """
+    import yaml
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise ExperimentError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ExperimentError(f"{path} is not valid YAML: {exc}") from None
+    return experiment_from_dict(data, where=path)
+
+
+def experiment_from_dict(data, where: str = "experiment") -> Experiment:
+    """Check an experiment given as a dict (the parsed file) and expand its matrix.
+
+    Raises:
+        ExperimentError: anything wrong, named by its place in the file.
+    """
+    if not isinstance(data, dict):
+        raise ExperimentError(f"{where}: expected a mapping at the top, got {type(data).__name__}")
+    _no_unknown(data, TOP_KEYS, where)
+    name = str(data.get("name") or "experiment")
+    transport = data.get("transport", "ray")
+    if transport not in ("ray", "local", "sim"):
+        raise ExperimentError(f"{where}: transport must be ray, local or sim, got {transport!r}")
+    cluster = _cluster(data.get("cluster", "local"), transport, where)
+    timeout_s = data.get("timeout_s", 600)
+    if not isinstance(timeout_s, numbers.Real) or timeout_s <= 0:
+        raise ExperimentError(f"{where}: timeout_s must be a number > 0, got {timeout_s!r}")
+    matrix = data.get("matrix")
+    if not isinstance(matrix, dict):
+        raise ExperimentError(f"{where}: needs a 'matrix' with {', '.join(MATRIX_AXES)}")
+    _no_unknown(matrix, MATRIX_AXES, f"{where}: matrix")
+    axes = {axis: _axis(matrix, axis, where) for axis in MATRIX_AXES}
+    sections = {key: data.get(key) or {} for key in ("apps", "protocols", "schedules")}
+    for key, section in sections.items():
+        if not isinstance(section, dict):
+            raise ExperimentError(f"{where}: '{key}' must be a mapping of names to settings")
+    runs = []
+    for i, cell in enumerate(itertools.product(*(axes[a] for a in MATRIX_AXES))):
+        app, protocol, ranks, schedule, seed = cell
+        runs.append(_run_spec(f"r{i:03d}", app, protocol, ranks, schedule, seed, sections,
+                              transport, cluster, where))
+    return Experiment(name, transport, cluster, float(timeout_s), runs, data)
+
+
+def experiment_from_flags(args) -> dict:
+    """The experiment dict that ``ftactors chaos`` flags (no file) describe."""
+    from .apps_cli import parse_pair
+    schedule = {}
+    if args.kill:
+        schedule["kill"] = [parse_pair(s, "--kill", "RANK:ITERATION") for s in args.kill]
+    if args.kill_at:
+        schedule["kill_at"] = [parse_pair(s, "--kill-at", "RANK:SECONDS", float)
+                               for s in args.kill_at]
+    if args.random_kills:
+        schedule["random_kills"] = args.random_kills
+    if args.mtbf is not None:
+        schedule["mtbf_s"] = args.mtbf
+    if args.horizon is not None:
+        schedule["horizon_s"] = args.horizon
+    protocols = {p: ({"spares": args.spares} if args.spares else {})
+                 for p in _csv(args.protocol)}
+    return {"name": args.name, "transport": args.transport,
+            "cluster": {"address": args.address} if args.address else "local",
+            "timeout_s": args.timeout,
+            "matrix": {"app": _csv(args.app), "protocol": list(protocols),
+                       "ranks": [int(r) for r in _csv(args.ranks)], "schedule": ["flags"],
+                       "seed": [int(s) for s in _csv(args.seeds)]},
+            "protocols": protocols, "schedules": {"flags": schedule}}
+
+
+# ------------------------------------------------------------------------ pieces
+def _no_unknown(d: dict, known, where: str) -> None:
+    unknown = sorted(set(d) - set(known), key=str)
+    if unknown:
+        raise ExperimentError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; "
+                              f"known: {', '.join(known)}")
+
+
+def _axis(matrix: dict, axis: str, where: str) -> list:
+    values = matrix.get(axis)
+    if values is None and axis == "seed":
+        values = [0]
+    if not isinstance(values, list):
+        values = [values]
+    if not values or any(v is None for v in values):
+        raise ExperimentError(f"{where}: matrix.{axis} needs at least one value")
+    if axis in ("ranks", "seed") and not all(isinstance(v, int) and not isinstance(v, bool)
+                                            and v >= (1 if axis == "ranks" else 0)
+                                            for v in values):
+        raise ExperimentError(f"{where}: matrix.{axis} must be integers "
+                              f"{'>= 1' if axis == 'ranks' else '>= 0'}, got {values!r}")
+    return [v if axis in ("ranks", "seed") else str(v) for v in values]
+
+
+def _cluster(spec, transport: str, where: str) -> ClusterSpec:
+    if spec in (None, "local"):
+        return ClusterSpec()
+    if isinstance(spec, dict) and set(spec) == {"nodes"}:
+        n = spec["nodes"]
+        if not isinstance(n, int) or n < 1:
+            raise ExperimentError(f"{where}: cluster.nodes must be an int >= 1, got {n!r}")
+        if transport != "ray":
+            raise ExperimentError(f"{where}: cluster: {{nodes: {n}}} needs transport: ray")
+        return ClusterSpec("nodes", nodes=n)
+    if isinstance(spec, dict) and set(spec) == {"address"} and isinstance(spec["address"], str):
+        if transport != "ray":
+            raise ExperimentError(f"{where}: a cluster address needs transport: ray")
+        return ClusterSpec("address", address=spec["address"])
+    raise ExperimentError(f"{where}: cluster must be 'local', {{nodes: N}} or "
+                          f"{{address: ADDRESS}}, got {spec!r}")
+
+
+def app_kwargs(app: str, settings: dict, ranks: int, where: str) -> dict:
+    """``main()``'s kwargs for ``app`` from its settings (named like the options of
+    ``ftactors run APP``, with ``_`` for ``-``), checked by the app itself."""
+    from .apps_cli import APPS, _app
+    if app not in APPS:
+        raise ExperimentError(f"{where}: unknown app {app!r}; known: {', '.join(APPS)}")
+    mod = _app(app)
+    parser = argparse.ArgumentParser(prog=app, add_help=False)
+    mod.add_arguments(parser)
+    args = parser.parse_args([])
+    known = vars(args).keys()
+    if not isinstance(settings, dict):
+        raise ExperimentError(f"{where}: apps.{app} must be a mapping, got {settings!r}")
+    _no_unknown(settings, sorted(known), f"{where}: apps.{app}")
+    for key, value in settings.items():
+        setattr(args, key, value)
+    args.ranks = ranks
+    try:
+        return mod.kwargs_from_args(args)
+    except (ValueError, TypeError) as exc:
+        raise ExperimentError(f"{where}: apps.{app} with {ranks} ranks: {exc}") from None
+
+
+def _protocol(key: str, section: dict, where: str) -> tuple[tuple, dict, int]:
+    """(stack names, ft.run options, spares) of a ``protocols:`` entry or a bare name."""
+    from ftactors.protocols import PROTOCOLS
+    entry = section.get(key)
+    if entry is None:
+        if key != "none" and key not in PROTOCOLS:
+            raise ExperimentError(f"{where}: protocol {key!r} is neither in 'protocols:' nor "
+                                  f"one of none, {', '.join(PROTOCOLS)}")
+        entry = {}
+    if not isinstance(entry, dict):
+        raise ExperimentError(f"{where}: protocols.{key} must be a mapping, got {entry!r}")
+    options = dict(entry)
+    names = options.pop("protocol", key)
+    stack = tuple([names] if isinstance(names, str) else names)
+    spares = options.pop("spares", 0)
+    return stack, options, spares
+
+
+def _chaos(key: str, section: dict, seed: int, where: str) -> tuple[ft.Chaos, tuple]:
+    """The ``ft.Chaos`` of a ``schedules:`` entry at ``seed``, and its node kills."""
+    if key not in section:
+        raise ExperimentError(f"{where}: schedule {key!r} is not in 'schedules:'")
+    spec = section[key] or {}
+    if not isinstance(spec, dict):
+        raise ExperimentError(f"{where}: schedules.{key} must be a mapping, got {spec!r}")
+    _no_unknown(spec, SCHEDULE_KEYS, f"{where}: schedules.{key}")
+    try:
+        kills = [_kill(k) for k in spec.get("kill", ())]
+        kills += [ft.Kill(int(k[0]), recovery_round=int(k[1]),
+                          recovery_phase=str(k[2]) if len(k) > 2 else "start")
+                  for k in spec.get("recovery_kills", ())]
+        node_kills = tuple((int(n), float(t)) for n, t in spec.get("node_kills", ()))
+        chaos = ft.Chaos(kill=tuple(kills), kill_at=tuple(tuple(k) for k in spec.get("kill_at", ())),
+                         random_kills=int(spec.get("random_kills", 0)),
+                         mtbf_s=spec.get("mtbf_s"), horizon_s=float(spec.get("horizon_s", 10.0)),
+                         method=spec.get("method", "sigkill"), seed=seed)
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise ExperimentError(f"{where}: schedules.{key}: {exc}") from None
+    return chaos, node_kills
+
+
+def _kill(k) -> ft.Kill:
+    if isinstance(k, dict):
+        return ft.Kill(int(k["rank"]), iteration=int(k["iteration"]),
+                       incarnation=int(k.get("incarnation", 0)))
+    rank, iteration = k
+    return ft.Kill(int(rank), iteration=int(iteration))
+
+
+def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport, cluster,
+              where) -> RunSpec:
+    from .._run import _prepare
+    from .apps_cli import _app, protocol_stack
+    here = f"{where} ({run_id}: {app} x {protocol} x {ranks} ranks x {schedule} x seed {seed})"
+    kwargs = app_kwargs(app, sections["apps"].get(app) or {}, ranks, here)
+    stack, options, spares = _protocol(protocol, sections["protocols"], here)
+    chaos, node_kills = _chaos(schedule, sections["schedules"], seed, here)
+    if node_kills and cluster.kind != "nodes":
+        raise ExperimentError(f"{here}: node kills need a local multi-node cluster "
+                              f"(cluster: {{nodes: N}}); use rank kills on {cluster.label}")
+    for node, at in node_kills:
+        if not 0 <= node < cluster.nodes or at < 0:
+            raise ExperimentError(f"{here}: node kill ({node}, {at}) needs a worker node "
+                                  f"0..{cluster.nodes - 1} and a time >= 0")
+    try:
+        cls = protocol_stack(_app(app).RANK_CLASS, stack)
+        _prepare(cls, ranks, kwargs=kwargs, transport=transport, spares=spares, seed=seed,
+                 chaos=chaos, **options)  # checks everything, starts nothing
+    except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
+        raise ExperimentError(f"{here}: {exc}") from None
+    interval = next(((options[k], unit) for k, unit in INTERVAL_OPTIONS.items()
+                     if isinstance(options.get(k), numbers.Real)), (None, ""))
+    return RunSpec(run_id, app, protocol, ranks, schedule, seed, stack, kwargs, options,
+                   spares, chaos, node_kills, None if interval[0] is None else float(interval[0]),
+                   interval[1])
+
+
+def _csv(text) -> list[str]:
+    return [v.strip() for v in str(text).split(",") if v.strip()]

@@ -1,0 +1,84 @@
+"""Payload packing: the C-pickle fast path for plain data gives cloudpickle's exact bytes,
+and everything else still goes through cloudpickle."""
+import enum
+import pickle
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from ftactors.engine._payload import LARGE_BUFFER_BYTES, is_plain, pack, unpack
+
+PLAIN = [
+    None, True, 7, 2**70, 1.5, 2 + 3j, "text", b"bytes", bytearray(b"ba"),
+    (1, "a"), [(0, 1.5), (1, 2.5)], {"k": (1, 2), 3: [4, None]}, {1, 2}, frozenset({3}),
+    np.arange(6).reshape(2, 3), np.float64(2.5), np.int32(-3),
+    np.arange(LARGE_BUFFER_BYTES // 8 + 1, dtype=np.float64),  # out-of-band
+]
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Tup(tuple):
+    pass
+
+
+NOT_PLAIN = [Color.RED, Tup((1,)), np.array([1, "a"], dtype=object), [[[[[1]]]]],
+             lambda x: x, {"f": len}]
+
+
+def cloudpickle_reference(obj):
+    """What ``pack`` produced before the fast path: cloudpickle with the same callback."""
+    return cloudpickle.dumps(obj, protocol=5,
+                             buffer_callback=lambda b: b.raw().nbytes < LARGE_BUFFER_BYTES)
+
+
+@pytest.mark.parametrize("obj", PLAIN, ids=lambda o: type(o).__name__)
+def test_plain_data_packs_to_cloudpickles_bytes(obj):
+    assert is_plain(obj)
+    payload = pack(obj)
+    assert payload.data == cloudpickle_reference(obj)
+    back = unpack(payload)
+    if isinstance(obj, np.ndarray):
+        assert np.array_equal(back, obj) and back.dtype == obj.dtype
+    else:
+        assert back == obj and type(back) is type(obj)
+
+
+@pytest.mark.parametrize("obj", NOT_PLAIN, ids=lambda o: type(o).__name__)
+def test_other_objects_still_go_through_cloudpickle(obj):
+    assert not is_plain(obj)
+    payload = pack(obj)
+    assert payload.data == cloudpickle_reference(obj)
+
+
+def test_large_buffers_go_to_put_large_on_both_paths():
+    arr = np.ones(LARGE_BUFFER_BYTES // 8)
+    for obj in (arr, [arr, Color.RED]):  # plain, and through cloudpickle
+        stored = []
+        payload = pack(obj, lambda view: stored.append(bytes(view)) or len(stored))
+        assert payload.buffers == (1,) and payload.nbytes == len(payload.data) + arr.nbytes
+        assert len(stored) == 1 and stored[0] == arr.tobytes()
+
+
+def test_unpicklable_object_is_a_type_error():
+    import threading
+    with pytest.raises(TypeError, match="lock"):
+        pack(threading.Lock())
+    with pytest.raises(TypeError):
+        pack([threading.Lock()])
+
+
+def test_envelope_rows_round_trip():
+    from ftactors.engine._envelope import APP, CTRL, Envelope, from_rows, to_rows
+    envs = [Envelope(APP, 0, 3, "w/c", 7, 41, pack((1, "x")), 2, 5, 9, {"ddv": [1, 2]}, 1.25),
+            Envelope(CTRL, 1, 0, "flush", 0, -1, pack(None))]
+    back = from_rows(pickle.loads(pickle.dumps(to_rows(envs), protocol=5)))
+    for a, b in zip(envs, back, strict=True):
+        assert a.__reduce__()[1][:6] == b.__reduce__()[1][:6]
+        assert a.__reduce__()[1][7:] == b.__reduce__()[1][7:]
+        assert (b.payload.data, b.payload.buffers, b.payload.nbytes) == (
+            a.payload.data, a.payload.buffers, a.payload.nbytes)
+        assert b.payload.origin is b.payload

@@ -1,0 +1,174 @@
+"""One set of test bodies, run on every transport: MPI semantics, errors, failures."""
+import pickle
+
+import numpy as np
+import pytest
+
+import ftactors as ft
+
+from .. import bodies as b
+
+
+def run(cls, transport, ranks=4, **kw):
+    return ft.run(cls, ranks=ranks, transport=transport, timeout_s=120, **kw)
+
+
+def test_ring_readme_example(transport):
+    r = run(b.Ring, transport, args=(10,))
+    assert r.results[0] == 40
+    assert r.results[1:] == [37, 38, 39]
+
+
+def test_order_holds_under_reordering(transport):
+    count = 3000
+    r = run(b.Flood, transport, ranks=2, args=(count,))
+    got, more = r.results[1]
+    assert got == list(range(count))
+    assert more == list(range(count))
+
+
+def test_tag_matching_and_non_overtaking(transport):
+    assert run(b.TagMatching, transport, ranks=2).results[1] == ["B", "A", "C"]
+
+
+def test_any_source_and_status(transport):
+    seen = run(b.AnySource, transport, ranks=5).results[0]
+    assert sorted(s[0] for s in seen) == [1, 2, 3, 4]
+    for source, tag, count, obj, pickled in seen:
+        assert tag == 10 + source
+        assert obj == {"from": source}
+        assert count >= pickled > 0
+
+
+def test_probe_iprobe(transport):
+    before, st, still, value, after = run(b.Probing, transport, ranks=2).results[0]
+    assert before is False
+    assert st[0] == 1 and st[1] == 7 and st[2] > 0
+    assert still == (True, 1)
+    assert value == [0, 1, 2, 3, 4]
+    assert after is False
+
+
+def test_isend_irecv_test_wait(transport):
+    early, value, st, again = run(b.NonBlocking, transport, ranks=2).results[0]
+    assert early == (False, None)
+    assert value == "pong"
+    assert st == (1, 3)
+    assert again == (True, "pong")
+
+
+def test_sendrecv(transport):
+    r = run(b.SendRecvShift, transport, ranks=3)
+    assert r.results == [(200, 2), (0, 0), (100, 1)]
+
+
+def test_numpy_arrays_roundtrip(transport):
+    out = run(b.Arrays, transport, ranks=2).results[1]
+    for name, arr in b.ARRAYS.items():
+        dtype, shape, writeable, value = out[name]
+        assert dtype == arr.dtype.str and shape == arr.shape, name
+        np.testing.assert_array_equal(value, arr)
+        # documented: large buffers arrive read-only (zero-copy on Ray), small ones writable
+        assert writeable == (arr.nbytes < 100 * 1024), name
+
+
+@pytest.mark.parametrize("ranks", [1, 3, 4])
+def test_collectives(transport, ranks):
+    results = run(b.Collectives, transport, ranks=ranks).results
+    n = ranks
+    vecs = [np.arange(4, dtype=np.int64) + r for r in range(n)]
+    ops = {"SUM": np.add, "PROD": np.multiply, "MIN": np.minimum, "MAX": np.maximum,
+           "LAND": np.logical_and, "LOR": np.logical_or, "BAND": np.bitwise_and,
+           "BOR": np.bitwise_or}
+    nums = {"SUM": sum(range(1, n + 1)), "PROD": np.prod(range(1, n + 1)), "MIN": 1, "MAX": n,
+            "LAND": True, "LOR": True, "BAND": _fold(lambda a, c: a & c, range(1, n + 1)),
+            "BOR": _fold(lambda a, c: a | c, range(1, n + 1))}
+    bracketing = {1: "0", 3: "((0+1)+2)", 4: "((0+1)+(2+3))"}[n]
+    for r, out in enumerate(results):
+        assert out["bcast"] == [{"root": root} for root in range(n)]
+        # the root keeps its own (writable) object; others get read-only large buffers
+        assert out["bcast_big"] == (float(np.arange(2**16).sum()), r == n - 1)
+        for name, fn in ops.items():
+            expect = _fold(fn, vecs)
+            if r == n - 1:
+                np.testing.assert_array_equal(out[f"reduce_{name}"], expect)
+            else:
+                assert out[f"reduce_{name}"] is None
+            np.testing.assert_array_equal(out[f"allreduce_{name}"], expect)
+            assert out[f"allreduce_num_{name}"] == nums[name], name
+        # operands in rank order, the same bracketing on every rank (recursive doubling)
+        assert out["fold"] == bracketing
+        assert out["fold"].replace("(", "").replace(")", "") == "+".join(map(str, range(n)))
+        assert out["reduce_is_allreduce"]  # the same bits on the root
+        for root in range(n):
+            assert out["gather"][root] == ([i * i for i in range(n)] if r == root else None)
+        assert out["scatter"] == r * 10
+        assert out["allgather"] == [("r", i) for i in range(n)]
+        assert out["alltoall"] == [(i, r) for i in range(n)]
+
+
+def _fold(fn, values):
+    values = list(values)
+    acc = values[0]
+    for v in values[1:]:
+        acc = fn(acc, v)
+    return acc
+
+
+def test_split_key_order_undefined_and_dup(transport):
+    res = run(b.SplitDup, transport, ranks=5).results
+    for r, out in enumerate(res):
+        color = r % 2
+        members = sorted((m for m in range(5) if m % 2 == color), reverse=True)  # key = -rank
+        assert out["sub"] == (members.index(r), len(members), members, sum(members))
+        assert out["none"] == (None if r == 0 else (r - 1, 4))
+        left = (r - 1) % 5
+        assert out["world"] == ("world", left)
+        assert out["dup"] == ("dup", left)
+
+
+def test_bad_input_errors(transport):
+    errors = run(b.BadInput, transport, ranks=3).results[0]
+    kind, msg = errors["dest"]
+    assert kind == "ValueError" and "dest 3" in msg and "size 3" in msg
+    assert errors["dest_neg"][0] == "ValueError" and "-1" in errors["dest_neg"][1]
+    assert errors["source"][0] == "ValueError" and "source 6" in errors["source"][1]
+    assert errors["tag"][0] == "ValueError" and "-5" in errors["tag"][1]
+    assert errors["recv_tag"][0] == "ValueError"
+    assert errors["pickle"][0] == "TypeError" and "_thread.lock" in errors["pickle"][1]
+    assert errors["isend"][0] == "ValueError"
+    assert errors["root"][0] == "ValueError" and "root 3" in errors["root"][1]
+    assert errors["scatter"][0] == "ValueError" and "3 items" in errors["scatter"][1]
+    assert errors["color"][0] == "ValueError"
+
+
+def test_rank_error_names_rank_with_traceback(transport):
+    with pytest.raises(ft.RankError) as info:
+        run(b.Raises, transport, ranks=4)
+    err = info.value
+    assert err.rank == 2
+    assert "rank two cannot go on" in str(err)
+    assert "explode_here" in err.remote_traceback
+
+
+def test_killed_rank_raises_rank_failed(transport):
+    with pytest.raises(ft.RankFailed) as info:
+        run(b.Iterating, transport, ranks=3, args=(50,), chaos=ft.Chaos(kill=[(1, 5)]))
+    assert info.value.ranks == (1,)
+
+
+def test_iterations_without_failure(transport):
+    r = run(b.Iterating, transport, ranks=3, args=(6,))
+    assert r.results == [3 * sum(range(6))] * 3
+
+
+@pytest.mark.parametrize("ranks", [2, 5, 6, 7, 8])
+def test_reductions_for_non_powers_of_two(ranks):
+    r = ft.run(b.Collectives, ranks=ranks, transport="sim", timeout_s=120).results
+    n = ranks
+    for out in r:
+        assert out["fold"].replace("(", "").replace(")", "") == "+".join(map(str, range(n)))
+        assert out["fold"] == r[0]["fold"]
+        assert out["allgather"] == [("r", i) for i in range(n)]
+        np.testing.assert_array_equal(out["allreduce_SUM"], sum(np.arange(4) + i for i in range(n)))
+        assert out["reduce_is_allreduce"]

@@ -1,0 +1,143 @@
+"""The package's folders are its layers: every import runs down the layers, and no two
+modules import each other, directly or around a circle.
+
+Read from the source (every ``import``, function-local ones included), so an import
+hidden in a function to dodge a cycle is still seen.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ftactors"
+
+#: bottom to top; a module may import its own layer and the layers below it. Layers in
+#: one tuple are peers: neither imports the other.
+LAYERS = [
+    ("ftactors.base",),
+    ("ftactors.engine",),
+    ("ftactors.facade",),
+    ("ftactors.runtime",),
+    ("ftactors.transports", "ftactors.protocols"),
+    ("ftactors",),  # the public names (__init__) and ft.run/ft.launch (_run)
+    ("ftactors.apps",),
+    ("ftactors.tools",),
+    ("ftactors.__main__",),  # python -m ftactors
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The ftactors modules that ``name`` imports (a package's submodule when the
+    imported name is one)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in known else target)
+    return {m for m in found if m in known}
+
+
+def layer_of(name: str) -> tuple[int, str]:
+    best = None
+    for rank, peers in enumerate(LAYERS):
+        for prefix in peers:
+            if (name == prefix or name.startswith(prefix + ".")) and (
+                    best is None or len(prefix) > len(best[1])):
+                best = (rank, prefix)
+    assert best is not None, f"{name} belongs to no layer: add its folder to LAYERS"
+    return best
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for src, targets in sorted(edges.items()):
+        rank, folder = layer_of(src)
+        for dst in sorted(targets):
+            dst_rank, dst_folder = layer_of(dst)
+            if dst_rank > rank or (dst_rank == rank and dst_folder != folder):
+                bad.append(f"{src} ({folder}) imports {dst} ({dst_folder})")
+    return bad
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in edges.get(v, ()):
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        layer_of(name)
+
+
+def test_imports_run_down_the_layers():
+    assert upward_imports(graph()) == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+@pytest.mark.parametrize("edges, expected", [
+    ({"ftactors.engine._a": {"ftactors.runtime._b"}, "ftactors.runtime._b": set()},
+     ["ftactors.engine._a (ftactors.engine) imports ftactors.runtime._b (ftactors.runtime)"]),
+    ({"ftactors.protocols.x": {"ftactors.transports.y"}, "ftactors.transports.y": set()},
+     ["ftactors.protocols.x (ftactors.protocols) imports ftactors.transports.y "
+      "(ftactors.transports)"]),
+    ({"ftactors.tools.a": {"ftactors.engine._b"}, "ftactors.engine._b": set()}, []),
+])
+def test_the_layer_check_sees_an_upward_import(edges, expected):
+    assert upward_imports(edges) == expected
+
+
+def test_the_cycle_check_sees_a_circle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]

@@ -1,0 +1,171 @@
+"""Smoke tests of ``ftactors bench sim`` and ``ftactors bench transport``: they run at a
+small size through the bench registry and write JSON with every field. Performance is
+never asserted here (the machine is shared); only the shape of the results is."""
+import argparse
+import json
+
+from ftactors.tools.bench import add_bench
+
+
+def bench(*argv: str) -> int:
+    """Run ``ftactors bench ARGV`` through the registry (not the whole CLI)."""
+    parser = argparse.ArgumentParser()
+    add_bench(parser.add_subparsers(dest="cmd", required=True))
+    args = parser.parse_args(["bench", *argv])
+    return args.func(args)
+
+
+def test_sim_bench_json(tmp_path):
+    out = tmp_path / "sim.json"
+    assert bench("sim", "--ranks", "16", "--rounds", "2", "--repetitions", "1",
+                 "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "sim"
+    assert (data["ranks"], data["rounds"], data["repetitions"]) == (16, 2, 1)
+    for transport in ("sim", "local"):
+        fig = data[transport]
+        assert fig["messages"] > 16 * 2  # at least the ring passes
+        assert fig["wall_s"] > 0 and fig["msgs_per_s"] > 0 and fig["run_wall_s"] > 0
+        assert len(data["runs"][transport]) == 1
+    assert data["sim"]["messages"] == data["local"]["messages"]  # the same workload
+    assert data["sim"]["virtual_s"] > 0
+    assert data["ratio_sim_over_local"] > 0
+    assert data["machine"]["cpus"] >= 1
+
+
+def test_sim_bench_rejects_bad_sizes():
+    assert bench("sim", "--ranks", "1") == 2
+
+
+def test_transport_bench_json(tmp_path, ray_session):
+    out = tmp_path / "transport.json"
+    assert bench("transport", "--quick", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "transport" and data["quick"] is True
+    reps = data["repetitions"]
+    figures = data["figures"]
+    assert set(figures) == {"latency", "throughput", "bandwidth_1048576", "bandwidth_16777216"}
+    for key, fig in figures.items():
+        for side in ("ftactors", "ray"):
+            assert fig[side] > 0
+            assert len(fig[f"{side}_samples"]) == reps
+        assert fig["ratio"] > 0
+        assert ("target" in fig) == ("met" in fig)
+    targeted = {k for k, f in figures.items() if "target" in f}
+    assert targeted == {"latency", "throughput", "bandwidth_16777216"}
+    assert data["targets_met"] == all(figures[k]["met"] for k in targeted)
+    assert {"python", "platform", "cpus", "ray", "numpy"} <= set(data["machine"])
+
+
+def test_erasure_bench_json(tmp_path):
+    out = tmp_path / "erasure.json"
+    assert bench("erasure", "--codes", "4x2", "--sizes-mib", "0.25",
+                 "--repeat", "1", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "erasure"
+    (row,) = data["results"]
+    assert (row["k"], row["m"]) == (4, 2)
+    for key in ("memcpy_MBps", "encode_MBps", "decode_MBps", "gf_mul_block_GBps",
+                "partial_products_GBps", "encode_over_memcpy", "decode_over_memcpy"):
+        assert row[key] > 0, key
+
+
+def test_checkpoint_bench_json(tmp_path):
+    out = tmp_path / "checkpoint.json"
+    assert bench("checkpoint", "--ray-ranks", "none", "--local-ranks", "3", "--sim-ranks", "8",
+                 "--state-mib", "0.01", "--checkpoints", "2", "--interval", "2",
+                 "--compute-ms", "1", "--storage", "both", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "checkpoint"
+    assert data["settings"]["storage"] == "both" and data["sim_network"]["sim_latency_s"] > 0
+    got = {(c["mode"], c["transport"], c["ranks"]) for c in data["configs"]}
+    assert got == {(mode, transport, n) for mode in ("interval", "requested")
+                   for transport, n in (("local", 3), ("sim", 8))}
+    for c in data["configs"]:
+        s, b = c["summary"], c["baseline"]
+        assert s["checkpoints"] >= 1 and len(c["rows"]) == s["checkpoints"]
+        if c["transport"] == "sim" or c["mode"] == "interval":
+            assert s["checkpoints"] == 2  # deterministic (virtual time / known positions)
+        for row in c["rows"]:
+            assert len(row["flush_s"]) == len(row["save_s"]) == c["ranks"]
+            assert row["spread_s"] >= max(row["flush_s"]) >= 0 and min(row["save_s"]) > 0
+            assert row["bytes"] > c["ranks"] * 0.01 * (1 << 20)
+            if c["mode"] == "requested":
+                assert row["notify_to_last_rm_s"] >= row["spread_s"]
+        assert b["allreduce_s"]["median"] > 0 and b["iteration_s"]["median"] > 0
+        assert s["spread_over_allreduce"] > 0
+        assert ("notify_to_last_rm_s" in s) == (c["mode"] == "requested")
+    assert bench("checkpoint", "--ray-ranks", "none", "--sim-ranks", "1") == 2
+
+
+def test_groups_bench_json(tmp_path):
+    out = tmp_path / "groups.json"
+    assert bench("groups", "--ray-ranks", "none", "--local-ranks", "4", "--sim-ranks", "8",
+                 "--iterations", "5", "--interval", "2", "--compute-ms", "1",
+                 "--sim-send-overhead-us", "5", "--json", str(out)) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["transport"], r["ranks"], r["formation"]) for r in rows] == [
+        (t, n, f) for t, n in (("local", 4), ("sim", 8)) for f in ("NORM", "GP1", "GP4", "GP")]
+    for r in rows:
+        assert r["restarted"] >= 1 and r["checkpoint_s"] > 0 and r["overhead"] > 0
+        assert (r["logged_messages"] == 0) == (r["formation"] == "NORM")
+        assert (r["resent_messages"] == 0) == (r["formation"] == "NORM")
+        assert r["restarted"] == (r["ranks"] if r["formation"] == "NORM" else
+                                  r["ranks"] // r["groups"])
+    # a group of one has nobody to coordinate with: no virtual time passes on sim
+    (gp1,) = [r for r in rows if r["formation"] == "GP1" and r["transport"] == "sim"]
+    assert gp1["coordination_s"] == 0 and gp1["coordination_vs_norm"] == 0
+
+
+def test_groups_bench_rejects_bad_settings():
+    assert bench("groups", "--ray-ranks", "none", "--sim-ranks", "2") == 2
+    assert bench("groups", "--ray-ranks", "none", "--sim-ranks", "8", "--iterations", "4",
+                 "--interval", "2") == 2
+
+
+def test_rs_bench_json(tmp_path):
+    out = tmp_path / "rs.json"
+    assert bench("rs", "--groups", "1,2", "--group-size", "2", "--state-mib", "0.05",
+                 "--rounds", "2", "--block-kib", "16", "--nodes", "8", "--ranks-per-node",
+                 "2", "--trials", "50", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert [r["groups"] for r in data["encode"]] == [1, 2]
+    for run in data["encode"]:
+        assert run["ranks"] == 2 * run["groups"] and run["placed_groups"] == run["groups"]
+        assert run["rounds"] == 2
+        assert run["encode_s_per_rank"] > 0 and run["ratio_to_memcpy"] > 0
+        assert run["encode_s_max_rank"] >= run["encode_s_per_rank"]
+    assert data["encode"][0]["ratio_to_first"] == 1.0 and data["memcpy_s"] > 0
+    rows = data["tolerance"]["rows"]
+    assert [r["failed_nodes"] for r in rows] == [1, 2, 3, 4]
+    # one node: every group loses at most one block, always survivable
+    assert rows[0]["interleaved"] == rows[0]["plain"] == 1.0
+    # two nodes, groups of 2 (sectors of 2 nodes): on the interleaved ring a whole sector
+    # lost keeps its groups' parity (held in another sector); on the plain ring the next
+    # group, which holds it, is on the same two nodes (seeded draws: some hit a sector)
+    assert rows[1]["interleaved"] == 1.0 and rows[1]["plain"] < 1.0
+    assert all(0.0 <= r[k] <= 1.0 for r in rows for k in ("interleaved", "plain"))
+
+
+def test_rs_bench_rejects_bad_settings():
+    assert bench("rs", "--groups", "0") == 2
+
+
+def test_footprint_bench_json(tmp_path):
+    """Every protocol and the bare app, on two apps, in one table; nothing killed, so
+    nothing failed; DDVPiggyback's CLCs are counted (forced ones separately)."""
+    out = tmp_path / "footprint.json"
+    assert bench("footprint", "--quick", "--transport", "local", "--repetitions", "1",
+                 "--apps", "cg,coupled", "--clc-interval-s", "0.001", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    rows = {(r["app"], r["protocol"]): r for r in data["rows"]}
+    protocols = ("none", "standby", "ready-flush", "groups", "rs", "hc3i")
+    assert set(rows) == {(a, p) for a in ("cg", "coupled") for p in protocols}
+    for (app, p), r in rows.items():
+        assert r["verified"] and r["failures"] == 0 and r["wall_s"] > 0
+        assert (r["checkpoints"] > 0) == (p != "none"), (app, p)
+        assert r["forced"] <= r["checkpoints"]
+    assert rows[("cg", "none")]["ratio"] == 1.0
+    assert rows[("cg", "groups")]["logged_bytes"] > 0  # its groups talk to each other
+    assert set(data["targets"]) == {"cg_wall_le_1.5x_bare", "cg_store_le_512MiB_above_bare",
+                                    "no_failure_reported", "all_verified"}
