@@ -26,7 +26,8 @@ COLLECTIVES = ("auto", "tree", "doubling")
 CORE_OPTIONS = {
     "heartbeat_interval_s": "seconds between heartbeats to every rank (default 1 on Ray, "
                             "off elsewhere)",
-    "heartbeat_timeout_s": "a rank silent this long is declared hung and killed (default 10)",
+    "heartbeat_timeout_s": "a rank silent this long is declared hung and killed (default "
+                           "10; longer while round trips are slow: 4x the slowest recent one)",
     "progress": "callable(positions) called every progress_interval_s with each rank's "
                 "(loop, iteration) position",
     "progress_interval_s": "seconds between progress reports (default 1)",
@@ -123,6 +124,7 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
         return Coordinator(
             _fabric(transport, address, seed, options), rank_cls, ranks, tuple(args), kwargs,
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
+            stall_s=chaos.stall_s if chaos is not None else 0.0,
             spares=spares, trace=trace is not None, options=options, restore=restore)
 
     async def job(c: Coordinator | None = None) -> RunResult:

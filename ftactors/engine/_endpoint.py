@@ -120,6 +120,7 @@ class Endpoint:
         self.events = EventLog(link.clock, rank)
         self.trace = trace
         self.duplicates_dropped = 0
+        self.logged_bytes = 0  # payload bytes protocols kept in sender logs (a footprint)
         self.resends_suppressed = 0
         self._consumed_since = 0  # messages received since the last safe point
         self._replay_sent: list[int] | None = None  # while re-running code before the resume point
@@ -674,6 +675,7 @@ class Endpoint:
             "duplicates_dropped": self.duplicates_dropped,
             "resends_suppressed": self.resends_suppressed,
             "stale_dropped": self._in.stale, "channel_duplicates": self._in.duplicates,
+            "logged_bytes": self.logged_bytes,
         }
 
 

@@ -1,21 +1,24 @@
 """Coordinator side of DDVPiggyback (HC3I): the clusters' CLCs, rollback, garbage collection.
 
-The coordinator keeps every member's part of every committed CLC (in the object store,
-``_parts``) with the CLC's DDV, which is all the paper's garbage collector and rollback
-alerts need. A recovery round runs the alert cascade (``_ddv.cascade``) with the
+The coordinator keeps every member's part of every CLC a failure could still use (in the
+object store, ``_parts``) with the CLC's DDV, which is all the paper's garbage collector
+and rollback alerts need. A recovery round runs the alert cascade (``_ddv.cascade``) with the
 surviving clusters' DDVs read after fencing them against the rolled-back incarnations;
-a garbage collection runs Algorithm 8 (``_ddv.collectable``). See
+a garbage collection runs Algorithm 8 (``_ddv.collectable``), by default whenever a
+commit leaves a cluster with more than ``gc_clcs_max`` CLCs. See
 ``protocols/ddv_piggyback.py`` for the theory of operation.
 """
 from __future__ import annotations
 
 import asyncio
+import warnings
 from dataclasses import dataclass, field
 
 from ftactors.base._errors import ProtocolError
 
 from . import _ddv
-from ._hc3i_settings import NODE, check_settings
+from ._hc3i_settings import GC_CLCS_MAX, NODE, check_settings
+from ._hc3i_storm import ForcedCheckpointStorm, StormWatch, message
 from ._parts import PartTaker
 from .groups import Groups, load_groups
 
@@ -30,7 +33,8 @@ class _Stored:
 
 class Hc3iRecovery:
     """Coordinator side of DDVPiggyback: CLC records, rollback of the clusters on the
-    recovery line, centralized garbage collection (timer and memory pressure)."""
+    recovery line, centralized garbage collection (on commits, timer and memory pressure),
+    forced-checkpoint storm warnings."""
 
     def __init__(self, coordinator):
         self.c = coordinator
@@ -43,6 +47,10 @@ class Hc3iRecovery:
         if spec != NODE:
             self._set_clusters(load_groups(spec, coordinator.n))
         self.gc_interval_s = opts.get("gc_interval_s")
+        self.gc_clcs_max = opts.get("gc_clcs_max", GC_CLCS_MAX)
+        self.gc_task: asyncio.Task | None = None  # the collection a commit started
+        self.gc_again = False  # another commit asked for one while it ran
+        self.storms = StormWatch()
         self.parts = PartTaker(coordinator, "hc3i_part")
         self.parts_of: dict[tuple[int, int], dict] = {}  # (cluster, sn) -> handles
         self.lock = asyncio.Lock()  # one recovery or collection at a time
@@ -71,7 +79,8 @@ class Hc3iRecovery:
         by_node: dict[str, list[int]] = {}
         for rank, node in enumerate(nodes):
             by_node.setdefault(node, []).append(rank)
-        spec = list(by_node.values()) if len(by_node) > 1 else None  # one node: default
+        # one node: one cluster (two arbitrary halves would force a CLC per crossing message)
+        spec = list(by_node.values()) if len(by_node) > 1 else "one"
         self._set_clusters(load_groups(spec, c.n))
         c.events.record("hc3i_clusters", clusters=self.clusters.groups,
                         by_node=len(by_node) > 1)
@@ -104,6 +113,34 @@ class Hc3iRecovery:
             self.clcs[d["cluster"]].append(_Stored(
                 _ddv.Clc(d["sn"], tuple(d["ddv"]), d["forced"]),
                 self.parts_of.setdefault(key, {})))
+            self._committed(d["cluster"], d.get("by", []))
+
+    def _committed(self, cluster: int, by: list[int]) -> None:
+        """A CLC of ``cluster`` committed: watch for a storm; collect when the cluster
+        stores more CLCs than ``gc_clcs_max``."""
+        storm = self.storms.commit(cluster, by)
+        if storm is not None:
+            self.c.events.record("hc3i_storm", **storm)
+            warnings.warn_explicit(message(storm), ForcedCheckpointStorm, "ftactors", 0,
+                                   module="ftactors.protocols.ddv_piggyback")
+        if self.gc_clcs_max is None or len(self.clcs[cluster]) <= self.gc_clcs_max:
+            return
+        if self.gc_task is not None:
+            self.gc_again = True
+            return
+        self.gc_task = asyncio.ensure_future(self._collect_while_asked())
+        self.busy.add(self.gc_task)
+        self.gc_task.add_done_callback(self.busy.discard)
+
+    async def _collect_while_asked(self) -> None:
+        """Collections one after another while commits keep asking for one."""
+        try:
+            self.gc_again = True
+            while self.gc_again:
+                self.gc_again = False
+                await self.collect("clcs")
+        finally:
+            self.gc_task = None
 
     async def _settle(self) -> None:
         """Let the parts being taken arrive (a commit may be reported before the
@@ -205,7 +242,9 @@ class Hc3iRecovery:
             logs = [x for x in logs if not isinstance(x, BaseException)]
             info = {"reason": reason, "lowest": lowest, "stored_before": before,
                     "stored_after": after, "log_before": sum(b for b, _ in logs),
-                    "log_after": sum(a for _, a in logs)}
+                    "log_after": sum(a for _, a in logs),
+                    "newest": {k: v[-1].clc.sn for k, v in self.clcs.items()},
+                    "parts_kept": sum(len(h) for h in self.parts_of.values())}
             c.events.record("hc3i_gc", **info)
             return info
 

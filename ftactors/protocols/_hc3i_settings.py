@@ -6,6 +6,8 @@ from ftactors.base._errors import ConfigError
 
 NODE = "node"
 """``clusters="node"``: one cluster per Ray node (the default)."""
+GC_CLCS_MAX = 2
+"""By default a collection starts once a cluster stores more CLCs than this."""
 
 
 def check_settings(options: dict) -> None:
@@ -23,6 +25,10 @@ def check_settings(options: dict) -> None:
         if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                   and v > 0):
             raise ConfigError(f"{name} must be > 0, got {v!r}")
+    v = options.get("gc_clcs_max", GC_CLCS_MAX)
+    if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        raise ConfigError(f"gc_clcs_max must be an int >= 1 (or None: no collection on "
+                          f"commits), got {v!r}")
     if options.get("ddv_transitive") not in (None, True, False):
         raise ConfigError(f"ddv_transitive must be True or False, "
                           f"got {options['ddv_transitive']!r}")

@@ -8,11 +8,17 @@ Theory of operation
 *Clusters* (``clusters`` option): a partition of the ranks. ``"node"`` (the default)
 groups the ranks by the Ray node they run on; the coordinator finds the nodes once the
 ranks exist and tells every rank before ``main()`` starts. Where every rank is on one
-node (the ``local`` and ``sim`` transports, a one-machine Ray) that would be a single
-cluster, so ``"node"`` falls back to the default group policy of ``protocols/groups.py``
-(consecutive ranks in clusters of ceil(sqrt(n))). Any group definition or policy is
-accepted instead (``"fixed:K"``, a JSON/YAML file, a list of lists). A cluster's
-smallest rank is its primary leader: it runs the unforced checkpoint timer.
+node (the ``local`` and ``sim`` transports, a one-machine Ray) that is one cluster: the
+protocol is then coordinated checkpointing of the whole run, with no forced CLC. (It
+used to fall back to clusters of ceil(sqrt(n)) consecutive ranks: two arbitrary halves
+for 4 ranks, which CG's collectives cross at every step, so every crossing message forced
+a CLC in the other half: a forced-checkpoint storm, issue 19.) Any group definition or
+policy is accepted instead (``"fixed:K"``, ``"trace:PATH"``: Algorithm 2 on a message
+trace, as ``ftactors groups suggest`` forms them, a JSON/YAML file, a list of lists). A
+cluster's smallest rank is its primary leader: it runs the unforced checkpoint timer.
+A run whose clusters force CLCs much faster than they take unforced ones says so
+(``protocols/_hc3i_storm.py``: a ``hc3i_storm`` event and a warning naming the cluster
+pairs and the remedy).
 
 *Sequence numbers and DDVs.* CLC 1 is the start of the run: every cluster has SN 1 and a
 DDV with its own entry 1 and 0 elsewhere. Every message to another cluster carries the
@@ -84,11 +90,24 @@ part (the paper keeps it in volatile memory only), so two clusters that both rol
 still exchange what crossed their recovery line. Clusters that do not depend on a
 rolled-back one never roll back.
 
-*Garbage collection* (Algorithm 8, centralized): on the ``gc_interval_s`` timer, and when
-a rank's log passes ``log_bytes_max`` (memory pressure), the coordinator simulates the
-failure of every cluster, keeps per cluster the smallest SN it could be sent back to,
-drops older CLCs and tells every rank to drop log entries acked below the receiver's
-smallest SN.
+*Garbage collection* (Algorithm 8, centralized): whenever a commit leaves a cluster with
+more than ``gc_clcs_max`` CLCs (2 by default; on unless set to None), on the
+``gc_interval_s`` timer, and when a rank's log passes ``log_bytes_max`` (memory
+pressure), the coordinator simulates the failure of every cluster, keeps per cluster the
+smallest SN it could be sent back to, drops older CLCs (their parts' object references
+with them, so Ray frees them) and tells every rank to drop log entries acked below the
+receiver's smallest SN. Collections started by commits run one at a time; commits during
+one ask for one more.
+
+*Footprint*: per cluster, the CLCs some single failure could still send it back to (with
+their parts in the object store) plus a CLC being taken; after each collection that is 1
+CLC with one cluster and, in the runs measured (the tests, ``bench footprint``, 1,000
+sim-check runs), at most 2 per cluster (the paper's Tables 2-3), 3 (the number of
+clusters) in 4 sim-check runs with rollbacks. It is a bound on what a recovery line can
+use, not a constant: a cluster that received from another one that has taken no CLC
+since must keep the CLC that dependency leads back to. Each rank's log holds its
+messages to other clusters not acknowledged below the receiver's smallest kept SN; the
+events per CLC stay in the timeline (a few hundred bytes each).
 
 *Beyond the paper* (its section 8): ``ddv_transitive`` piggybacks the whole DDV; a forced
 CLC then also records the sender's entries for third clusters, so a later message from
@@ -113,7 +132,7 @@ from ftactors.base._errors import ProtocolError
 from ftactors.runtime._protocol import Protocol
 
 from . import _ddv
-from ._hc3i_settings import NODE, check_settings
+from ._hc3i_settings import GC_CLCS_MAX, NODE, check_settings
 from ._parts import HeldParts
 from .groups import Groups, load_groups
 
@@ -147,13 +166,13 @@ class _Round:
 
     sn: int
     initiator: int                 # the smallest initiator seen (Algorithm 4)
-    forced: bool = False           # this rank started it for a message
+    forced_by: int | None = None   # this rank started it for a message from this cluster
     part: bool = False             # this rank's tentative checkpoint is taken (or refused)
     ddv: list | None = None        # the DDV of this rank's acknowledgement
     told: bool = False             # this rank's cut went to the initiator
     acked: bool = False            # the acknowledgement went out
     cuts: dict = field(default_factory=dict)  # as initiator: rank -> its cut
-    acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced)
+    acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced_by)
     committing: bool = False
 
 
@@ -202,6 +221,8 @@ class DDVPiggyback(Protocol):
         "clc_interval_s": "seconds between unforced CLCs: a number, or {cluster: seconds} "
                           "(default: only forced CLCs)",
         "gc_interval_s": "seconds between garbage collections (default: none on a timer)",
+        "gc_clcs_max": "a garbage collection starts when a cluster stores more CLCs than "
+                       f"this (default {GC_CLCS_MAX}; None: not on commits)",
         "log_bytes_max": "a rank whose log passes this many bytes asks for a garbage "
                          "collection (default: never)",
         "ddv_transitive": "piggyback the whole DDV, not only the SN (default False)",
@@ -267,6 +288,7 @@ class DDVPiggyback(Protocol):
                                  env.payload))
         st.log.setdefault(env.dst, {})[env.app_seq] = entry
         st.log_bytes += env.payload.nbytes
+        self.ft.logged_bytes += env.payload.nbytes
         self._check_memory()
         if cut:
             st.held_out.append(entry)  # after this rank's cut: goes with the new SN
@@ -323,7 +345,7 @@ class DDVPiggyback(Protocol):
                         if i != st.me:
                             st.ddv[i] = max(st.ddv[i], x)
                 st.held_inter.insert(0, env)  # before any held after it
-                self._initiate(forced=True, cause=(env.src, env.app_seq, sn))
+                self._initiate(forced_by=j, cause=(env.src, env.app_seq, sn))
                 return None
             st.ddv[j] = sn  # no CLC possible any more: a dependency of the current state
             ft.events.record("hc3i_dependency", cluster=j, sn=sn, src=env.src)
@@ -351,15 +373,17 @@ class DDVPiggyback(Protocol):
         """Start an unforced CLC of this rank's cluster now (what the leader's timer
         does); ignored during a 2PC or once the cluster can no longer checkpoint."""
         if self._can_checkpoint():
-            self._initiate(forced=False)
+            self._initiate(forced_by=None)
 
-    def _initiate(self, forced: bool, cause=None) -> None:
-        """Algorithm 3: ask the cluster for CLC SN+1."""
+    def _initiate(self, forced_by: int | None, cause=None) -> None:
+        """Algorithm 3: ask the cluster for CLC SN+1 (forced by a message from cluster
+        ``forced_by``, or unforced: None)."""
         st = self._hc3i
         if st.round is not None or st.closed:
             return
-        r = st.round = _Round(st.sn + 1, self.rank, forced)
-        self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced, cause=cause)
+        r = st.round = _Round(st.sn + 1, self.rank, forced_by)
+        self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced_by is not None,
+                              cause=cause)
         self._cut(r.sn)
         self.ft.send_control_all(self._others(), NAME, "req", r.sn)
         self._tell_cut(r)
@@ -503,7 +527,7 @@ class DDVPiggyback(Protocol):
 
     def _send_ack(self, r: _Round) -> None:
         r.acked = True
-        data = (r.sn, r.ddv, r.forced)
+        data = (r.sn, r.ddv, r.forced_by)
         if r.initiator == self.rank:
             self._on_ack(self.rank, data)
         else:
@@ -516,11 +540,11 @@ class DDVPiggyback(Protocol):
             self.ft.send_control(r.initiator, NAME, "nack", r.sn)
 
     def _on_ack(self, src: int, data) -> None:
-        sn, ddv, forced = data
+        sn, ddv, forced_by = data
         r = self._hc3i.round
         if r is None or r.sn != sn or r.initiator != self.rank or r.committing:
             return  # for a round this rank no longer leads
-        r.acks[src] = (ddv, forced)
+        r.acks[src] = (ddv, forced_by)
         if len(r.acks) == len(self._others()) + 1:
             r.committing = True
             self.ft_spawn(self._commit(r))
@@ -531,9 +555,9 @@ class DDVPiggyback(Protocol):
         st, ft = self._hc3i, self.ft
         ddv = _ddv.merge(d for d, _ in r.acks.values())
         ddv[st.me] = r.sn
-        forced = any(f for _, f in r.acks.values())
+        by = sorted({b for _, b in r.acks.values() if b is not None})
         await ft.link.report_now(ft.events.make("hc3i_commit", cluster=st.me, sn=r.sn,
-                                                ddv=list(ddv), forced=forced,
+                                                ddv=list(ddv), forced=bool(by), by=by,
                                                 incarnation=self.incarnation))
         ft.send_control_all(self._others(), NAME, "commit", (r.sn, ddv))
         self._apply_commit(r.sn, ddv)

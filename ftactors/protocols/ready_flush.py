@@ -54,6 +54,12 @@ RM (so MP's last messages were delivered before the old actor goes), learns the 
 incarnation, and sends what it kept (``Endpoint.release``): nothing was sent to the old
 location after its snapshot, nothing is lost, nothing duplicated. Only MP rolls back to
 its snapshot, which is the state it was stopped in.
+
+*Footprint* (bounded whatever the run's length): the coordinator keeps in the object
+store the newest complete checkpoint set (one part per rank) and the parts of sets still
+being taken; every older set is dropped, and its object references released, as soon as
+a newer one is complete. Stable storage keeps ``KEEP_STABLE`` (2) sets. No message log.
+Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 

@@ -66,6 +66,12 @@ run by rank number: a replacement may start on another node than the rank it rep
 The decoder holds ``k`` snapshots at once (not ``z``-sized blocks). Encoding shares the
 rank's event loop (one block, then the application): a worker thread would overlap it
 with the application but make the sim transport's runs depend on the OS scheduler.
+
+*Footprint* (bounded whatever the run's length): each rank holds its own snapshot and
+the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (on Ray the parity
+blocks are objects in the object store owned by their holder, released when the round is
+dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. No
+message log. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 

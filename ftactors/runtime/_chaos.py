@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-KILL_METHODS = ("sigkill", "ray.kill", "sigstop")
+KILL_METHODS = ("sigkill", "ray.kill", "sigstop", "stall")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,11 @@ class Chaos:
             (exponential gaps, random ranks, up to ``horizon_s``), drawn from ``seed``.
         horizon_s: the time window for random and Poisson kills.
         method: ``"sigkill"`` (the rank's process gets SIGKILL), ``"ray.kill"``, or
-            ``"sigstop"`` (the process hangs: only heartbeats can tell; time kills only).
+            ``"sigstop"`` (the process hangs: only heartbeats can tell; time kills only),
+            or ``"stall"`` (not a failure: the process freezes for ``stall_s`` seconds and
+            goes on, as a paging or starved one does; time kills only). On ``local`` and
+            ``sim`` a stalled rank's answers to heartbeats wait out the stall.
+        stall_s: how long a ``"stall"`` lasts (seconds).
         seed: the seed of every random draw; printed with any failure so it can be replayed.
     """
 
@@ -53,12 +57,16 @@ class Chaos:
     mtbf_s: float | None = None
     horizon_s: float = 10.0
     method: str = "sigkill"
+    stall_s: float = 5.0
     seed: int = 0
     kills: tuple = field(init=False, default=())
 
     def __post_init__(self):
         if self.method not in KILL_METHODS:
             raise ValueError(f"Chaos method must be one of {KILL_METHODS}, got {self.method!r}")
+        if self.method == "stall" and (self.kill or self.stall_s <= 0):
+            raise ValueError("a stall is timed: use kill_at (or random_kills, mtbf_s) with "
+                             f"stall_s > 0, got kill={self.kill!r}, stall_s={self.stall_s!r}")
         if self.random_kills < 0:
             raise ValueError(f"random_kills must be >= 0, got {self.random_kills}")
         if self.mtbf_s is not None and self.mtbf_s <= 0:

@@ -28,6 +28,7 @@ from ..base._errors import RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
 from ._host import RankSpec
+from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
 from ._protocol import protocol_classes
 
 COLLECT_TIMEOUT_S = 5.0
@@ -75,7 +76,8 @@ class Coordinator:
     """Runs one job on one fabric."""
 
     def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
-                 kills: list[Kill], kill_method: str = "sigkill", spares: int = 0,
+                 kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
+                 spares: int = 0,
                  trace: bool, options: dict, restore: list[bytes] | None = None):
         self.fabric = fabric
         self.rank_cls = rank_cls
@@ -84,6 +86,7 @@ class Coordinator:
         self.kwargs = kwargs
         self.kills = kills
         self.kill_method = kill_method
+        self.stall_s = stall_s
         self.n_spares = spares
         self.restore = restore
         self.trace = trace
@@ -94,6 +97,7 @@ class Coordinator:
         hb = self.options.get("heartbeat_interval_s", default_hb)
         self.heartbeat_interval_s = None if hb is None else float(hb)
         self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s", 10.0))
+        self.liveness = Liveness(self.heartbeat_timeout_s)
         self.events = EventLog(fabric.clock)
         self.handles: list[Any] = []
         self.spares: list[Any] = []
@@ -371,6 +375,10 @@ class Coordinator:
     # ----------------------------------------------------------------- helpers
     async def _kill_later(self, kill: Kill) -> None:
         await self.fabric.sleep(kill.time_s)
+        if self.kill_method == "stall":  # not a failure: the rank freezes, then goes on
+            self.events.record("stalled", rank=kill.rank, at_s=kill.time_s, for_s=self.stall_s)
+            await self.fabric.stall(self.handles[kill.rank], self.stall_s)
+            return
         ev = self.events.record("killed", rank=kill.rank, how=self.kill_method, at_s=kill.time_s)
         self.reports.append(ev)
         await self.fabric.kill(self.handles[kill.rank], self.kill_method)
@@ -385,27 +393,60 @@ class Coordinator:
         self.events.events.append(event)
 
     async def _heartbeats(self) -> None:
-        """Ping every rank; one that does not answer in time is hung: kill it. One whose
+        """Every beat, ping each rank that has no ping outstanding; a rank whose ping has
+        waited longer than the adaptive bound (``_liveness``) is hung: kill it. One whose
         process is gone is failed, unless it is being replaced or was since the ping."""
+        live = self.liveness
+        pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
+        busy: set[int] = set()  # silent past the bound, but its process is busy
         while True:
             await self.fabric.sleep(self.heartbeat_interval_s)
-            ranks = [r for r in range(self.n)
-                     if r not in self._failed and r not in self._respawning]
-            pinged = list(self.incarnations)
-            answers = await asyncio.gather(
-                *(asyncio.wait_for(self.fabric.ping(self.handles[r]), self.heartbeat_timeout_s)
-                  for r in ranks), return_exceptions=True)
-            for rank, answer in zip(ranks, answers):
-                if (self.incarnations[rank] != pinged[rank] or rank in self._failed
-                        or rank in self._respawning):
+            now = self.fabric.clock()
+            for rank in range(self.n):
+                if (rank in self._failed or rank in self._respawning
+                        or pinged.get(rank, self.incarnations[rank]) != self.incarnations[rank]):
+                    live.forget(rank)  # its ping went to a life that is over
+                    pinged.pop(rank, None)
                     continue
-                if isinstance(answer, RankDied):
-                    self.fail(rank, answer.reason or "its process died")
-                elif isinstance(answer, asyncio.TimeoutError):
-                    self.events.record("hang_detected", rank=rank,
-                                       timeout_s=self.heartbeat_timeout_s)
-                    await self.fabric.kill(self.handles[rank], "ray.kill")
-                    self.fail(rank, f"no heartbeat for {self.heartbeat_timeout_s} s")
+                if live.ping(rank, now):
+                    pinged[rank] = self.incarnations[rank]
+                    task = asyncio.ensure_future(self._ping(rank, pinged[rank]))
+                    self._helpers.add(task)
+                    task.add_done_callback(self._helpers.discard)
+            bound = live.bound()
+            silent = live.hung(now)
+            busy &= {rank for rank, _ in silent}  # those that answered are busy no more
+            for rank, waited in silent:
+                state = self.fabric.process_state(self.handles[rank])
+                if state in BUSY_STATES and waited <= BUSY_FACTOR * bound:
+                    if rank not in busy:
+                        busy.add(rank)
+                        self.events.record("rank_busy", rank=rank, waited_s=waited,
+                                           process_state=state)
+                    continue
+                busy.discard(rank)
+                live.forget(rank)
+                pinged.pop(rank, None)
+                if rank in self._failed or rank in self._respawning:
+                    continue
+                self.events.record("hang_detected", rank=rank, waited_s=waited,
+                                   timeout_s=bound)
+                await self.fabric.kill(self.handles[rank], "ray.kill")
+                self.fail(rank, f"no heartbeat for {waited:.1f} s (bound {bound:.1f} s)")
+
+    async def _ping(self, rank: int, incarnation: int) -> None:
+        """One heartbeat of ``rank``'s life ``incarnation``, recorded when it answers."""
+        try:
+            await self.fabric.ping(self.handles[rank])
+        except RankDied as died:
+            if (self.incarnations[rank] == incarnation and rank not in self._failed
+                    and rank not in self._respawning):
+                self.fail(rank, died.reason or "its process died")
+            if self.incarnations[rank] == incarnation:
+                self.liveness.forget(rank)
+            return
+        if self.incarnations[rank] == incarnation:
+            self.liveness.answered(rank, self.fabric.clock())
 
     async def _report_progress(self) -> None:
         """Poll every rank's safe-point position and hand them to the progress callback."""
@@ -437,7 +478,7 @@ class Coordinator:
         stats = [c["stats"] for c in self.collected]
         metrics: dict[str, Any] = {"wall_s": wall_s, "ranks": self.n, "transport": self.fabric.name}
         for key in ("sent", "received", "duplicates_dropped", "resends_suppressed",
-                    "stale_dropped", "channel_duplicates"):
+                    "stale_dropped", "channel_duplicates", "logged_bytes"):
             metrics[key] = sum(s[key] for s in stats)
         direct = [s["direct"] for s in stats if "direct" in s]  # the direct data plane's
         if direct:

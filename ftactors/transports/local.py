@@ -42,6 +42,7 @@ class LocalFabric:
         self.hosts: dict[int, RankHost] = {}
         self.dead: set[int] = set()
         self.hung: set[int] = set()
+        self.stalled: dict[int, float] = {}  # rank -> the end of its stall (clock)
         self.on_report = lambda event: None
         self._t0 = time.perf_counter()
 
@@ -78,6 +79,8 @@ class LocalFabric:
     async def ping(self, host: RankHost) -> None:
         if host.spec.rank in self.dead or self.hosts.get(host.spec.rank) is not host:
             raise RankDied(host.spec.rank, "gone")
+        while self.stalled.get(host.spec.rank, 0.0) > self.clock():
+            await self.sleep(self.stalled[host.spec.rank] - self.clock())
         if host.spec.rank in self.hung:
             await asyncio.get_running_loop().create_future()  # never answers
 
@@ -135,6 +138,19 @@ class LocalFabric:
     def _die_inside(self, rank: int) -> None:
         self.dead.add(rank)
         raise Killed()
+
+    def process_state(self, host: RankHost) -> str | None:
+        """As ``/proc/PID/stat`` would say: ``T`` for a ``sigstop``ped rank, ``R`` (busy)
+        for a stalled one, else None (nothing to tell)."""
+        rank = host.spec.rank
+        if rank in self.hung:
+            return "T"
+        return "R" if self.stalled.get(rank, 0.0) > self.clock() else None
+
+    async def stall(self, host: RankHost, seconds: float) -> None:
+        """The rank freezes for ``seconds``: its answers to heartbeats wait until then
+        (its program goes on: in one process, the model of a loop busy elsewhere)."""
+        self.stalled[host.spec.rank] = self.clock() + seconds
 
     async def kill(self, host: RankHost, method: str) -> None:
         """``sigstop`` leaves a hung rank: silent, but not reported dead (heartbeats must

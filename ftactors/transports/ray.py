@@ -48,6 +48,7 @@ import pickle
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -196,20 +197,21 @@ class RankActor:
         self.listener: Listener | None = None
 
     async def setup(self, spec_blob: bytes, inbox, plane: dict | None = None):
-        """Become the rank of ``spec_blob``; with ``plane`` (``{"secret", "run_dir"}``)
-        listen for direct channels and return where (a ``DirectEndpoint``)."""
+        """Become the rank of ``spec_blob``; returns this process's id, its Ray node and,
+        with ``plane`` (``{"secret", "run_dir"}``), where it listens for direct channels (a
+        ``DirectEndpoint``; else None)."""
         spec: RankSpec = cloudpickle.loads(spec_blob)
         self.link = RayLink(spec.rank, inbox)
         self.host = RankHost(spec, self.link, self.die)
-        if plane is None:
-            return None
         node = ray.get_runtime_context().get_node_id()
+        if plane is None:
+            return os.getpid(), node, None
         self.listener = Listener(plane["secret"], self._take)
         endpoint = await self.listener.start(
             node, ray.util.get_node_ip_address(), plane["run_dir"],
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
         self.link.direct = Peers(plane["secret"], node, self.listener.counters)
-        return endpoint
+        return os.getpid(), node, endpoint
 
     def _take(self, envs: list[Envelope]) -> None:
         """Hand a batch to the rank, from either plane."""
@@ -280,6 +282,14 @@ class RankActor:
         """SIGSTOP this actor's own process (chaos: a hang only heartbeats can see)."""
         os.kill(os.getpid(), signal.SIGSTOP)
 
+    def stall(self, seconds: float) -> None:
+        """Freeze this actor's process for ``seconds`` (chaos: a paging or starved
+        process): SIGSTOP now, SIGCONT from a detached shell when the time is up."""
+        subprocess.Popen(["sh", "-c", f"sleep {float(seconds)}; kill -CONT {os.getpid()}"],
+                         start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
 
 def _pickle_by_value(cls: type) -> None:
     """Ship the user's classes by value when workers could not import their modules
@@ -308,6 +318,7 @@ class RayFabric:
         self.rank_of: dict = {}
         self.worker_of: dict = {}  # actor -> Ray worker id, while its death is not seen
         self._rank_worker: dict[int, str] = {}  # rank -> its current actor's worker id
+        self.local_pid: dict = {}  # actor -> its process id, when on the driver's node
         self.on_report = lambda event: None
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
@@ -395,11 +406,26 @@ class RayFabric:
         if spec.kill_iterations and worker is not None:
             DEATH_NOTICES.doomed(worker)
         try:
-            self.endpoints[actor] = await actor.setup.remote(
+            pid, node, self.endpoints[actor] = await actor.setup.remote(
                 cloudpickle.dumps(spec), self.inbox, self._plane)
         except RayActorError as exc:
             raise RankDied(spec.rank, f"could not start: {exc}") from None
+        if node == ray.get_runtime_context().get_node_id():
+            self.local_pid[actor] = pid
         return actor
+
+    def process_state(self, handle) -> str | None:
+        """The scheduler state of a rank's process (``/proc/PID/stat``: ``R`` running or
+        runnable, ``D`` waiting on the disk or paging, ``S`` sleeping, ``T`` stopped), or
+        None where it cannot be read (another node, no /proc)."""
+        pid = self.local_pid.get(handle)
+        if pid is None:
+            return None
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
 
     async def _ask(self, handle, method: str, *args):
         """Call an actor method; an actor that died surfaces as ``RankDied``."""
@@ -461,6 +487,9 @@ class RayFabric:
         (killing it later does not make it planned, so Ray's notice is printed)."""
         self.worker_of.pop(handle, None)
         return RankDied(self.rank_of.get(handle, -1), _death_reason(exc))
+
+    async def stall(self, handle, seconds: float) -> None:
+        handle.stall.remote(seconds)
 
     async def kill(self, handle, method: str) -> None:
         DEATH_NOTICES.expect(self.worker_of.get(handle))

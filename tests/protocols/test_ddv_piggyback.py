@@ -304,8 +304,9 @@ class HHeat(DDVPiggyback, Heat1D):
 def test_garbage_collection_bounds_stored_clcs_and_logs():
     """A ring of three clusters over a long run: without GC the stored CLCs and logs grow
     with the run; with a GC timer every collection leaves a few CLCs per cluster and the
-    logs stay bounded (Tables 2-3)."""
-    kw = dict(kwargs={"iterations": 300}, clusters=CLUSTERS, clc_interval_s=2e-4)
+    logs stay bounded (Tables 2-3). (The collection on commits is off: the timer alone.)"""
+    kw = dict(kwargs={"iterations": 300}, clusters=CLUSTERS, clc_interval_s=2e-4,
+              gc_clcs_max=None)
     r = ft.run(HHeat, 6, transport="sim", gc_interval_s=2e-3, **kw)
     gcs = r.events_of("hc3i_gc")
     assert len(gcs) >= 5
@@ -317,9 +318,24 @@ def test_garbage_collection_bounds_stored_clcs_and_logs():
     assert total > 3 * max(max(g.detail["stored_before"].values()) for g in gcs)
 
 
+def test_collection_on_commits_is_on_by_default_and_keeps_two_clcs_per_cluster():
+    """Nothing set: every commit that leaves a cluster with more than two CLCs starts a
+    collection; the coordinator then keeps at most two CLCs (and their parts) per cluster,
+    however long the run, and the logs shrink with them."""
+    r = ft.run(HHeat, 6, transport="sim", kwargs={"iterations": 300}, clusters=CLUSTERS,
+               clc_interval_s=2e-4)
+    gcs = r.events_of("hc3i_gc")
+    commits = len(r.events_of("hc3i_commit"))
+    assert {g.detail["reason"] for g in gcs} == {"clcs"} and len(gcs) > commits // 10
+    assert all(max(g.detail["stored_after"].values()) <= 2 for g in gcs)
+    assert all(g.detail["parts_kept"] <= 2 * 6 + 6 for g in gcs)  # + one CLC in progress
+    assert max(g.detail["log_after"] for g in gcs) <= 6 * 6
+    assert commits > 20 * 3  # a long run: without collections they would all be kept
+
+
 def test_memory_pressure_starts_a_collection():
     r = ft.run(HHeat, 6, transport="sim", kwargs={"iterations": 100}, clusters=CLUSTERS,
-               clc_interval_s=2e-4, log_bytes_max=2000)
+               clc_interval_s=2e-4, log_bytes_max=2000, gc_clcs_max=None)
     reasons = {g.detail["reason"] for g in r.events_of("hc3i_gc")}
     assert reasons == {"memory"}
 
@@ -352,10 +368,41 @@ def test_cannot_stack_with_the_other_checkpoint_protocols():
         type("Both", (DDVPiggyback, GroupCoordination, Heat1D), {})
 
 
-def test_clusters_by_node_fall_back_to_the_group_policy_on_one_node():
+def test_clusters_by_node_are_one_cluster_on_one_node():
+    """Every rank on one node: one cluster (not two arbitrary halves that a collective
+    crosses at every step), so the run takes only unforced CLCs."""
     r = ft.run(HHeat, 4, transport="local", kwargs={"iterations": 5})
     (ev,) = r.events_of("hc3i_clusters")
-    assert ev.detail == {"clusters": ((0, 1), (2, 3)), "by_node": False}
+    assert ev.detail == {"clusters": ((0, 1, 2, 3),), "by_node": False}
+    r = ft.run(HHeat, 4, transport="sim", kwargs={"iterations": 200}, clc_interval_s=1e-4)
+    assert r.events_of("hc3i_commit") and not any(
+        e.detail["forced"] for e in r.events_of("hc3i_commit"))
+
+
+def test_a_forced_checkpoint_storm_is_reported_with_its_cluster_pairs_and_remedy():
+    """Two halves of a ring that cross at every step force a CLC per message: the run
+    says so once per cluster, in its timeline and as a warning."""
+    from ftactors.protocols._hc3i_storm import ForcedCheckpointStorm
+    with pytest.warns(ForcedCheckpointStorm, match=r"cluster 0 -> cluster 1 \(\d+ forced\)"
+                      r".*Remedy: put ranks that exchange"):
+        r = ft.run(HHeat, 4, transport="sim", kwargs={"iterations": 60}, clusters="fixed:2")
+    storms = r.events_of("hc3i_storm")
+    assert sorted(e.detail["cluster"] for e in storms) == [0, 1]
+    for e in storms:
+        k = e.detail["cluster"]
+        assert e.detail["forced"] >= 20 and e.detail["unforced"] == 0
+        assert [p[:2] for p in e.detail["pairs"]] == [[1 - k, k]]
+
+
+def test_no_storm_is_reported_when_unforced_clcs_keep_up():
+    """Forced CLCs that come with as many unforced ones are the protocol's normal work."""
+    import warnings
+    from ftactors.protocols._hc3i_storm import ForcedCheckpointStorm
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ForcedCheckpointStorm)
+        r = ft.run(Pipeline, 6, transport="sim", kwargs={"iterations": 30}, **PIPE)
+    assert not r.events_of("hc3i_storm")
+    assert any(e.detail["forced"] for e in r.events_of("hc3i_commit"))
 
 
 class HCoupled(DDVPiggyback, Coupled):

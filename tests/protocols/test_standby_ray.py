@@ -94,3 +94,16 @@ def test_hung_rank_found_by_heartbeats_on_ray(ray_session, stencil_reference):
     assert [e.rank for e in hang] == [2]
     assert r.metrics["recoveries"] == 1
     assert r.results[0]["checksum"] == stencil_reference[0]["checksum"]
+
+
+def test_a_stalled_process_resumes_and_is_not_called_hung_on_ray(ray_session, stencil_reference):
+    """A stall (SIGSTOP, then SIGCONT from a detached shell) freezes rank 2's process for
+    longer than several beats but under the bound: its late answer is waited for, nothing
+    is killed or rolled back, the answer is exact."""
+    r = ft.run(FTStencil, ranks=4, spares=1, transport="ray", timeout_s=180,
+               chaos=ft.Chaos(kill_at=[(2, 0.3)], method="stall", stall_s=1.5),
+               heartbeat_interval_s=0.2, heartbeat_timeout_s=6.0,
+               kwargs={"ny": 96, "nx": 96, "iterations": 1500, "verify": False})
+    assert [e.rank for e in r.events_of("stalled")] == [2]
+    assert not r.events_of("hang_detected") and r.metrics["failures"] == 0
+    assert r.results[0]["checksum"] == stencil_reference[0]["checksum"]

@@ -2,6 +2,7 @@
 deliberately broken protocol is caught, and its seed replays the same failure."""
 import pytest
 
+import ftactors as ft
 from ftactors.tools import cli
 from ftactors.protocols import GroupCoordination
 from ftactors.tools.simcheck import schedule, setups, sim_check
@@ -50,3 +51,67 @@ def test_cli(capsys):
     assert cli.main(["sim-check", "--protocol", "ready-flush", "--runs", "3"]) == 0
     assert "sim-check ready-flush: 3 of 3 runs passed" in capsys.readouterr().out
     assert cli.main(["sim-check", "--protocol", "groups", "--runs", "0"]) == 2
+
+
+def _ev(kind, rank=-1, **detail):
+    return ft.Event(0.0, kind, rank, detail)
+
+
+def _gave_up(events, reason="both failed"):
+    exc = ft.RankFailed([0], reason)
+    exc.events = events
+    return exc
+
+
+def test_a_give_up_is_judged_by_the_failed_ranks_and_the_copies_placement():
+    """StandbyReplacement: only a rank and its partner failing in one recovery after a
+    backup lose data, and "no spare left" must be what the timeline shows; RSBackup: only a
+    group left with fewer than k of its k + m blocks. A failure in an earlier, completed
+    recovery does not count for the round that gave up."""
+    from ftactors.tools._simcheck_invariants import needless_give_up
+    from ftactors.tools.simcheck import setups
+    backed = [_ev("backup", 0)]
+
+    def standby(events, reason="both failed"):
+        return needless_give_up("standby", _gave_up(events, reason), 6, {})
+    # 6 ranks: rank 1's partner is 4
+    assert standby(backed + [_ev("failure_detected", 1), _ev("failure_detected", 4)]) == ""
+    assert "partner survived" in standby(
+        backed + [_ev("failure_detected", 1), _ev("failure_detected", 2)])
+    assert "partner survived" in standby(
+        backed + [_ev("failure_detected", 4), _ev("recovery_end"), _ev("failure_detected", 1)])
+    assert "before any backup" in standby([_ev("failure_detected", 1),
+                                           _ev("failure_detected", 4)])
+    no_spare = "rank 5 failed: no spare left to replace it"
+    assert standby([_ev("replaced", 3, spares_left=0), _ev("failure_detected", 5)],
+                   no_spare) == ""
+    assert standby([_ev("run_start", spares=0), _ev("failure_detected", 5)], no_spare) == ""
+    assert "shows one" in standby([_ev("run_start", spares=2), _ev("replaced", 3, spares_left=1),
+                                   _ev("failure_detected", 5)], no_spare)
+    rs = setups()["rs"].options  # 8 ranks, groups of 2 on virtual nodes of 2 ranks
+    from ftactors.protocols.rs_placement import place, virtual_nodes
+    placement = place(virtual_nodes(8, 2), 2)
+    g = placement.groups[0]
+    holders = [placement.holder(0, j) for j in range(placement.m(0))]
+    lost = [*g, holders[0]]  # 3 of the group's 4 blocks
+
+    def rs_judge(dead):
+        return needless_give_up("rs", _gave_up([_ev("failure_detected", r) for r in dead]),
+                                8, rs)
+    assert rs_judge(lost) == ""
+    assert "keeps k" in rs_judge(g)
+
+
+def test_hc3i_footprint_bounds_are_checked_after_each_collection():
+    from ftactors.tools._simcheck_invariants import hc3i_unbounded
+
+    def gc(stored, parts=4, log=10, lowest=None):
+        lowest = 9 - stored + 1 if lowest is None else lowest
+        return _ev("hc3i_gc", stored_after={0: 1, 1: stored}, newest={0: 5, 1: 9},
+                   lowest={0: 5, 1: lowest}, parts_kept=parts, log_after=log)
+    assert hc3i_unbounded([gc(2), gc(1)], 4, 100) == ""
+    assert "3 can still be used" in hc3i_unbounded([gc(2, lowest=7)], 4, 100)  # kept too few
+    assert "1 can still be used" in hc3i_unbounded([gc(2, lowest=9)], 4, 100)  # not collected
+    assert "at most 2, the number of clusters" in hc3i_unbounded([gc(2), gc(3)], 4, 100)
+    assert "13 parts" in hc3i_unbounded([gc(2, parts=13)], 4, 100)
+    assert "101 messages" in hc3i_unbounded([gc(2, log=101)], 4, 100)

@@ -169,3 +169,23 @@ def test_solver_bench_table_from_samples():
 def test_solver_bench_rejects_bad_ways():
     assert bench("solver", "--ways", "serial,telepathy") == 2
     assert bench("solver", "--repetitions", "0") == 2
+
+
+def test_footprint_bench_json(tmp_path):
+    """Every protocol and the bare app, on two apps, in one table; nothing killed, so
+    nothing failed; DDVPiggyback's CLCs are counted (forced ones separately)."""
+    out = tmp_path / "footprint.json"
+    assert bench("footprint", "--quick", "--transport", "local", "--repetitions", "1",
+                 "--apps", "cg,coupled", "--clc-interval-s", "0.001", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    rows = {(r["app"], r["protocol"]): r for r in data["rows"]}
+    protocols = ("none", "standby", "ready-flush", "groups", "rs", "hc3i")
+    assert set(rows) == {(a, p) for a in ("cg", "coupled") for p in protocols}
+    for (app, p), r in rows.items():
+        assert r["verified"] and r["failures"] == 0 and r["wall_s"] > 0
+        assert (r["checkpoints"] > 0) == (p != "none"), (app, p)
+        assert r["forced"] <= r["checkpoints"]
+    assert rows[("cg", "none")]["ratio"] == 1.0
+    assert rows[("cg", "groups")]["logged_bytes"] > 0  # its groups talk to each other
+    assert set(data["targets"]) == {"cg_wall_le_1.5x_bare", "cg_store_le_512MiB_above_bare",
+                                    "no_failure_reported", "all_verified"}

@@ -1,0 +1,96 @@
+"""sim-check's footprint and give-up invariants, judged from a run's timeline alone.
+
+* DDVPiggyback's garbage collection keeps memory bounded: after every collection every
+  cluster keeps exactly its CLCs from the smallest SN a single failure could send it back
+  to (nothing older survives a collection), that is never more CLCs than there are
+  clusters, the coordinator holds no more parts than those CLCs and one being taken, and
+  the senders' logs no more than a bounded number of messages (:func:`hc3i_unbounded`).
+  (Algorithm 8 bounds what a recovery line can use, not the count: a cluster that got a
+  message from one that has not checkpointed since must keep the CLC it leads back to.
+  In ``Flood`` every pair of clusters talks at every iteration, which renews every
+  dependency: 1,000 runs kept at most 2 CLCs per cluster after a collection, except 4
+  runs with rollbacks that kept 3, the number of clusters.)
+* A give-up (``ft.RankFailed``) of StandbyReplacement or RSBackup is correct only if the
+  failures really took data no copy or code can rebuild. That is decided here from the
+  failed ranks and the placement of the copies, not from the protocol's own inventories
+  (:func:`needless_give_up`): StandbyReplacement loses a rank's backup only when the rank
+  and its partner fail in one recovery after a backup was taken; RSBackup loses a group
+  only when fewer than ``k`` of its ``k + m`` blocks (members and parity holders) survive.
+  StandbyReplacement also ends the run when no standby rank is left (NR-MPI's ABORT: the
+  spares are its resource, refilled in the background after each recovery); such a
+  give-up passes only if the timeline shows the spares used up (the last replacement
+  left none, or the run had none).
+"""
+from __future__ import annotations
+
+def hc3i_unbounded(events, ranks: int, log_max: int) -> str:
+    """What grew past its bound in a DDVPiggyback run ("" if nothing did)."""
+    for e in events:
+        if e.kind != "hc3i_gc":
+            continue
+        d = e.detail
+        clusters = len(d["stored_after"])
+        for k, stored in d["stored_after"].items():
+            usable = d["newest"][k] - d["lowest"][k] + 1
+            if stored != usable:
+                return (f"cluster {k} kept {stored} CLCs after a garbage collection, but "
+                        f"{usable} can still be used (SN {d['lowest'][k]} to "
+                        f"{d['newest'][k]})")
+            if stored > clusters:
+                return (f"cluster {k} kept {stored} CLCs after a garbage collection "
+                        f"(at most {clusters}, the number of clusters)")
+        most = (max(d["stored_after"].values()) + 1) * ranks
+        if d["parts_kept"] > most:
+            return (f"the coordinator kept {d['parts_kept']} parts after a garbage "
+                    f"collection (at most {most})")
+        if d["log_after"] > log_max:
+            return (f"the logs held {d['log_after']} messages after a garbage collection "
+                    f"(at most {log_max})")
+    return ""
+
+
+def failed_in_last_round(events) -> set[int]:
+    """The ranks failed since the last completed recovery (the round that gave up)."""
+    failed: set[int] = set()
+    for e in events:
+        if e.kind == "recovery_end":
+            failed = set()
+        elif e.kind == "failure_detected":
+            failed.add(e.rank)
+    return failed
+
+
+def spares_used_up(events) -> bool:
+    """Whether the timeline shows no standby rank left at its end."""
+    left = [e.detail["spares_left"] for e in events if e.kind == "replaced"]
+    if left:
+        return left[-1] == 0
+    return any(e.kind == "run_start" and e.detail["spares"] == 0 for e in events)
+
+
+def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
+    """Why the give-up ``exc`` (an ``ft.RankFailed`` with its timeline) was not forced by
+    lost data or, for StandbyReplacement, by want of a spare ("" when it was)."""
+    events = exc.events
+    failed = failed_in_last_round(events)
+    if protocol == "standby" and "no spare left" in exc.reason:
+        return "" if spares_used_up(events) else (
+            "StandbyReplacement said no spare was left, but the timeline shows one")
+    if protocol == "standby":
+        from ftactors.protocols.standby import partner
+        pairs = sorted((r, partner(r, ranks)) for r in failed if partner(r, ranks) in failed)
+        backed_up = any(e.kind == "backup" for e in events)
+        if pairs and backed_up:
+            return ""
+        return (f"StandbyReplacement gave up after failures {sorted(failed)}, but every "
+                f"failed rank's partner survived" if not pairs else
+                "StandbyReplacement gave up before any backup (the start was restorable)")
+    if protocol == "rs":
+        from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
+        placement = place(virtual_nodes(ranks, options["rs_ranks_per_node"]),
+                          options["rs_group_size"])
+        if undecodable_groups(placement, failed):
+            return ""
+        return (f"RSBackup gave up after failures {sorted(failed)}, but every group keeps "
+                f"k of its k + m blocks")
+    return f"{protocol} gave up"
