@@ -29,6 +29,8 @@ SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a sm
     "bench rs": "test_rs_bench_json",
     "bench sim": "test_sim_bench_json",
     "bench transport": "test_transport_bench_json",
+    "bench solver": "test_solver_bench_json",
+    "bench footprint": "test_footprint_bench_json",
     "chaos": "test_flags_make_a_one_schedule_experiment",
     "report": "test_cli_writes_to_out_and_caps_timelines",
     "advise": "test_cli",

@@ -24,6 +24,7 @@ import sys
 
 import ftactors as ft
 
+from ...apps._npb_cg import CG_CLASSES as CLASSES
 from ...apps.cg import CG
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 from .apps import baseline_cg
@@ -71,13 +72,27 @@ def run_ftactors(problem_class: str, ranks: int, way: str, address: str | None) 
     return max(r["time_s"] for r in result.results)
 
 
-def measure(repetitions: int, ways, address: str | None, log=print) -> dict:
+def parse_cases(text: str) -> tuple[tuple[str, int], ...]:
+    """``"W:8,S:4"`` as ``(("W", 8), ("S", 4))``; ValueError for anything else."""
+    cases = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        problem_class, _, ranks = item.partition(":")
+        if problem_class not in CLASSES or not ranks.isdigit() or int(ranks) < 1:
+            raise ValueError(item)
+        cases.append((problem_class, int(ranks)))
+    if not cases:
+        raise ValueError(text)
+    return tuple(cases)
+
+
+def measure(repetitions: int, ways, address: str | None, log=print,
+            cases: tuple[tuple[str, int], ...] = CASES) -> dict:
     """``{(class, ranks): {way: [seconds per repetition] or a reason string}}``; the
     ways take turns within each repetition, so the machine's load hits them all."""
     exe = mpiexec()
-    samples: dict = {case: {w: [] for w in ways} for case in CASES}
+    samples: dict = {case: {w: [] for w in ways} for case in cases}
     for rep in range(repetitions):
-        for problem_class, ranks in CASES:
+        for problem_class, ranks in cases:
             cell = samples[(problem_class, ranks)]
             for way in ways:
                 if way == "serial":
@@ -144,6 +159,8 @@ def add_arguments(parser) -> None:
     add_repetitions(parser, 3, "repetitions of every way; medians reported")
     parser.add_argument("--ways", default=",".join(WAYS),
                         help=f"comma-separated subset of {','.join(WAYS)}")
+    parser.add_argument("--cases", default=",".join(f"{c}:{n}" for c, n in CASES),
+                        help="NPB class:ranks columns (default: the table's W:8,S:4)")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address (default: embedded local Ray)")
 
@@ -154,9 +171,14 @@ def main(args) -> int:
     if unknown or not ways or args.repetitions < 1:
         return usage_error("solver", f"--ways from {','.join(WAYS)} and --repetitions >= 1 "
                                      f"(got {args.ways!r}, {args.repetitions})")
+    try:
+        cases = parse_cases(args.cases)
+    except ValueError as exc:
+        return usage_error("solver", f"--cases takes CLASS:RANKS items, CLASS one of "
+                                     f"{','.join(CLASSES)} (got {exc})")
     print(f"solver benchmark: NPB CG, {args.repetitions} repetition(s)")
     machine = machine_info()
-    summary = summarize(measure(args.repetitions, ways, args.address))
+    summary = summarize(measure(args.repetitions, ways, args.address, cases=cases))
     print(format_table(summary))
     write_results(args, "solver", {
         "repetitions": args.repetitions,

@@ -169,6 +169,20 @@ def test_solver_bench_table_from_samples():
 def test_solver_bench_rejects_bad_ways():
     assert bench("solver", "--ways", "serial,telepathy") == 2
     assert bench("solver", "--repetitions", "0") == 2
+    assert bench("solver", "--cases", "Q:4") == 2
+    assert bench("solver", "--cases", "S:0") == 2
+
+
+def test_solver_bench_json(tmp_path):
+    """The smallest real table: CG S on 2 local ranks against the serial kernel."""
+    out = tmp_path / "solver.json"
+    assert bench("solver", "--cases", "S:2", "--ways", "serial,local", "--repetitions", "1",
+                 "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    cell = data["table"]["CG S x2"]
+    assert cell["_baseline"] == "serial" and cell["serial"]["ratio"] == 1.0
+    assert cell["local"]["seconds"] > 0 and len(cell["local"]["samples"]) == 1
+    assert data["targets"] == []  # no case of the issue's targets was measured
 
 
 def test_footprint_bench_json(tmp_path):
