@@ -22,7 +22,8 @@ from ._common import progress_printer, write_json
 APPS = ("cg", "hpl", "stencil", "coupled")
 
 
-def _app(name: str):
+def app_module(name: str):
+    """The module of app ``name`` (one of APPS): its rank class, parser and checks."""
     return importlib.import_module(f"ftactors.apps.{name}")
 
 
@@ -187,7 +188,7 @@ def add_run(sub) -> None:
     p = sub.add_parser("run", help="run an app (cg, hpl, stencil, coupled) and verify it")
     apps = p.add_subparsers(dest="app", required=True)
     for name in APPS:
-        mod = _app(name)
+        mod = app_module(name)
         ap = apps.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0])
         _add_common(ap)
         mod.add_arguments(ap)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 import ftactors as ft
 from ..base._storage import open_filesystem
-from .apps_cli import _app, protocol_stack
+from .apps_cli import app_module, protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
                          experiment_from_flags, load_experiment)
 from .report import write_report
@@ -174,7 +174,7 @@ def _outcome(exc) -> str:
 
 async def _baseline(spec: RunSpec, exp: Experiment, place: _Place) -> dict:
     """The failure-free bare app: its answer and wall time."""
-    mod = _app(spec.app)
+    mod = app_module(spec.app)
     result, exc, wall, _ = await _execute(mod.RANK_CLASS, spec, exp, place, options={})
     if exc is not None:
         raise RuntimeError(f"the failure-free {spec.app} on {spec.ranks} ranks failed: {exc}")
@@ -187,7 +187,7 @@ async def _baseline(spec: RunSpec, exp: Experiment, place: _Place) -> dict:
 async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
                   replay: str) -> tuple[dict, list]:
     """Run one cell of the matrix; its results row and timeline."""
-    mod = _app(spec.app)
+    mod = app_module(spec.app)
     cls = protocol_stack(mod.RANK_CLASS, spec.stack)
     result, exc, wall, extra = await _execute(cls, spec, exp, place, chaos=spec.chaos,
                                               spares=spec.spares)

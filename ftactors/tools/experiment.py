@@ -14,6 +14,8 @@ import numbers
 from dataclasses import dataclass, field
 
 import ftactors as ft
+from .._run import _prepare
+from .apps_cli import APPS, app_module, parse_pair, protocol_stack
 
 MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
 TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "protocols",
@@ -128,7 +130,6 @@ def experiment_from_dict(data, where: str = "experiment") -> Experiment:
 
 def experiment_from_flags(args) -> dict:
     """The experiment dict that ``ftactors chaos`` flags (no file) describe."""
-    from .apps_cli import parse_pair
     schedule = {}
     if args.kill:
         schedule["kill"] = [parse_pair(s, "--kill", "RANK:ITERATION") for s in args.kill]
@@ -197,10 +198,9 @@ def _cluster(spec, transport: str, where: str) -> ClusterSpec:
 def app_kwargs(app: str, settings: dict, ranks: int, where: str) -> dict:
     """``main()``'s kwargs for ``app`` from its settings (named like the options of
     ``ftactors run APP``, with ``_`` for ``-``), checked by the app itself."""
-    from .apps_cli import APPS, _app
     if app not in APPS:
         raise ExperimentError(f"{where}: unknown app {app!r}; known: {', '.join(APPS)}")
-    mod = _app(app)
+    mod = app_module(app)
     parser = argparse.ArgumentParser(prog=app, add_help=False)
     mod.add_arguments(parser)
     args = parser.parse_args([])
@@ -268,8 +268,6 @@ def _kill(k) -> ft.Kill:
 
 def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport, cluster,
               where) -> RunSpec:
-    from .._run import _prepare
-    from .apps_cli import _app, protocol_stack
     here = f"{where} ({run_id}: {app} x {protocol} x {ranks} ranks x {schedule} x seed {seed})"
     kwargs = app_kwargs(app, sections["apps"].get(app) or {}, ranks, here)
     stack, options, spares = _protocol(protocol, sections["protocols"], here)
@@ -282,7 +280,7 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
             raise ExperimentError(f"{here}: node kill ({node}, {at}) needs a worker node "
                                   f"0..{cluster.nodes - 1} and a time >= 0")
     try:
-        cls = protocol_stack(_app(app).RANK_CLASS, stack)
+        cls = protocol_stack(app_module(app).RANK_CLASS, stack)
         _prepare(cls, ranks, kwargs=kwargs, transport=transport, spares=spares, seed=seed,
                  chaos=chaos, **options)  # checks everything, starts nothing
     except (ValueError, TypeError) as exc:  # ConfigError is a ValueError

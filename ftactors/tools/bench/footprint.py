@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 
 import ftactors as ft
-from ftactors.tools.apps_cli import _app, protocol_stack
+from ftactors.tools.apps_cli import app_module, protocol_stack
 from ftactors.tools.run_metrics import failure_metrics
 
 from ._harness import add_repetitions, usage_error, write_results
@@ -108,7 +108,7 @@ def _store_reader():
 
 def measure(app: str, protocol: str | None, args) -> dict:
     """One verified run of ``app`` under ``protocol`` (None: bare) and its footprint."""
-    mod = _app(app)
+    mod = app_module(app)
     options = {} if protocol is None else protocol_options(protocol, args.every,
                                                            args.clc_interval_s)
     cls = protocol_stack(mod.RANK_CLASS, protocol)
