@@ -211,7 +211,7 @@ class Hc3iRecovery:
             else:
                 raise ProtocolError(f"rank {r}'s part of committed CLC {target.clc.sn} of "
                                     f"cluster {groups.group_of(r)} is missing")
-            c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs)})
+            c.start_rank(r, c.restore_spec(handle))
         self.stopping -= set(targets)
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         epochs = {r: c.epochs[r] for r in ranks}

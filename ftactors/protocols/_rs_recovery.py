@@ -14,7 +14,7 @@ from ftactors.base import _storage
 from ftactors.runtime._checkpoints import load_latest, position_index, prune_sets, seal_set
 from ftactors.runtime._coordinator import NewFailure, RankDied
 from ftactors.base._errors import ConfigError, RankFailed
-from ftactors.runtime._protocol import protocol_names
+from ftactors.runtime._escalation import LevelExhausted
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode
 
@@ -167,13 +167,15 @@ def rebuild_part(store, index: int, placement: Placement, rank: int) -> bytes:
 class RSRecovery:
     """Coordinator side: placement, stable sets, and recovery rounds (module docstring)."""
 
+    escalates = False
+    """Below a costlier level (``runtime/_escalation``): leave a restart from the start
+    of the run to it."""
+
     def __init__(self, coordinator):
         self.c = coordinator
         self.settings = _options(coordinator.options)
-        # stacked on StandbyReplacement, its stable sets serve as well (same format)
-        stable = self.settings["stable"] or coordinator.options.get("stable_store")
+        stable = self.settings["stable"]
         self.store = None if stable is None else open_store(stable)
-        self.standby = "standby" in protocol_names(coordinator.rank_cls)
         self.placement: Placement | None = None
         self._placing = asyncio.Lock()
         self.stored: dict[tuple, set[int]] = {}
@@ -267,9 +269,6 @@ class RSRecovery:
         placement = await self.ensure_placement()
         survivors = [r for r in range(c.n) if r not in failed]
         await asyncio.gather(*(c.call(r, "pause") for r in survivors))
-        if self.standby:  # NR-MPI: RUNNING -> FAILURE (the rest follows the restore)
-            await asyncio.gather(*(c.call(r, "standby_failure", sorted(failed))
-                                   for r in survivors))
         answers = await asyncio.gather(
             *(c.call(r, "rs_failure", sorted(failed)) for r in survivors))
         await c.phase("notified")
@@ -286,22 +285,23 @@ class RSRecovery:
         await c.rewire()
         await c.phase("repaired")
         handles = await self._snapshots(plan, source, survivors)
-        notes = {NAME: {"placement": placement}}
 
-        def restore(rank):
-            return {"snapshot": handles[rank], "peer_epochs": list(c.epochs), "notes": notes}
         waits = []
         for rank in range(c.n):
             if rank in survivors and c.running(rank):
-                waits.append(c.call(rank, "resume", restore(rank), c.epochs[rank]))
+                waits.append(c.call(rank, "resume", c.restore_spec(handles[rank]), c.epochs[rank]))
             else:
-                c.start_rank(rank, restore(rank))
+                c.start_rank(rank, c.restore_spec(handles[rank]))
                 waits.append(c.call(rank, "ready"))
         await asyncio.gather(*waits)
         if plan.round is not None and plan.reencode:
             await self._reencode(plan.round, plan.reencode)
         c.events.record("resumed", position=plan.round)
         c.refill_spares()
+
+    def restore_notes(self) -> dict:
+        """Every restored rank learns the placement (a promoted spare has none)."""
+        return {} if self.placement is None else {NAME: {"placement": self.placement}}
 
     async def _plan(self, placement, failed, inventories) -> tuple[Plan, Any]:
         """The recovery plan from memory, else from stable storage (``source`` is then
@@ -322,6 +322,8 @@ class RSRecovery:
                                      position=lost.round, fallback="stable")
             position, blobs = stable
             return Plan(position, {}, self._everything()), blobs
+        if lost is None and self.escalates:
+            raise LevelExhausted(sorted(failed), "no encoded round is complete yet")
         if lost is None:
             return plan, "memory"
         groups = ", ".join(f"{g} (ranks {list(placement.groups[g])})" for g in lost.groups)

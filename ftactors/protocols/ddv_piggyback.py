@@ -129,7 +129,7 @@ from typing import Any
 
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import Protocol
+from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from . import _ddv
 from ._hc3i_settings import GC_CLCS_MAX, NODE, check_settings
@@ -213,7 +213,10 @@ class DDVPiggyback(Protocol):
     sender logs, rollback alerts, centralized garbage collection."""
 
     protocol_name = NAME
-    conflicts = ("ready_flush", "standby", "groups")
+    roles = {CONSISTENCY: "cluster cuts with forced checkpoints and logs (DDV)",
+             LEVEL: "the object store"}
+    stack_order = 2
+    level_cost = 3
     uses_spares = True
     ft_options = {
         "clusters": "cluster definition: 'node' (by Ray node; one node: the default group "

@@ -65,7 +65,7 @@ from typing import Any
 from ftactors.runtime._checkpoints import position_index
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.base._errors import ConfigError
-from ftactors.runtime._protocol import Protocol
+from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from ._flush import Flush
 from ._parts import HeldParts, PartTaker
@@ -113,7 +113,10 @@ class GroupCoordination(Protocol):
     """Mixin: group checkpoints, inter-group message logs, restart of one group."""
 
     protocol_name = NAME
-    conflicts = ("ready_flush", "standby")
+    roles = {CONSISTENCY: "group cuts and inter-group message logs",
+             LEVEL: "the driver's object store"}
+    stack_order = 2
+    level_cost = 3
     uses_spares = True
     ft_options = {
         "groups": "group definition: a JSON/YAML file, or one / single / fixed:K / "
@@ -401,9 +404,8 @@ class GroupRecovery:
         for r in ranks:
             ck = self.latest.get(self.groups.group_of(r))
             handle = c.blank(r) if ck is None else ck.handles[r]
-            c.start_rank(r, {"snapshot": handle, "peer_epochs": list(c.epochs),
-                             "notes": {NAME: {x: held[r] for x, held in holds.items()
-                                              if x != r}}})
+            c.start_rank(r, c.restore_spec(handle, {NAME: {x: held[r] for x, held in holds.items()
+                                                      if x != r}}))
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
         # every rank resends to the restarted ones what they lack; a restarted rank also

@@ -75,7 +75,7 @@ from ftactors.runtime._coordinator import NewFailure
 from ftactors.runtime._checkpoints import (load_latest, position_index, prune_sets, seal_set,
                                            store_part)
 from ftactors.base._errors import ConfigError, ProtocolError
-from ftactors.runtime._protocol import Protocol
+from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
@@ -151,7 +151,10 @@ class ReadyMessageFlush(Protocol):
     """Mixin: coordinated checkpoints by ready messages, global restart, migration."""
 
     protocol_name = NAME
-    conflicts = ("standby",)
+    roles = {CONSISTENCY: "global cut (CoCheck ready messages)",
+             LEVEL: "the driver's object store and stable storage"}
+    stack_order = 2
+    level_cost = 3
     uses_spares = True
     ft_options = {
         "checkpoint_interval": "take a checkpoint every k iterations of every loop, or "
@@ -362,6 +365,7 @@ class ReadyMessageFlush(Protocol):
         st = self._ready
         st.flush.reset()
         st.undecided.clear()
+        st.parts = HeldParts()  # parts of the abandoned execution (a rank restored in place)
         st.stop = st.resume = None
         await super().on_restored()
         self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
@@ -602,13 +606,7 @@ class ReadyFlushCoordinator:
         checkpoint (or the start of the run)."""
         c = self.c
         self.running.clear()
-        self.stopped.set()
-        for task in list(self.busy):
-            task.cancel()  # requests and moves of the lost execution
-        self.parts.cancel()
-        for ck in self.sets.values():
-            if not ck.done.done():
-                ck.done.set_result(None)  # a waiting run.checkpoint() asks again
+        self._abandon_execution()
         await c.collect_events()
         restore = await self._restore_handles()
         c.events.record("rollback", position=None if restore is None else restore[0],
@@ -618,12 +616,27 @@ class ReadyFlushCoordinator:
         await c.rewire()
         for rank in range(c.n):
             handle = c.blank(rank) if restore is None else restore[1][rank]
-            c.start_rank(rank, {"snapshot": handle, "peer_epochs": list(c.epochs)})
+            c.start_rank(rank, c.restore_spec(handle))
         await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
         self.sets.clear()
         c.events.record("resumed", position=None if restore is None else restore[0])
         self.running.set()
         c.refill_spares()
+
+    async def rolled_back(self) -> None:
+        """Another level of the stack rolled the ranks back (``runtime/_escalation``):
+        the requests, moves and parts under way belong to the abandoned execution.
+        Complete sets stay: each is a consistent cut of a failure-free execution."""
+        self._abandon_execution()
+
+    def _abandon_execution(self) -> None:
+        self.stopped.set()  # the auto timer counts its interval again
+        for task in list(self.busy):
+            task.cancel()  # requests and moves of the lost execution
+        self.parts.cancel()
+        for ck in self.sets.values():
+            if not ck.done.done():
+                ck.done.set_result(None)  # a waiting run.checkpoint() asks again
 
     async def _restore_handles(self):
         """``(position, handle per rank)`` of the newest complete checkpoint whose parts
@@ -680,7 +693,7 @@ class ReadyFlushCoordinator:
         t_saved = c.fabric.clock()
         old = await c.respawn(rank, spare, stop_old=False)
         await c.rewire()
-        c.start_rank(rank, {"snapshot": out["handle"], "peer_epochs": list(c.epochs)})
+        c.start_rank(rank, c.restore_spec(out["handle"]))
         await c.call(rank, "ready")
         t_restored = c.fabric.clock()
         released = await asyncio.gather(*(

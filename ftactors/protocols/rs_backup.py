@@ -84,7 +84,7 @@ import numpy as np
 
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import Protocol, protocol_names
+from ftactors.runtime._protocol import LEVEL, Protocol
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 
@@ -150,7 +150,10 @@ class RSBackup(Protocol):
     """Mixin: Reed-Solomon encoded in-memory checkpoints, fast and slow recovery."""
 
     protocol_name = NAME
-    conflicts = ("ready_flush",)
+    roles = {LEVEL: "Reed-Solomon encoded blocks in the object store"}
+    stacks_with = ("standby", "ready_flush")
+    stack_order = 0
+    level_cost = 2
     uses_spares = True
     ft_options = {
         "rs_group_size": "ranks per encoding group, on different nodes (default 4)",
@@ -169,13 +172,6 @@ class RSBackup(Protocol):
     def check_options(cls, options: dict) -> None:
         _options(options)
         super().check_options(options)
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        names = protocol_names(cls)
-        if "standby" in names and names.index("standby") < names.index(NAME):
-            raise TypeError(f"{cls.__qualname__}: put RSBackup before StandbyReplacement "
-                            f"(RSBackup keeps its backups and runs the recovery)")
 
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:
@@ -197,25 +193,10 @@ class RSBackup(Protocol):
     # ---------------------------------------------------------------- checkpoints
     async def on_safe_point(self, iteration: int) -> None:
         st, pos = self._rs, self.ft.position
-        if self._under_standby():  # StandbyReplacement decides; its copy is ours to keep
-            if self.need_backup(iteration):
-                await self._encoded()  # the last encoding's blocks precede its markers
-            await super().on_safe_point(iteration)
-            return
         await super().on_safe_point(iteration)
         due = iteration > 0 and iteration % st.settings["interval"] == 0
         if due and (st.last is None or pos > st.last):
             await self.rs_checkpoint()
-
-    def _under_standby(self) -> bool:
-        return "standby" in protocol_names(type(self))
-
-    def standby_protect(self, round_id, blob: bytes, restored: bool = False) -> None:
-        """Stacked on StandbyReplacement: its backup round is encoded here instead of
-        copied to a partner (a restored round's lost parity is re-encoded by the
-        recovery round, not here)."""
-        if not restored:
-            self._keep_and_encode(tuple(round_id), blob)
 
     async def rs_checkpoint(self) -> None:
         """Flush every channel, keep this rank's snapshot and start its star encoding.
@@ -232,13 +213,9 @@ class RSBackup(Protocol):
         flush_s = time.perf_counter() - t0
         st.last = pos  # saved in the snapshot: a rank restored here does not take it again
         blob = ft.snapshot(cut=st.flush.last_cut)
-        self._keep_and_encode(pos, blob, flush_s=flush_s)
-
-    def _keep_and_encode(self, pos: tuple, blob: bytes, **detail) -> None:
-        st = self._rs
         st.own[pos] = blob
         _keep_newest(st.own, lambda key: key, KEEP_ROUNDS)
-        self.ft.events.record("rs_checkpoint", position=pos, bytes=len(blob), **detail)
+        ft.events.record("rs_checkpoint", position=pos, bytes=len(blob), flush_s=flush_s)
         st.encoding.append(self.ft_spawn(self._encode_and_store(pos, blob)))
 
     async def _encoded(self) -> None:
@@ -388,9 +365,12 @@ class RSBackup(Protocol):
         st.encoding = []
         position, blob = ft.restored_from
         st.restored = position
-        st.own = {} if position is None else {position: blob}
+        # the restored round is one of ours if its snapshot says it was taken (another
+        # level's snapshot at the same position may precede our round there)
+        ours = position is not None and st.last == position
+        st.own = {position: blob} if ours else {}
         st.held = {key: p for key, p in st.held.items()
-                   if key[2] == position and p.handle is not None}
+                   if ours and key[2] == position and p.handle is not None}
         await super().on_restored()
 
     def ft_rpc_rs_restored(self):

@@ -57,8 +57,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
+from ftactors.runtime._escalation import LevelExhausted
 from ftactors.base._errors import ProtocolError, RankFailed
-from ftactors.runtime._protocol import Protocol
+from ftactors.runtime._protocol import LEVEL, SPARES, Protocol
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
@@ -208,6 +209,10 @@ class StandbyReplacement(Protocol):
     """Mixin: survive rank failures by promoting standby ranks (``ft.run(spares=k)``)."""
 
     protocol_name = NAME
+    roles = {LEVEL: "partner copies in memory", SPARES: "warm standby ranks, promoted in place"}
+    stacks_with = ("rs", "ready_flush")
+    stack_order = 1
+    level_cost = 1
     uses_spares = True
     backup_interval: ClassVar[int] = 5
     """Iterations between backups (NR_Need_backup)."""
@@ -275,7 +280,7 @@ class StandbyReplacement(Protocol):
             await self._seal_stable(st.unsealed)
         blob = ft.snapshot(cut=st.flush.last_cut)
         _keep(st.own, round_id, blob)
-        holder = self.standby_protect(round_id, blob)
+        holder = self._send_to_partner(round_id, blob)
         if st.stable is not None:
             await asyncio.to_thread(store_part, st.stable, "", position_index(round_id), self.rank, blob)
             st.unsealed = round_id
@@ -283,11 +288,9 @@ class StandbyReplacement(Protocol):
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
 
-    def standby_protect(self, round_id, blob: bytes, restored: bool = False) -> int | None:
+    def _send_to_partner(self, round_id, blob: bytes) -> int:
         """Keep ``blob`` (this rank's backup of ``round_id``) safe from this rank's death:
-        send a copy to the partner; returns it. ``restored``: the round this rank was just
-        restored to. A protocol stacked outside may keep it another way (RSBackup encodes
-        it); it returns None then."""
+        send a copy to the partner; returns it."""
         holder = partner(self.rank, self.size)
         if holder != self.rank:
             self.ft.send_control(holder, NAME, "copy", (round_id, blob))
@@ -362,7 +365,7 @@ class StandbyReplacement(Protocol):
             # the restored round becomes this rank's newest copy, and the partner (maybe
             # a fresh replacement) gets it again, so every pair is whole at once
             st.own = {position: blob}
-            self.standby_protect(position, blob, restored=True)
+            self._send_to_partner(position, blob)
         else:
             st.own = {}
         if st.machine.state is State.RUNNING:
@@ -401,6 +404,10 @@ class StandbyReplacement(Protocol):
 class StandbyRecovery:
     """Coordinator side: one NR-MPI recovery round (see the module docstring)."""
 
+    escalates = False
+    """Below a costlier level (``runtime/_escalation``): leave a restart from the start
+    of the run to it."""
+
     def __init__(self, coordinator):
         self.c = coordinator
 
@@ -413,6 +420,8 @@ class StandbyRecovery:
         inventories = dict(zip(survivors, answers))
         await c.phase("notified")
         round_id = choose_round(c.n, failed, inventories)
+        if round_id is INITIAL and self.escalates:
+            raise LevelExhausted(sorted(failed), "no partner copy is held yet")
         c.events.record("recovery_line", position=round_id, failed=sorted(failed))
         for rank in sorted(failed):
             await c.replace(rank)
@@ -426,7 +435,7 @@ class StandbyRecovery:
             *(c.call(src, "standby_share", rank, round_id) for rank, src in enumerate(sources)))
 
         def restore(rank):
-            return {"snapshot": handles[rank], "peer_epochs": list(c.epochs)}
+            return c.restore_spec(handles[rank])
 
         waits = []
         for rank in survivors:

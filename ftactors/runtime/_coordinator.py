@@ -14,8 +14,9 @@ every survivor sees the same failures in the same order. A failure noticed durin
 round (a call to a rank fails, or another rank's process dies) ends that round and starts
 a new one with all failures so far (NR-MPI's self-loops 2, 9 and 12).
 
-What a round does is the business of the stack's recovery policy: the outermost protocol
-mixin with a ``recovery_policy`` class. Without one, a failure ends the run.
+What a round does is the business of the stack's recovery policy: the one protocol mixin
+with a ``recovery_policy`` class, or with several (a multi-level stack) all of them,
+cheapest level first (``_escalation``). Without one, a failure ends the run.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._chaos import Kill
+from ._escalation import Escalation
 from ..base._errors import RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
@@ -116,9 +118,7 @@ class Coordinator:
         self._wake = asyncio.Event()
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
-        policy_cls = next((p.recovery_policy for p in protocol_classes(rank_cls)
-                           if getattr(p, "recovery_policy", None)), None)
-        self.policy = policy_cls(self) if policy_cls else None
+        self.policy = recovery_policy(self, rank_cls)
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
@@ -341,6 +341,14 @@ class Coordinator:
         for _ in range(self.n_spares - len(self.spares)):
             self._helpers.add(asyncio.ensure_future(one()))
 
+    def restore_spec(self, snapshot: Any, notes: dict | None = None) -> dict:
+        """What a rank is restored from (``RankHost._install``): ``snapshot`` (a share
+        handle), the current peer table, and the notes of every level of the stack
+        (``restore_notes``) with ``notes`` added."""
+        extra = getattr(self.policy, "restore_notes", None)
+        merged = {**(extra() if extra is not None else {}), **(notes or {})}
+        return {"snapshot": snapshot, "peer_epochs": list(self.epochs), "notes": merged}
+
     def blank(self, rank: int) -> bytes:
         """A snapshot handle that restarts rank ``rank`` from the start of the run."""
         return blank_snapshot(rank, self.n)
@@ -488,3 +496,15 @@ class Coordinator:
         result = RunResult(results, merge(logs), metrics)
         result.trace_rows = [c["trace"] for c in self.collected if c["trace"] is not None]
         return result
+
+
+def recovery_policy(coordinator: Coordinator, rank_cls: type):
+    """The stack's recovery policy for this run: none, the one protocol's, or all of them
+    escalating from the cheapest level (``Protocol.level_cost``)."""
+    levels = sorted((p for p in protocol_classes(rank_cls) if getattr(p, "recovery_policy", None)),
+                    key=lambda p: p.level_cost)
+    if not levels:
+        return None
+    if len(levels) == 1:
+        return levels[0].recovery_policy(coordinator)
+    return Escalation(coordinator, [(p.protocol_name, p.recovery_policy) for p in levels])

@@ -14,9 +14,15 @@ processed in channel order. A hook that needs to wait starts a task with
 ``self.ft_spawn``. Hooks on the control path (start, finish, safe points, failures,
 rollback) are ``async``.
 
-Composition rules are checked when a class is created: a protocol lists the protocol
-names it ``conflicts`` with or ``requires`` (checked once the stack meets an ``ft.Rank``),
-and a bad stack raises ``TypeError`` naming both protocols before any actor starts.
+Composition rules are checked when a class is created, so a bad stack raises
+``TypeError`` before any actor starts. A protocol has *roles* (``ROLES``): which states
+form a recovery line (consistency), where states are kept (a level), how lost ranks come
+back (spares). A stack takes at most one protocol per exclusive role and any number of
+levels; two protocols stack only where one names the other in ``stacks_with`` (each such
+pair is built and tested), in the order of their ``stack_order``. A protocol may also list
+protocol names it ``conflicts`` with or ``requires`` (checked once the stack meets an
+``ft.Rank``). With several recovery policies in a stack, recovery escalates from the
+cheapest level (``level_cost``) to the costliest (``runtime/_escalation.py``).
 """
 from __future__ import annotations
 
@@ -26,12 +32,31 @@ from typing import Any, ClassVar
 from ..engine._envelope import Envelope
 from ..base._errors import ProtocolError
 
+CONSISTENCY, LEVEL, SPARES = "consistency", "level", "spares"
+ROLES = {
+    CONSISTENCY: "which states form a recovery line (one per stack)",
+    LEVEL: "where the states are kept (any number per stack; recovery tries the "
+           "cheapest level that holds what it needs)",
+    SPARES: "how lost ranks come back: warm standby ranks (one per stack; without it, "
+            "new actors)",
+}
+EXCLUSIVE_ROLES = (CONSISTENCY, SPARES)
+
 
 class Protocol:
     """Base of every protocol mixin and of ``ft.Rank``."""
 
     protocol_name: ClassVar[str | None] = None
     """Unique short name; also the ``comm`` field of this protocol's control messages."""
+    roles: ClassVar[dict[str, str]] = {}
+    """What this protocol does in a stack: role (``ROLES``) -> how it does it."""
+    stacks_with: ClassVar[tuple[str, ...]] = ()
+    """Protocol names this one is built (and tested) to stack with; a stack of two
+    protocols neither of which names the other is refused."""
+    stack_order: ClassVar[int] = 0
+    """Protocols stack outermost first in increasing ``stack_order``."""
+    level_cost: ClassVar[int] = 0
+    """A level's place in recovery: cheaper levels (lower) are tried first."""
     conflicts: ClassVar[tuple[str, ...]] = ()
     """Protocol names this one cannot be stacked with."""
     requires: ClassVar[tuple[str, ...]] = ()
@@ -135,7 +160,11 @@ def check_stack(cls) -> None:
         if name in seen:
             raise TypeError(f"{cls.__qualname__}: two different protocols are named {name!r}")
         seen.add(name)
-    for proto in protocol_classes(cls):
+    protos = protocol_classes(cls)
+    for i, proto in enumerate(protos):
+        for other in protos[i + 1:]:
+            _check_pair(cls, proto, other)
+    for proto in protos:
         for other in proto.conflicts:
             if other in seen:
                 raise TypeError(
@@ -146,3 +175,34 @@ def check_stack(cls) -> None:
                 raise TypeError(
                     f"{cls.__qualname__}: protocol {proto.protocol_name!r} needs {needed!r} "
                     f"in the same stack")
+
+
+def stack_verdict(a: type, b: type) -> str | None:
+    """Why protocols ``a`` and ``b`` cannot be in one stack (in any order), or None."""
+    for role in EXCLUSIVE_ROLES:
+        if role in a.roles and role in b.roles:
+            return (f"{a.__name__} and {b.__name__} both take the {role} role "
+                    f"({a.roles[role]}; {b.roles[role]}): a stack takes one "
+                    f"{role} protocol")
+    if not (a.roles and b.roles):
+        return None  # a protocol without roles (a user's tracer, say) stacks with anything
+    if b.protocol_name in a.stacks_with or a.protocol_name in b.stacks_with:
+        return None
+    lead = next((p for p in (a, b) if CONSISTENCY in p.roles), None)
+    if lead is not None:
+        level = b if lead is a else a
+        return (f"{level.__name__} does not stack with {lead.__name__} yet: "
+                f"{level.__name__} keeps global cuts of its own, and {lead.__name__}'s "
+                f"{lead.roles[CONSISTENCY]} are not handed to other levels")
+    return f"{a.__name__} does not stack with {b.__name__}"
+
+
+def _check_pair(cls, outer: type, inner: type) -> None:
+    why = stack_verdict(outer, inner)
+    if why is not None:
+        raise TypeError(f"{cls.__qualname__}: {why}")
+    if outer.roles and inner.roles and outer.stack_order > inner.stack_order:
+        right = sorted(protocol_classes(cls), key=lambda p: p.stack_order)
+        raise TypeError(
+            f"{cls.__qualname__}: put {inner.__name__} before {outer.__name__}: stack "
+            f"them as ({', '.join(p.__name__ for p in right if p.roles)}, <app>)")

@@ -362,12 +362,6 @@ def test_bad_settings_fail_before_anything_starts(bad, message):
         ft.run(HHeat, 4, transport="local", kwargs={"iterations": 5}, **bad)
 
 
-def test_cannot_stack_with_the_other_checkpoint_protocols():
-    from ftactors.protocols import GroupCoordination
-    with pytest.raises(TypeError, match="cannot be combined"):
-        type("Both", (DDVPiggyback, GroupCoordination, Heat1D), {})
-
-
 def test_clusters_by_node_are_one_cluster_on_one_node():
     """Every rank on one node: one cluster (not two arbitrary halves that a collective
     crosses at every step), so the run takes only unforced CLCs."""

@@ -100,12 +100,6 @@ def test_bad_settings_fail_before_anything_starts(bad, message):
         ft.run(GHeat, 4, transport="local", kwargs={"iterations": 5}, **bad)
 
 
-def test_cannot_stack_with_the_global_protocols():
-    from ftactors.protocols import ReadyMessageFlush
-    with pytest.raises(TypeError, match="cannot be combined"):
-        type("Both", (GroupCoordination, ReadyMessageFlush, Heat1D), {})
-
-
 @pytest.fixture(scope="module")
 def hpl_reference():
     from ftactors.apps.hpl import HPL

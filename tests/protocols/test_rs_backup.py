@@ -9,7 +9,7 @@ from ftactors.base._storage import latest_complete, open_store, read_manifest
 from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
 from ftactors.protocols.erasure import RSCode
-from ftactors.protocols import PROTOCOLS, ReadyMessageFlush, RSBackup, StandbyReplacement
+from ftactors.protocols import PROTOCOLS, RSBackup, StandbyReplacement
 from ftactors.protocols.rs_backup import Plan, Undecodable, choose_recovery, rebuild_part
 from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
 
@@ -278,20 +278,6 @@ def stacked(**kw):
                   kwargs={"iterations": 20}, **{**TOPOLOGY, **kw})
 
 
-@pytest.mark.parametrize("transport", ["local", "sim"])
-def test_stacked_standby_backups_are_encoded_not_copied(transport):
-    r = stacked(spares=1, transport=transport, chaos=ft.Chaos(kill=[(6, 10)]))
-    assert_same(r.results, reference())
-    backups = r.events_of("backup")
-    assert backups and all(e.detail["partner"] is None for e in backups)  # no partner copy
-    rounds = {e.detail["position"] for e in r.events_of("rs_parity")}
-    assert {(0, 0), (0, 3), (0, 6), (0, 9)} <= rounds  # standby's rounds, encoded
-    assert decoded(r) == {6: (1, [0, 2])}
-    states = {(e.rank, e.detail["state"]) for e in r.events_of("nr_state")}
-    assert {(0, "FAILURE"), (0, "RECOVER"), (0, "RUNNING")} <= states  # a survivor
-    assert {(6, "REPLACE_RECOVER"), (6, "RUNNING")} <= states          # the promoted spare
-
-
 def test_stacked_survives_a_partner_pair_that_standby_alone_loses():
     kills = ft.Chaos(kill=[(2, 10), ft.Kill(6, recovery_round=0)])  # partners 2 <-> 6
     with pytest.raises(ft.RankFailed, match="both failed"):
@@ -378,5 +364,3 @@ def test_registered_and_bad_options_fail_before_start():
         ft.run(RSHeat, ranks=2, transport="ray", rank_nodes=["only-one"])
     with pytest.raises(TypeError, match="put RSBackup before StandbyReplacement"):
         type("Both", (StandbyReplacement, RSBackup, Heat1D), {})
-    with pytest.raises(TypeError, match="cannot be combined"):
-        type("Both", (RSBackup, ReadyMessageFlush, Heat1D), {})
