@@ -270,13 +270,15 @@ def optimal_plan(levels: Sequence[Level], kinds: Sequence[FailureKind]) -> Plan:
     """The plan (``tau`` and every ``k_L``) of least expected waste.
 
     Raises:
-        ValueError: see ``check``.
+        ValueError: see ``check``; the expected time overflows for every plan; or a level
+            is worth taking less than once in ``_K_MAX`` checkpoints of the level below.
     """
     levels, kinds = tuple(levels), tuple(kinds)
     check(levels, kinds)
     lam = _rates(levels, kinds)
     young = [math.sqrt(2 * lv.checkpoint_s / r) for lv, r in zip(levels, lam)]
-    every = [1] + [max(1, round(young[i] / young[i - 1])) for i in range(1, len(levels))]
+    every = [1] + [min(max(1, round(young[i] / young[i - 1])), _K_MAX)
+                   for i in range(1, len(levels))]
     cache: dict[tuple[int, ...], tuple[float, float]] = {}
 
     def best(ks: tuple[int, ...]) -> tuple[float, float]:
@@ -291,7 +293,15 @@ def optimal_plan(levels: Sequence[Level], kinds: Sequence[FailureKind]) -> Plan:
             k = _int_argmin(lambda k: best((*every[:i], k, *every[i + 1:]))[0], every[i])
             moved |= k != every[i]
             every[i] = k
+    for i in range(1, len(levels)):
+        if every[i] == _K_MAX:
+            raise ValueError(f"level {levels[i].name!r} is worth less than one checkpoint in "
+                             f"{_K_MAX} of level {levels[i - 1].name!r}: its cost is out of "
+                             f"scale with the failures it recovers")
     w, tau = best(tuple(every))
+    if not math.isfinite(w):
+        raise ValueError("no plan has a finite expected run time: recoveries this long "
+                         "hardly ever complete between failures this frequent")
     return Plan(levels, kinds, tau, tuple(every), w)
 
 

@@ -224,13 +224,24 @@ def _cmd_advise_levels(args) -> int:
     print("  every: checkpoints of the level below per checkpoint of this one (it takes "
           "their place);\n  interval: work between checkpoints of this level or higher; "
           "per hour: of work, of this level only")
-    line = f"expected waste {a['waste']:.2%}"
+    line = f"expected waste {_percent(a['waste'])}"
     if iterations:
-        line += f" ({a['waste_in_iterations']:.2%} in whole iterations)"
+        line += f" ({_percent(a['waste_in_iterations'])} in whole iterations)"
     print(line)
     if len(levels) > 1:
-        alone = a["top_alone"]
-        print(f"{alone['level']} alone, every {alone['interval_s']:.1f} s of work (every failure "
-              f"recovered from it): expected waste {alone['waste']:.2%}; the levels waste "
-              f"{alone['waste'] / a['waste']:.1f}x less")
+        print(_top_alone_line(a["top_alone"], a["waste"]))
     return 0
+
+
+def _top_alone_line(alone: dict, plan_waste: float) -> str:
+    """How the best plan of the top level alone compares with the multi-level plan."""
+    head = (f"{alone['level']} alone (every failure recovered from it), every "
+            f"{alone['interval_s']:.1f} s of work: expected waste {_percent(alone['waste'])}; ")
+    ratio = alone["waste"] / plan_waste
+    return head + (f"the levels waste {ratio:.1f}x less" if ratio >= 1 else
+                   f"the levels waste {1 / ratio:.1f}x more (a lower level's restart costs "
+                   f"more than the top's)")
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.3g}%"

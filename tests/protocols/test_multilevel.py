@@ -157,6 +157,10 @@ def test_auto_intervals_are_whole_multiples_of_the_level_below():
     ([Level("a", 1.0)], [FailureKind("p", 60, 1)], "names level 1, but there are 1 level"),
     ([Level("a", 1.0), Level("b", 2.0)], [FailureKind("p", 60, 0)],
      "no failure kind needs level 'b'"),
+    ([Level("a", 5.0, 1000.0), Level("b", 10.0, 1e5)],
+     [FailureKind("p", 30, 0), FailureKind("n", 100, 1)], "no plan has a finite expected"),
+    ([Level("a", 1e-9), Level("b", 1e9)], [FailureKind("p", 1, 0), FailureKind("n", 1e12, 1)],
+     "level 'b' is worth less than one checkpoint in 1000000 of level 'a'"),
 ])
 def test_bad_input_is_refused(levels, kinds, match):
     with pytest.raises(ValueError, match=match):

@@ -31,9 +31,9 @@ def test_cli_prints_the_plan_and_the_top_level_alone(capsys):
         row = next(line.split() for line in out.splitlines() if line.split()[:1] == [name])
         assert row[3:] == [str(plan.every[i]), f"{spans[i]:.1f}", str(first * multiple),
                            f"{rates[i]:.2f}"]
-    assert f"expected waste {plan.waste:.2%} (" in out
-    assert (f"stable alone, every {alone.tau_s:.1f} s of work (every failure recovered from "
-            f"it): expected waste {alone.waste:.2%}; the levels waste "
+    assert f"expected waste {100 * plan.waste:.3g}% (" in out
+    assert (f"stable alone (every failure recovered from it), every {alone.tau_s:.1f} s of "
+            f"work: expected waste {100 * alone.waste:.3g}%; the levels waste "
             f"{alone.waste / plan.waste:.1f}x less") in out
 
 
@@ -66,8 +66,21 @@ def test_one_level_is_dalys_interval(capsys):
     assert cli.main(["advise", "--level", "disk:cost=12,restart=30", "--mtbf", "disk=3600"]) == 0
     out = capsys.readouterr().out
     assert f"{daly(12, 3600):11.1f}" in out
-    assert f"expected waste {expected_wall(1, daly(12, 3600), 12, 30, 3600) - 1:.2%}" in out
+    assert f"expected waste {100 * (expected_wall(1, daly(12, 3600), 12, 30, 3600) - 1):.3g}%" \
+        in out
     assert "alone" not in out
+
+
+def test_levels_that_cost_more_than_the_top_alone_say_so(capsys):
+    # the lower level's checkpoint and restart both cost more than the top level's
+    assert cli.main(["advise", "--level", "a:cost=100,restart=5", "--level",
+                     "b:cost=1,restart=1", "--mtbf", "a=10", "--mtbf", "b=20"]) == 0
+    out = capsys.readouterr().out
+    a = multilevel_advice([Level("a", 100, 5), Level("b", 1, 1)],
+                          [FailureKind("a", 10, 0), FailureKind("b", 20, 1)])
+    assert a["levels"][1]["every"] == 1 and a["levels"][0]["per_hour"] == 0  # a never taken
+    assert (f"the levels waste {a['waste'] / a['top_alone']['waste']:.1f}x more (a lower "
+            f"level's restart costs more than the top's)") in out
 
 
 def test_parsers():
