@@ -25,9 +25,9 @@ The model (assumptions, all of them):
 Derivation (exact under these assumptions, no expansion in C/M). Call a *level-L block*
 the work between two checkpoints of level >= ``L``: a level-1 block is ``tau`` seconds of
 work and its closing checkpoint, a level-``L`` block is ``k_L`` level-``(L-1)`` blocks, the
-last of which closes with the block's own (higher) checkpoint. Failures of kinds below
-``L`` are repaired inside the block; a failure of level ``L`` restarts the block; one of
-a higher level aborts it. Aborts come at rate ``s`` independently of the block's progress,
+last of which closes with the block's own (higher) checkpoint. Failures that need a level
+below ``L`` are repaired inside its sub-blocks; one that needs ``L`` restarts the block;
+one that needs a higher level aborts it. Aborts come at rate ``s`` independently of the block's progress,
 so the chance that a block of random duration ``X`` completes first is ``E[e^(-sX)]``, the
 Laplace transform ``phi(s)`` of ``X``. For a block whose attempts take ``Y`` (transform
 ``psi``), restarted by rate-``lam`` failures after a recovery ``Z`` (transform ``zeta``),
@@ -35,9 +35,10 @@ splitting the first attempt by whether it ends before a failure gives
 
     phi(s) = psi(s + lam) / (1 - lam / (s + lam) * (1 - psi(s + lam)) * zeta(s)),
 
-and the recovery (``R_L`` seconds, started again by any failure of level <= ``L``, rate
-``Lam_L``) is the same construction with ``psi = e^(-sR)`` and nothing to recover from:
-``zeta(s) = e^(-(s+Lam_L)R) / (1 - Lam_L/(s+Lam_L) (1 - e^(-(s+Lam_L)R)))``. A level-1
+and the recovery (``R_L`` seconds, started again by any failure that needs a level <=
+``L``, total rate ``Lam_L``) is the same construction with constant attempts
+(``psi(s) = e^(-sR_L)``), rate ``Lam_L`` and nothing to recover in between (``zeta = 1``):
+``zeta_L(s) = e^(-(s+Lam_L)R_L) / (1 - Lam_L/(s+Lam_L) (1 - e^(-(s+Lam_L)R_L)))``. A level-1
 block's attempt is the constant ``tau + c``; a level-``L`` block's is the sum of its
 independent sub-blocks, so ``psi_L = phi_{L-1}(.; C_{L-1})^(k_L - 1) phi_{L-1}(.; c)``
 with ``c`` the block's closing cost. At the top level nothing aborts, and Wald's identity
@@ -49,13 +50,24 @@ over the geometric number of attempts gives the expected time of a period
 The waste is ``E / (tau k_2 ... k_n) - 1``. Every transform is carried as its complement
 ``1 - phi`` (``expm1``/``log1p``) because rare failures put them within 1e-7 of one.
 
-The search: for given ``k``, ``tau`` by golden section on ``log tau`` (the waste is
-unimodal in it); the integers ``k_L`` by coordinate descent from Young's interval of each
-level, each coordinate by doubling steps then bisection on the slope, until no coordinate
-moves. That finds a local optimum (a test compares it with exhaustive search on a grid);
-it is not proven global. What is approximated: nothing in ``expected_period_s``; the plan
-assumes exponential failures and fixed costs, and a run that measures costs as it goes
-(``auto``) gets an optimum for the costs measured so far.
+The search: for given ``k``, ``tau`` by golden section on ``log tau`` (taken to be
+unimodal there: it was in every case tried, not proven); the whole ``k_L`` by coordinate
+descent from the ratio of consecutive levels' Young intervals, each coordinate by doubling
+steps and then bisection on the slope, until no coordinate moves. That finds a local
+optimum; the tests compare it with its neighbours and with exhaustive search on a grid.
+
+What is approximated, honestly. ``expected_period_s`` is exact for the assumptions above
+(a seeded Monte-Carlo run of the same semantics agrees in the tests), but the assumptions
+are a model: real failures are not exponential and not independent across kinds, costs
+vary, failure detection time is not counted (fold it into ``R``), spare ranks never run
+out, and a stack whose higher checkpoint does *not* leave the lower copies would make a
+lower failure just after it pay the higher restart (the model then flatters the plan).
+The model was derived here, not transcribed: Moody et al. solve an SCR Markov chain and
+Di et al. optimise a first-order expected-time expression; they share this plan's
+structure and the single-level limit, but their treatment of failures during checkpoints
+and restarts differs, so their figures are anchors, not references this code reproduces.
+A run that measures its costs as it goes (``auto``) gets the optimum for the costs
+measured so far.
 """
 from __future__ import annotations
 

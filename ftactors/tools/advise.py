@@ -214,16 +214,17 @@ def _cmd_advise_levels(args) -> int:
     print("failures: " + ", ".join(f"{k.name} every {k.mtbf_s:g} s -> {names[k.level]}"
                                    for k in kinds))
     iterations = a["iteration_s"] is not None
-    print(f"  {'level':10} {'cost s':>7} {'restart s':>9} {'every':>6} {'interval s':>11}"
+    width = max(len("level"), *map(len, names))
+    print(f"  {'level':{width}} {'cost s':>7} {'restart s':>9} {'every':>6} {'interval s':>11}"
           + (f" {'iterations':>10}" if iterations else "") + f" {'per hour':>9}")
     for row in a["levels"]:
-        print(f"  {row['level']:10} {row['checkpoint_s']:7g} {row['restart_s']:9g} "
+        print(f"  {row['level']:{width}} {row['checkpoint_s']:7g} {row['restart_s']:9g} "
               f"{row['every']:>6} {row['interval_s']:11.1f}"
               + (f" {row['interval_iterations']:>10}" if iterations else "")
               + f" {row['per_hour']:9.2f}")
-    print("  every: checkpoints of the level below per checkpoint of this one (it takes "
-          "their place);\n  interval: work between checkpoints of this level or higher; "
-          "per hour: of work, of this level only")
+    print("  every: this level takes the place of every k-th checkpoint of the level below;"
+          "\n  interval: work between checkpoints of this level or higher; per hour: of work, "
+          "of this level only")
     line = f"expected waste {_percent(a['waste'])}"
     if iterations:
         line += f" ({_percent(a['waste_in_iterations'])} in whole iterations)"
