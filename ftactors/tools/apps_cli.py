@@ -27,24 +27,63 @@ def app_module(name: str):
     return importlib.import_module(f"ftactors.apps.{name}")
 
 
+def stack_names(protocol) -> list[str]:
+    """The protocol names of a stack given as ``"rs+standby+ready-flush"``, a list of
+    names, or None / ``"none"`` (no protocol: an empty list)."""
+    if protocol is None:
+        return []
+    names = protocol.split("+") if isinstance(protocol, str) else list(protocol)
+    return [n.strip() for n in names if n.strip() not in ("", "none")]
+
+
 def protocol_stack(app_cls: type, protocol) -> type:
-    """The app class with the named protocol mixin in front (None or "none": the bare
-    app); a list of names stacks several, the first outermost (``["rs", "standby"]``).
+    """The app class with the named protocol mixins in front, the first outermost, as
+    ``stack_names`` reads ``protocol`` (``"rs+standby"``, ``["rs", "standby"]``; None or
+    "none": the bare app).
 
     Raises:
-        ValueError: an unknown protocol name.
+        ValueError: an unknown protocol name, or a stack the framework refuses (two
+            protocols of one role, a wrong order, a pair not built): the refusal's reason.
     """
-    names = [protocol] if isinstance(protocol, str) or protocol is None else list(protocol)
-    names = [n for n in names if n not in (None, "none")]
+    names = stack_names(protocol)
     if not names:
         return app_cls
     from ftactors.protocols import PROTOCOLS
     unknown = [n for n in names if n not in PROTOCOLS]
     if unknown:
-        raise ValueError(f"unknown protocol {unknown[0]!r}; known: none, {', '.join(PROTOCOLS)}")
+        raise ValueError(f"unknown protocol {unknown[0]!r}; known: none, {', '.join(PROTOCOLS)}"
+                         f" (a stack joins names with +)")
     mixins = tuple(PROTOCOLS[n] for n in names)
-    return type("".join(m.__name__ for m in mixins) + app_cls.__name__, (*mixins, app_cls),
-                {"__module__": __name__})
+    try:
+        return type("".join(m.__name__ for m in mixins) + app_cls.__name__, (*mixins, app_cls),
+                    {"__module__": __name__})
+    except TypeError as exc:  # check_stack's refusal, prefixed by the class name
+        why = str(exc).partition(": ")[2] or str(exc)
+        right = sorted(names, key=lambda n: PROTOCOLS[n].stack_order)
+        if right != names and _stacks(right):
+            why += f" (--protocol {'+'.join(right)})"
+        raise ValueError(f"protocol stack {'+'.join(names)} refused: {why}") from None
+
+
+def _stacks(names: list[str]) -> bool:
+    """Whether the framework takes these protocols stacked in this order."""
+    from ftactors.protocols import PROTOCOLS
+    try:
+        type("Stack", tuple(PROTOCOLS[n] for n in names), {})
+    except TypeError:
+        return False
+    return True
+
+
+def protocol_arg(text: str) -> str:
+    """``--protocol``: one protocol or a stack (``standby+ready-flush``), checked at once
+    so a refused stack is a usage error (exit 2) naming the reason."""
+    import ftactors as ft
+    try:
+        protocol_stack(ft.Rank, text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _protocol_names() -> list[str]:
@@ -56,8 +95,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, default=4, help="number of ranks (default 4)")
     p.add_argument("--transport", choices=("ray", "local", "sim"), default="ray")
     p.add_argument("--address", default=None, help="Ray cluster address (default: embedded local Ray)")
-    p.add_argument("--protocol", default="none", choices=_protocol_names(),
-                   help="fault-tolerance protocol mixed into the app")
+    p.add_argument("--protocol", default="none", type=protocol_arg, metavar="NAME[+NAME...]",
+                   help="fault-tolerance protocol mixed into the app, or a stack of them "
+                        "joined by + (standby+ready-flush); names: "
+                        + ", ".join(_protocol_names()))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="PATH", help="write the result record as JSON")
     p.add_argument("--trace", default=None, metavar="PATH", help="write a Parquet message trace")
@@ -97,6 +138,18 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="garbage collection of CLCs and logs this often")
     g.add_argument("--ddv-transitive", action="store_true", default=None,
                    help="piggyback the whole DDV, not only the SN")
+    g = p.add_argument_group("partner copies (--protocol standby)")
+    g.add_argument("--backup-interval", type=int, default=None, metavar="K",
+                   help="back up to the partner every K iterations (default 5)")
+    g.add_argument("--backup-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="back up about this often instead")
+    g = p.add_argument_group("Reed-Solomon encoded checkpoints (--protocol rs)")
+    g.add_argument("--rs-interval", type=int, default=None, metavar="K",
+                   help="encode a checkpoint every K iterations (default 5)")
+    g.add_argument("--rs-group-size", type=int, default=None, metavar="N",
+                   help="ranks per encoding group (default 4)")
+    g.add_argument("--rs-ranks-per-node", type=int, default=None, metavar="N",
+                   help="virtual topology: rank r on node r // N (default: the real nodes)")
 
 
 def _every(text: str) -> int | str:
@@ -138,30 +191,44 @@ def _parse_moves(specs: list[str]) -> list[tuple[int, float, str | None]]:
     return moves
 
 
+#: ``run`` flags that set a protocol's ft.run option: flag -> (option, protocol taking it)
+PROTOCOL_FLAGS = {
+    "--checkpoint-interval": ("checkpoint_interval", "ready-flush"),
+    "--checkpoint-interval-s": ("checkpoint_interval_s", "ready-flush"),
+    "--mtbf": ("mtbf_s", "ready-flush"),
+    "--checkpoint-storage": ("checkpoint_storage", "ready-flush"),
+    "--checkpoint-dir": ("checkpoint_dir", "ready-flush"),
+    "--groups": ("groups", "groups"),
+    "--group-checkpoint-interval": ("group_checkpoint_interval", "groups"),
+    "--clusters": ("clusters", "hc3i"),
+    "--clc-interval-s": ("clc_interval_s", "hc3i"),
+    "--gc-interval-s": ("gc_interval_s", "hc3i"),
+    "--ddv-transitive": ("ddv_transitive", "hc3i"),
+    "--backup-interval": ("backup_interval", "standby"),
+    "--backup-interval-s": ("backup_interval_s", "standby"),
+    "--rs-interval": ("rs_interval", "rs"),
+    "--rs-group-size": ("rs_group_size", "rs"),
+    "--rs-ranks-per-node": ("rs_ranks_per_node", "rs"),
+}
+
+
 def _protocol_options(args) -> dict:
-    """ft.run options from the protocol flags that were given."""
-    names = {"checkpoint_interval": args.checkpoint_interval,
-             "checkpoint_interval_s": args.checkpoint_interval_s,
-             "mtbf_s": args.mtbf,
-             "checkpoint_storage": args.checkpoint_storage,
-             "checkpoint_dir": args.checkpoint_dir}
-    options = {k: v for k, v in names.items() if v is not None}
-    if (options or args.migrate) and args.protocol != "ready-flush":
-        raise ValueError("--checkpoint-*, --mtbf and --migrate need --protocol ready-flush")
-    grouped = {k: v for k, v in {"groups": args.groups,
-                                 "group_checkpoint_interval": args.group_checkpoint_interval
-                                 }.items() if v is not None}
-    if grouped and args.protocol != "groups":
-        raise ValueError("--groups and --group-checkpoint-interval need --protocol groups")
-    clustered = {k: v for k, v in {"clusters": args.clusters,
-                                   "clc_interval_s": args.clc_interval_s,
-                                   "gc_interval_s": args.gc_interval_s,
-                                   "ddv_transitive": args.ddv_transitive}.items()
-                 if v is not None}
-    if clustered and args.protocol != "hc3i":
-        raise ValueError("--clusters, --clc-interval-s, --gc-interval-s and --ddv-transitive "
-                         "need --protocol hc3i")
-    return options | grouped | clustered
+    """ft.run options from the protocol flags that were given; each flag's protocol must
+    be in the stack (the options of every protocol in a stack are taken together)."""
+    names = stack_names(args.protocol)
+    options, missing = {}, []
+    for flag, (option, protocol) in PROTOCOL_FLAGS.items():
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is None:
+            continue
+        options[option] = value
+        if protocol not in names:
+            missing.append(f"{flag} needs {protocol} in --protocol")
+    if args.migrate and "ready-flush" not in names:
+        missing.append("--migrate needs ready-flush in --protocol")
+    if missing:
+        raise ValueError(f"{'; '.join(missing)} (got --protocol {args.protocol})")
+    return options
 
 
 async def _run_moving(cls, moves, **kw):
@@ -291,6 +358,11 @@ def failure_story(result) -> list[str]:
         elif ev.kind == "hc3i_recovered":
             lines.append(f"  {ev.time - t0:7.3f}s  {d['resent']} logged message(s) resent; "
                          "clusters off the recovery line never stopped")
+        elif ev.kind == "level_exhausted":
+            lines.append(f"  {ev.time - t0:7.3f}s  level {d['level']} cannot recover "
+                         f"{d['failed']}: {d['reason']}")
+        elif ev.kind == "recovery_level":
+            lines.append(f"  {ev.time - t0:7.3f}s  recovered by level {d['level']}")
         elif ev.kind == "recovery_end":
             lines.append(f"  {ev.time - t0:7.3f}s  all ranks RUNNING again")
     return lines

@@ -239,7 +239,8 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) ->
             store.write_table("results.parquet", pa.Table.from_pylist(rows, RESULT_SCHEMA))
             echo(f"  [{k}/{len(runs)}] {spec.run_id} {spec.app} x {spec.protocol} x "
                  f"{spec.ranks} ranks x {spec.schedule} x seed {spec.seed}: {row['outcome']}, "
-                 f"{row['kills']} kill(s), {row['recoveries']} recover(ies), "
+                 f"{row['kills']} kill(s), {row['recoveries']} recover(ies)"
+                 + (f" ({row['levels']})" if row["levels"] else "") + ", "
                  f"{row['wall_s']:.3g} s (x{row['overhead']:.2f})")
     return rows
 
@@ -271,7 +272,8 @@ def add_chaos(sub) -> None:
     g = p.add_argument_group("an experiment from flags (without a file)")
     g.add_argument("--name", default="flags")
     g.add_argument("--app", default="cg", help="app(s), comma-separated")
-    g.add_argument("--protocol", default="standby", help="protocol(s), comma-separated")
+    g.add_argument("--protocol", default="standby",
+                   help="protocol(s) or stacks (rs+standby), comma-separated")
     g.add_argument("--ranks", default="4", help="rank count(s), comma-separated")
     g.add_argument("--seeds", default="0", help="seed(s), comma-separated")
     g.add_argument("--spares", type=int, default=0)

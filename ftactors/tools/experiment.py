@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import ftactors as ft
 from .._run import _prepare
-from .apps_cli import APPS, app_module, parse_pair, protocol_stack
+from .apps_cli import APPS, app_module, parse_pair, protocol_stack, stack_names
 
 MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
 TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "protocols",
@@ -174,6 +174,8 @@ def _axis(matrix: dict, axis: str, where: str) -> list:
                                             for v in values):
         raise ExperimentError(f"{where}: matrix.{axis} must be integers "
                               f"{'>= 1' if axis == 'ranks' else '>= 0'}, got {values!r}")
+    if axis == "protocol":  # a stack given as a list of names: its + form
+        values = ["+".join(map(str, v)) if isinstance(v, list) else v for v in values]
     return [v if axis in ("ranks", "seed") else str(v) for v in values]
 
 
@@ -218,21 +220,27 @@ def app_kwargs(app: str, settings: dict, ranks: int, where: str) -> dict:
 
 
 def _protocol(key: str, section: dict, where: str) -> tuple[tuple, dict, int]:
-    """(stack names, ft.run options, spares) of a ``protocols:`` entry or a bare name."""
+    """(stack names, ft.run options, spares) of a ``protocols:`` entry, or of a bare name
+    or stack (``rs+standby``). An entry's ``protocol`` is a name, a stack or a list of
+    names (``[rs, standby, ready-flush]``, the first outermost)."""
     from ftactors.protocols import PROTOCOLS
     entry = section.get(key)
     if entry is None:
-        if key != "none" and key not in PROTOCOLS:
+        unknown = [n for n in stack_names(key) if n not in PROTOCOLS]
+        if unknown:
             raise ExperimentError(f"{where}: protocol {key!r} is neither in 'protocols:' nor "
-                                  f"one of none, {', '.join(PROTOCOLS)}")
+                                  f"one of none, {', '.join(PROTOCOLS)} (or a stack of them "
+                                  f"joined by +)")
         entry = {}
     if not isinstance(entry, dict):
         raise ExperimentError(f"{where}: protocols.{key} must be a mapping, got {entry!r}")
     options = dict(entry)
     names = options.pop("protocol", key)
-    stack = tuple([names] if isinstance(names, str) else names)
+    if not isinstance(names, (str, list)) or not all(isinstance(n, str) for n in names):
+        raise ExperimentError(f"{where}: protocols.{key}.protocol must be a name or a list "
+                              f"of names, got {names!r}")
     spares = options.pop("spares", 0)
-    return stack, options, spares
+    return tuple(stack_names(names)), options, spares
 
 
 def _chaos(key: str, section: dict, seed: int, where: str) -> tuple[ft.Chaos, tuple]:

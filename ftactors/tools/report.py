@@ -64,7 +64,7 @@ class Report:
 
 _TABLE_COLUMNS = ("run_id", "app", "protocol", "schedule", "ranks", "seed", "outcome",
                   "verified", "identical", "wall_s", "overhead", "interval", "kills",
-                  "failures", "recoveries", "checkpoints", "lost_work_s", "detect_s",
+                  "failures", "recoveries", "levels", "checkpoints", "lost_work_s", "detect_s",
                   "recover_s", "error")
 
 

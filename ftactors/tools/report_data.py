@@ -27,8 +27,8 @@ READ_SCHEMA = pa.schema([RESULT_SCHEMA.field(name) for name in (
     "events_path")])
 # Shown in the runs table when present (in this order, after the required ones).
 OPTIONAL_COLUMNS = ("experiment", "transport", "cluster", "identical", "error",
-                    "baseline_wall_s", "kills", "failures", "recoveries", "checkpoints",
-                    "lost_work_s")
+                    "baseline_wall_s", "kills", "failures", "recoveries", "levels",
+                    "checkpoints", "lost_work_s")
 DETECTION_KINDS = ("failure_detected", "hang_detected")
 COMPLETED = ("verified", "wrong")  # outcomes of runs that ran to the end
 COORDINATOR = -1
@@ -174,12 +174,14 @@ class Life:
 @dataclass(frozen=True)
 class Span:
     """A recovery round from ``start`` to ``end``; ``finished`` is False when it had no
-    ``recovery_end`` (a failure restarted it, or the run ended in it)."""
+    ``recovery_end`` (a failure restarted it, or the run ended in it). ``level``: the
+    level of a multi-level stack that recovered it (``recovery_level``), else None."""
 
     start: float
     end: float
     round: int | None
     finished: bool
+    level: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,7 @@ def timeline_marks(events: Iterable[dict], ranks: int) -> Timeline:
     checkpoints, kills, detections, phases, starts, finishes = [], [], [], [], [], []
     recoveries: list[Span] = []
     open_round: tuple[float, int | None] | None = None
+    level = None  # the recovery_level of the open round
     for ev in events:
         t, kind, rank, detail = ev["time"], ev["kind"], ev["rank"], ev["detail"]
         if kind in CHECKPOINT_KINDS:
@@ -230,10 +233,12 @@ def timeline_marks(events: Iterable[dict], ranks: int) -> Timeline:
             if open_round is not None:  # restarted with the new failure: a new round
                 recoveries.append(Span(open_round[0], t, open_round[1], False))
             open_round = (t, detail.get("round"))
+        elif kind == "recovery_level":
+            level = detail.get("level")
         elif kind == "recovery_end":
             if open_round is not None:
-                recoveries.append(Span(open_round[0], t, open_round[1], True))
-                open_round = None
+                recoveries.append(Span(open_round[0], t, open_round[1], True, level))
+                open_round, level = None, None
         elif kind == "recovery_phase" and detail.get("phase") not in (None, "start"):
             phases.append(Mark(t, COORDINATOR, str(detail["phase"])))
     if open_round is not None:

@@ -56,6 +56,9 @@ def draw_timeline(tl: Timeline, path: str, title: str, *, bad: bool = False) -> 
         x0, x1 = span.start * scale, span.end * scale
         ax.axvspan(x0, max(x1, x0 + min_w), color="#f2b134", alpha=0.3, linewidth=0,
                    zorder=0)
+        if span.level is not None:  # which level of a multi-level stack recovered it
+            ax.text(x0, -0.6, span.level, fontsize="x-small", color="#8a5300",
+                    va="bottom", ha="left", zorder=6)
     if tl.recoveries:
         handles.append(Patch(color="#f2b134", alpha=0.3, label="recovery round"))
     for m in tl.phases:

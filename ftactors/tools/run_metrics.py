@@ -35,7 +35,8 @@ RESULT_SCHEMA = pa.schema([
     ("wall_s", pa.float64()), ("baseline_wall_s", pa.float64()), ("overhead", pa.float64()),
     ("kills", pa.int64()), ("failures", pa.int64()), ("recoveries", pa.int64()),
     ("checkpoints", pa.int64()), ("lost_work_s", pa.float64()), ("detect_s", pa.float64()),
-    ("recover_s", pa.float64()), ("phases_json", pa.string()), ("replay", pa.string()),
+    ("recover_s", pa.float64()), ("phases_json", pa.string()), ("levels", pa.string()),
+    ("replay", pa.string()),
     ("events_path", pa.string()),
 ])
 
@@ -77,6 +78,23 @@ def _recovery_rounds(events) -> list[list]:
     return rounds
 
 
+def recovery_levels(events) -> list[str]:
+    """The levels each recovery of a multi-level stack went through, in order: the
+    levels that could not recover it, then the one that did (``"standby>rs"``), from the
+    ``level_exhausted`` and ``recovery_level`` events; a round that no level recovered
+    ends with ``>none``."""
+    out, tried = [], []
+    for ev in events:
+        if ev.kind == "level_exhausted":
+            tried.append(ev.detail["level"])
+        elif ev.kind == "recovery_level":
+            out.append(">".join([*tried, ev.detail["level"]]))
+            tried = []
+    if tried:
+        out.append(">".join([*tried, "none"]))
+    return out
+
+
 def failure_metrics(events) -> dict:
     """Counts and timings of one run's failures, from its events (in time order):
 
@@ -84,7 +102,8 @@ def failure_metrics(events) -> dict:
     (distinct recovery points stored), ``lost_work_s`` (for each kill, the time since the
     last checkpoint before it, or since the start), ``detect_s`` and ``recover_s`` (means;
     None without any), ``phases_json`` (total seconds per phase: ``detect``, then each
-    step between recovery marks, such as ``start->notified``).
+    step between recovery marks, such as ``start->notified``), ``levels`` (a stack's
+    ``recovery_levels``, comma-separated; empty for a single protocol).
     """
     t0 = timeline_start(events)
     kills = [ev for ev in events if ev.kind == "killed"]
@@ -115,4 +134,5 @@ def failure_metrics(events) -> dict:
         "detect_s": fmean(detections) if detections else None,
         "recover_s": fmean(m[-1][1] - m[0][1] for m in rounds) if rounds else None,
         "phases_json": json.dumps(phases),
+        "levels": ", ".join(recovery_levels(events)),
     }

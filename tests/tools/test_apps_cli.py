@@ -157,16 +157,16 @@ def test_cluster_checkpoints_roll_back_dependent_clusters_only(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--clusters", "fixed:2"], "need --protocol hc3i"),
+    (["--clusters", "fixed:2"], "--clusters needs hc3i in --protocol (got --protocol none)"),
     (["--protocol", "hc3i", "--clc-interval-s", "0"], "clc_interval_s"),
-    (["--groups", "one"], "need --protocol groups"),
+    (["--groups", "one"], "--groups needs groups in --protocol"),
     (["--protocol", "groups", "--group-checkpoint-interval", "0"], "group_checkpoint_interval"),
-    (["--checkpoint-interval", "3"], "need --protocol ready-flush"),
+    (["--checkpoint-interval", "3"], "--checkpoint-interval needs ready-flush in --protocol"),
     (["--protocol", "ready-flush", "--migrate", "x"], "RANK@SECONDS"),
     (["--protocol", "ready-flush", "--checkpoint-interval", "0"], "checkpoint_interval"),
     (["--protocol", "ready-flush", "--checkpoint-interval", "auto"], "needs mtbf_s"),
     (["--protocol", "ready-flush", "--mtbf", "60"], "only used with"),
-    (["--mtbf", "60"], "need --protocol ready-flush"),
+    (["--mtbf", "60"], "--mtbf needs ready-flush in --protocol"),
 ])
 def test_bad_checkpoint_flags_exit_2(capsys, argv, message):
     code, out, err = run(capsys, "cg", "--ranks", "2", *argv)
