@@ -306,6 +306,11 @@ def _cmd_run(args) -> int:
         return 1
     for line in failure_story(result):
         print(line)
+    if args.restart_from:
+        restored = result.events_of("restored")
+        at = restored[0].detail["position"] if restored else None
+        print(f"  resumed from {args.restart_from}: "
+              + ("the start" if at is None else f"the set at iteration {at[1]}"))
     chosen = result.events_of("checkpoint_interval_chosen")
     if chosen:
         d = chosen[-1].detail

@@ -1,0 +1,176 @@
+"""Protocol stacks from the command line and in chaos experiments (issue 17):
+``--protocol standby+ready-flush`` for ``run`` and ``chaos``, ``protocol: [rs, standby,
+ready-flush]`` in an experiment, refusals that exit 2 naming the reason, and the level of
+each recovery in the results, the report and the timeline."""
+import asyncio
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import ftactors as ft
+from ftactors.tools.chaos import run_experiment
+from ftactors.tools.cli import main
+from ftactors.tools.experiment import ExperimentError, experiment_from_dict, load_experiment
+from ftactors.tools.report_data import timeline_marks
+from ftactors.tools.run_metrics import recovery_levels
+
+ROOT = Path(__file__).resolve().parents[2]
+THREE_LEVELS = ["--protocol", "rs+standby+ready-flush", "--ranks", "8", "--spares", "2",
+                "--backup-interval", "2", "--rs-interval", "4", "--rs-group-size", "2",
+                "--rs-ranks-per-node", "2", "--checkpoint-interval", "6",
+                "--checkpoint-storage", "stable"]
+
+
+def run(capsys, *argv):
+    """Exit code, stdout and stderr of ``ftactors run cg`` on local (argparse's usage
+    errors exit 2 by SystemExit)."""
+    try:
+        code = main(["run", "cg", "--transport", "local", *argv])
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ------------------------------------------------------------------------- run
+def test_a_two_level_stack_recovers_one_kill_online(capsys, tmp_path):
+    path = tmp_path / "run.json"
+    code, out, err = run(capsys, "--protocol", "standby+ready-flush", "--ranks", "4",
+                         "--spares", "1", "--backup-interval", "2", "--checkpoint-interval",
+                         "5", "--checkpoint-storage", "stable", "--checkpoint-dir",
+                         str(tmp_path / "stable"), "--kill", "1:6", "--json", str(path))
+    assert code == 0, out + err
+    assert "protocol standby+ready-flush" in out
+    assert "rank 1 killed (chaos) at iteration 6" in out
+    assert "recovered by level standby" in out and "cannot recover" not in out
+    assert "VERIFICATION SUCCESSFUL" in out
+    assert json.loads(path.read_text())["protocol"] == "standby+ready-flush"
+    assert list((tmp_path / "stable").iterdir())  # the stable level kept its schedule
+
+
+def test_three_levels_pass_a_lost_partner_pair_to_the_rs_level(capsys, tmp_path):
+    code, out, err = run(capsys, *THREE_LEVELS, "--checkpoint-dir", str(tmp_path / "s"),
+                         "--kill", "2:9", "--kill", "6:9")
+    assert code == 0, out + err
+    assert ("level standby cannot recover [2, 6]: rank 2 and its backup partner 6 both "
+            "failed") in out
+    assert "recovered by level rs" in out and "VERIFICATION SUCCESSFUL" in out
+
+
+def test_a_stack_resumes_a_lost_job_with_restart_from(capsys, tmp_path):
+    stable = str(tmp_path / "stable")
+    argv = ["--protocol", "standby+ready-flush", "--ranks", "4"]
+    code, out, _ = run(capsys, *argv, "--checkpoint-interval", "4", "--checkpoint-storage",
+                       "stable", "--checkpoint-dir", stable)
+    assert code == 0, out
+    code, out, _ = run(capsys, *argv, "--restart-from", stable)
+    assert code == 0 and "VERIFICATION SUCCESSFUL" in out, out
+    assert f"resumed from {stable}: the set at iteration 12" in out  # sets at 0, 4, 8, 12
+
+
+@pytest.mark.parametrize("stack, message", [
+    ("ready-flush+standby", "protocol stack ready-flush+standby refused: put "
+                            "StandbyReplacement before ReadyMessageFlush"),
+    ("standby+rs+ready-flush", "(--protocol rs+standby+ready-flush)"),
+    ("groups+ready-flush", "both take the consistency role"),
+    ("standby+groups", "StandbyReplacement does not stack with GroupCoordination yet"),
+    ("hc3i+rs", "RSBackup does not stack with DDVPiggyback yet"),
+    ("standby+nope", "unknown protocol 'nope'"),
+])
+def test_a_refused_stack_exits_2_with_the_reason(capsys, stack, message):
+    code, out, err = run(capsys, "--protocol", stack)
+    assert code == 2
+    assert message in err and "Traceback" not in err and "VERIFICATION" not in out
+
+
+def test_a_flag_of_a_protocol_outside_the_stack_exits_2(capsys):
+    code, _, err = run(capsys, "--protocol", "standby+ready-flush", "--rs-interval", "3",
+                       "--clusters", "fixed:2")
+    assert code == 2
+    assert ("--clusters needs hc3i in --protocol; --rs-interval needs rs in --protocol "
+            "(got --protocol standby+ready-flush)") in err
+
+
+# ----------------------------------------------------------------------- chaos
+def test_chaos_flags_take_stacks(tmp_path, capsys):
+    code = main(["chaos", "--transport", "sim", "--app", "stencil", "--protocol",
+                 "standby,standby+ready-flush", "--spares", "1", "--ranks", "4",
+                 "--kill", "1:3", "--out", str(tmp_path / "res")])
+    assert code == 0, capsys.readouterr()
+    rows = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()
+    assert [(r["protocol"], r["verified"], r["levels"]) for r in rows] == [
+        ("standby", True, ""), ("standby+ready-flush", True, "standby")]
+
+
+def test_chaos_refuses_a_stack_before_anything_runs(tmp_path, capsys):
+    assert main(["chaos", "--transport", "sim", "--protocol", "ready-flush+rs",
+                 "--out", str(tmp_path / "res")]) == 2
+    assert "put RSBackup before ReadyMessageFlush" in capsys.readouterr().err
+    assert not (tmp_path / "res").exists()
+
+
+def test_an_experiment_takes_a_stack_as_a_list_anywhere():
+    exp = experiment_from_dict({
+        "name": "t", "transport": "sim",
+        "matrix": {"app": "stencil", "protocol": [["standby", "ready-flush"], "both"],
+                   "ranks": 4, "schedule": "none"},
+        "protocols": {"both": {"protocol": ["rs", "ready-flush"], "rs_group_size": 2}},
+        "schedules": {"none": {}}})
+    assert [(s.protocol, s.stack) for s in exp.runs] == [
+        ("standby+ready-flush", ("standby", "ready-flush")), ("both", ("rs", "ready-flush"))]
+    with pytest.raises(ExperimentError, match="both take the consistency role"):
+        experiment_from_dict({"transport": "sim", "matrix": {
+            "app": "stencil", "protocol": [["groups", "hc3i"]], "ranks": 4, "schedule": "x"},
+            "schedules": {"x": {}}})
+
+
+@pytest.fixture(scope="module")
+def multilevel(tmp_path_factory):
+    """experiments/multilevel.yaml as it stands, on sim instead of Ray."""
+    tmp = tmp_path_factory.mktemp("multilevel")
+    data = yaml.safe_load((ROOT / "experiments" / "multilevel.yaml").read_text())
+    data["transport"] = "sim"
+    data["protocols"]["three-levels"]["checkpoint_dir"] = str(tmp / "stable")
+    rows = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp / "res"),
+                                      echo=lambda line: None))
+    return tmp / "res", rows
+
+
+def test_the_multilevel_experiment_recovers_each_loss_at_its_level(multilevel):
+    _, rows = multilevel
+    assert load_experiment(str(ROOT / "experiments" / "multilevel.yaml")).transport == "ray"
+    assert [(r["schedule"], r["levels"]) for r in rows] == [
+        ("single-kill", "standby"), ("partner-pair", "standby>rs"),
+        ("group-and-parity", "standby>rs>ready_flush"),
+        ("all-ranks", "standby>rs>ready_flush")]
+    assert all(r["verified"] and r["identical"] for r in rows)
+    assert [r["kills"] for r in rows] == [1, 2, 3, 8]
+
+
+def test_the_report_shows_the_level_of_each_recovery(multilevel):
+    out, _ = multilevel
+    assert main(["report", str(out), "--out", str(out / "report")]) == 0
+    page = (out / "report" / "index.html").read_text()
+    assert "<th>levels</th>" in page and "standby&gt;rs&gt;ready_flush" in page
+
+
+def test_timeline_rounds_carry_their_level():
+    ev = [{"time": t, "kind": k, "rank": -1, "detail": d} for t, k, d in [
+        (1.0, "recovery_start", {"round": 0}), (1.5, "level_exhausted", {"level": "standby"}),
+        (2.0, "recovery_level", {"level": "rs"}), (2.5, "recovery_end", {"round": 0}),
+        (3.0, "recovery_start", {"round": 1}), (3.5, "recovery_end", {"round": 1})]]
+    tl = timeline_marks(ev, 2)
+    assert [(s.round, s.level) for s in tl.recoveries] == [(0, "rs"), (1, None)]
+
+
+def test_recovery_levels_name_what_each_round_tried():
+    E = ft.Event
+    events = [E(0, "recovery_level", -1, {"level": "standby"}),
+              E(1, "level_exhausted", -1, {"level": "standby"}),
+              E(2, "level_exhausted", -1, {"level": "rs"}),
+              E(3, "recovery_level", -1, {"level": "ready_flush"}),
+              E(4, "level_exhausted", -1, {"level": "standby"})]
+    assert recovery_levels(events) == ["standby", "standby>rs>ready_flush", "standby>none"]
