@@ -20,6 +20,16 @@
   spares are its resource, refilled in the background after each recovery); such a
   give-up passes only if the timeline shows the spares used up (the last replacement
   left none, or the run had none).
+* A multi-level stack names the level of every recovery, and never recovers at a level
+  that cannot hold the loss, nor past one that surely can (:func:`level_problem`),
+  judged from the failed ranks of each recovery and the rounds completed before it:
+  partner copies cannot hold a rank whose partner failed with it, and surely hold a
+  loss without such a pair once every surviving rank has backed up two rounds since the
+  last recovery (a failed rank's own events die with it, but it finished the older
+  round before it could flush the newer one) and enough spares are known to be left; RS blocks cannot hold a group with fewer than
+  ``k`` blocks left. (Whether an RS round's encoding was complete at the failure is not
+  in the timeline, so that the RS level surely holds a loss is not decided.) The last
+  level never gives up in a run that ends.
 """
 from __future__ import annotations
 
@@ -94,3 +104,63 @@ def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
         return (f"RSBackup gave up after failures {sorted(failed)}, but every group keeps "
                 f"k of its k + m blocks")
     return f"{protocol} gave up"
+
+
+def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
+    """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
+    about its recovery levels ("" if nothing)."""
+    standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
+    spares, failed, named, tried = None, set(), None, []
+    for e in events:
+        d = e.detail
+        if e.kind == "run_start":
+            spares = d["spares"]
+        elif e.kind == "replaced":
+            spares = d["spares_left"]
+        elif e.kind == "backup" and not failed:
+            standby_round.setdefault(tuple(d["position"]), set()).add(e.rank)
+        elif e.kind == "failure_detected":
+            failed.add(e.rank)
+        elif e.kind == "level_exhausted":
+            if d["level"] == levels[-1]:
+                return f"the last level ({levels[-1]}) gave up, yet the run went on"
+            tried.append(d["level"])
+        elif e.kind == "recovery_level":
+            named = d["level"]
+        elif e.kind == "recovery_end":
+            if named is None:
+                return f"the recovery of ranks {sorted(failed)} names no level"
+            survivors = set(range(ranks)) - failed
+            rounds = sum(survivors <= done for done in standby_round.values())
+            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2,
+                                  spares=spares)
+            if can.get(named) is False:
+                return (f"level {named} recovered ranks {sorted(failed)}, which it cannot "
+                        f"hold")
+            cheaper = levels[:levels.index(named)]
+            sure = [lv for lv in cheaper if can.get(lv)]
+            if sure:
+                return (f"level {named} recovered ranks {sorted(failed)}, but the cheaper "
+                        f"level {sure[0]} holds them (it tried {tried or 'nothing'})")
+            standby_round, failed, named, tried = {}, set(), None, []
+    return ""
+
+
+def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: dict, *,
+                    backed_up: bool, spares) -> dict[str, bool]:
+    """For each level: True if it surely holds the loss of ``failed``, False if it
+    surely cannot; absent when the timeline cannot tell."""
+    can: dict[str, bool] = {}
+    if "standby" in levels:
+        from ftactors.protocols.standby import partner
+        if any(partner(r, ranks) in failed for r in failed):
+            can["standby"] = False
+        elif backed_up and spares is not None and spares >= len(failed):
+            can["standby"] = True
+    if "rs" in levels:
+        from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
+        placement = place(virtual_nodes(ranks, options["rs_ranks_per_node"]),
+                          options["rs_group_size"])
+        if undecodable_groups(placement, failed):
+            can["rs"] = False
+    return can

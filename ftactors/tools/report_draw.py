@@ -57,10 +57,12 @@ def draw_timeline(tl: Timeline, path: str, title: str, *, bad: bool = False) -> 
         ax.axvspan(x0, max(x1, x0 + min_w), color="#f2b134", alpha=0.3, linewidth=0,
                    zorder=0)
         if span.level is not None:  # which level of a multi-level stack recovered it
-            ax.text(x0, -0.6, span.level, fontsize="x-small", color="#8a5300",
-                    va="bottom", ha="left", zorder=6)
+            ax.text(x0, -0.72, f" {span.level}", fontsize="small", fontweight="bold",
+                    color="#8a5300", va="top", ha="left", zorder=6)
     if tl.recoveries:
-        handles.append(Patch(color="#f2b134", alpha=0.3, label="recovery round"))
+        handles.append(Patch(color="#f2b134", alpha=0.3, label="recovery round"
+                             + (" (level that recovered it)" if any(
+                                 s.level for s in tl.recoveries) else "")))
     for m in tl.phases:
         ax.axvline(m.time * scale, color="#b8860b", linestyle=":", linewidth=1, zorder=1)
     if tl.phases:

@@ -31,6 +31,7 @@ such when it was forced, failed otherwise.
 """
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 import time
@@ -38,7 +39,8 @@ from dataclasses import dataclass, field
 
 import ftactors as ft
 
-from ._simcheck_invariants import hc3i_unbounded, needless_give_up
+from ._simcheck_invariants import hc3i_unbounded, level_problem, needless_give_up
+from .apps_cli import protocol_arg
 
 ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
 
@@ -89,10 +91,11 @@ class Flood(ft.Rank):
 
 @dataclass
 class Setup:
-    """How one protocol is checked: its mixin, options, and what it promises."""
+    """How one protocol or stack is checked: its mixins (outermost first), options, and
+    what it promises."""
 
     name: str
-    mixin: type
+    mixins: tuple[type, ...]
     options: dict
     ranks: int = 6
     spares: int = 0
@@ -101,24 +104,50 @@ class Setup:
     bounded_log: bool = False   # GroupCoordination's logs
     bounded_clcs: bool = False  # DDVPiggyback's stored CLCs, parts and logs after GC
 
+    @property
+    def levels(self) -> list[str]:
+        """A multi-level stack's levels, cheapest first (the order recovery tries them);
+        empty for one protocol."""
+        if len(self.mixins) < 2:
+            return []
+        return [p.protocol_name for p in sorted(self.mixins, key=lambda p: p.level_cost)
+                if p.recovery_policy is not None]
+
+
+RS_TOPOLOGY = {"rs_group_size": 2, "rs_ranks_per_node": 2, "rs_block_bytes": 512}
+"""8 ranks on virtual nodes of 2, groups of 2: group 0 is ranks 0 and 2, and so on."""
+
 
 def setups() -> dict[str, Setup]:
-    """The protocol stacks sim-check knows, by their command-line names."""
+    """The protocols and stacks sim-check knows, by their command-line names. A stack's
+    levels have distinct intervals: partner copies every 2 iterations, RS rounds every 3,
+    global sets every 4."""
     from ftactors.protocols import (DDVPiggyback, GroupCoordination, ReadyMessageFlush,
                                     RSBackup, StandbyReplacement)
+    partner, encoded, stable = {"backup_interval": 2}, {**RS_TOPOLOGY, "rs_interval": 3}, {
+        "checkpoint_interval": 4}
     return {
-        "standby": Setup("standby", StandbyReplacement, {"backup_interval": INTERVAL},
+        "standby": Setup("standby", (StandbyReplacement,), {"backup_interval": INTERVAL},
                          spares=3, may_give_up=True),
-        "ready-flush": Setup("ready-flush", ReadyMessageFlush,
+        "ready-flush": Setup("ready-flush", (ReadyMessageFlush,),
                              {"checkpoint_interval": INTERVAL}),
-        "groups": Setup("groups", GroupCoordination,
+        "groups": Setup("groups", (GroupCoordination,),
                         {"groups": "fixed:2", "group_checkpoint_interval": INTERVAL},
                         bounded_log=True),
-        "hc3i": Setup("hc3i", DDVPiggyback, {"clusters": "fixed:2"}, exact=False,
+        "hc3i": Setup("hc3i", (DDVPiggyback,), {"clusters": "fixed:2"}, exact=False,
                       bounded_clcs=True),
-        "rs": Setup("rs", RSBackup, {"rs_group_size": 2, "rs_ranks_per_node": 2,
-                                     "rs_interval": INTERVAL, "rs_block_bytes": 512},
+        "rs": Setup("rs", (RSBackup,), {**RS_TOPOLOGY, "rs_interval": INTERVAL},
                     ranks=8, spares=3, may_give_up=True),
+        "standby+ready-flush": Setup("standby+ready-flush",
+                                     (StandbyReplacement, ReadyMessageFlush),
+                                     {**partner, **stable}, spares=3),
+        "rs+ready-flush": Setup("rs+ready-flush", (RSBackup, ReadyMessageFlush),
+                                {**encoded, **stable}, ranks=8, spares=3),
+        "rs+standby": Setup("rs+standby", (RSBackup, StandbyReplacement),
+                            {**encoded, **partner}, ranks=8, spares=3, may_give_up=True),
+        "rs+standby+ready-flush": Setup(
+            "rs+standby+ready-flush", (RSBackup, StandbyReplacement, ReadyMessageFlush),
+            {**encoded, **partner, **stable}, ranks=8, spares=3),
     }
 
 
@@ -162,8 +191,8 @@ def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
         return out
     except ft.RankFailed as exc:
         out.gave_up = True
-        out.problem = (needless_give_up(setup.name, exc, setup.ranks, setup.options)
-                       if setup.may_give_up else f"gave up: {exc}")
+        out.problem = (_needless_give_up(setup, exc) if setup.may_give_up
+                       else f"gave up: {exc}")
         if out.problem and setup.may_give_up:
             out.problem += f" ({exc})"
         out.ok = not out.problem
@@ -176,6 +205,8 @@ def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
     elif setup.exact and r.metrics["duplicates_dropped"]:
         out.problem = (f"{r.metrics['duplicates_dropped']} duplicate(s) dropped: a recovery "
                        "line held a message its sender had not sent (an orphan)")
+    elif setup.levels and level_problem(r.events, setup.levels, setup.ranks, setup.options):
+        out.problem = level_problem(r.events, setup.levels, setup.ranks, setup.options)
     elif setup.bounded_log and _log_grew(r):
         out.problem = "a log grew past its bound (garbage collection)"
     elif setup.bounded_clcs and hc3i_unbounded(r.events, setup.ranks,
@@ -184,6 +215,22 @@ def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
     else:
         out.ok = True
     return out
+
+
+def _needless_give_up(setup: Setup, exc) -> str:
+    """Why a give-up was not forced ("" when it was). A stack gives up only when its
+    costliest level does: that level's own reason (its ``level_exhausted`` event) is
+    judged as that protocol's give-up would be."""
+    if not setup.levels:
+        return needless_give_up(setup.name, exc, setup.ranks, setup.options)
+    top = setup.levels[-1]
+    reasons = [e.detail["reason"] for e in exc.events
+               if e.kind == "level_exhausted" and e.detail["level"] == top]
+    if not reasons:
+        return f"the stack gave up without its last level ({top}) giving up"
+    last = ft.RankFailed(exc.ranks, reasons[-1])
+    last.events = exc.events
+    return needless_give_up(top, last, setup.ranks, setup.options)
 
 
 def _log_bound(n: int) -> int:
@@ -208,13 +255,14 @@ def _log_grew(result) -> bool:
                for e in result.events_of("group_checkpoint_part"))
 
 
-def sim_check(name: str, runs: int, seed: int, *, mixin: type | None = None,
+def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
               progress=None) -> list[Outcome]:
-    """``runs`` seeded runs (seeds ``seed`` .. ``seed + runs - 1``) of protocol ``name``
-    (or ``mixin`` with ``name``'s settings: a test's deliberately broken protocol)."""
+    """``runs`` seeded runs (seeds ``seed`` .. ``seed + runs - 1``) of protocol or stack
+    ``name`` (or ``mixins`` with ``name``'s settings: a test's deliberately broken
+    protocol)."""
     setup = setups()[name]
-    base = mixin or setup.mixin
-    cls = type(f"{base.__name__}Flood", (base, Flood), {})
+    mixins = mixins or setup.mixins
+    cls = type("".join(m.__name__ for m in mixins) + "Flood", (*mixins, Flood), {})
     reference = [(x["digest"], x["total"]) for x in ft.run(
         Flood, setup.ranks, transport="sim",
         kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER}).results]
@@ -229,11 +277,21 @@ def sim_check(name: str, runs: int, seed: int, *, mixin: type | None = None,
 def add_sim_check(sub) -> None:
     p = sub.add_parser("sim-check", help="seeded sim runs with random failures, checked",
                        description=__doc__.split("\n\n")[1])
-    p.add_argument("--protocol", required=True, choices=sorted(setups()),
-                   help="the protocol to check")
+    p.add_argument("--protocol", required=True, type=_known_setup, metavar="NAME[+NAME...]",
+                   help="the protocol or stack to check: " + ", ".join(setups()))
     p.add_argument("--runs", type=int, default=100, help="runs (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
     p.set_defaults(func=_cmd_sim_check)
+
+
+def _known_setup(text: str) -> str:
+    """``--protocol``: a protocol or stack sim-check has settings for; a stack the
+    framework refuses is named with the refusal."""
+    if text in setups():
+        return text
+    protocol_arg(text)  # a refused stack or an unknown name: the reason
+    raise argparse.ArgumentTypeError(f"sim-check has no settings for {text!r}; it checks "
+                                     f"{', '.join(setups())}")
 
 
 def _cmd_sim_check(args) -> int:

@@ -4,7 +4,9 @@ import pytest
 
 import ftactors as ft
 from ftactors.tools import cli
-from ftactors.protocols import GroupCoordination
+from ftactors.protocols import (GroupCoordination, ReadyMessageFlush, RSBackup,
+                                StandbyReplacement)
+from ftactors.runtime._escalation import LevelExhausted
 from ftactors.tools.simcheck import schedule, setups, sim_check
 
 
@@ -31,10 +33,10 @@ class DropsOneLoggedMessage(GroupCoordination):
 
 
 def test_a_protocol_that_drops_a_logged_message_is_caught_with_its_seed():
-    outcomes = sim_check("groups", 12, 0, mixin=DropsOneLoggedMessage)
+    outcomes = sim_check("groups", 12, 0, mixins=(DropsOneLoggedMessage,))
     failed = [o for o in outcomes if not o.ok]
     assert failed, "the broken protocol passed every run"
-    again = sim_check("groups", 1, failed[0].seed, mixin=DropsOneLoggedMessage)[0]
+    again = sim_check("groups", 1, failed[0].seed, mixins=(DropsOneLoggedMessage,))[0]
     assert (again.ok, again.problem) == (False, failed[0].problem)
     assert again.kills == failed[0].kills == schedule(failed[0].seed, 6)
 
@@ -115,3 +117,64 @@ def test_hc3i_footprint_bounds_are_checked_after_each_collection():
     assert "at most 2, the number of clusters" in hc3i_unbounded([gc(2), gc(3)], 4, 100)
     assert "13 parts" in hc3i_unbounded([gc(2, parts=13)], 4, 100)
     assert "101 messages" in hc3i_unbounded([gc(2, log=101)], 4, 100)
+
+
+class _LazyRecovery(StandbyReplacement.recovery_policy):
+    async def recover(self, failed):
+        raise LevelExhausted(sorted(failed), "lazy")
+
+
+class PassesEverythingUp(StandbyReplacement):
+    """Broken on purpose: the partner-copy level passes every recovery up, even one its
+    copies hold."""
+
+    protocol_name = StandbyReplacement.protocol_name  # refines standby, stands for it
+    recovery_policy = _LazyRecovery
+
+
+def test_a_stack_recovering_past_a_level_that_holds_the_loss_is_caught():
+    outcomes = sim_check("rs+standby+ready-flush", 6, 0,
+                         mixins=(RSBackup, PassesEverythingUp, ReadyMessageFlush))
+    problems = [o.problem for o in outcomes if not o.ok]
+    assert problems and all("but the cheaper level standby holds them" in p for p in problems)
+
+
+def test_stack_levels_are_judged_from_the_failed_ranks_and_completed_rounds():
+    from ftactors.tools._simcheck_invariants import level_problem
+    levels, rs = ["standby", "rs", "ready_flush"], setups()["rs"].options
+    backed = [_ev("run_start", spares=3),
+              *(_ev("backup", r, position=(0, i)) for i in (2, 4) for r in range(8))]
+
+    def judge(*events):
+        return level_problem([*backed, *events], levels, 8, rs)
+
+    def round_(failed, *tried, level):
+        return [*(_ev("failure_detected", r) for r in failed),
+                *(_ev("level_exhausted", level=lv) for lv in tried),
+                _ev("recovery_level", level=level), _ev("recovery_end")]
+    # 8 ranks: rank 2's partner is 6; RS group 0 is ranks 0 and 2
+    assert judge(*round_([3], level="standby")) == ""
+    assert judge(*round_([2, 6], "standby", level="rs")) == ""
+    assert "level standby recovered ranks [2, 6], which it cannot hold" in judge(
+        *round_([2, 6], level="standby"))
+    assert "cheaper level standby holds them" in judge(*round_([3], "standby", level="rs"))
+    lost = [0, 2, *[r for r in range(8) if r not in (0, 2)]]
+    assert "level rs recovered" in judge(*round_(lost, "standby", level="rs"))
+    # fewer than two rounds backed up by every survivor since the last recovery, or too
+    # few spares known: undecided, so accepted
+    assert level_problem([*backed[:9], *round_([3], "standby", level="rs")],
+                         levels, 8, rs) == ""
+    assert judge(_ev("replaced", 5, spares_left=0), *round_([3], "standby", level="rs")) == ""
+    assert "names no level" in judge(_ev("failure_detected", 3), _ev("recovery_end"))
+    assert "the last level (ready_flush) gave up" in judge(
+        _ev("failure_detected", 3), _ev("level_exhausted", level="ready_flush"))
+
+
+def test_cli_checks_stacks_and_names_a_refused_one(capsys):
+    assert cli.main(["sim-check", "--protocol", "rs+standby+ready-flush", "--runs", "2"]) == 0
+    assert "sim-check rs+standby+ready-flush: 2 of 2 runs passed" in capsys.readouterr().out
+    for stack, message in [("ready-flush+standby", "put StandbyReplacement before"),
+                           ("none", "sim-check has no settings for 'none'")]:
+        with pytest.raises(SystemExit) as info:
+            cli.main(["sim-check", "--protocol", stack, "--runs", "1"])
+        assert info.value.code == 2 and message in capsys.readouterr().err
