@@ -206,3 +206,59 @@ def _check_pair(cls, outer: type, inner: type) -> None:
         raise TypeError(
             f"{cls.__qualname__}: put {inner.__name__} before {outer.__name__}: stack "
             f"them as ({', '.join(p.__name__ for p in right if p.roles)}, <app>)")
+
+
+def stack_refusal(mixins) -> str | None:
+    """Why ``check_stack`` refuses these protocol mixins stacked in this order (outermost
+    first), or None when it takes them."""
+    try:
+        type("Stack", tuple(mixins), {})
+    except TypeError as exc:
+        return str(exc).partition(": ")[2] or str(exc)
+    return None
+
+
+def working_stacks(protocols: dict[str, type]) -> list[list[str]]:
+    """Every stack of two or more of ``protocols`` (command-line name -> mixin) that
+    ``check_stack`` takes, each as its names in the one order it takes them."""
+    import itertools
+    ordered = sorted(protocols, key=lambda n: protocols[n].stack_order)
+    return [list(names) for size in range(2, len(ordered) + 1)
+            for names in itertools.combinations(ordered, size)
+            if stack_refusal(protocols[n] for n in names) is None]
+
+
+def composition_table(protocols: dict[str, type]) -> str:
+    """The README's composition table, made from ``roles`` and ``stack_verdict``: each
+    protocol's roles, then for every pair whether it stacks (and in which order), and the
+    stacks that work (``--protocol`` takes them joined by ``+``)."""
+    names = list(protocols)
+
+    def role(p, r):
+        return p.roles.get(r, "")
+
+    def pair(a, b):
+        pa, pb = protocols[a], protocols[b]
+        shared = next((r for r in EXCLUSIVE_ROLES if r in pa.roles and r in pb.roles), None)
+        if a == b:
+            return ""
+        if shared is not None:
+            return f"no: one {shared} protocol per stack"
+        if stack_verdict(pa, pb) is not None:
+            return "not built yet"
+        first, second = sorted((a, b), key=lambda n: protocols[n].stack_order)
+        return f"`{first}+{second}`"
+
+    lines = ["| protocol | `--protocol` | consistency | level (recovery tries cheapest first) "
+             "| spares |", "|---|---|---|---|---|"]
+    for n in names:
+        p = protocols[n]
+        level = f"{role(p, LEVEL)} (cost {p.level_cost})" if LEVEL in p.roles else ""
+        lines.append(f"| {p.__name__} | `{n}` | {role(p, CONSISTENCY)} | {level} "
+                     f"| {role(p, SPARES)} |")
+    lines += ["", "| stacks with | " + " | ".join(f"`{n}`" for n in names) + " |",
+              "|---|" + "---|" * len(names)]
+    lines += [f"| `{a}` | " + " | ".join(pair(a, b) for b in names) + " |" for a in names]
+    lines += ["", "Stacks that work: " + ", ".join(
+        f"`{'+'.join(s)}`" for s in working_stacks(protocols)) + "."]
+    return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ import argparse
 import importlib
 import sys
 
+from ..runtime._protocol import stack_refusal
 from ._common import progress_printer, write_json
 
 APPS = ("cg", "hpl", "stencil", "coupled")
@@ -60,19 +61,9 @@ def protocol_stack(app_cls: type, protocol) -> type:
     except TypeError as exc:  # check_stack's refusal, prefixed by the class name
         why = str(exc).partition(": ")[2] or str(exc)
         right = sorted(names, key=lambda n: PROTOCOLS[n].stack_order)
-        if right != names and _stacks(right):
+        if right != names and stack_refusal(PROTOCOLS[n] for n in right) is None:
             why += f" (--protocol {'+'.join(right)})"
         raise ValueError(f"protocol stack {'+'.join(names)} refused: {why}") from None
-
-
-def _stacks(names: list[str]) -> bool:
-    """Whether the framework takes these protocols stacked in this order."""
-    from ftactors.protocols import PROTOCOLS
-    try:
-        type("Stack", tuple(PROTOCOLS[n] for n in names), {})
-    except TypeError:
-        return False
-    return True
 
 
 def protocol_arg(text: str) -> str:
