@@ -178,3 +178,19 @@ def test_cli_checks_stacks_and_names_a_refused_one(capsys):
         with pytest.raises(SystemExit) as info:
             cli.main(["sim-check", "--protocol", stack, "--runs", "1"])
         assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_stack_give_up_is_judged_by_its_last_level():
+    from ftactors.tools.simcheck import _needless_give_up
+    setup = setups()["rs+standby"]  # 8 ranks; RS group 0 is ranks 0, 2 (parity on 4)
+
+    def judge(dead, *exhausted):
+        events = [_ev("failure_detected", r) for r in dead]
+        events += [_ev("level_exhausted", level=lv, reason=why) for lv, why in exhausted]
+        return _needless_give_up(setup, _gave_up(events, "no level of the stack holds it"))
+    rs_lost = ("rs", "RSBackup cannot rebuild group(s) 0")
+    assert judge([0, 2, 4], ("standby", "rank 0 and its backup partner 4 both failed"),
+                 rs_lost) == ""
+    assert "keeps k of its k + m blocks" in judge([0, 4], rs_lost)
+    assert "without its last level (rs) giving up" in judge(
+        [0, 4], ("standby", "rank 0 and its backup partner 4 both failed"))

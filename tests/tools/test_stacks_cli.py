@@ -174,3 +174,16 @@ def test_recovery_levels_name_what_each_round_tried():
               E(3, "recovery_level", -1, {"level": "ready_flush"}),
               E(4, "level_exhausted", -1, {"level": "standby"})]
     assert recovery_levels(events) == ["standby", "standby>rs>ready_flush", "standby>none"]
+
+
+def test_bench_footprint_takes_stacks(tmp_path, capsys):
+    out = tmp_path / "footprint.json"
+    assert main(["bench", "footprint", "--quick", "--transport", "local", "--repetitions", "1",
+                 "--apps", "cg", "--protocols", "standby+ready-flush", "--json",
+                 str(out)]) == 0
+    rows = {r["protocol"]: r for r in json.loads(out.read_text())["rows"]}
+    stack = rows["standby+ready-flush"]
+    assert stack["verified"] and stack["failures"] == 0
+    assert stack["checkpoints"] > rows["none"]["checkpoints"] == 0
+    assert main(["bench", "footprint", "--quick", "--protocols", "ready-flush+rs"]) == 2
+    assert "put RSBackup before ReadyMessageFlush" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 
 import ftactors as ft
-from ftactors.tools.apps_cli import app_module, protocol_stack
+from ftactors.tools.apps_cli import app_module, protocol_stack, stack_names
 from ftactors.tools.run_metrics import failure_metrics
 
 from ._harness import add_repetitions, usage_error, write_results
@@ -43,18 +43,21 @@ PROTOCOLS = ("standby", "ready-flush", "groups", "rs", "hc3i")
 TARGET_RATIO, TARGET_STORE = 1.5, 512 * MIB
 
 
-def protocol_options(name: str, every: int, clc_interval_s: float) -> dict:
-    """``ft.run`` options that make ``name`` checkpoint every ``every`` iterations."""
-    return {"standby": {"backup_interval": every},
+def protocol_options(protocol: str, every: int, clc_interval_s: float) -> dict:
+    """``ft.run`` options that make ``protocol`` (a name or a stack, ``rs+standby``: each
+    of its levels) checkpoint every ``every`` iterations."""
+    each = {"standby": {"backup_interval": every},
             "ready-flush": {"checkpoint_interval": every},
             "groups": {"group_checkpoint_interval": every},
             "rs": {"rs_interval": every},
-            "hc3i": {"clc_interval_s": clc_interval_s}}[name]
+            "hc3i": {"clc_interval_s": clc_interval_s}}
+    return {k: v for name in stack_names(protocol) for k, v in each[name].items()}
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--apps", default=",".join(APPS), help="apps to run (cg,stencil,coupled)")
-    parser.add_argument("--protocols", default=",".join(PROTOCOLS))
+    parser.add_argument("--protocols", default=",".join(PROTOCOLS),
+                        help="protocols or stacks (rs+standby), comma-separated")
     parser.add_argument("--ranks", type=int, default=4)
     add_repetitions(parser, 3, "runs per configuration, interleaved; wall is their median")
     parser.add_argument("--every", type=int, default=3, help="iterations between checkpoints")
@@ -149,6 +152,11 @@ def main(args) -> int:
     protocols = [p for p in args.protocols.split(",") if p]
     if args.repetitions < 1:
         return usage_error("footprint", "--repetitions must be >= 1")
+    try:
+        for p in protocols:
+            protocol_stack(ft.Rank, p)
+    except ValueError as exc:  # an unknown name or a refused stack
+        return usage_error("footprint", str(exc))
     print(f"bench footprint: {', '.join(apps)} on {args.ranks} ranks ({args.transport}), "
           f"a checkpoint every {args.every} iterations (hc3i: a CLC every "
           f"{args.clc_interval_s:g} s), no failures, {args.repetitions} repetition(s)", flush=True)
@@ -166,11 +174,12 @@ def main(args) -> int:
             row["ratio"] = row["wall_s"] / bare["wall_s"]
             row["store_above_bare"] = row["peak_store_bytes"] - bare["peak_store_bytes"]
             rows.append(row)
-    print(f"\n  {'app':8s} {'protocol':12s} {'wall s':>8s} {'x bare':>7s} {'peak store':>11s} "
+    w = max(12, *(len(r["protocol"]) for r in rows))
+    print(f"\n  {'app':8s} {'protocol':{w}s} {'wall s':>8s} {'x bare':>7s} {'peak store':>11s} "
           f"{'above bare':>11s} {'ckpts':>6s} {'forced':>7s} {'logged':>10s} {'failures':>8s} "
           f"{'ok':>3s}")
     for r in rows:
-        print(f"  {r['app']:8s} {r['protocol']:12s} {r['wall_s']:8.2f} {r['ratio']:7.2f} "
+        print(f"  {r['app']:8s} {r['protocol']:{w}s} {r['wall_s']:8.2f} {r['ratio']:7.2f} "
               f"{r['peak_store_bytes'] / MIB:8.1f} MiB {r['store_above_bare'] / MIB:7.1f} MiB "
               f"{r['checkpoints']:6d} {r['forced']:7d} {r['logged_bytes'] / MIB:6.1f} MiB "
               f"{r['failures']:8d} {'yes' if r['verified'] else 'NO':>3s}")
