@@ -55,6 +55,12 @@ incarnation, and sends what it kept (``Endpoint.release``): nothing was sent to 
 location after its snapshot, nothing is lost, nothing duplicated. Only MP rolls back to
 its snapshot, which is the state it was stopped in.
 
+*In a stack* the global sets are the costliest level (``roles``), under partner copies
+(StandbyReplacement) and encoded blocks (RSBackup), each on its own schedule: recovery
+reaches the global restart only when the cheaper levels lack what it needs
+(``runtime/_escalation``). When a cheaper level rolled the ranks back instead, the
+requests and parts under way are dropped (``rolled_back``); complete sets stay.
+
 *Footprint* (bounded whatever the run's length): the coordinator keeps in the object
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
