@@ -10,8 +10,10 @@ on stable storage every ``--stable-every``. Measured in one invocation (Ray by d
 2. *Recovery by level*: one SIGKILLed rank, recovered online from the partner copies;
    a partner pair killed together, recovered from the RS blocks; and, as the baseline,
    the same single kill under the stable level alone (ReadyMessageFlush: a global restart
-   of every rank from stable storage). Each figure is detection to every rank resumed
-   (``failure_detected`` to ``recovery_end``), with the level the timeline names.
+   of every rank from stable storage), given a warm spare per rank by default (its best
+   case: no actor starts; ``--restart-spares 0`` starts new actors). Each figure is
+   detection to every rank resumed (``failure_detected`` to ``recovery_end``), with the
+   level the timeline names.
 
 Targets (issue 17, CG W on 8 Ray ranks): failure-free overhead at most 10%; a single kill
 recovered online at least 10x faster than the global restart from stable storage.
@@ -42,6 +44,9 @@ def add_arguments(parser) -> None:
                     flag="--repeat")
     parser.add_argument("--kill-iteration", type=int, default=7,
                         help="iteration the first rank is killed at (default 7)")
+    parser.add_argument("--restart-spares", type=int, default=None,
+                        help="warm spares of the global-restart baseline (default: one "
+                             "per rank)")
     parser.add_argument("--transport", default="ray", choices=("ray", "local", "sim"))
     parser.add_argument("--quick", action="store_true", help="class S, 4 ranks, 1 repeat")
 
@@ -98,7 +103,8 @@ def measure_recoveries(args, store: str) -> dict:
                   **_stack_options(args))
     pair = _run(ThreeLevelCG, args, store, spares=2, **_stack_options(args),
                 kills=[(victim, k), ft.Kill(partner(victim, args.ranks), recovery_round=0)])
-    restart = _run(StableCG, args, store, kills=[(victim, k)])
+    spares = args.ranks if args.restart_spares is None else args.restart_spares
+    restart = _run(StableCG, args, store, kills=[(victim, k)], spares=spares)
     return {"partner": _recovery(single), "rs": _recovery(pair),
             "global_restart": _recovery(restart)}
 
@@ -133,6 +139,7 @@ def main(args) -> int:
         "transport": args.transport, "repeat": args.repetitions,
         "intervals": {"partner": args.partner_every, "rs": args.rs_every,
                       "stable": args.stable_every},
+        "restart_spares": args.ranks if args.restart_spares is None else args.restart_spares,
         "overhead": overhead, "recoveries": recoveries,
         "global_restart_over_online": speedup, "targets": targets})
     return 0
