@@ -55,6 +55,12 @@ incarnation, and sends what it kept (``Endpoint.release``): nothing was sent to 
 location after its snapshot, nothing is lost, nothing duplicated. Only MP rolls back to
 its snapshot, which is the state it was stopped in.
 
+*In a stack* the global sets are the costliest level (``roles``), under partner copies
+(StandbyReplacement) and encoded blocks (RSBackup), each on its own schedule: recovery
+reaches the global restart only when the cheaper levels lack what it needs
+(``runtime/_escalation``). As every recovery round begins, the requests and parts under
+way are dropped (``abandon``), whichever level recovers; complete sets stay.
+
 *Footprint* (bounded whatever the run's length): the coordinator keeps in the object
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
@@ -488,6 +494,7 @@ class ReadyFlushCoordinator:
         c = self.c
         async with self.lock:
             await c.wired.wait()
+            await self.running.wait()  # not while ranks are being rolled back
             request = next(self._ids)
             notified_at = c.fabric.clock()
             nexts = await asyncio.gather(*(c.call(r, "ready_notify", request)
@@ -623,11 +630,17 @@ class ReadyFlushCoordinator:
         self.running.set()
         c.refill_spares()
 
-    async def rolled_back(self) -> None:
-        """Another level of the stack rolled the ranks back (``runtime/_escalation``):
-        the requests, moves and parts under way belong to the abandoned execution.
-        Complete sets stay: each is a consistent cut of a failure-free execution."""
+    async def abandon(self) -> None:
+        """A recovery round of a multi-level stack begins (``runtime/_escalation``):
+        whichever level recovers, the requests, moves and parts under way belong to the
+        execution being abandoned. Complete sets stay: each is a consistent cut of a
+        failure-free execution. No request is placed until the round is over."""
+        self.running.clear()
         self._abandon_execution()
+
+    async def recovered(self) -> None:
+        """The round of a multi-level stack is over: requests may be placed again."""
+        self.running.set()
 
     def _abandon_execution(self) -> None:
         self.stopped.set()  # the auto timer counts its interval again

@@ -53,13 +53,14 @@ no stable copy, an undecodable loss ends the run with ``ft.RankFailed`` naming t
 that could not be rebuilt. A failure before the first complete encoding restarts from
 the start of the run.
 
-*With StandbyReplacement* (``class S(RSBackup, StandbyReplacement, App)``, RSBackup
-first): NR-MPI decides when to back up (``backup_interval``; ``rs_interval`` is unused)
-and runs its state machine; the round it backs up is encoded here instead of copied to a
-partner (``standby_protect``), and the recovery round is RSBackup's (it also moves the
-survivors to NR-MPI's FAILURE state; the restore moves everyone on to RUNNING). So a
-rank and its partner can die together, which partner copies cannot survive.
-StandbyReplacement's ``stable_store`` sets also serve the slow recovery.
+*In a stack* (``class S(RSBackup, StandbyReplacement, ReadyMessageFlush, App)``, RSBackup
+first) the encoded rounds are one level among others, on their own ``rs_interval``:
+recovery tries the partner copies first and comes here when a rank and its partner died
+together (``runtime/_escalation``); a loss the blocks cannot rebuild passes on to the
+global set. Below a costlier level, a failure before the first complete encoding is
+passed on (``LevelExhausted``) rather than restarted from the start of the run. A rank
+restored by another level keeps no round of ours unless its snapshot was taken after our
+round at that position (``on_restored``): our parity of it would be encoded twice.
 
 *Deviations.* Checkpoints stay in memory (no SSD tier, IV.D). Placement is fixed for the
 run by rank number: a replacement may start on another node than the rank it replaces.

@@ -35,6 +35,12 @@ and starts a new one with all failures so far (self-loops 2, 9, 12).
 Unrecoverable: both partners of a pair dead (their data is gone) and no spare left end
 the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported.
 
+*In a stack* the partner copies are the cheapest level (``roles``; ``class S(RSBackup,
+StandbyReplacement, ReadyMessageFlush, App)``): recovery tries them first, and a lost
+pair, a missing spare or no backup yet passes the round to the next level
+(``runtime/_escalation``), which restores every rank; the restored round then becomes
+every rank's newest copy here, sent to its partner, so the pairs are whole again at once.
+
 The NR-MPI interface in Python (Table 3): NR_Register is ``self.register``; NR_Backup is
 ``await self.backup()`` (collective, at a safe point); NR_Need_backup is
 ``self.need_backup(iteration)``; NR_Recover is done by the framework before ``main()``

@@ -14,9 +14,10 @@ that gave up (``level_exhausted``); a loss beyond every level ends the run with
 ``ft.RankFailed`` naming what each level lacked.
 
 Every level keeps running its own services (timers, placement, sealing of stable sets)
-and hears every report. A level that did not recover hears ``rolled_back`` afterwards,
-so work it had under way for the abandoned execution (a checkpoint being gathered) is
-dropped. Each level adds its ``restore_notes`` to every restore (``Coordinator.restore_spec``),
+and hears every report. Every level hears ``abandon`` as a round begins: whichever level
+recovers, the ranks roll back, so work under way for the execution being abandoned (a
+checkpoint being gathered) is dropped before any restored rank can report new work; and
+``recovered`` once the round is over. Each level adds its ``restore_notes`` to every restore (``Coordinator.restore_spec``),
 so a rank restored by one level still gets what another level's protocol needs (RSBackup's
 placement on a promoted spare).
 """
@@ -46,6 +47,8 @@ class Escalation:
 
     async def recover(self, failed: set[int]) -> None:
         c, lacks = self.c, []
+        for _, policy in self.levels:
+            await _maybe(policy, "abandon")
         for name, policy in self.levels:
             try:
                 await policy.recover(failed)
@@ -59,8 +62,7 @@ class Escalation:
                 continue
             c.events.record("recovery_level", level=name, failed=sorted(failed))
             for _, other in self.levels:
-                if other is not policy:
-                    await _maybe(other, "rolled_back")
+                await _maybe(other, "recovered")
             return
 
     async def service(self) -> None:

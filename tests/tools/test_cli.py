@@ -31,6 +31,7 @@ SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a sm
     "bench transport": "test_transport_bench_json",
     "bench solver": "test_solver_bench_json",
     "bench footprint": "test_footprint_bench_json",
+    "bench levels": "test_bench_levels_quick",
     "chaos": "test_flags_make_a_one_schedule_experiment",
     "report": "test_cli_writes_to_out_and_caps_timelines",
     "advise": "test_cli",
@@ -91,6 +92,19 @@ def test_bench_recovery_quick(tmp_path, capsys):
     for side in ("online", "global_restart"):
         assert data[side]["lost_iterations"] >= 0 and data[side]["detection_to_running_s"] >= 0
     assert "detection to RUNNING" in capsys.readouterr().out
+
+
+def test_bench_levels_quick(tmp_path, capsys):
+    out = tmp_path / "levels.json"
+    assert main(["bench", "levels", "--quick", "--transport", "local", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert (data["problem_class"], data["ranks"], data["transport"]) == ("S", 4, "local")
+    assert data["overhead"]["ratio"] > 0
+    rec = data["recoveries"]
+    assert (rec["partner"]["level"], rec["rs"]["level"], rec["global_restart"]["level"]) == (
+        "standby", "rs", "ready_flush")
+    assert rec["rs"]["passed_over"] == ["standby"]
+    assert "global restart / online recovery" in capsys.readouterr().out
 
 
 def test_submit_to_a_bad_address_exits_2(tmp_path, capsys):
