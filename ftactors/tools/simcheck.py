@@ -19,7 +19,10 @@ Each run must pass these checks:
 * for DDVPiggyback, after every garbage collection every cluster keeps exactly the CLCs
   a single failure could still send it back to, never more than there are clusters, the
   coordinator no more parts than those and one CLC being taken, and the logs no more
-  than a bound (``_simcheck_invariants``).
+  than a bound (``_simcheck_invariants``);
+* for a multi-level stack (``rs+standby+ready-flush``), every recovery names its level,
+  the last level never gives up in a run that ends, and no recovery is made by a level
+  that cannot hold the loss or past one that surely can (``level_problem``).
 
 A run that fails prints its seed and the command that replays it; the same seed makes
 the same run, event for event. ``StandbyReplacement`` and ``RSBackup`` legitimately give
@@ -27,7 +30,7 @@ up (``RankFailed``) when a failure takes data that no copy or code can rebuild (
 and its partner, too many ranks of a group), and StandbyReplacement when no spare is
 left; each give-up is checked against the failed ranks and the placement of the copies
 (not the protocol's own bookkeeping), or the spares the timeline shows, and counted as
-such when it was forced, failed otherwise.
+such when it was forced, failed otherwise; a stack's give-up by its last level's reason.
 """
 from __future__ import annotations
 
