@@ -97,6 +97,9 @@ def outcome(r, app: str, reference) -> dict:
         "recoveries": r.metrics["recoveries"],
         "partner_copies": sum(e.detail["partner"] is not None for e in r.events_of("backup")),
         "nr_states": sorted({e.detail["state"] for e in r.events_of("nr_state")}),
+        "levels": [e.detail["level"] for e in r.events_of("recovery_level")],
+        "passed_over": [[e.detail["level"], e.detail["reason"]]
+                        for e in r.events_of("level_exhausted")],
         "direct": r.metrics.get("direct"),
     }
 
