@@ -1,5 +1,6 @@
 """The direct data plane on Ray: it carries the run's traffic, an intruder mid-run is
-dropped and counted while the run loses nothing, and ``data_plane="ray"`` still works."""
+dropped and counted while the run loses nothing, and ``data_plane="ray"`` still works
+(a bad ``data_plane`` is refused in ``tests/test_run.py``)."""
 import asyncio
 import os
 import struct
@@ -60,8 +61,3 @@ def test_ray_data_plane_still_works(ray_session):
     r = ft.run(Exchange, 3, args=(20, False), transport="ray", data_plane="ray", timeout_s=120)
     assert r.results == [_expected(20, 3)] * 3
     assert "direct" not in r.metrics
-
-
-def test_unknown_data_plane_is_refused():
-    with pytest.raises(ft.ConfigError, match="data_plane"):
-        ft.run(Exchange, 2, args=(1, False), transport="local", data_plane="carrier-pigeon")
