@@ -30,6 +30,14 @@ endpoint, the connection to the old one is closed and what was queued for it is 
 as a Ray call to a dead actor would be (the channel layer treats that traffic as stale
 anyway). A connection that cannot be made (the peer's process is gone) drops its queue
 the same way; the coordinator, not this module, decides that a rank failed.
+
+Backpressure: a sender that writes faster than its peer reads (the peer's loop is busy
+computing, its process stopped) must not buffer without bound. Each connection has a
+high-water mark (``HIGH_WATER_BYTES`` of frames the kernel has not taken yet, or queued
+before the handshake); above it the connection is *congested* until the transport has
+drained to a quarter of the mark, and ``Peers.congested`` gives the sender something to
+await meanwhile (``comm.send`` awaits it). Nothing is dropped or reordered by waiting: a
+frame is queued or written whole, in order, either way.
 """
 from __future__ import annotations
 
@@ -57,6 +65,8 @@ OBJECTS = 1
 
 MAX_FRAME_BYTES = 256 << 20
 """Longest frame a listener accepts; a sender routes a longer batch another way."""
+HIGH_WATER_BYTES = 1 << 20
+"""Bytes a connection may hold unsent before its sender waits (a quarter: it goes on)."""
 NONCE_BYTES = 32
 MAC_BYTES = 32
 AUTH_TIMEOUT_S = 5.0
@@ -96,7 +106,7 @@ class Counters:
     """What a rank's listener accepted and refused (see the module docstring)."""
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
-              "truncated", "bad_frame", "dropped_sends")
+              "truncated", "bad_frame", "dropped_sends", "throttled")
 
     def __init__(self):
         for name in self.FIELDS:
@@ -260,23 +270,49 @@ class _Outbound(asyncio.Protocol):
         self.secret = secret
         self.counters = counters
         self.queue: list[bytes] | None = []
+        self.queued = 0  # bytes in the queue
         self.transport = None
         self.buf = b""
         self.nonce = secrets.token_bytes(NONCE_BYTES)
         self.theirs: bytes | None = None  # the listener's nonce
         self.ready = False
         self.closed = False
+        self.paused = False  # the transport holds more than the high-water mark
+        self.writable = asyncio.Event()
+        self.writable.set()
 
     def write(self, frame: bytes) -> None:
         if self.ready:
-            self.transport.write(frame)
+            self.transport.write(frame)  # may pause_writing
         elif self.closed:
             self.counters.dropped_sends += 1
         else:
             self.queue.append(frame)
+            self.queued += len(frame)
+            if self.queued > HIGH_WATER_BYTES:
+                self.writable.clear()
+
+    def congested(self) -> bool:
+        """Whether the sender should wait before it writes more (see ``drained``)."""
+        return not self.closed and (self.paused or self.queued > HIGH_WATER_BYTES)
+
+    async def drained(self) -> None:
+        """Return once the connection takes frames again (or is closed: they drop)."""
+        self.counters.throttled += 1
+        while self.congested():
+            await self.writable.wait()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.writable.set()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        transport.set_write_buffer_limits(high=HIGH_WATER_BYTES)
 
     def data_received(self, data: bytes) -> None:
         if self.ready:
@@ -292,9 +328,11 @@ class _Outbound(asyncio.Protocol):
                 self.close()
                 return
             self.ready = True
-            queue, self.queue = self.queue, None
+            queue, self.queue, self.queued = self.queue, None, 0
             if queue:
-                self.transport.writelines(queue)
+                self.transport.writelines(queue)  # may pause_writing
+            if not self.paused:
+                self.writable.set()
 
     def connection_lost(self, exc) -> None:
         self.close()
@@ -304,8 +342,10 @@ class _Outbound(asyncio.Protocol):
         if self.queue:
             self.counters.dropped_sends += len(self.queue)
         self.queue = None
+        self.queued = 0
         self.ready = False
         self.closed = True
+        self.writable.set()  # a waiting sender goes on; its frames drop
         if self.transport is not None:
             self.transport.abort()
 
@@ -338,6 +378,14 @@ class Peers:
             conn = self.conns[dst] = self._open(self.endpoints[dst])
         conn.write(HEADER.pack(len(body), kind) + body)
         return True
+
+    def congested(self, dst: int):
+        """None when the connection to ``dst`` takes more frames now; else an awaitable
+        that completes once it does (the sender writes faster than ``dst`` reads)."""
+        conn = self.conns.get(dst)
+        if conn is None or not conn.congested():
+            return None
+        return conn.drained()
 
     def _open(self, endpoint: DirectEndpoint) -> _Outbound:
         conn = _Outbound(self.secret, self.counters)

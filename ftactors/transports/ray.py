@@ -91,6 +91,9 @@ class RayLink(Link):
         batch = pickle.dumps(to_rows(envs), protocol=5) if _plain(envs) else envs
         self.peers[dst].deliver.remote(batch)
 
+    def congested(self, dst: int):
+        return None if self.direct is None else self.direct.congested(dst)
+
     def put_large(self, view: memoryview):
         return ray.put(np.frombuffer(view, dtype=np.uint8))
 

@@ -4,6 +4,7 @@ dropped and counted while the run loses nothing, and ``data_plane="ray"`` still 
 import asyncio
 import os
 import struct
+import time
 
 import pytest
 
@@ -61,3 +62,28 @@ def test_ray_data_plane_still_works(ray_session):
     r = ft.run(Exchange, 3, args=(20, False), transport="ray", data_plane="ray", timeout_s=120)
     assert r.results == [_expected(20, 3)] * 3
     assert "direct" not in r.metrics
+
+
+class Flood(ft.Rank):
+    """Rank 0 sends far more than a socket holds while rank 1's loop is busy (a long
+    computation), then rank 1 takes it all."""
+
+    async def main(self, messages: int, kib: int):
+        blob = bytes(kib << 10)
+        if self.rank == 0:
+            for i in range(messages):
+                await self.comm.send((i, blob), dest=1)
+            return messages
+        time.sleep(1.0)  # computing: nothing is read meanwhile
+        for i in range(messages):
+            j, got = await self.comm.recv(source=0)
+            assert j == i and got == blob
+        return messages
+
+
+def test_comm_send_waits_for_a_busy_receiver(ray_session):
+    """``comm.send`` waits while the socket to its peer holds more than the high-water
+    mark (32 MiB sent into a peer that reads nothing for a second), and nothing is lost."""
+    r = ft.run(Flood, 2, args=(2000, 16), transport="ray", timeout_s=120)
+    assert r.results == [2000, 2000]
+    assert r.metrics["direct"]["throttled"] > 0 and r.metrics["direct"]["dropped_sends"] == 0
