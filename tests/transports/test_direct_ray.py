@@ -9,6 +9,7 @@ import time
 import pytest
 
 import ftactors as ft
+from ftactors.protocols import StandbyReplacement
 from ftactors.transports._direct import ROWS
 
 
@@ -87,3 +88,37 @@ def test_comm_send_waits_for_a_busy_receiver(ray_session):
     r = ft.run(Flood, 2, args=(2000, 16), transport="ray", timeout_s=120)
     assert r.results == [2000, 2000]
     assert r.metrics["direct"]["throttled"] > 0 and r.metrics["direct"]["dropped_sends"] == 0
+
+
+class SocketRing(ft.Rank):
+    """A ring exchange that notes where the run's sockets are (in ``note``, a file)."""
+
+    async def main(self, n: int, note: str):
+        with open(note, "w") as f:
+            f.write(os.path.dirname(self.ft.link.direct.endpoints[self.rank].path))
+        total = 0
+        async for it in self.iterations(n):
+            await self.comm.send(it, dest=(self.rank + 1) % self.size)
+            total += await self.comm.recv(source=(self.rank - 1) % self.size)
+        return total
+
+
+class StandbyRing(StandbyReplacement, SocketRing):
+    pass
+
+
+def test_no_socket_file_is_left_after_a_run(ray_session, tmp_path):
+    """The ranks alive at the end remove the run's socket directory on their node, with
+    the socket of the rank killed there; where no actor of the run is left, a task does."""
+    note = str(tmp_path / "run_dir")
+    r = ft.run(StandbyRing, 3, args=(8, note), spares=1, transport="ray",
+               chaos=ft.Chaos(kill=[(1, 4)]), timeout_s=120)
+    assert r.results == [sum(range(8))] * 3 and r.metrics["recoveries"] == 1
+    run_dir = open(note).read()
+    assert run_dir and not os.path.exists(run_dir)
+    # the only rank dies: no actor of the run is left to clean up
+    with pytest.raises(ft.RankFailed):
+        ft.run(SocketRing, 1, args=(8, note), transport="ray", chaos=ft.Chaos(kill=[(0, 2)]),
+               timeout_s=120)
+    second = open(note).read()
+    assert second != run_dir and not os.path.exists(second)
