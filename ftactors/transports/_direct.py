@@ -29,7 +29,9 @@ A new incarnation in a new process gets a new endpoint; when a rewire changes a 
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
 as a Ray call to a dead actor would be (the channel layer treats that traffic as stale
 anyway). A connection that cannot be made (the peer's process is gone) drops its queue
-the same way; the coordinator, not this module, decides that a rank failed.
+the same way; the coordinator, not this module, decides that a rank failed. Such a
+connection, or one the peer's side closed, is a *hint* that the peer may be gone:
+``Peers`` hands it to ``on_lost(dst)`` (the rank tells the coordinator, which checks).
 
 Backpressure: a sender that writes faster than its peer reads (the peer's loop is busy
 computing, its process stopped) must not buffer without bound. Each connection has a
@@ -266,9 +268,10 @@ class Listener:
 class _Outbound(asyncio.Protocol):
     """The connection to one peer endpoint: frames queue until the handshake is done."""
 
-    def __init__(self, secret: RunSecret, counters: Counters):
+    def __init__(self, secret: RunSecret, counters: Counters, lost: Callable[[], None]):
         self.secret = secret
         self.counters = counters
+        self.lost = lost  # called once if the connection ends without our close()
         self.queue: list[bytes] | None = []
         self.queued = 0  # bytes in the queue
         self.transport = None
@@ -312,6 +315,9 @@ class _Outbound(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if self.closed:  # closed (a rewire, the end) while it was being opened
+            transport.abort()
+            return
         transport.set_write_buffer_limits(high=HIGH_WATER_BYTES)
 
     def data_received(self, data: bytes) -> None:
@@ -335,7 +341,13 @@ class _Outbound(asyncio.Protocol):
                 self.writable.set()
 
     def connection_lost(self, exc) -> None:
-        self.close()
+        self.gone()
+
+    def gone(self) -> None:
+        """The connection failed or the peer's side closed it: a hint, then closed."""
+        if not self.closed:
+            self.close()
+            self.lost()
 
     def close(self) -> None:
         """No more sends: what is queued is dropped (the peer is gone or replaced)."""
@@ -351,12 +363,17 @@ class _Outbound(asyncio.Protocol):
 
 
 class Peers:
-    """A rank's outbound connections, one per peer endpoint, opened on first use."""
+    """A rank's outbound connections, one per peer endpoint, opened on first use.
 
-    def __init__(self, secret: RunSecret, node: str, counters: Counters):
+    ``on_lost(dst)`` is called when the connection to ``dst`` could not be made or was
+    closed by the other side (not by ``wire`` or ``close``): maybe ``dst`` is gone."""
+
+    def __init__(self, secret: RunSecret, node: str, counters: Counters,
+                 on_lost: Callable[[int], None] = lambda dst: None):
         self.secret = secret
         self.node = node
         self.counters = counters
+        self.on_lost = on_lost
         self.endpoints: list[DirectEndpoint | None] = []
         self.conns: dict[int, _Outbound] = {}
 
@@ -375,7 +392,7 @@ class Peers:
             return False
         conn = self.conns.get(dst)
         if conn is None:
-            conn = self.conns[dst] = self._open(self.endpoints[dst])
+            conn = self.conns[dst] = self._open(dst, self.endpoints[dst])
         conn.write(HEADER.pack(len(body), kind) + body)
         return True
 
@@ -387,15 +404,15 @@ class Peers:
             return None
         return conn.drained()
 
-    def _open(self, endpoint: DirectEndpoint) -> _Outbound:
-        conn = _Outbound(self.secret, self.counters)
+    def _open(self, dst: int, endpoint: DirectEndpoint) -> _Outbound:
+        conn = _Outbound(self.secret, self.counters, lambda: self.on_lost(dst))
         loop = asyncio.get_running_loop()
         if endpoint.node == self.node:
             opening = loop.create_unix_connection(lambda: conn, endpoint.path)
         else:
             opening = loop.create_connection(lambda: conn, endpoint.host, endpoint.port)
         task = asyncio.ensure_future(opening)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or conn.close())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or conn.gone())
         return conn
 
     def close(self) -> None:

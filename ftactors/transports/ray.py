@@ -213,8 +213,14 @@ class RankActor:
         endpoint = await self.listener.start(
             node, ray.util.get_node_ip_address(), plane["run_dir"],
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
-        self.link.direct = Peers(plane["secret"], node, self.listener.counters)
+        self.link.direct = Peers(plane["secret"], node, self.listener.counters,
+                                 self._peer_lost)
         return os.getpid(), node, endpoint
+
+    def _peer_lost(self, dst: int) -> None:
+        """The direct connection to rank ``dst`` failed or was closed by its side: a
+        hint for the coordinator, which checks ``dst`` itself (``Coordinator.hinted``)."""
+        self.host.ep.report("peer_lost", peer=dst)
 
     def _take(self, envs: list[Envelope]) -> None:
         """Hand a batch to the rank, from either plane."""

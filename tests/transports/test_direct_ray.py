@@ -107,13 +107,17 @@ class StandbyRing(StandbyReplacement, SocketRing):
     pass
 
 
-def test_no_socket_file_is_left_after_a_run(ray_session, tmp_path):
-    """The ranks alive at the end remove the run's socket directory on their node, with
-    the socket of the rank killed there; where no actor of the run is left, a task does."""
+def test_a_killed_rank_is_hinted_and_no_socket_file_is_left(ray_session, tmp_path):
+    """A killed rank's peer, whose connection to it closed, hints the coordinator (which
+    fails the rank once, by its own verdict). The ranks alive at the end remove the run's
+    socket directory on their node, with the socket of the rank killed there; where no
+    actor of the run is left, a task does."""
     note = str(tmp_path / "run_dir")
     r = ft.run(StandbyRing, 3, args=(8, note), spares=1, transport="ray",
                chaos=ft.Chaos(kill=[(1, 4)]), timeout_s=120)
     assert r.results == [sum(range(8))] * 3 and r.metrics["recoveries"] == 1
+    assert r.metrics["failures"] == 1
+    assert any(e.rank == 0 and e.detail == {"peer": 1} for e in r.events_of("peer_lost"))
     run_dir = open(note).read()
     assert run_dir and not os.path.exists(run_dir)
     # the only rank dies: no actor of the run is left to clean up
