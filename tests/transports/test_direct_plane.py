@@ -235,6 +235,20 @@ class _SlowReader:
                 conn.transport.pause_reading()
         self.call(pause())
 
+    def drive(self, body) -> None:
+        """Run ``body(peers)`` on a loop of this thread, with ``peers`` wired to this
+        reader; stop the reader after it."""
+        async def sender():
+            peers = Peers(self.listener.secret, "node-a", Counters())
+            peers.wire([None, self.endpoint])
+            await body(peers)
+            peers.close()
+            await asyncio.sleep(0)  # the aborted transport closes its socket
+        try:
+            asyncio.run(sender())
+        finally:
+            self.stop()
+
     def stop(self):
         async def close():
             self.listener.close()
@@ -252,9 +266,9 @@ def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path
     ``comm.send`` does), and every frame arrives, in order, intact."""
     frames, blob = 400, bytes(range(256)) * 128  # 32 KiB per frame: 12.5 MiB in all
 
-    async def body(reader):
-        peers = Peers(reader.listener.secret, "node-a", Counters())
-        peers.wire([None, reader.endpoint])
+    reader = _SlowReader(tmp_path, RunSecret(), delay_s=0.002)
+
+    async def body(peers):
         waits, peak, size = 0, 0, 0
         for i in range(frames):
             kind, frame = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
@@ -274,23 +288,17 @@ def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path
         assert [e.app_seq for e in reader.got] == list(range(frames))
         assert all(unpack(e.payload) == (e.app_seq, blob) for e in reader.got)
         assert peers.counters.dropped_sends == 0
-        peers.close()
-        await asyncio.sleep(0)
 
-    reader = _SlowReader(tmp_path, RunSecret(), delay_s=0.002)
-    try:
-        asyncio.run(body(reader))
-    finally:
-        reader.stop()
+    reader.drive(body)
 
 
 def test_a_sender_waiting_on_a_peer_that_stopped_reading_goes_on_when_it_is_replaced(tmp_path):
     """A peer that stops reading (a hung process) holds its senders; when the coordinator
     replaces it (a rewire to a new endpoint), the waiting sender goes on and what it
     had queued for the old incarnation is dropped, as a call to a dead actor would be."""
-    async def body(reader):
-        peers = Peers(reader.listener.secret, "node-a", Counters())
-        peers.wire([None, reader.endpoint])
+    reader = _SlowReader(tmp_path, RunSecret(), delay_s=0)
+
+    async def body(peers):
         peers.send(1, *encode([_env(0)], True))
         await _until(lambda: len(reader.got) == 1)
         reader.pause()
@@ -304,11 +312,5 @@ def test_a_sender_waiting_on_a_peer_that_stopped_reading_goes_on_when_it_is_repl
         peers.wire([None, None])  # replaced (no direct endpoint known yet)
         await asyncio.wait_for(waiter, 5)
         assert peers.congested(1) is None and not peers.send(1, *encode([_env(2)], True))
-        peers.close()
-        await asyncio.sleep(0)
 
-    reader = _SlowReader(tmp_path, RunSecret(), delay_s=0)
-    try:
-        asyncio.run(body(reader))
-    finally:
-        reader.stop()
+    reader.drive(body)
