@@ -3,7 +3,7 @@
 A rank that saved its part holds it (``HeldParts``) until the coordinator has taken it.
 ReadyMessageFlush and DDVPiggyback wait for that, so a rank past their checkpoint never
 holds the only copy of its part (a failure just after it restarts from it);
-GroupCoordination goes on once its report is in (see its "Hand-off"). The coordinator
+GroupCoordination reports and goes on at once (see its "Hand-off"). The coordinator
 takes each reported part with ``Fabric.call_kept`` (``PartTaker``): on Ray
 the part becomes an object owned by the driver, without a copy through the driver, so it
 outlives the rank's process (not its node).
