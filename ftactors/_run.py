@@ -22,6 +22,9 @@ from .runtime._trace import write_trace
 TRANSPORTS = ("ray", "local", "sim")
 DATA_PLANES = ("direct", "ray")
 COLLECTIVES = ("auto", "tree", "doubling")
+RAY_OPTIONS = ("data_plane", "rank_num_cpus", "rank_nodes", "spare_nodes")
+"""Options that only the ``ray`` transport has a meaning for: given on another transport
+they are refused (taken and ignored, they would promise what the run does not do)."""
 
 CORE_OPTIONS = {
     "heartbeat_interval_s": "seconds between heartbeats to every rank (default 1 on Ray, "
@@ -36,7 +39,7 @@ CORE_OPTIONS = {
     "collectives": "allreduce/allgather schedule: 'auto' (default: recursive doubling on "
                    "power-of-two communicators of Ray's direct plane, binomial trees "
                    "elsewhere), 'tree' or 'doubling' (same bits either way)",
-    "rank_num_cpus": "CPUs Ray reserves per rank actor (default 0: ranks share the cores)",
+    "rank_num_cpus": "Ray: CPUs reserved per rank actor (default 0: ranks share the cores)",
     "rank_nodes": "Ray: the node id each rank starts on (a list, one per rank; a rank "
                   "whose node is gone starts anywhere)",
     "spare_nodes": "Ray: the node ids spares start on, used in turn (a spare whose node is "
@@ -79,6 +82,10 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    ray_only = [name for name in RAY_OPTIONS if name in options]
+    if ray_only and transport != "ray":
+        raise ConfigError(f"option(s) {', '.join(ray_only)} apply to the ray transport only; "
+                          f"transport {transport!r} has no Ray actors or data plane to set")
     homes = options.get("rank_nodes")
     if homes is not None and (not isinstance(homes, (list, tuple)) or len(homes) != ranks):
         raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "

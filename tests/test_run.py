@@ -26,13 +26,29 @@ class SyncMain(ft.Rank):
     (dict(ranks=2, spares=1), "no protocol .* promotes spares"),
     (dict(ranks=2, bogus_option=3), "unknown option.*bogus_option"),
     (dict(ranks=2, timeout_s=0), "timeout_s must be > 0"),
-    (dict(ranks=2, rank_nodes=["a"]), "rank_nodes must list one Ray node id per rank"),
-    (dict(ranks=2, spare_nodes=[]), "spare_nodes must list at least one Ray node id"),
-    (dict(ranks=2, spare_nodes="node-a"), "spare_nodes must list at least one Ray node id"),
+    (dict(ranks=2, transport="ray", rank_nodes=["a"]),
+     "rank_nodes must list one Ray node id per rank"),
+    (dict(ranks=2, transport="ray", spare_nodes=[]),
+     "spare_nodes must list at least one Ray node id"),
+    (dict(ranks=2, transport="ray", spare_nodes="node-a"),
+     "spare_nodes must list at least one Ray node id"),
+    (dict(ranks=2, transport="ray", data_plane="carrier-pigeon"), "data_plane must be one of"),
 ])
 def test_bad_run_arguments_fail_before_start(bad, match):
     with pytest.raises(ft.ConfigError, match=match):
         ft.run(b.Ring, args=(1,), **{"transport": "local", **bad})
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("option", [dict(data_plane="direct"), dict(data_plane="ray"),
+                                    dict(rank_num_cpus=1), dict(rank_nodes=["a", "b"]),
+                                    dict(spare_nodes=["a"])])
+def test_ray_only_options_are_refused_elsewhere(transport, option):
+    """Taken and ignored on local or sim, they would promise what the run does not do."""
+    name = next(iter(option))
+    with pytest.raises(ft.ConfigError, match=f"{name} apply to the ray transport only; "
+                                             f"transport '{transport}'"):
+        ft.run(b.Ring, ranks=2, args=(1,), transport=transport, **option)
 
 
 def test_bad_classes_fail_before_start():

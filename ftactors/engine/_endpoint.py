@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import cloudpickle
 
@@ -63,6 +63,11 @@ class Link:
 
     def send(self, dst: int, envs: list[Envelope]) -> None:
         raise NotImplementedError
+
+    def congested(self, dst: int) -> Awaitable | None:
+        """None when the link to ``dst`` takes more now; else an awaitable that completes
+        once it does (the sender writes faster than ``dst`` reads). Default: never."""
+        return None
 
     def put_large(self, view: memoryview) -> Any:
         """Store one large buffer for shipping; default: an immutable copy."""
@@ -233,6 +238,12 @@ class Endpoint:
         envs = self._outbox.pop(dst, None)
         if envs:
             self.link.send(dst, envs)
+
+    def congested(self, dst: int) -> Awaitable | None:
+        """None when the transport toward world rank ``dst`` takes more now; else what to
+        await before sending more (backpressure: a sender faster than its receiver must
+        not buffer without bound)."""
+        return self.link.congested(dst)
 
     def doubling_collectives(self) -> bool:
         """Whether allreduce/allgather use recursive doubling (option ``collectives``:

@@ -13,6 +13,7 @@ after a restore recreates the same ids.
 """
 from __future__ import annotations
 
+import asyncio
 import numbers
 from typing import Any
 
@@ -86,10 +87,15 @@ class Communicator:
 
     # ---------------------------------------------------------- point to point
     async def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        """Send ``obj`` (a copy is taken now; the call returns without waiting)."""
+        """Send ``obj`` (a copy is taken now; the call returns without waiting for the
+        receiver, unless the transport holds too much for ``dest`` already: then it waits
+        until that drains, so a fast sender cannot fill memory)."""
         world = self._peer(dest, "dest")
         ep = self._ep
         ep.send_app(self._ctx, world, self._send_tag(tag), ep.pack(obj, world))
+        waiting = ep.congested(world)
+        if waiting is not None:
+            await waiting
 
     async def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                    status: Status | None = None) -> Any:
@@ -98,11 +104,16 @@ class Communicator:
         return self._finish(env, status)
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        """Nonblocking send; the request is complete at once (sends are buffered)."""
+        """Nonblocking send; the request is complete at once (sends are buffered), or
+        once the transport toward ``dest`` has drained when it holds too much (as
+        ``send`` waits)."""
         world = self._peer(dest, "dest")
         ep = self._ep
         ep.send_app(self._ctx, world, self._send_tag(tag), ep.pack(obj, world))
-        return Request()
+        waiting = ep.congested(world)
+        if waiting is None:
+            return Request()
+        return Request(asyncio.ensure_future(waiting), _sent)
 
     def irecv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Nonblocking receive; ``await req.wait()`` gives the object."""
@@ -214,3 +225,8 @@ class Communicator:
     def _next_child(self) -> int:
         self._derived += 1
         return self._derived
+
+
+def _sent(_) -> tuple[None, None]:
+    """A send request's value and status once its transport has drained."""
+    return None, None

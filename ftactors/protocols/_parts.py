@@ -1,8 +1,10 @@
 """Checkpoint parts in the object store, owned by the coordinator (shared by the protocols).
 
-A rank that saved its part holds it (``HeldParts``) and waits until the coordinator has
-taken it: a rank past a checkpoint then never holds the only copy of its part. The
-coordinator takes each reported part with ``Fabric.call_kept`` (``PartTaker``): on Ray
+A rank that saved its part holds it (``HeldParts``) until the coordinator has taken it.
+ReadyMessageFlush and DDVPiggyback wait for that, so a rank past their checkpoint never
+holds the only copy of its part (a failure just after it restarts from it);
+GroupCoordination reports and goes on at once (see its "Hand-off"). The coordinator
+takes each reported part with ``Fabric.call_kept`` (``PartTaker``): on Ray
 the part becomes an object owned by the driver, without a copy through the driver, so it
 outlives the rank's process (not its node).
 """

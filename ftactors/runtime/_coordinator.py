@@ -12,7 +12,10 @@ heartbeats (a hung process). The coordinator is the single arbiter: it handles f
 one *recovery round* at a time, each round with every failure known when it starts, so
 every survivor sees the same failures in the same order. A failure noticed during a
 round (a call to a rank fails, or another rank's process dies) ends that round and starts
-a new one with all failures so far (NR-MPI's self-loops 2, 9 and 12).
+a new one with all failures so far (NR-MPI's self-loops 2, 9 and 12). A rank may report
+that a peer looks gone (``peer_lost``: its direct connection to the peer closed); that
+is only a hint: the coordinator pings the peer at once and only the ping's outcome (or
+the heartbeats' bound) fails it.
 
 What a round does is the business of the stack's recovery policy: the one protocol mixin
 with a ``recovery_policy`` class, or with several (a multi-level stack) all of them,
@@ -116,6 +119,8 @@ class Coordinator:
         self._fresh: set[int] = set()  # replaced, not started yet
         self._respawning: set[int] = set()  # between a new incarnation number and its host
         self._wake = asyncio.Event()
+        self._watching = False  # supervising: hints are checked
+        self._pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.policy = recovery_policy(self, rank_cls)
@@ -187,6 +192,7 @@ class Coordinator:
         if service is not None:
             work.append(service())
         self._helpers.update(asyncio.ensure_future(w) for w in work)
+        self._watching = True
         try:
             while len(self._done) < self.n or self._failed:
                 if self._failed:
@@ -203,6 +209,7 @@ class Coordinator:
                         await self._collect()
                         raise error
         finally:
+            self._watching = False
             for task in sorted(self._runs, key=self._runs.get):
                 task.cancel()
             for task in self._helpers:
@@ -399,13 +406,31 @@ class Coordinator:
             take(event)
         self.reports.append(event)
         self.events.events.append(event)
+        if event.kind == "peer_lost":
+            self.hinted(event.detail["peer"])
+
+    def hinted(self, rank: int) -> None:
+        """A rank's direct connection to ``rank`` closed unexpectedly: ``rank``'s process
+        may be gone. Only a hint (the connection may have failed on its own): ``rank`` is
+        pinged now, unless a ping is already under way, and the ping's outcome
+        (``hint_checked``) or the heartbeats' bound decides, as for any ping."""
+        if self._watching and rank not in self._failed and rank not in self._respawning:
+            self._beat(rank, self.fabric.clock(), hint=True)
+
+    def _beat(self, rank: int, now: float, hint: bool = False) -> None:
+        """Ping ``rank`` unless a ping to it is outstanding."""
+        if self.liveness.ping(rank, now):
+            self._pinged[rank] = self.incarnations[rank]
+            task = asyncio.ensure_future(self._ping(rank, self._pinged[rank], hint))
+            self._helpers.add(task)
+            task.add_done_callback(self._helpers.discard)
 
     async def _heartbeats(self) -> None:
         """Every beat, ping each rank that has no ping outstanding; a rank whose ping has
         waited longer than the adaptive bound (``_liveness``) is hung: kill it. One whose
         process is gone is failed, unless it is being replaced or was since the ping."""
         live = self.liveness
-        pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
+        pinged = self._pinged
         busy: set[int] = set()  # silent past the bound, but its process is busy
         while True:
             await self.fabric.sleep(self.heartbeat_interval_s)
@@ -416,11 +441,7 @@ class Coordinator:
                     live.forget(rank)  # its ping went to a life that is over
                     pinged.pop(rank, None)
                     continue
-                if live.ping(rank, now):
-                    pinged[rank] = self.incarnations[rank]
-                    task = asyncio.ensure_future(self._ping(rank, pinged[rank]))
-                    self._helpers.add(task)
-                    task.add_done_callback(self._helpers.discard)
+                self._beat(rank, now)
             bound = live.bound()
             silent = live.hung(now)
             busy &= {rank for rank, _ in silent}  # those that answered are busy no more
@@ -442,17 +463,23 @@ class Coordinator:
                 await self.fabric.kill(self.handles[rank], "ray.kill")
                 self.fail(rank, f"no heartbeat for {waited:.1f} s (bound {bound:.1f} s)")
 
-    async def _ping(self, rank: int, incarnation: int) -> None:
-        """One heartbeat of ``rank``'s life ``incarnation``, recorded when it answers."""
+    async def _ping(self, rank: int, incarnation: int, hint: bool = False) -> None:
+        """One heartbeat of ``rank``'s life ``incarnation``, recorded when it answers
+        (``hint``: sent because a peer's connection to it closed; the outcome is an
+        event)."""
         try:
             await self.fabric.ping(self.handles[rank])
         except RankDied as died:
+            if hint:
+                self.events.record("hint_checked", rank=rank, alive=False)
             if (self.incarnations[rank] == incarnation and rank not in self._failed
                     and rank not in self._respawning):
                 self.fail(rank, died.reason or "its process died")
             if self.incarnations[rank] == incarnation:
                 self.liveness.forget(rank)
             return
+        if hint:
+            self.events.record("hint_checked", rank=rank, alive=True)
         if self.incarnations[rank] == incarnation:
             self.liveness.answered(rank, self.fabric.clock())
 

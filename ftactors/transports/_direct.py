@@ -29,7 +29,17 @@ A new incarnation in a new process gets a new endpoint; when a rewire changes a 
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
 as a Ray call to a dead actor would be (the channel layer treats that traffic as stale
 anyway). A connection that cannot be made (the peer's process is gone) drops its queue
-the same way; the coordinator, not this module, decides that a rank failed.
+the same way; the coordinator, not this module, decides that a rank failed. Such a
+connection, or one the peer's side closed, is a *hint* that the peer may be gone:
+``Peers`` hands it to ``on_lost(dst)`` (the rank tells the coordinator, which checks).
+
+Backpressure: a sender that writes faster than its peer reads (the peer's loop is busy
+computing, its process stopped) must not buffer without bound. Each connection has a
+high-water mark (``HIGH_WATER_BYTES`` of frames the kernel has not taken yet, or queued
+before the handshake); above it the connection is *congested* until the transport has
+drained to a quarter of the mark, and ``Peers.congested`` gives the sender something to
+await meanwhile (``comm.send`` awaits it). Nothing is dropped or reordered by waiting: a
+frame is queued or written whole, in order, either way.
 """
 from __future__ import annotations
 
@@ -57,6 +67,8 @@ OBJECTS = 1
 
 MAX_FRAME_BYTES = 256 << 20
 """Longest frame a listener accepts; a sender routes a longer batch another way."""
+HIGH_WATER_BYTES = 1 << 20
+"""Bytes a connection may hold unsent before its sender waits (a quarter: it goes on)."""
 NONCE_BYTES = 32
 MAC_BYTES = 32
 AUTH_TIMEOUT_S = 5.0
@@ -96,7 +108,7 @@ class Counters:
     """What a rank's listener accepted and refused (see the module docstring)."""
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
-              "truncated", "bad_frame", "dropped_sends")
+              "truncated", "bad_frame", "dropped_sends", "throttled")
 
     def __init__(self):
         for name in self.FIELDS:
@@ -256,27 +268,57 @@ class Listener:
 class _Outbound(asyncio.Protocol):
     """The connection to one peer endpoint: frames queue until the handshake is done."""
 
-    def __init__(self, secret: RunSecret, counters: Counters):
+    def __init__(self, secret: RunSecret, counters: Counters, lost: Callable[[], None]):
         self.secret = secret
         self.counters = counters
+        self.lost = lost  # called once if the connection ends without our close()
         self.queue: list[bytes] | None = []
+        self.queued = 0  # bytes in the queue
         self.transport = None
         self.buf = b""
         self.nonce = secrets.token_bytes(NONCE_BYTES)
         self.theirs: bytes | None = None  # the listener's nonce
         self.ready = False
         self.closed = False
+        self.paused = False  # the transport holds more than the high-water mark
+        self.writable = asyncio.Event()
+        self.writable.set()
 
     def write(self, frame: bytes) -> None:
         if self.ready:
-            self.transport.write(frame)
+            self.transport.write(frame)  # may pause_writing
         elif self.closed:
             self.counters.dropped_sends += 1
         else:
             self.queue.append(frame)
+            self.queued += len(frame)
+            if self.queued > HIGH_WATER_BYTES:
+                self.writable.clear()
+
+    def congested(self) -> bool:
+        """Whether the sender should wait before it writes more (see ``drained``)."""
+        return not self.closed and (self.paused or self.queued > HIGH_WATER_BYTES)
+
+    async def drained(self) -> None:
+        """Return once the connection takes frames again (or is closed: they drop)."""
+        self.counters.throttled += 1
+        while self.congested():
+            await self.writable.wait()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.writable.set()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if self.closed:  # closed (a rewire, the end) while it was being opened
+            transport.abort()
+            return
+        transport.set_write_buffer_limits(high=HIGH_WATER_BYTES)
 
     def data_received(self, data: bytes) -> None:
         if self.ready:
@@ -292,31 +334,46 @@ class _Outbound(asyncio.Protocol):
                 self.close()
                 return
             self.ready = True
-            queue, self.queue = self.queue, None
+            queue, self.queue, self.queued = self.queue, None, 0
             if queue:
-                self.transport.writelines(queue)
+                self.transport.writelines(queue)  # may pause_writing
+            if not self.paused:
+                self.writable.set()
 
     def connection_lost(self, exc) -> None:
-        self.close()
+        self.gone()
+
+    def gone(self) -> None:
+        """The connection failed or the peer's side closed it: a hint, then closed."""
+        if not self.closed:
+            self.close()
+            self.lost()
 
     def close(self) -> None:
         """No more sends: what is queued is dropped (the peer is gone or replaced)."""
         if self.queue:
             self.counters.dropped_sends += len(self.queue)
         self.queue = None
+        self.queued = 0
         self.ready = False
         self.closed = True
+        self.writable.set()  # a waiting sender goes on; its frames drop
         if self.transport is not None:
             self.transport.abort()
 
 
 class Peers:
-    """A rank's outbound connections, one per peer endpoint, opened on first use."""
+    """A rank's outbound connections, one per peer endpoint, opened on first use.
 
-    def __init__(self, secret: RunSecret, node: str, counters: Counters):
+    ``on_lost(dst)`` is called when the connection to ``dst`` could not be made or was
+    closed by the other side (not by ``wire`` or ``close``): maybe ``dst`` is gone."""
+
+    def __init__(self, secret: RunSecret, node: str, counters: Counters,
+                 on_lost: Callable[[int], None] = lambda dst: None):
         self.secret = secret
         self.node = node
         self.counters = counters
+        self.on_lost = on_lost
         self.endpoints: list[DirectEndpoint | None] = []
         self.conns: dict[int, _Outbound] = {}
 
@@ -335,19 +392,27 @@ class Peers:
             return False
         conn = self.conns.get(dst)
         if conn is None:
-            conn = self.conns[dst] = self._open(self.endpoints[dst])
+            conn = self.conns[dst] = self._open(dst, self.endpoints[dst])
         conn.write(HEADER.pack(len(body), kind) + body)
         return True
 
-    def _open(self, endpoint: DirectEndpoint) -> _Outbound:
-        conn = _Outbound(self.secret, self.counters)
+    def congested(self, dst: int):
+        """None when the connection to ``dst`` takes more frames now; else an awaitable
+        that completes once it does (the sender writes faster than ``dst`` reads)."""
+        conn = self.conns.get(dst)
+        if conn is None or not conn.congested():
+            return None
+        return conn.drained()
+
+    def _open(self, dst: int, endpoint: DirectEndpoint) -> _Outbound:
+        conn = _Outbound(self.secret, self.counters, lambda: self.on_lost(dst))
         loop = asyncio.get_running_loop()
         if endpoint.node == self.node:
             opening = loop.create_unix_connection(lambda: conn, endpoint.path)
         else:
             opening = loop.create_connection(lambda: conn, endpoint.host, endpoint.port)
         task = asyncio.ensure_future(opening)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or conn.close())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or conn.gone())
         return conn
 
     def close(self) -> None:

@@ -91,6 +91,9 @@ class RayLink(Link):
         batch = pickle.dumps(to_rows(envs), protocol=5) if _plain(envs) else envs
         self.peers[dst].deliver.remote(batch)
 
+    def congested(self, dst: int):
+        return None if self.direct is None else self.direct.congested(dst)
+
     def put_large(self, view: memoryview):
         return ray.put(np.frombuffer(view, dtype=np.uint8))
 
@@ -210,8 +213,14 @@ class RankActor:
         endpoint = await self.listener.start(
             node, ray.util.get_node_ip_address(), plane["run_dir"],
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
-        self.link.direct = Peers(plane["secret"], node, self.listener.counters)
+        self.link.direct = Peers(plane["secret"], node, self.listener.counters,
+                                 self._peer_lost)
         return os.getpid(), node, endpoint
+
+    def _peer_lost(self, dst: int) -> None:
+        """The direct connection to rank ``dst`` failed or was closed by its side: a
+        hint for the coordinator, which checks ``dst`` itself (``Coordinator.hinted``)."""
+        self.host.ep.report("peer_lost", peer=dst)
 
     def _take(self, envs: list[Envelope]) -> None:
         """Hand a batch to the rank, from either plane."""
@@ -228,6 +237,17 @@ class RankActor:
 
     async def run(self, args: tuple, kwargs: dict, restore=None) -> dict:
         return await self.host.run(args, kwargs, restore)
+
+    async def close(self, run_dir: str) -> str:
+        """The run is over: close this actor's direct channels and remove the run's
+        socket directory on its node (its own socket and those of ranks that died
+        here); returns the node's id."""
+        if self.link is not None and self.link.direct is not None:
+            self.link.direct.close()
+        if self.listener is not None:
+            self.listener.close()
+        _remove_dir(run_dir)
+        return ray.get_runtime_context().get_node_id()
 
     async def call(self, name: str, args: tuple):
         return await self.host.call(name, *args)
@@ -503,11 +523,39 @@ class RayFabric:
     async def shutdown(self) -> None:
         if getattr(self, "_drain", None) is not None:
             self._drain.cancel()
+        if self._plane is not None:
+            await self._remove_sockets(self._plane["run_dir"])
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors.clear()
-        if self._plane is not None:  # the sockets of ranks on this node
-            shutil.rmtree(self._plane["run_dir"], ignore_errors=True)
+
+    async def _remove_sockets(self, run_dir: str) -> None:
+        """Leave no socket file of the run on any node: every live actor (rank or spare)
+        removes the run's socket directory on its node, and on a live node where a rank
+        listened but no actor of the run is left, a task does."""
+        async def close(actor):
+            return await asyncio.wait_for(actor.close.remote(run_dir), CLOSE_TIMEOUT_S)
+        answers = await asyncio.gather(*(close(a) for a in self.actors if a is not self.inbox),
+                                       return_exceptions=True)
+        done = {node for node in answers if isinstance(node, str)}
+        used = {ep.node for ep in self.endpoints.values() if ep is not None}
+        await self._remove_dir_on(sorted((used - done) & set(self.nodes())), run_dir)
+
+    async def _remove_dir_on(self, nodes: list[str], path: str) -> None:
+        """Remove directory ``path`` on each of the Ray nodes ``nodes`` (a task there)."""
+        remove = ray.remote(num_cpus=0, max_retries=0)(_remove_dir)
+        tasks = [remove.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node, soft=False)).remote(path) for node in nodes]
+        await asyncio.gather(*(asyncio.wait_for(t, CLOSE_TIMEOUT_S) for t in tasks),
+                             return_exceptions=True)
+
+
+CLOSE_TIMEOUT_S = 5.0
+"""How long the end of a run waits for an actor or task to remove socket files."""
+
+
+def _remove_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _death_reason(exc: Exception) -> str:

@@ -1,6 +1,7 @@
 """Heartbeats: a busy or stalled rank is not called hung while its silence stays under the
-adaptive bound (``ftactors/runtime/_liveness.py``); a rank silent past it is. Deterministic: the
-bound is a function of the pings' times, and the sim runs stall a rank in virtual time."""
+adaptive bound (``ftactors/runtime/_liveness.py``); a rank silent past it is; a peer's hint
+that a rank is gone only makes the coordinator check it. Deterministic: the bound is a
+function of the pings' times, and the sim runs stall a rank in virtual time."""
 import asyncio
 
 import pytest
@@ -89,3 +90,45 @@ def test_a_stopped_rank_is_hung_at_the_bound():
 def test_a_stall_is_timed_only():
     with pytest.raises(ValueError, match="kill_at"):
         ft.Chaos(kill=[(1, 3)], method="stall")
+
+
+class Hinting(Ticker):
+    """Rank 0 tells the coordinator, ``hint_at_s`` into the run, that its connection to
+    rank 1 closed (what the Ray link reports when a direct connection ends unexpectedly)."""
+
+    async def main(self, iterations=100, hint_at_s=0.55):
+        if self.rank == 0:
+            asyncio.ensure_future(self._hint(hint_at_s))
+        return await super().main(iterations)
+
+    async def _hint(self, at_s):
+        await asyncio.sleep(at_s)
+        self.ft.report("peer_lost", peer=1)
+
+
+def test_a_false_hint_is_checked_and_fails_nothing():
+    """The coordinator pings the rank a hint names at once; it answers, so nothing fails."""
+    r = ft.run(Hinting, 3, transport="sim", kwargs={"iterations": 20})
+    (hint,) = r.events_of("peer_lost")
+    assert hint.rank == 0 and hint.detail == {"peer": 1}
+    (check,) = r.events_of("hint_checked")
+    assert check.rank == 1 and check.detail == {"alive": True} and check.time >= hint.time
+    assert r.metrics["failures"] == 0
+    assert r.results == ft.run(Ticker, 3, transport="sim", kwargs={"iterations": 20}).results
+
+
+def test_a_hint_starts_the_hang_clock_of_a_stopped_rank_but_the_bound_decides():
+    """Rank 1 is stopped at 2.05 s, just after answering the 2.0 s heartbeat, and rank 0
+    hints at 2.1 s: the hint's ping, not the 3.0 s heartbeat's, is the one the bound
+    (3 s) is counted from, and the rank is called hung only once that ping has waited
+    past the bound."""
+    def detected(cls, **kw):
+        with pytest.raises(ft.RankFailed) as failed:
+            ft.run(cls, 3, transport="sim", kwargs={"iterations": 300, **kw},
+                   chaos=ft.Chaos(kill_at=[(1, 2.05)], method="sigstop"), **BEATS)
+        (found,) = [e for e in failed.value.events if e.kind == "hang_detected"]
+        return found
+
+    plain, hinted = detected(Ticker), detected(Hinting, hint_at_s=2.1)
+    assert hinted.detail["waited_s"] > BEATS["heartbeat_timeout_s"]
+    assert (plain.time, hinted.time) == (7.0, 6.0)

@@ -1,17 +1,21 @@
 """The direct data plane's sockets (``transports/_direct``) without Ray: the handshake,
-framing, and what a listener does with peers that cannot prove they belong to the run."""
+framing, backpressure, and what a listener does with peers that cannot prove they belong
+to the run."""
 import asyncio
 import os
 import pickle
 import socket
 import stat
+import threading
+import time
 
 import pytest
 
 from ftactors.engine._envelope import APP, Envelope
-from ftactors.engine._payload import pack
-from ftactors.transports._direct import (HEADER, MAC_BYTES, NONCE_BYTES, ROWS, Listener,
-                                          Peers, RunSecret, encode, secure_run_dir)
+from ftactors.engine._payload import pack, unpack
+from ftactors.transports._direct import (HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES, ROWS,
+                                          Counters, Listener, Peers, RunSecret, encode,
+                                          secure_run_dir)
 
 
 def _env(i: int, piggyback=None) -> Envelope:
@@ -201,3 +205,112 @@ def test_rewire_to_a_new_endpoint_closes_the_old_connection(tmp_path):
         peers.close()
         old.close()
     asyncio.run(body())
+
+
+class _SlowReader:
+    """A listener on its own event loop in another thread (another process's rank)
+    that reads slowly: every frame it takes costs it ``delay_s`` of blocked loop."""
+
+    def __init__(self, tmp_path, secret, delay_s):
+        self.got = []
+        self.delay_s = delay_s
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.listener = Listener(secret, self._take)
+        host = socket.gethostbyname("localhost")
+        self.endpoint = self.call(self.listener.start("node-a", host, str(tmp_path / "run"), "r1"))
+
+    def _take(self, envs):
+        time.sleep(self.delay_s)
+        self.got.extend(envs)
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+
+    def pause(self):
+        """Stop reading altogether (a stopped process)."""
+        async def pause():
+            for conn in self.listener.inbound:
+                conn.transport.pause_reading()
+        self.call(pause())
+
+    def drive(self, body) -> None:
+        """Run ``body(peers)`` on a loop of this thread, with ``peers`` wired to this
+        reader; stop the reader after it."""
+        async def sender():
+            peers = Peers(self.listener.secret, "node-a", Counters())
+            peers.wire([None, self.endpoint])
+            await body(peers)
+            peers.close()
+            await asyncio.sleep(0)  # the aborted transport closes its socket
+        try:
+            asyncio.run(sender())
+        finally:
+            self.stop()
+
+    def stop(self):
+        async def close():
+            self.listener.close()
+            for _ in range(3):  # the aborted transports close their sockets
+                await asyncio.sleep(0)
+        self.call(close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path):
+    """Backpressure: a flood to a peer that reads slower than it is written holds at most
+    the high-water mark plus one frame unsent (the sender awaits ``congested``, as
+    ``comm.send`` does), and every frame arrives, in order, intact."""
+    frames, blob = 400, bytes(range(256)) * 128  # 32 KiB per frame: 12.5 MiB in all
+
+    reader = _SlowReader(tmp_path, RunSecret(), delay_s=0.002)
+
+    async def body(peers):
+        waits, peak, size = 0, 0, 0
+        for i in range(frames):
+            kind, frame = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
+            size = max(size, HEADER.size + len(frame))
+            assert peers.send(1, kind, frame)
+            conn = peers.conns[1]
+            held = conn.transport.get_write_buffer_size() if conn.ready else conn.queued
+            peak = max(peak, held)
+            waiting = peers.congested(1)
+            if waiting is not None:
+                waits += 1
+                await waiting
+                assert not conn.congested()
+        assert waits > 0 and peers.counters.throttled == waits  # the reader was slower
+        assert peak <= HIGH_WATER_BYTES + size
+        await _until(lambda: len(reader.got) == frames, timeout_s=60)
+        assert [e.app_seq for e in reader.got] == list(range(frames))
+        assert all(unpack(e.payload) == (e.app_seq, blob) for e in reader.got)
+        assert peers.counters.dropped_sends == 0
+
+    reader.drive(body)
+
+
+def test_a_sender_waiting_on_a_peer_that_stopped_reading_goes_on_when_it_is_replaced(tmp_path):
+    """A peer that stops reading (a hung process) holds its senders; when the coordinator
+    replaces it (a rewire to a new endpoint), the waiting sender goes on and what it
+    had queued for the old incarnation is dropped, as a call to a dead actor would be."""
+    reader = _SlowReader(tmp_path, RunSecret(), delay_s=0)
+
+    async def body(peers):
+        peers.send(1, *encode([_env(0)], True))
+        await _until(lambda: len(reader.got) == 1)
+        reader.pause()
+        blob = bytes(64 << 10)
+        while not peers.conns[1].congested():
+            peers.send(1, *encode([Envelope(APP, 0, 1, "w", 0, 1, pack(blob), seq=1)], True))
+            await asyncio.sleep(0)  # the loop writes to the socket until the kernel is full
+        waiter = asyncio.ensure_future(peers.congested(1))
+        await asyncio.sleep(0.2)
+        assert not waiter.done()  # held while the peer does not read
+        peers.wire([None, None])  # replaced (no direct endpoint known yet)
+        await asyncio.wait_for(waiter, 5)
+        assert peers.congested(1) is None and not peers.send(1, *encode([_env(2)], True))
+
+    reader.drive(body)

@@ -1,12 +1,15 @@
 """The direct data plane on Ray: it carries the run's traffic, an intruder mid-run is
-dropped and counted while the run loses nothing, and ``data_plane="ray"`` still works."""
+dropped and counted while the run loses nothing, and ``data_plane="ray"`` still works
+(a bad ``data_plane`` is refused in ``tests/test_run.py``)."""
 import asyncio
 import os
 import struct
+import time
 
 import pytest
 
 import ftactors as ft
+from ftactors.protocols import StandbyReplacement
 from ftactors.transports._direct import ROWS
 
 
@@ -62,6 +65,64 @@ def test_ray_data_plane_still_works(ray_session):
     assert "direct" not in r.metrics
 
 
-def test_unknown_data_plane_is_refused():
-    with pytest.raises(ft.ConfigError, match="data_plane"):
-        ft.run(Exchange, 2, args=(1, False), transport="local", data_plane="carrier-pigeon")
+class Flood(ft.Rank):
+    """Rank 0 sends far more than a socket holds while rank 1's loop is busy (a long
+    computation), then rank 1 takes it all."""
+
+    async def main(self, messages: int, kib: int):
+        blob = bytes(kib << 10)
+        if self.rank == 0:
+            for i in range(messages):
+                await self.comm.send((i, blob), dest=1)
+            return messages
+        time.sleep(1.0)  # computing: nothing is read meanwhile
+        for i in range(messages):
+            j, got = await self.comm.recv(source=0)
+            assert j == i and got == blob
+        return messages
+
+
+def test_comm_send_waits_for_a_busy_receiver(ray_session):
+    """``comm.send`` waits while the socket to its peer holds more than the high-water
+    mark (32 MiB sent into a peer that reads nothing for a second), and nothing is lost."""
+    r = ft.run(Flood, 2, args=(2000, 16), transport="ray", timeout_s=120)
+    assert r.results == [2000, 2000]
+    assert r.metrics["direct"]["throttled"] > 0 and r.metrics["direct"]["dropped_sends"] == 0
+
+
+class SocketRing(ft.Rank):
+    """A ring exchange that notes where the run's sockets are (in ``note``, a file)."""
+
+    async def main(self, n: int, note: str):
+        with open(note, "w") as f:
+            f.write(os.path.dirname(self.ft.link.direct.endpoints[self.rank].path))
+        total = 0
+        async for it in self.iterations(n):
+            await self.comm.send(it, dest=(self.rank + 1) % self.size)
+            total += await self.comm.recv(source=(self.rank - 1) % self.size)
+        return total
+
+
+class StandbyRing(StandbyReplacement, SocketRing):
+    pass
+
+
+def test_a_killed_rank_is_hinted_and_no_socket_file_is_left(ray_session, tmp_path):
+    """A killed rank's peer, whose connection to it closed, hints the coordinator (which
+    fails the rank once, by its own verdict). The ranks alive at the end remove the run's
+    socket directory on their node, with the socket of the rank killed there; where no
+    actor of the run is left, a task does."""
+    note = str(tmp_path / "run_dir")
+    r = ft.run(StandbyRing, 3, args=(8, note), spares=1, transport="ray",
+               chaos=ft.Chaos(kill=[(1, 4)]), timeout_s=120)
+    assert r.results == [sum(range(8))] * 3 and r.metrics["recoveries"] == 1
+    assert r.metrics["failures"] == 1
+    assert any(e.rank == 0 and e.detail == {"peer": 1} for e in r.events_of("peer_lost"))
+    run_dir = open(note).read()
+    assert run_dir and not os.path.exists(run_dir)
+    # the only rank dies: no actor of the run is left to clean up
+    with pytest.raises(ft.RankFailed):
+        ft.run(SocketRing, 1, args=(8, note), transport="ray", chaos=ft.Chaos(kill=[(0, 2)]),
+               timeout_s=120)
+    second = open(note).read()
+    assert second != run_dir and not os.path.exists(second)
