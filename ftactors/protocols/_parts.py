@@ -42,7 +42,7 @@ class PartTaker:
     def __init__(self, coordinator, rpc: str):
         self.c = coordinator
         self.rpc = rpc
-        self.tasks: dict[asyncio.Task, int] = {}  # task -> rank
+        self.tasks: dict[asyncio.Task, int | None] = {}  # task -> rank it fetches from
 
     def take(self, rank: int, key: Any, then: Callable[[Any], Awaitable[None]], *,
              fetch: bool = True) -> None:
@@ -60,15 +60,24 @@ class PartTaker:
                     return
             await then(handle)
         task = asyncio.ensure_future(one())
-        self.tasks[task] = rank
+        self.tasks[task] = rank if fetch else None
         task.add_done_callback(lambda t: self.tasks.pop(t, None))
 
     def cancel(self, ranks=None) -> None:
         """Forget the parts being taken from ``ranks`` (default: all): they belong to an
-        execution that is rolled back."""
+        execution that is rolled back. A part kept elsewhere (``fetch=False``) is already
+        safe, so its set may still complete."""
         for task, rank in list(self.tasks.items()):
-            if ranks is None or rank in ranks:
+            if rank is not None and (ranks is None or rank in ranks):
                 task.cancel()
+
+    async def settle(self) -> None:
+        """Wait for the parts kept elsewhere that are being counted (no rank is asked, so
+        this cannot hang on a dead or stopped one): a set whose every part was reported
+        is complete once this returns."""
+        local = [task for task, rank in self.tasks.items() if rank is None]
+        if local:
+            await asyncio.gather(*local, return_exceptions=True)
 
     async def finish(self) -> None:
         """Wait for every part being taken (the run is over)."""

@@ -371,7 +371,6 @@ class ReadyMessageFlush(Protocol):
         st = self._ready
         st.flush.reset()
         st.undecided.clear()
-        st.parts = HeldParts()  # parts of the abandoned execution (a rank restored in place)
         st.stop = st.resume = None
         await super().on_restored()
         self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
@@ -614,6 +613,7 @@ class ReadyFlushCoordinator:
         c = self.c
         self.running.clear()
         self._abandon_execution()
+        await self.parts.settle()  # every set whose parts all reach stable storage counts
         await c.collect_events()
         restore = await self._restore_handles()
         c.events.record("rollback", position=None if restore is None else restore[0],
@@ -630,23 +630,27 @@ class ReadyFlushCoordinator:
         self.running.set()
         c.refill_spares()
 
-    async def abandon(self) -> None:
+    async def abandon(self, failed: set[int]) -> None:
         """A recovery round of a multi-level stack begins (``runtime/_escalation``):
-        whichever level recovers, the requests, moves and parts under way belong to the
-        execution being abandoned. Complete sets stay: each is a consistent cut of a
-        failure-free execution. No request is placed until the round is over."""
+        whichever level recovers, the requests and moves under way belong to the
+        execution being abandoned, and so do the parts of the failed ranks. The parts
+        the survivors reported are still taken: a set they complete is a consistent cut
+        of a failure-free execution (a cheaper level may restore the survivors in place,
+        still holding them). No request is placed until the round is over."""
         self.running.clear()
-        self._abandon_execution()
+        self._abandon_execution(failed)
 
     async def recovered(self) -> None:
         """The round of a multi-level stack is over: requests may be placed again."""
         self.running.set()
 
-    def _abandon_execution(self) -> None:
+    def _abandon_execution(self, failed: set[int] | None = None) -> None:
+        """Drop the requests and moves under way, and the parts still being taken from
+        ``failed`` (default: every rank)."""
         self.stopped.set()  # the auto timer counts its interval again
         for task in list(self.busy):
             task.cancel()  # requests and moves of the lost execution
-        self.parts.cancel()
+        self.parts.cancel(failed)
         for ck in self.sets.values():
             if not ck.done.done():
                 ck.done.set_result(None)  # a waiting run.checkpoint() asks again

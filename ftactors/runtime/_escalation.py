@@ -48,7 +48,7 @@ class Escalation:
     async def recover(self, failed: set[int]) -> None:
         c, lacks = self.c, []
         for _, policy in self.levels:
-            await _maybe(policy, "abandon")
+            await _maybe(policy, "abandon", failed)
         for name, policy in self.levels:
             try:
                 await policy.recover(failed)
@@ -96,7 +96,7 @@ class Escalation:
         raise AttributeError(name)
 
 
-async def _maybe(policy, name: str) -> None:
+async def _maybe(policy, name: str, *args) -> None:
     method = getattr(policy, name, None)
     if method is not None:
-        await method()
+        await method(*args)

@@ -72,7 +72,7 @@ class GatedHPL(Gated, RSBackup, HPL):
 
 
 class GatedStandbyCG(Gated, RSBackup, StandbyReplacement, CG):
-    """RSBackup stacked on StandbyReplacement: NR-MPI's backups, encoded."""
+    """RSBackup stacked on StandbyReplacement: partner copies, then encoded blocks."""
 
     backup_interval = 3
 
@@ -105,7 +105,7 @@ def outcome(r, app: str, reference) -> dict:
 
 
 async def scenario(name, app, address, homes, head, *, remove=(), chaos=None, store=None,
-                   cluster=None, reference=None) -> dict:
+                   cluster=None, reference=None, spare_nodes=None) -> dict:
     cls, kwargs = {"cg": (GatedCG, {"problem_class": "S"}), "hpl": (GatedHPL, HPL_KW),
                    "cg+standby": (GatedStandbyCG, {"problem_class": "S"})}[app]
     gate = None
@@ -115,7 +115,8 @@ async def scenario(name, app, address, homes, head, *, remove=(), chaos=None, st
             name=f"gate-{name}", num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
         await gate.count.remote()
-    opts = dict(OPTIONS, **({"rs_stable_store": store} if store else {}))
+    opts = dict(OPTIONS, **({"rs_stable_store": store} if store else {}),
+                **({"spare_nodes": spare_nodes} if spare_nodes else {}))
     t0 = time.perf_counter()
     run = await ft.launch(cls, ranks=8, transport="ray", address=address, spares=2,
                           kwargs=kwargs, chaos=chaos, rank_nodes=homes, timeout_s=300, **opts)
@@ -167,8 +168,9 @@ async def main(path: str, store: str) -> None:
         await go("beyond", "cg", store=store, chaos=ft.Chaos(
             kill=[(0, GATE), ft.Kill(2, recovery_round=0), ft.Kill(4, recovery_round=0)]))
         # one whole node (w1: ranks 2, 3), then a fresh node takes its place; RSBackup
-        # stacked on StandbyReplacement here
-        await go("node", "cg+standby", remove=[workers[1]])
+        # stacked on StandbyReplacement here: the partner copies (ranks 6, 7 on w3) bring
+        # it back, on spares kept on the head node (one on w1 would go with it)
+        await go("node", "cg+standby", remove=[workers[1]], spare_nodes=[head])
         workers[1] = cluster.add_node(num_cpus=1, object_store_memory=128 << 20)
         cluster.wait_for_nodes()
         # two nodes of different sectors (w0: ranks 0, 1; w2: ranks 4, 5)
