@@ -1,8 +1,8 @@
-"""RSBackup on a local multi-node Ray cluster: whole nodes, a whole group and a loss beyond
-the code's reach, with CG and HPL compared bit for bit with failure-free runs.
+"""RSBackup on a local multi-node Ray cluster: whole nodes removed for real, with CG and
+HPL compared bit for bit with failure-free runs.
 
 Run by ``test_rs_backup_cluster.py`` in a subprocess (its own cluster, nothing shared
-with the test session's Ray): ``python rs_cluster_script.py OUT.json STORE_DIR``.
+with the test session's Ray): ``python rs_cluster_script.py OUT.json``.
 
 The cluster: a head (the driver, the coordinator's Inbox, the spares) and 4 worker nodes
 running 2 ranks each (``rank_nodes``). Groups of 2 (``rs_group_size``): sectors
@@ -63,10 +63,6 @@ class Gated:
         await super().on_safe_point(iteration)
 
 
-class GatedCG(Gated, RSBackup, CG):
-    pass
-
-
 class GatedHPL(Gated, RSBackup, HPL):
     pass
 
@@ -104,9 +100,9 @@ def outcome(r, app: str, reference) -> dict:
     }
 
 
-async def scenario(name, app, address, homes, head, *, remove=(), chaos=None, store=None,
-                   cluster=None, reference=None, spare_nodes=None) -> dict:
-    cls, kwargs = {"cg": (GatedCG, {"problem_class": "S"}), "hpl": (GatedHPL, HPL_KW),
+async def scenario(name, app, address, homes, head, *, remove=(), cluster=None,
+                   reference=None, spare_nodes=None) -> dict:
+    cls, kwargs = {"hpl": (GatedHPL, HPL_KW),
                    "cg+standby": (GatedStandbyCG, {"problem_class": "S"})}[app]
     gate = None
     if remove:
@@ -115,11 +111,10 @@ async def scenario(name, app, address, homes, head, *, remove=(), chaos=None, st
             name=f"gate-{name}", num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
         await gate.count.remote()
-    opts = dict(OPTIONS, **({"rs_stable_store": store} if store else {}),
-                **({"spare_nodes": spare_nodes} if spare_nodes else {}))
+    opts = dict(OPTIONS, **({"spare_nodes": spare_nodes} if spare_nodes else {}))
     t0 = time.perf_counter()
     run = await ft.launch(cls, ranks=8, transport="ray", address=address, spares=2,
-                          kwargs=kwargs, chaos=chaos, rank_nodes=homes, timeout_s=300, **opts)
+                          kwargs=kwargs, rank_nodes=homes, timeout_s=300, **opts)
     if remove:
         while await gate.count.remote() < 8:  # every rank waits at the gate
             await asyncio.sleep(0.05)
@@ -133,7 +128,7 @@ async def scenario(name, app, address, homes, head, *, remove=(), chaos=None, st
     return out
 
 
-async def main(path: str, store: str) -> None:
+async def main(path: str) -> None:
     reference = {
         "cg": (await ft.run_async(CG, ranks=8, transport="local",
                                   kwargs={"problem_class": "S"})).results,
@@ -162,11 +157,6 @@ async def main(path: str, store: str) -> None:
             report["runs"].append(out)
             print(json.dumps(out), flush=True)
 
-        # all of G1 = (4, 6) (m = k): rebuilt from the parity held by G2
-        await go("group", "hpl", chaos=ft.Chaos(kill=[(4, GATE), ft.Kill(6, recovery_round=0)]))
-        # G0 = (0, 2) and rank 4 (holder of G0's parity 0): beyond reach, stable storage
-        await go("beyond", "cg", store=store, chaos=ft.Chaos(
-            kill=[(0, GATE), ft.Kill(2, recovery_round=0), ft.Kill(4, recovery_round=0)]))
         # one whole node (w1: ranks 2, 3), then a fresh node takes its place; RSBackup
         # stacked on StandbyReplacement here: the partner copies (ranks 6, 7 on w3) bring
         # it back, on spares kept on the head node (one on w1 would go with it)
@@ -184,4 +174,4 @@ async def main(path: str, store: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1]))
