@@ -14,7 +14,7 @@ from ftactors.base import _storage
 from ftactors.runtime._checkpoints import load_latest, position_index, prune_sets, seal_set
 from ftactors.runtime._coordinator import NewFailure, RankDied
 from ftactors.base._errors import ConfigError, RankFailed
-from ftactors.runtime._escalation import LevelExhausted
+from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode
 
@@ -164,12 +164,8 @@ def rebuild_part(store, index: int, placement: Placement, rank: int) -> bytes:
 
 
 # ------------------------------------------------------------ coordinator side
-class RSRecovery:
+class RSRecovery(LowerLevel):
     """Coordinator side: placement, stable sets, and recovery rounds (module docstring)."""
-
-    escalates = False
-    """Below a costlier level (``runtime/_escalation``): leave a restart from the start
-    of the run to it."""
 
     def __init__(self, coordinator):
         self.c = coordinator

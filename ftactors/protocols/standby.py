@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
-from ftactors.runtime._escalation import LevelExhausted
+from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
 from ftactors.runtime._protocol import LEVEL, SPARES, Protocol
 from ftactors.base._storage import open_store
@@ -407,12 +407,8 @@ class StandbyReplacement(Protocol):
             self.ft.events.record("nr_state", **detail)
 
 
-class StandbyRecovery:
+class StandbyRecovery(LowerLevel):
     """Coordinator side: one NR-MPI recovery round (see the module docstring)."""
-
-    escalates = False
-    """Below a costlier level (``runtime/_escalation``): leave a restart from the start
-    of the run to it."""
 
     def __init__(self, coordinator):
         self.c = coordinator

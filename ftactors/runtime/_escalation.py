@@ -31,9 +31,17 @@ from ..base._errors import RankFailed
 
 class LevelExhausted(RankFailed):
     """A level has nothing newer than the start of the run for this failure: a level
-    below the top of a stack raises it (``policy.escalates``) rather than restart the
+    below the top of a stack raises it (``LowerLevel.escalates``) rather than restart the
     job from the start while a costlier level may hold a newer state. Any ``RankFailed``
     from a level (a lost partner pair, no spare left) also passes the round up."""
+
+
+class LowerLevel:
+    """Base of a recovery policy that can sit below a costlier level in a stack."""
+
+    escalates = False
+    """Set by ``Escalation`` when a costlier level exists: a round this level could only
+    restart from the start of the run is then left to it (``LevelExhausted``)."""
 
 
 class Escalation:

@@ -27,6 +27,7 @@ cheapest level (``level_cost``) to the costliest (``runtime/_escalation.py``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any, ClassVar
 
 from ..engine._envelope import Envelope
@@ -177,13 +178,17 @@ def check_stack(cls) -> None:
                     f"in the same stack")
 
 
+def shared_role(a: type, b: type) -> str | None:
+    """An exclusive role both ``a`` and ``b`` take (they cannot stack then), or None."""
+    return next((r for r in EXCLUSIVE_ROLES if r in a.roles and r in b.roles), None)
+
+
 def stack_verdict(a: type, b: type) -> str | None:
     """Why protocols ``a`` and ``b`` cannot be in one stack (in any order), or None."""
-    for role in EXCLUSIVE_ROLES:
-        if role in a.roles and role in b.roles:
-            return (f"{a.__name__} and {b.__name__} both take the {role} role "
-                    f"({a.roles[role]}; {b.roles[role]}): a stack takes one "
-                    f"{role} protocol")
+    role = shared_role(a, b)
+    if role is not None:
+        return (f"{a.__name__} and {b.__name__} both take the {role} role "
+                f"({a.roles[role]}; {b.roles[role]}): a stack takes one {role} protocol")
     if not (a.roles and b.roles):
         return None  # a protocol without roles (a user's tracer, say) stacks with anything
     if b.protocol_name in a.stacks_with or a.protocol_name in b.stacks_with:
@@ -221,7 +226,6 @@ def stack_refusal(mixins) -> str | None:
 def working_stacks(protocols: dict[str, type]) -> list[list[str]]:
     """Every stack of two or more of ``protocols`` (command-line name -> mixin) that
     ``check_stack`` takes, each as its names in the one order it takes them."""
-    import itertools
     ordered = sorted(protocols, key=lambda n: protocols[n].stack_order)
     return [list(names) for size in range(2, len(ordered) + 1)
             for names in itertools.combinations(ordered, size)
@@ -239,7 +243,7 @@ def composition_table(protocols: dict[str, type]) -> str:
 
     def pair(a, b):
         pa, pb = protocols[a], protocols[b]
-        shared = next((r for r in EXCLUSIVE_ROLES if r in pa.roles and r in pb.roles), None)
+        shared = shared_role(pa, pb)
         if a == b:
             return ""
         if shared is not None:

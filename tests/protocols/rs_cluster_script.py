@@ -100,27 +100,24 @@ def outcome(r, app: str, reference) -> dict:
     }
 
 
-async def scenario(name, app, address, homes, head, *, remove=(), cluster=None,
-                   reference=None, spare_nodes=None) -> dict:
+async def scenario(name, app, address, homes, head, *, remove, cluster, reference,
+                   spare_nodes=None) -> dict:
     cls, kwargs = {"hpl": (GatedHPL, HPL_KW),
                    "cg+standby": (GatedStandbyCG, {"problem_class": "S"})}[app]
-    gate = None
-    if remove:
-        cls = type(cls.__name__, (cls,), {"gate_name": f"gate-{name}"})
-        gate = ray.remote(Gate).options(
-            name=f"gate-{name}", num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
-        await gate.count.remote()
+    cls = type(cls.__name__, (cls,), {"gate_name": f"gate-{name}"})
+    gate = ray.remote(Gate).options(
+        name=f"gate-{name}", num_cpus=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
+    await gate.count.remote()
     opts = dict(OPTIONS, **({"spare_nodes": spare_nodes} if spare_nodes else {}))
     t0 = time.perf_counter()
     run = await ft.launch(cls, ranks=8, transport="ray", address=address, spares=2,
                           kwargs=kwargs, rank_nodes=homes, timeout_s=300, **opts)
-    if remove:
-        while await gate.count.remote() < 8:  # every rank waits at the gate
-            await asyncio.sleep(0.05)
-        await asyncio.gather(*(asyncio.to_thread(cluster.remove_node, node, False)
-                               for node in remove))  # together, as far as threads go
-        await gate.release.remote()
+    while await gate.count.remote() < 8:  # every rank waits at the gate
+        await asyncio.sleep(0.05)
+    await asyncio.gather(*(asyncio.to_thread(cluster.remove_node, node, False)
+                           for node in remove))  # together, as far as threads go
+    await gate.release.remote()
     r = await run
     out = outcome(r, app, reference)
     out.update(name=name, app=app, wall_s=time.perf_counter() - t0,
