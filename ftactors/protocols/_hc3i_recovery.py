@@ -179,6 +179,8 @@ class Hc3iRecovery:
             c.events.record("hc3i_alert", sender=a.sender, sn=a.sn, cluster=a.cluster,
                             rolled_back_to=a.to)
         await self._restart(line.targets, set(hit))
+        if c.part_levels is not None:
+            c.part_levels.recovered(failed)
 
     async def _stop(self, clusters: list[int]) -> None:
         """New incarnations (not started yet) for every rank of ``clusters``."""
@@ -202,16 +204,13 @@ class Hc3iRecovery:
             c.events.record("hc3i_rollback", cluster=k, sn=sn, failed=k in failed,
                             ranks=list(groups.groups[k]))
         await c.rewire()
+        handles = await self._parts(ranks, set(ranks))
+        if c.part_levels is not None:
+            sns = {r: self.clcs[groups.group_of(r)][-1].clc.sn for r in ranks}
+            await c.part_levels.forget({r: sn if sn > 1 else None for r, sn in sns.items()},
+                                       groups)
         for r in ranks:
-            target = self.clcs[groups.group_of(r)][-1]
-            if target.clc.sn == 1:
-                handle = c.blank(r)
-            elif r in target.handles:
-                handle = target.handles[r]
-            else:
-                raise ProtocolError(f"rank {r}'s part of committed CLC {target.clc.sn} of "
-                                    f"cluster {groups.group_of(r)} is missing")
-            c.start_rank(r, c.restore_spec(handle))
+            c.start_rank(r, c.restore_spec(handles[r]))
         self.stopping -= set(targets)
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         epochs = {r: c.epochs[r] for r in ranks}
@@ -221,6 +220,26 @@ class Hc3iRecovery:
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
                         resent=sum(resent))
         c.refill_spares()
+
+    async def _parts(self, ranks: list[int], gone: set[int]) -> dict:
+        """What each restarted rank restores: its part of its cluster's target CLC (the
+        start of the run for CLC 1), from the cheapest level of the stack that holds it,
+        else the coordinator's copy. ``gone``: ranks whose memory is lost."""
+        c, groups = self.c, self.clusters
+        handles, kept = {}, {}
+        for r in ranks:
+            target = self.clcs[groups.group_of(r)][-1]
+            if target.clc.sn == 1:
+                handles[r] = c.blank(r)
+            elif r in target.handles:
+                kept[r] = target.handles[r]
+            else:
+                raise ProtocolError(f"rank {r}'s part of committed CLC {target.clc.sn} of "
+                                    f"cluster {groups.group_of(r)} is missing")
+        if c.part_levels is None:
+            return {**handles, **kept}
+        wanted = {r: self.clcs[groups.group_of(r)][-1].clc.sn for r in kept}
+        return {**handles, **await c.part_levels.find(wanted, kept, groups, gone)}
 
     # ---------------------------------------------------- garbage collection
     async def collect(self, reason: str) -> dict | None:

@@ -48,6 +48,17 @@ re-enters (override ``on_restored`` for a custom recovery, e.g. ABFT); NR_Get_st
 NR_Set_state are ``self.nr_state`` / ``self.set_nr_state``; NR_Get_failure_ranks is
 ``self.failure_ranks()``.
 
+*Keeping another protocol's parts* (``class S(StandbyReplacement, GroupCoordination,
+App)``, or DDVPiggyback): those protocols checkpoint one group or cluster at a time, so
+no global round is taken here (``runtime/_escalation``, "Levels that keep another
+protocol's parts"). Each part they make (``on_part``) is sent to its *holder*, the rank
+at the same place in the next unit (group or cluster; with one unit, the rank half of
+it further on), so that a unit lost with its node keeps its copies elsewhere; the
+holder keeps each rank's newest ``PART_KEEP`` parts. Their recovery asks the holders
+first (``PartnerCopies``): a copy is pulled into the driver's object store before any
+restarted rank is stopped, and copies of parts newer than the restored ones (of the
+execution abandoned) are dropped. Spares are used by that recovery's respawns.
+
 *Footprint* (bounded whatever the run's length): each rank holds, in its own memory, the
 newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
 (ping-pong: a round is dropped once two newer ones are complete); no message log; the
@@ -65,7 +76,7 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
-from ftactors.runtime._protocol import LEVEL, SPARES, Protocol
+from ftactors.runtime._protocol import LEVEL, SPARES, Protocol, protocol_classes
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
@@ -75,6 +86,9 @@ INITIAL = None
 """The round "before main() first ran": every rank can restore it without a backup."""
 KEEP_ROUNDS = 2
 """Ping-pong: the newest two complete rounds are kept."""
+PART_KEEP = 3
+"""Copies kept per rank of another protocol's parts: its recovery line may go back to an
+older part than the newest (an incomplete newer group set; a cascade to an older CLC)."""
 
 
 class State(enum.Enum):
@@ -203,12 +217,27 @@ class _Standby:
     unsealed: Any = None                              # the round written but not sealed yet
     last_backup_t: float = 0.0
     last_backup_it: int = 0
+    parts_mode: bool = False  # keeping a hands_parts protocol's parts, no rounds of ours
+    copies: dict = field(default_factory=dict)  # rank -> {part key -> its part}
 
 
-def _keep(store: dict, round_id, blob: bytes) -> None:
+def _keep(store: dict, round_id, blob: bytes, keep: int = KEEP_ROUNDS) -> None:
     store[round_id] = blob
-    for old in sorted(store)[:-KEEP_ROUNDS]:
+    for old in sorted(store)[:-keep]:
         del store[old]
+
+
+def part_holder(units, rank: int) -> int:
+    """Who keeps the copies of ``rank``'s parts: the member at its place in the next unit
+    of ``units`` (a ``Groups``); with one unit, the member half of it further on (the
+    rank itself in a unit of one: no copy)."""
+    g = units.group_of(rank)
+    members = units.groups[g]
+    i = members.index(rank)
+    if len(units) == 1:
+        return members[(i + len(members) // 2) % len(members)]
+    nxt = units.groups[(g + 1) % len(units)]
+    return nxt[i % len(nxt)]
 
 
 class StandbyReplacement(Protocol):
@@ -216,7 +245,7 @@ class StandbyReplacement(Protocol):
 
     protocol_name = NAME
     roles = {LEVEL: "partner copies in memory", SPARES: "warm standby ranks, promoted in place"}
-    stacks_with = ("rs", "ready_flush")
+    stacks_with = ("rs", "ready_flush", "groups", "hc3i")
     stack_order = 1
     level_cost = 1
     uses_spares = True
@@ -233,8 +262,11 @@ class StandbyReplacement(Protocol):
     }
 
     # ----------------------------------------------------------------- start, end
+    part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
+
     async def on_start(self) -> None:
-        self._standby = _Standby()
+        self._standby = _Standby(
+            parts_mode=any(p.hands_parts for p in protocol_classes(type(self))))
         self._standby.last_backup_t = time.monotonic()
         uri = getattr(self, "options", {}).get("stable_store")
         self._standby.stable = None if uri is None else open_store(uri)
@@ -257,7 +289,8 @@ class StandbyReplacement(Protocol):
 
     def need_backup(self, iteration: int) -> bool:
         """NR_Need_backup: whether the backup agreed for this iteration is due."""
-        return iteration >= self._standby.next_backup
+        st = self._standby
+        return not st.parts_mode and iteration >= st.next_backup
 
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
@@ -272,6 +305,9 @@ class StandbyReplacement(Protocol):
         st, ft = self._standby, self.ft
         if ft.position is None:
             raise ProtocolError("backup() must be called at a safe point (inside iterations())")
+        if st.parts_mode:
+            raise ProtocolError("backup() takes a global round; in this stack the partner "
+                                "copies are of the consistency protocol's parts (on_part)")
         t0 = time.perf_counter()
         iteration = ft.position[1]
         round_id = ft.position
@@ -301,6 +337,12 @@ class StandbyReplacement(Protocol):
         if holder != self.rank:
             self.ft.send_control(holder, NAME, "copy", (round_id, blob))
         return holder
+
+    def on_part(self, key, blob: bytes) -> None:
+        super().on_part(key, blob)
+        holder = part_holder(self.part_units(), self.rank)
+        if holder != self.rank:
+            self.ft.send_control(holder, NAME, "part", (key, blob))
 
     def _next_backup_after(self, iteration: int) -> int:
         """Rank 0's decision: the iteration of the next backup."""
@@ -332,6 +374,9 @@ class StandbyReplacement(Protocol):
         elif op == "copy":
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
+        elif op == "part":
+            key, blob = data
+            _keep(st.copies.setdefault(env.src, {}), key, bytes(blob), PART_KEEP)
         else:
             raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
 
@@ -360,8 +405,28 @@ class StandbyReplacement(Protocol):
         blob = st.own[round_id] if rank == self.rank else st.held[rank][round_id]
         return ft.link.share(blob)
 
+    def ft_rpc_standby_parts(self) -> dict:
+        """The keys of the parts this rank keeps copies of, by rank."""
+        return {r: sorted(v) for r, v in self._standby.copies.items()}
+
+    def ft_rpc_standby_part(self, rank: int, key) -> bytes:
+        return self._standby.copies[rank][key]
+
+    def ft_rpc_standby_part_drop(self, after: dict) -> None:
+        """Ranks rolled back to their parts ``after`` {rank: key, None: the start): drop
+        the copies of their newer parts."""
+        copies = self._standby.copies
+        for rank, key in after.items():
+            kept = copies.get(int(rank), {})
+            for newer in [k for k in kept if key is None or k > key]:
+                del kept[newer]
+
     async def on_restored(self) -> None:
         st, ft = self._standby, self.ft
+        if st.parts_mode:  # a restarted group or cluster: no round of ours to take back
+            if st.machine.state is State.REPLACE_RECOVER:
+                self._nr_fire(Input.DATA_RECOVERED, position=ft.position)
+            return await super().on_restored()
         if st.machine.state in (State.FAILURE, State.REPLACE_FAILURE):
             self._nr_fire(Input.CORE_RECOVERED)
         st.flush.reset()
@@ -453,4 +518,35 @@ class StandbyRecovery(LowerLevel):
         c.events.record("resumed", position=round_id)
 
 
+class PartnerCopies:
+    """Coordinator side of the partner copies of a ``hands_parts`` protocol's parts
+    (``PartLevels``)."""
+
+    def __init__(self, coordinator):
+        self.c = coordinator
+
+    async def find(self, wanted: dict[int, Any], units, gone: set[int]) -> dict[int, Any]:
+        """Handles to the copies held of ``wanted`` {rank: part key}, pulled into the
+        driver's object store (they outlive their holder's process)."""
+        c = self.c
+        holders = {r: part_holder(units, r) for r in wanted}
+        live = sorted({h for r, h in holders.items() if h != r and h not in gone})
+        kept = dict(zip(live, await asyncio.gather(*(c.call(h, "standby_parts") for h in live))))
+        take = {r: h for r, h in holders.items() if wanted[r] in kept.get(h, {}).get(r, ())}
+        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, wanted[r])
+                                         for r, h in take.items()))
+        return dict(zip(take, handles))
+
+    async def forget(self, after: dict[int, Any], units) -> None:
+        c = self.c
+        by_holder: dict[int, dict] = {}
+        for r, key in after.items():
+            h = part_holder(units, r)
+            if h not in after:  # a restarted holder holds nothing any more
+                by_holder.setdefault(h, {})[r] = key
+        await asyncio.gather(*(c.call(h, "standby_part_drop", keys)
+                               for h, keys in by_holder.items()))
+
+
 StandbyReplacement.recovery_policy = StandbyRecovery
+StandbyReplacement.part_level = PartnerCopies
