@@ -85,11 +85,12 @@ import numpy as np
 
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import LEVEL, Protocol
+from ftactors.runtime._protocol import LEVEL, Protocol, protocol_classes
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 
 from ._flush import Flush
+from ._rs_parts import PART_KEEP, EncodedParts, as_key, unit_code, unit_holder
 from ._rs_recovery import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
 from ._rs_recovery import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
 from .rs_placement import Placement
@@ -134,6 +135,8 @@ class _RS:
     last: tuple | None = None                     # position of the last checkpoint
     restored: tuple | None = None                 # position of the last restore
     store: Any = None
+    parts_mode: bool = False  # encoding a hands_parts protocol's parts, no rounds of ours
+    keep: int = KEEP_ROUNDS   # rounds (parts, in parts mode) kept per group
 
 
 def _keep_newest(d: dict, round_of, keep: int, group_of=lambda key: None) -> None:
@@ -152,7 +155,7 @@ class RSBackup(Protocol):
 
     protocol_name = NAME
     roles = {LEVEL: "Reed-Solomon encoded blocks in the object store"}
-    stacks_with = ("standby", "ready_flush")
+    stacks_with = ("standby", "ready_flush", "groups", "hc3i")
     stack_order = 0
     level_cost = 2
     uses_spares = True
@@ -168,6 +171,8 @@ class RSBackup(Protocol):
                            "recovery; ft.run(restart_from=...) restarts from it)",
         "rs_stable_parity": "also write the parity blocks to rs_stable_store",
     }
+    part_mode_ignores = ("rs_interval", "rs_group_size", "rs_ranks_per_node", "rs_interleave",
+                         "rs_stable_store", "rs_stable_parity")
 
     @classmethod
     def check_options(cls, options: dict) -> None:
@@ -178,6 +183,8 @@ class RSBackup(Protocol):
     async def on_start(self) -> None:
         st = self._rs = _RS(_options(getattr(self, "options", {})),
                             asyncio.get_running_loop().create_future())
+        if any(p.hands_parts for p in protocol_classes(type(self))):
+            st.parts_mode, st.keep = True, PART_KEEP
         if st.settings["stable"] is not None:
             st.store = open_store(st.settings["stable"])
         await super().on_start()
@@ -195,7 +202,8 @@ class RSBackup(Protocol):
     async def on_safe_point(self, iteration: int) -> None:
         st, pos = self._rs, self.ft.position
         await super().on_safe_point(iteration)
-        due = iteration > 0 and iteration % st.settings["interval"] == 0
+        due = (not st.parts_mode and iteration > 0
+               and iteration % st.settings["interval"] == 0)
         if due and (st.last is None or pos > st.last):
             await self.rs_checkpoint()
 
@@ -206,6 +214,9 @@ class RSBackup(Protocol):
         pos = ft.position
         if pos is None:
             raise ProtocolError("rs_checkpoint() must be called at a safe point")
+        if st.parts_mode:
+            raise ProtocolError("rs_checkpoint() takes a global round; in this stack the "
+                                "encoded blocks are of the consistency protocol's parts")
         await self._encoded()  # their blocks go out before this round's markers
         t0 = time.perf_counter()
         peers = [r for r in range(self.size) if r != self.rank]
@@ -237,11 +248,18 @@ class RSBackup(Protocol):
 
     async def _encode(self, pos: tuple, blob: bytes, parities) -> None:
         """The star encoding of this rank's ``blob`` for the parity blocks ``parities``
-        of its group: block by block, partial products in ring-shifted order."""
-        st, ft = self._rs, self.ft
-        placement = await st.placed
+        of its group of the placement."""
+        placement = await self._rs.placed
         g, i = placement.group_of(self.rank)
-        k, m = placement.k(g), placement.m(g)
+        await self._star(pos, blob, (g, i, placement.k(g), placement.m(g)), parities,
+                         lambda j: placement.holder(g, j))
+
+    async def _star(self, pos, blob: bytes, code: tuple, parities, holder_of) -> None:
+        """The star encoding of this rank's ``blob`` (member ``i`` of group ``g`` coded
+        ``k + m``: ``code``) for the parity blocks ``parities``, held by
+        ``holder_of(j)``: block by block, partial products in ring-shifted order."""
+        st, ft = self._rs, self.ft
+        g, i, k, m = code
         targets = sorted(parities, key=lambda j: (j - i - 1) % m)  # step s: holder i + s
         column = RSCode(k, m).cauchy[targets, i]
         data = np.frombuffer(blob, np.uint8)
@@ -254,7 +272,7 @@ class RSBackup(Protocol):
             mine = []
             for j, product in zip(targets, partial_products(block, column)):
                 part = (pos, g, j, i, k, offset, data.size, last, product)
-                holder = placement.holder(g, j)
+                holder = holder_of(j)
                 if holder == self.rank:
                     mine.append(part)  # a ring of one group: this rank holds its own
                 else:
@@ -267,17 +285,32 @@ class RSBackup(Protocol):
                          bytes=data.size, blocks=-(-data.size // z),
                          encode_s=time.perf_counter() - t0, work_s=work_s)
 
+    def on_part(self, key, blob: bytes) -> None:
+        """Parts mode: keep this rank's part (a data block of its unit's code) and start
+        its star encoding for the parity held by the next unit."""
+        super().on_part(key, blob)
+        st = self._rs
+        units = self.part_units()
+        g = units.group_of(self.rank)
+        i = units.groups[g].index(self.rank)
+        k, m = unit_code(units, g, st.settings["parity"])
+        st.own[key] = blob
+        _keep_newest(st.own, lambda key: key, st.keep)
+        st.encoding.append(self.ft_spawn(self._star(
+            key, blob, (g, i, k, m), range(m), lambda j: unit_holder(units, g, j))))
+
     def _take_part(self, part: tuple) -> None:
         """A holder XORs a partial product into its parity block."""
         pos, g, j, i, k, offset, length, last, product = part
-        st, key = self._rs, (g, j, tuple(pos))
+        st, key = self._rs, (g, j, as_key(pos))
         parity = st.held.get(key)
         if parity is None:
             parity = st.held[key] = _Parity(k)
-            _keep_newest(st.held, lambda key: key[2], KEEP_ROUNDS, lambda key: key[:2])
+            _keep_newest(st.held, lambda key: key[2], st.keep, lambda key: key[:2])
         if parity.add(i, offset, length, last, product):
-            blob = parity.buf.tobytes()
-            parity.handle, parity.buf = self.ft.link.share(blob), None
+            blob = parity.buf.tobytes()  # kept as bytes in parts mode: the driver decodes
+            parity.handle = blob if st.parts_mode else self.ft.link.share(blob)
+            parity.buf = None
             self.ft.events.record("rs_parity", position=key[2], group=g, parity=j,
                                   bytes=len(blob), xor_s=parity.xor_s)
             if st.store is not None and st.settings["stable_parity"]:
@@ -357,8 +390,41 @@ class RSBackup(Protocol):
             st.encoding.append(self.ft_spawn(self._encode(round_id, st.own[round_id],
                                                           reencode[g])))
 
+    # ------------------------------------------- parts mode (coordinator calls)
+    def ft_rpc_rs_parts(self) -> dict:
+        """The parts this rank keeps (its own, by key) and the complete parity blocks it
+        holds ``(unit, parity index, key, member lengths)``."""
+        st = self._rs
+        return {"own": sorted(st.own), "held": [(g, j, key, dict(p.lengths))
+                                                for (g, j, key), p in st.held.items()
+                                                if p.handle is not None]}
+
+    def ft_rpc_rs_part(self, key) -> bytes:
+        return self._rs.own[as_key(key)]
+
+    def ft_rpc_rs_part_parity(self, g: int, j: int, key) -> bytes:
+        return self._rs.held[(g, j, as_key(key))].handle
+
+    def ft_rpc_rs_part_drop(self, after: dict) -> None:
+        """Units rolled back to their parts ``after`` {unit: key, None: the start}: drop
+        what this rank keeps of their newer parts (the abandoned execution's), its own
+        and the parity blocks, complete or not."""
+        st, mine = self._rs, self.part_units().group_of(self.rank)
+        after = {g: None if key is None else as_key(key) for g, key in after.items()}
+        for key in [key for key in st.held if key[0] in after
+                    and (after[key[0]] is None or key[2] > after[key[0]])]:
+            del st.held[key]
+        if mine in after:
+            st.own = {key: blob for key, blob in st.own.items()
+                      if after[mine] is not None and key <= after[mine]}
+
     async def on_restored(self) -> None:
         st, ft = self._rs, self.ft
+        if st.parts_mode:  # a restarted unit: its part is again a data block of its code
+            key = ft.restore_notes.get(NAME, {}).get("part_keys", {}).get(self.rank)
+            st.own = {} if key is None else {as_key(key): ft.restored_from[1]}
+            st.held, st.encoding = {}, []
+            return await super().on_restored()
         notes = ft.restore_notes.get(NAME)
         if notes is not None:
             self.ft_rpc_rs_placement(notes["placement"])
@@ -380,3 +446,4 @@ class RSBackup(Protocol):
 
 
 RSBackup.recovery_policy = RSRecovery
+RSBackup.part_level = EncodedParts

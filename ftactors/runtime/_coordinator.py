@@ -362,7 +362,8 @@ class Coordinator:
         handle), the current peer table, and the notes of every level of the stack
         (``restore_notes``) with ``notes`` added."""
         extra = getattr(self.policy, "restore_notes", None)
-        merged = {**(extra() if extra is not None else {}), **(notes or {})}
+        parts = {} if self.part_levels is None else self.part_levels.restore_notes()
+        merged = {**(extra() if extra is not None else {}), **parts, **(notes or {})}
         return {"snapshot": snapshot, "peer_epochs": list(self.epochs), "notes": merged}
 
     def blank(self, rank: int) -> bytes:

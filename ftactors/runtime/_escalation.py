@@ -131,6 +131,7 @@ class PartLevels:
         self.own = own  # the consistency protocol: its copies in the driver's object store
         self.levels = [(name, level_cls(coordinator)) for name, level_cls in levels]
         self._used = own
+        self._keys: dict[int, Any] = {}  # rank -> the key of the part it restores
 
     async def find(self, wanted: dict[int, Any], kept: dict[int, Any], units,
                    gone: set[int]) -> dict[int, Any]:
@@ -144,6 +145,7 @@ class PartLevels:
         """
         c, found, lacks = self.c, {}, []
         source: dict[int, str] = {}
+        self._keys = dict(wanted)
         for name, level in self.levels:
             missing = {r: key for r, key in wanted.items() if r not in found}
             if not missing:
@@ -170,6 +172,16 @@ class PartLevels:
                                default=len(order) - 1)]
         c.events.record("part_sources", sources={r: source[r] for r in sorted(source)})
         return found
+
+    def restore_notes(self) -> dict:
+        """What the levels add to a restore (``Coordinator.restore_spec``) after the
+        last ``find``: e.g. each rank's part key, for a level that keeps the part again."""
+        notes: dict = {}
+        for _, level in self.levels:
+            take = getattr(level, "restore_notes", None)
+            if take is not None:
+                notes.update(take(self._keys))
+        return notes
 
     def recovered(self, failed: set[int]) -> None:
         """The round that restored the parts found last is over: name its level (the
