@@ -163,6 +163,8 @@ class Hc3iRecovery:
         line = _ddv.RecoveryLine(dict(start))
         while set(line.targets) - rolled:
             fresh = sorted(set(line.targets) - rolled)
+            await self._find_early(line.targets, failed | {
+                r for k in rolled for r in groups.groups[k]})
             await self._stop(fresh)
             rolled |= set(fresh)
             epochs = {r: c.epochs[r] for k in rolled for r in groups.groups[k]}
@@ -178,7 +180,10 @@ class Hc3iRecovery:
         for a in line.alerts:
             c.events.record("hc3i_alert", sender=a.sender, sn=a.sn, cluster=a.cluster,
                             rolled_back_to=a.to)
-        await self._restart(line.targets, set(hit))
+        # a cluster stopped for a line that a later step of the cascade no longer rolls
+        # back restarts from its newest CLC: it is stopped all the same
+        targets = {**{k: self.clcs[k][-1].clc.sn for k in rolled}, **line.targets}
+        await self._restart(targets, set(hit))
         if c.part_levels is not None:
             c.part_levels.recovered(failed)
 
@@ -220,6 +225,21 @@ class Hc3iRecovery:
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
                         resent=sum(resent))
         c.refill_spares()
+
+    async def _find_early(self, targets: dict[int, int], gone: set[int]) -> None:
+        """Before ranks are stopped, the stack's levels pull the copies they hold of the
+        parts of ``targets`` (the line so far; a cascade only moves it back) into the
+        driver's object store: the holders of a failed cluster's copies are often in a
+        cluster the cascade rolls back too."""
+        c, groups = self.c, self.clusters
+        if c.part_levels is None:
+            return
+        wanted = {}
+        for k, sn in targets.items():
+            kept = [s for s in self.clcs[k] if s.clc.sn <= sn]
+            if kept and kept[-1].clc.sn > 1:
+                wanted.update({r: kept[-1].clc.sn for r in groups.groups[k]})
+        await c.part_levels.find_early(wanted, groups, gone)
 
     async def _parts(self, ranks: list[int], gone: set[int]) -> dict:
         """What each restarted rank restores: its part of its cluster's target CLC (the

@@ -107,9 +107,17 @@ class _Parity:
     done: set = field(default_factory=set)        # members whose last block arrived
     handle: Any = None                            # Link.share handle once complete
     xor_s: float = 0.0                            # CPU time spent accumulating
+    added: set = field(default_factory=set)       # (member, offset) of the blocks XORed in
+    mixed: bool = False                           # a block came twice: never complete
 
     def add(self, member: int, offset: int, length: int, last: bool, block) -> bool:
-        """XOR ``block`` in at ``offset``; returns True when the parity became complete."""
+        """XOR ``block`` in at ``offset``; returns True when the parity became complete.
+        A block that comes twice (two executions' encodings of one key) spoils it for
+        good: ``mixed``, never complete."""
+        if self.mixed or self.handle is not None or (member, offset) in self.added:
+            self.mixed, self.handle, self.buf = True, None, None
+            return False
+        self.added.add((member, offset))
         t0 = time.thread_time()
         self.lengths[member] = length
         end = offset + len(block)
@@ -137,6 +145,12 @@ class _RS:
     store: Any = None
     parts_mode: bool = False  # encoding a hands_parts protocol's parts, no rounds of ours
     keep: int = KEEP_ROUNDS   # rounds (parts, in parts mode) kept per group
+
+
+async def _blocks_between(steps) -> None:
+    """Run a star encoding's steps, letting the application run between blocks."""
+    for _ in steps:
+        await asyncio.sleep(0)
 
 
 def _keep_newest(d: dict, round_of, keep: int, group_of=lambda key: None) -> None:
@@ -251,13 +265,14 @@ class RSBackup(Protocol):
         of its group of the placement."""
         placement = await self._rs.placed
         g, i = placement.group_of(self.rank)
-        await self._star(pos, blob, (g, i, placement.k(g), placement.m(g)), parities,
-                         lambda j: placement.holder(g, j))
+        await _blocks_between(self._star(pos, blob, (g, i, placement.k(g), placement.m(g)),
+                                         parities, lambda j: placement.holder(g, j)))
 
-    async def _star(self, pos, blob: bytes, code: tuple, parities, holder_of) -> None:
+    def _star(self, pos, blob: bytes, code: tuple, parities, holder_of):
         """The star encoding of this rank's ``blob`` (member ``i`` of group ``g`` coded
         ``k + m``: ``code``) for the parity blocks ``parities``, held by
-        ``holder_of(j)``: block by block, partial products in ring-shifted order."""
+        ``holder_of(j)``: block by block (a generator: one step per block), partial
+        products in ring-shifted order."""
         st, ft = self._rs, self.ft
         g, i, k, m = code
         targets = sorted(parities, key=lambda j: (j - i - 1) % m)  # step s: holder i + s
@@ -280,14 +295,16 @@ class RSBackup(Protocol):
             work_s += time.thread_time() - t_block  # CPU time of this rank's own steps
             for part in mine:
                 self._take_part(part)  # counted as the holder's (xor_s)
-            await asyncio.sleep(0)  # the application runs between blocks
+            yield
         ft.events.record("rs_encoded", position=pos, group=g, parities=list(targets),
                          bytes=data.size, blocks=-(-data.size // z),
                          encode_s=time.perf_counter() - t0, work_s=work_s)
 
     def on_part(self, key, blob: bytes) -> None:
-        """Parts mode: keep this rank's part (a data block of its unit's code) and start
-        its star encoding for the parity held by the next unit."""
+        """Parts mode: keep this rank's part (a data block of its unit's code) and encode
+        it for the parity held by the next unit: the first block at once (a part no
+        larger than ``rs_block_bytes`` has its products on the wire before the protocol
+        reports the part), the others beside the application."""
         super().on_part(key, blob)
         st = self._rs
         units = self.part_units()
@@ -296,8 +313,9 @@ class RSBackup(Protocol):
         k, m = unit_code(units, g, st.settings["parity"])
         st.own[key] = blob
         _keep_newest(st.own, lambda key: key, st.keep)
-        st.encoding.append(self.ft_spawn(self._star(
-            key, blob, (g, i, k, m), range(m), lambda j: unit_holder(units, g, j))))
+        steps = self._star(key, blob, (g, i, k, m), range(m), lambda j: unit_holder(units, g, j))
+        next(steps, None)
+        st.encoding.append(self.ft_spawn(_blocks_between(steps)))
 
     def _take_part(self, part: tuple) -> None:
         """A holder XORs a partial product into its parity block."""
@@ -307,12 +325,17 @@ class RSBackup(Protocol):
         if parity is None:
             parity = st.held[key] = _Parity(k)
             _keep_newest(st.held, lambda key: key[2], st.keep, lambda key: key[:2])
+        if parity.mixed:
+            return
         if parity.add(i, offset, length, last, product):
             blob = parity.buf.tobytes()  # kept as bytes in parts mode: the driver decodes
             parity.handle = blob if st.parts_mode else self.ft.link.share(blob)
             parity.buf = None
             self.ft.events.record("rs_parity", position=key[2], group=g, parity=j,
                                   bytes=len(blob), xor_s=parity.xor_s)
+        elif parity.mixed:  # the protocol failed to drop an abandoned encoding
+            self.ft.events.record("rs_parity_mixed", position=key[2], group=g, parity=j,
+                                  member=i)
             if st.store is not None and st.settings["stable_parity"]:
                 self.ft_spawn(asyncio.to_thread(
                     store_parity, st.store, position_index(key[2]), g, j, parity.lengths, blob))
@@ -411,12 +434,14 @@ class RSBackup(Protocol):
         and the parity blocks, complete or not."""
         st, mine = self._rs, self.part_units().group_of(self.rank)
         after = {g: None if key is None else as_key(key) for g, key in after.items()}
-        for key in [key for key in st.held if key[0] in after
-                    and (after[key[0]] is None or key[2] > after[key[0]])]:
-            del st.held[key]
+        stale = [key for key in st.held
+                 if key[0] in after and (after[key[0]] is None or key[2] > after[key[0]])]
+        partial = sorted(key for key in stale if st.held.pop(key).handle is None)
         if mine in after:
             st.own = {key: blob for key, blob in st.own.items()
                       if after[mine] is not None and key <= after[mine]}
+        if stale:
+            self.ft.events.record("rs_parity_dropped", blocks=sorted(stale), partial=partial)
 
     async def on_restored(self) -> None:
         st, ft = self._rs, self.ft

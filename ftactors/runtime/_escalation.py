@@ -132,6 +132,7 @@ class PartLevels:
         self.levels = [(name, level_cls(coordinator)) for name, level_cls in levels]
         self._used = own
         self._keys: dict[int, Any] = {}  # rank -> the key of the part it restores
+        self._early: dict[int, tuple] = {}  # rank -> (key, handle, level) found ahead
 
     async def find(self, wanted: dict[int, Any], kept: dict[int, Any], units,
                    gone: set[int]) -> dict[int, Any]:
@@ -143,19 +144,12 @@ class PartLevels:
         Raises:
             RankFailed: a part is held by no level (named with what each one lacked).
         """
-        c, found, lacks = self.c, {}, []
-        source: dict[int, str] = {}
+        c = self.c
         self._keys = dict(wanted)
-        for name, level in self.levels:
-            missing = {r: key for r, key in wanted.items() if r not in found}
-            if not missing:
-                break
-            got = await level.find(missing, units, gone)
-            found.update(got)
-            source.update({r: name for r in got})
-            if len(got) < len(missing):
-                lacks.append(f"{name}: no copy of the parts of ranks "
-                             f"{sorted(set(missing) - set(got))}")
+        early, self._early = self._early, {}
+        found = {r: h for r, (key, h, _) in early.items() if wanted.get(r) == key}
+        source = {r: early[r][2] for r in found}
+        lacks = await self._levels(wanted, found, source, units, gone)
         rest = [r for r in wanted if r not in found and kept.get(r) is not None]
         usable = await asyncio.gather(*(c.fabric.available([kept[r]]) for r in rest))
         for r, ok in zip(rest, usable):
@@ -172,6 +166,34 @@ class PartLevels:
                                default=len(order) - 1)]
         c.events.record("part_sources", sources={r: source[r] for r in sorted(source)})
         return found
+
+    async def _levels(self, wanted: dict[int, Any], found: dict, source: dict, units,
+                      gone: set[int]) -> list[str]:
+        """Ask the levels, cheapest first, for the parts ``wanted`` not ``found`` yet
+        (adding to ``found`` and ``source``); returns what each level lacked."""
+        lacks = []
+        for name, level in self.levels:
+            missing = {r: key for r, key in wanted.items() if r not in found}
+            if not missing:
+                break
+            got = await level.find(missing, units, gone)
+            found.update(got)
+            source.update({r: name for r in got})
+            if len(got) < len(missing):
+                lacks.append(f"{name}: no copy of the parts of ranks "
+                             f"{sorted(set(missing) - set(got))}")
+        return lacks
+
+    async def find_early(self, wanted: dict[int, Any], units, gone: set[int]) -> None:
+        """Copies of the parts ``wanted`` held by ranks about to be stopped, pulled into
+        the driver's object store now (a recovery whose line is not final yet: DDV's
+        cascade); the next ``find`` uses those still wanted with the same key."""
+        ask = {r: key for r, key in wanted.items()
+               if r not in self._early or self._early[r][0] != key}
+        found: dict[int, Any] = {}
+        source: dict[int, str] = {}
+        await self._levels(ask, found, source, units, gone)
+        self._early.update({r: (ask[r], h, source[r]) for r, h in found.items()})
 
     def restore_notes(self) -> dict:
         """What the levels add to a restore (``Coordinator.restore_spec``) after the
