@@ -112,7 +112,7 @@ class EncodedParts:
             drops[units.group_of(r)] = key
         keepers = {x for g in drops for x in (*units.groups[g], *self._code(units, g)[2])}
         await asyncio.gather(*(c.call(x, "rs_part_drop", drops)
-                               for x in sorted(keepers - set(after))))
+                               for x in sorted(keepers - set(after) - c.unstarted())))
 
     def restore_notes(self, keys: dict[int, Any]) -> dict:
         """Every restored rank learns the key of the part it restores: it keeps it again,

@@ -542,7 +542,7 @@ class PartnerCopies:
         by_holder: dict[int, dict] = {}
         for r, key in after.items():
             h = part_holder(units, r)
-            if h not in after:  # a restarted holder holds nothing any more
+            if h not in after and h not in c.unstarted():  # a restarted one holds nothing
                 by_holder.setdefault(h, {})[r] = key
         await asyncio.gather(*(c.call(h, "standby_part_drop", keys)
                                for h, keys in by_holder.items()))

@@ -392,6 +392,11 @@ class Coordinator:
                     task.exception()  # consumed: nobody waits for it
                 task.cancel()
 
+    def unstarted(self) -> set[int]:
+        """Ranks whose host was respawned and is not started yet: it holds nothing and
+        answers no protocol's calls."""
+        return set(self._fresh)
+
     def running(self, rank: int) -> bool:
         """Whether rank ``rank``'s ``main()`` call is still under way (not finished, even
         if the coordinator has not taken its outcome yet)."""

@@ -145,6 +145,7 @@ class PartLevels:
             RankFailed: a part is held by no level (named with what each one lacked).
         """
         c = self.c
+        gone = gone | c.unstarted()
         self._keys = dict(wanted)
         early, self._early = self._early, {}
         found = {r: h for r, (key, h, _) in early.items() if wanted.get(r) == key}
@@ -192,7 +193,7 @@ class PartLevels:
                if r not in self._early or self._early[r][0] != key}
         found: dict[int, Any] = {}
         source: dict[int, str] = {}
-        await self._levels(ask, found, source, units, gone)
+        await self._levels(ask, found, source, units, gone | self.c.unstarted())
         self._early.update({r: (ask[r], h, source[r]) for r, h in found.items()})
 
     def restore_notes(self) -> dict:
@@ -213,6 +214,8 @@ class PartLevels:
     async def forget(self, after: dict[int, Any], units) -> None:
         """Ranks ``after`` rolled back to their part ``after[rank]`` (None: the start):
         every level drops its copies of their newer parts, which belong to the execution
-        abandoned. Call it once the survivors are fenced against the old lives."""
+        abandoned. Call it once the survivors are fenced against the old lives. (A
+        level calls no rank in ``after`` nor any ``Coordinator.unstarted``: they hold
+        nothing.)"""
         for _, level in self.levels:
             await level.forget(after, units)

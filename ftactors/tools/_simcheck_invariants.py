@@ -109,6 +109,8 @@ def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
 def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
     """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
     about its recovery levels ("" if nothing)."""
+    if levels[-1] in PART_LEADS:
+        return part_level_problem(events, levels, ranks, options)
     standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
     spares, failed, named, tried = None, set(), None, []
     for e in events:
@@ -164,3 +166,52 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
         if undecodable_groups(placement, failed):
             can["rs"] = False
     return can
+
+
+PART_LEADS = {"groups": "groups", "hc3i": "clusters"}
+"""Consistency protocols that hand their parts to the levels, and their units' option."""
+
+
+def part_level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
+    """``level_problem`` for a stack whose consistency protocol hands its parts to the
+    levels (``levels[-1]`` in ``PART_LEADS``): every recovery names its level, the
+    costliest one a part came from (``part_sources``); no parity block ever mixes two
+    executions' encodings; and a failed rank's part came from RS blocks only if its
+    unit kept ``k`` blocks (members and parity holders) outside the failed ranks. (A
+    cheaper level that surely holds a loss is not judged: whether a unit's newest parts
+    were encoded at the failure depends on timing, as for RS rounds.)"""
+    from ftactors.protocols._rs_parts import unit_code, unit_holder
+    from ftactors.protocols.groups import load_groups
+    units = load_groups(options.get(PART_LEADS[levels[-1]]), ranks)
+    failed, named, sources = set(), None, {}
+    for e in events:
+        d = e.detail
+        if e.kind == "rs_parity_mixed":
+            return (f"a parity block of unit {d['group']}'s part {d['position']} mixed two "
+                    f"executions' encodings")
+        if e.kind == "failure_detected":
+            failed.add(e.rank)
+        elif e.kind == "part_sources":
+            sources.update({int(r): s for r, s in d["sources"].items()})
+        elif e.kind == "recovery_level":
+            named = d["level"]
+        elif e.kind == "recovery_end":
+            if named is None:
+                return f"the recovery of ranks {sorted(failed)} names no level"
+            used = max(sources.values(), key=levels.index, default=levels[-1])
+            if named != used:
+                return (f"the recovery of ranks {sorted(failed)} names level {named}, but "
+                        f"its parts came from {used}")
+            for r in sorted(failed):
+                if sources.get(r) != "rs":
+                    continue
+                g = units.group_of(r)
+                k, m = unit_code(units, g, options.get("rs_parity"))
+                alive = [x for x in (*units.groups[g], *(unit_holder(units, g, j)
+                                                          for j in range(m)))
+                         if x not in failed]
+                if len(alive) < k:
+                    return (f"rank {r}'s part was decoded from RS blocks, but its unit "
+                            f"{g} kept {len(alive)} of the {k} blocks needed")
+            failed, named, sources = set(), None, {}
+    return ""
