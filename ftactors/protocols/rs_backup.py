@@ -62,14 +62,40 @@ passed on (``LevelExhausted``) rather than restarted from the start of the run. 
 restored by another level keeps no round of ours unless its snapshot was taken after our
 round at that position (``on_restored``): our parity of it would be encoded twice.
 
+*Keeping another protocol's parts* (``class S(RSBackup, GroupCoordination, App)``, or
+DDVPiggyback; ``_rs_parts``): those protocols checkpoint one group or cluster (a *unit*)
+at a time, so no round is taken here (``runtime/_escalation``, "Levels that keep another
+protocol's parts"). The code's group is the unit: its members made their parts of one
+checkpoint together, so the encoding needs no agreement of its own. At ``on_part`` a
+member keeps its part (a data block of the unit's code) and star-encodes it, the first
+block at once and the others beside ``main()``; parity ``j`` of unit ``G``'s checkpoint
+is held by member ``j mod |G+1|`` of the next unit (``m = k``, ``rs_parity`` for fewer),
+so a unit lost whole with its node is decoded from the next one; with one unit, member
+``j`` of the unit itself holds it (a rank's loss is decoded, the unit's falls to the
+object store). Members and holders keep the newest ``PART_KEEP`` checkpoints per unit
+(a recovery line may go back past the newest). The consistency protocol's recovery asks
+``EncodedParts.find``: a live rank's own copy as it is, a lost part decoded from ``k``
+blocks of live members and holders; ``forget`` drops the newer checkpoints of restarted
+units at their live members and holders once survivors are fenced (products still in
+flight from the old lives are dropped by channel epochs), so a key made again after a
+rollback starts a fresh parity block; one that would take a block twice anyway is
+spoiled, never used (``rs_parity_mixed``). A restored rank learns its part's key from
+the restore notes and keeps it again. The options of our own rounds
+(``part_mode_ignores``) are refused in such stacks.
+
 *Deviations.* Checkpoints stay in memory (no SSD tier, IV.D). Placement is fixed for the
 run by rank number: a replacement may start on another node than the rank it replaces.
 The decoder holds ``k`` snapshots at once (not ``z``-sized blocks). Encoding shares the
 rank's event loop (one block, then the application): a worker thread would overlap it
-with the application but make the sim transport's runs depend on the OS scheduler.
+with the application but make the sim transport's runs depend on the OS scheduler. With
+another protocol's parts, the driver decodes (the paper: a live rank): the ranks near
+the loss are often those the recovery restarts, and the driver hands the result to the
+restore directly; and the parity of a restored checkpoint lost with its holders is not
+encoded again (the unit's next checkpoint has its parity).
 
 *Footprint* (bounded whatever the run's length): each rank holds its own snapshot and
-the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (on Ray the parity
+the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (with another
+protocol's parts: ``PART_KEEP`` (3) checkpoints per unit) (on Ray the parity
 blocks are objects in the object store owned by their holder, released when the round is
 dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. No
 message log. Measured by ``ftactors bench footprint``.

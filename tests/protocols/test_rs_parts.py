@@ -24,9 +24,14 @@ class ThreeLevelGroups(RSBackup, StandbyReplacement, GroupCoordination, Heat1D):
     pass
 
 
+class ThreeLevelClusters(RSBackup, StandbyReplacement, DDVPiggyback, Heat1D):
+    pass
+
+
 UNITS = {EncodedGroups: {"groups": "fixed:2", "group_checkpoint_interval": 3},
          EncodedClusters: {"clusters": "fixed:2"},
-         ThreeLevelGroups: {"groups": "fixed:2", "group_checkpoint_interval": 3}}
+         ThreeLevelGroups: {"groups": "fixed:2", "group_checkpoint_interval": 3},
+         ThreeLevelClusters: {"clusters": "fixed:2"}}
 """Units of two ranks: {0, 1}, {2, 3}, {4, 5}, {6, 7}; unit 1's parity is held by 4, 5."""
 STACKS = pytest.mark.parametrize("cls", [EncodedGroups, EncodedClusters])
 QUIET = pytest.mark.filterwarnings("ignore::UserWarning")  # Heat1D storms DDV's clusters
@@ -135,11 +140,17 @@ def test_parity_of_a_cascade_rolled_back_cluster_is_dropped():
     assert dropped and {g for g, _, _ in dropped} == {2}
 
 
-def test_three_levels_partner_copies_then_blocks():
-    # rank 2 and rank 4, which holds its partner copy: 2 is decoded, 4 has its copy at 6
-    r = run(ThreeLevelGroups, [(2, 11), ft.Kill(4, recovery_round=0)], spares=2)
-    assert levels(r) == ["rs"]
-    assert sources(r)[-1] == {2: "rs", 3: "standby", 4: "standby", 5: "standby"}
+@QUIET
+@pytest.mark.parametrize("cls", [ThreeLevelGroups, ThreeLevelClusters])
+def test_three_levels_partner_copies_then_blocks_then_the_object_store(cls):
+    # rank 2 with rank 4, which holds its partner copy: 2 is decoded, 4 has its copy at 6
+    r = run(cls, unit_lost(cls, "local", 4), spares=2)
+    assert levels(r) == ["rs"] and sources(r)[-1][2] == "rs"
+    assert sources(r)[-1][4] == "standby"
+    # unit 1 with both its partner-copy and parity holders: the object store
+    r = run(cls, unit_lost(cls, "local", 3, 4, 5), spares=2)
+    assert levels(r) == [cls.__mro__[3].protocol_name]
+    assert {sources(r)[-1][x] for x in (2, 3)} == {levels(r)[0]}
 
 
 @pytest.mark.parametrize("option", [{"rs_interval": 3}, {"rs_group_size": 2},

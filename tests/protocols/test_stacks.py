@@ -78,15 +78,6 @@ def test_a_wrong_order_is_refused_naming_the_right_one():
         type("Bad", (ReadyMessageFlush, StandbyReplacement, Heat1D), {})
 
 
-@pytest.mark.parametrize("level", [RSBackup])
-@pytest.mark.parametrize("consistency", [GroupCoordination, DDVPiggyback])
-def test_stacks_not_built_are_refused_at_class_creation(level, consistency):
-    """These were accepted and then hung at the first kill (issue 17)."""
-    with pytest.raises(TypeError, match=f"{level.__name__} does not stack with "
-                                        f"{consistency.__name__} yet"):
-        type("Bad", (level, consistency, Heat1D), {})
-
-
 # ------------------------------------------------------- one level, then the next
 @pytest.mark.parametrize("transport", ["local", "sim"])
 def test_partner_copies_recover_one_rank_online(tmp_path, transport):

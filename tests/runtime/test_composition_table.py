@@ -20,8 +20,10 @@ def test_the_readme_holds_exactly_the_table_made_from_the_roles():
 
 def test_the_working_stacks_are_the_ones_issue_17_built():
     assert working_stacks(PROTOCOLS) == [
-        ["rs", "standby"], ["rs", "ready-flush"], ["standby", "ready-flush"],
-        ["standby", "groups"], ["standby", "hc3i"], ["rs", "standby", "ready-flush"]]
+        ["rs", "standby"], ["rs", "ready-flush"], ["rs", "groups"], ["rs", "hc3i"],
+        ["standby", "ready-flush"], ["standby", "groups"], ["standby", "hc3i"],
+        ["rs", "standby", "ready-flush"], ["rs", "standby", "groups"],
+        ["rs", "standby", "hc3i"]]
 
 
 @pytest.mark.parametrize("a", sorted(PROTOCOLS))

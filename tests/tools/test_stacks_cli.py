@@ -76,8 +76,8 @@ def test_a_stack_resumes_a_lost_job_with_restart_from(capsys, tmp_path):
                             "StandbyReplacement before ReadyMessageFlush"),
     ("standby+rs+ready-flush", "(--protocol rs+standby+ready-flush)"),
     ("groups+ready-flush", "both take the consistency role"),
-    ("standby+groups", "StandbyReplacement does not stack with GroupCoordination yet"),
-    ("hc3i+rs", "RSBackup does not stack with DDVPiggyback yet"),
+    ("groups+rs", "put RSBackup before GroupCoordination"),
+    ("hc3i+standby+rs", "(--protocol rs+standby+hc3i)"),
     ("standby+nope", "unknown protocol 'nope'"),
 ])
 def test_a_refused_stack_exits_2_with_the_reason(capsys, stack, message):
