@@ -359,12 +359,12 @@ class RSBackup(Protocol):
             parity.buf = None
             self.ft.events.record("rs_parity", position=key[2], group=g, parity=j,
                                   bytes=len(blob), xor_s=parity.xor_s)
-        elif parity.mixed:  # the protocol failed to drop an abandoned encoding
-            self.ft.events.record("rs_parity_mixed", position=key[2], group=g, parity=j,
-                                  member=i)
             if st.store is not None and st.settings["stable_parity"]:
                 self.ft_spawn(asyncio.to_thread(
                     store_parity, st.store, position_index(key[2]), g, j, parity.lengths, blob))
+        elif parity.mixed:  # the protocol failed to drop an abandoned encoding
+            self.ft.events.record("rs_parity_mixed", position=key[2], group=g, parity=j,
+                                  member=i)
 
     def on_control(self, env) -> None:
         if env.comm != NAME:
