@@ -153,9 +153,9 @@ def setups() -> dict[str, Setup]:
             {**encoded, **partner, **stable}, ranks=8, spares=3),
         "rs+groups": Setup("rs+groups", (RSBackup, GroupCoordination),
                            {"groups": "fixed:2", "group_checkpoint_interval": INTERVAL,
-                            "rs_block_bytes": 512}, spares=2, bounded_log=True),
+                            "rs_block_bytes": 1024}, spares=2, bounded_log=True),
         "rs+hc3i": Setup("rs+hc3i", (RSBackup, DDVPiggyback),
-                         {"clusters": "fixed:2", "rs_block_bytes": 512}, spares=2,
+                         {"clusters": "fixed:2", "rs_block_bytes": 1024}, spares=2,
                          exact=False, bounded_clcs=True),
     }
 
