@@ -57,9 +57,11 @@ class EncodedParts:
         return k, m, [unit_holder(units, g, j) for j in range(m)]
 
     async def find(self, wanted: dict[int, Any], units, gone: set[int]) -> dict[int, Any]:
-        """Handles to ``wanted`` {rank: part key}: a live rank's own copy as it is (pulled
-        into the driver's object store), a lost one decoded from ``k`` blocks of its
-        unit's checkpoint (live members' own parts and live holders' parity blocks)."""
+        """``wanted`` {rank: part key} as bytes, in the driver (they outlive a respawn):
+        a live rank's own copy as it is, a lost one decoded from ``k`` blocks of its
+        unit's checkpoint (live members' own parts and live holders' parity blocks).
+        A block dropped since the inventory (the unit went on checkpointing) is missing
+        like a lost one."""
         c = self.c
         by_unit: dict[tuple, list[int]] = {}
         for r, key in wanted.items():
@@ -84,8 +86,8 @@ class EncodedParts:
                 if (hg, hj, as_key(hkey)) == (g, j, key):
                     parity[j] = (h, {int(i): n for i, n in lengths.items()})
         live = [r for r in ranks if members.index(r) in data]
-        handles = await asyncio.gather(*(c.call_kept(r, "rs_part", key) for r in live))
-        found = dict(zip(live, handles))
+        own = dict(zip(live, await asyncio.gather(*(c.call(r, "rs_part", key) for r in live))))
+        found = {r: blob for r, blob in own.items() if blob is not None}
         lost = [members.index(r) for r in ranks if r not in found]
         if not lost or len(data) + len(parity) < k:
             return found
@@ -95,6 +97,8 @@ class EncodedParts:
         fetched = await asyncio.gather(*(
             c.call(x, "rs_part", key) if idx < k else c.call(x, "rs_part_parity", g, idx - k, key)
             for idx, x in blocks.items()))
+        if any(blob is None for blob in fetched):  # dropped since the inventory: a newer part
+            return found
         size = max(lengths.values())
         padded = {idx: _padded(blob, size) for idx, blob in zip(blocks, fetched)}
         decoded = await asyncio.to_thread(RSCode(k, m).decode, padded, size)

@@ -94,11 +94,11 @@ restore directly; and the parity of a restored checkpoint lost with its holders 
 encoded again (the unit's next checkpoint has its parity).
 
 *Footprint* (bounded whatever the run's length): each rank holds its own snapshot and
-the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (with another
-protocol's parts: ``PART_KEEP`` (3) checkpoints per unit) (on Ray the parity
+the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (on Ray the parity
 blocks are objects in the object store owned by their holder, released when the round is
-dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. No
-message log. Measured by ``ftactors bench footprint``.
+dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. With
+another protocol's parts, its own parts and the parity blocks it holds (as bytes in its
+memory) of the newest ``PART_KEEP`` (3) checkpoints per unit. No message log. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 
@@ -448,11 +448,14 @@ class RSBackup(Protocol):
                                                 for (g, j, key), p in st.held.items()
                                                 if p.handle is not None]}
 
-    def ft_rpc_rs_part(self, key) -> bytes:
-        return self._rs.own[as_key(key)]
+    def ft_rpc_rs_part(self, key) -> bytes | None:
+        """This rank's own part ``key`` (None: dropped since, a newer one was made)."""
+        return self._rs.own.get(as_key(key))
 
-    def ft_rpc_rs_part_parity(self, g: int, j: int, key) -> bytes:
-        return self._rs.held[(g, j, as_key(key))].handle
+    def ft_rpc_rs_part_parity(self, g: int, j: int, key) -> bytes | None:
+        """Complete parity block ``j`` of unit ``g``'s part ``key`` (None: dropped)."""
+        parity = self._rs.held.get((g, j, as_key(key)))
+        return None if parity is None else parity.handle
 
     def ft_rpc_rs_part_drop(self, after: dict) -> None:
         """Units rolled back to their parts ``after`` {unit: key, None: the start}: drop
