@@ -160,3 +160,11 @@ def test_own_round_options_are_refused(option):
                                              f"which it does not take in a stack with "
                                              f"GroupCoordination"):
         ft.run(EncodedGroups, ranks=8, transport="local", **UNITS[EncodedGroups], **option)
+
+
+def test_with_one_unit_its_members_hold_its_parity():
+    """No next unit: member j holds parity j, so a rank's loss is decoded."""
+    r = ft.run(EncodedGroups, ranks=4, transport="local", kwargs={"iterations": 20},
+               chaos=ft.Chaos(kill=[(2, 8)]), groups="one", group_checkpoint_interval=3)
+    assert_same(r.results, reference(4))
+    assert levels(r) == ["rs"] and decoded(r) == {2}
