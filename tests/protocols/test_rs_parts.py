@@ -168,3 +168,12 @@ def test_with_one_unit_its_members_hold_its_parity():
                chaos=ft.Chaos(kill=[(2, 8)]), groups="one", group_checkpoint_interval=3)
     assert_same(r.results, reference(4))
     assert levels(r) == ["rs"] and decoded(r) == {2}
+
+
+@QUIET
+@STACKS
+def test_ranks_respawned_by_an_aborted_round_are_not_asked(cls):
+    """Rank 5 dies as the recovery of rank 0 begins: the next round finds unit 0
+    respawned, not started yet (it holds nothing and answers no call)."""
+    r = run(cls, [(0, 5), ft.Kill(5, recovery_round=0)], spares=2)
+    assert levels(r) == ["rs"]
