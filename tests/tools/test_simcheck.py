@@ -194,3 +194,25 @@ def test_a_stack_give_up_is_judged_by_its_last_level():
     assert "keeps k of its k + m blocks" in judge([0, 4], rs_lost)
     assert "without its last level (rs) giving up" in judge(
         [0, 4], ("standby", "rank 0 and its backup partner 4 both failed"))
+
+
+def test_part_mode_stack_levels_are_judged_from_sources_units_and_parity():
+    from ftactors.tools._simcheck_invariants import level_problem
+    setup = setups()["rs+groups"]  # 6 ranks, units {0, 1}, {2, 3}, {4, 5}
+
+    def judge(failed, sources, level, *extra):
+        events = [*(_ev("failure_detected", r) for r in failed), *extra,
+                  _ev("part_sources", sources=sources), _ev("recovery_level", level=level),
+                  _ev("recovery_end")]
+        return level_problem(events, setup.levels, setup.ranks, setup.options)
+    assert setup.levels == ["rs", "groups"]
+    assert judge([2], {2: "rs", 3: "rs"}, "rs") == ""
+    assert judge([2, 4, 5], {2: "groups", 3: "rs"}, "groups") == ""
+    assert "names level rs, but its parts came from groups" in judge(
+        [2], {2: "groups", 3: "rs"}, "rs")
+    # unit 1 and both holders of its parity (unit 2) lost: 1 block of the 2 needed
+    assert "kept 1 of the 2 blocks needed" in judge([2, 4, 5], {2: "rs", 3: "rs"}, "rs")
+    assert "mixed two executions' encodings" in judge(
+        [2], {2: "rs"}, "rs", _ev("rs_parity_mixed", 4, group=1, position=(0, 3), parity=0))
+    assert "names no level" in level_problem(
+        [_ev("failure_detected", 2), _ev("recovery_end")], setup.levels, 6, setup.options)
