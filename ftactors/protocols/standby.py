@@ -524,25 +524,44 @@ class PartnerCopies:
 
     def __init__(self, coordinator):
         self.c = coordinator
+        self.rescued: dict[int, dict] = {}  # rank -> {key: (holder, handle)}, until forget
+
+    async def rescue(self, holders: list[int]) -> None:
+        """``holders`` are about to be restarted: pull every copy they hold into the
+        driver's object store first (a cascade may still need them)."""
+        c = self.c
+        kept = await asyncio.gather(*(c.call(h, "standby_parts") for h in holders))
+        pulls = [(h, r, key) for h, held in zip(holders, kept)
+                 for r, keys in held.items() for key in keys]
+        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, key)
+                                         for h, r, key in pulls))
+        for (h, r, key), handle in zip(pulls, handles):
+            self.rescued.setdefault(r, {})[key] = (h, handle)
 
     async def find(self, wanted: dict[int, Any], units, gone: set[int]) -> dict[int, Any]:
         """Handles to the copies held of ``wanted`` {rank: part key}, pulled into the
         driver's object store (they outlive their holder's process)."""
         c = self.c
-        holders = {r: part_holder(units, r) for r in wanted}
-        live = sorted({h for r, h in holders.items() if h != r and h not in gone})
+        rescued = {r: self.rescued.get(r, {}).get(key) for r, key in wanted.items()}
+        found = {r: pulled[1] for r, pulled in rescued.items()
+                 if pulled is not None and pulled[0] not in gone}  # its node may be gone
+        holders = {r: part_holder(units, r) for r in wanted if r not in found}
+        empty = set(gone) | c.unstarted()
+        live = sorted({h for r, h in holders.items() if h != r and h not in empty})
         kept = dict(zip(live, await asyncio.gather(*(c.call(h, "standby_parts") for h in live))))
         take = {r: h for r, h in holders.items() if wanted[r] in kept.get(h, {}).get(r, ())}
         handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, wanted[r])
                                          for r, h in take.items()))
-        return dict(zip(take, handles))
+        return {**found, **dict(zip(take, handles))}
 
     async def forget(self, after: dict[int, Any], units) -> None:
         c = self.c
+        self.rescued.clear()
         by_holder: dict[int, dict] = {}
+        empty = set(after) | c.unstarted()
         for r, key in after.items():
             h = part_holder(units, r)
-            if h not in after:  # a restarted holder holds nothing any more
+            if h not in empty:  # a restarted holder holds nothing any more
                 by_holder.setdefault(h, {})[r] = key
         await asyncio.gather(*(c.call(h, "standby_part_drop", keys)
                                for h, keys in by_holder.items()))

@@ -167,6 +167,11 @@ class Coordinator:
             await fabric.shutdown()
         return self._result(results, fabric.clock() - t0)
 
+    def unstarted(self) -> set[int]:
+        """Ranks given a new host in this recovery (or an aborted one) and not started
+        yet: they hold no state."""
+        return set(self._fresh)
+
     def start_rank(self, rank: int, restore: Any = None) -> None:
         """Run (or run again, from ``restore``) rank ``rank``'s ``main()``. The outcome of
         a run of it that ended and was not taken yet (it finished during a recovery round)

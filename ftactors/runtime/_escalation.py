@@ -136,8 +136,9 @@ class PartLevels:
                    gone: set[int]) -> dict[int, Any]:
         """A handle to every rank's part ``wanted[rank]`` (a key of ``on_part``), from the
         cheapest level that holds it; ``kept[rank]`` is the protocol's own copy. ``gone``:
-        the ranks whose memory is lost (failed, or respawned already); copies held by the
-        others are pulled into the driver's object store, so they outlive a respawn.
+        the failed ranks (a level asks no rank that failed or was respawned since, and
+        uses no copy ``rescue``d from one that failed since: its node may be gone).
+        Copies are pulled into the driver's object store, so they outlive a respawn.
 
         Raises:
             RankFailed: a part is held by no level (named with what each one lacked).
@@ -175,6 +176,14 @@ class PartLevels:
         """The round that restored the parts found last is over: name its level (the
         costliest one a part came from; the protocol's own for a restart from the start)."""
         self.c.events.record("recovery_level", level=self._used, failed=sorted(failed))
+
+    async def rescue(self, ranks: list[int], gone: set[int]) -> None:
+        """``ranks`` are about to be restarted before the recovery line is known (a
+        cascade): every level pulls the copies the live ones hold into the driver's
+        object store, for ``find`` (``gone``: as for ``find``)."""
+        live = [r for r in ranks if r not in set(gone) | self.c.unstarted()]
+        for _, level in self.levels:
+            await level.rescue(live)
 
     async def forget(self, after: dict[int, Any], units) -> None:
         """Ranks ``after`` rolled back to their part ``after[rank]`` (None: the start):

@@ -30,6 +30,10 @@
   ``k`` blocks left. (Whether an RS round's encoding was complete at the failure is not
   in the timeline, so that the RS level surely holds a loss is not decided.) The last
   level never gives up in a run that ends.
+* In a stack whose consistency protocol hands its parts to the levels (GroupCoordination
+  or DDVPiggyback under StandbyReplacement), every recovery names its level, the
+  costliest source of a part it restored, and no part comes from a copy whose holder
+  failed in that recovery (:func:`part_level_problem`).
 """
 from __future__ import annotations
 
@@ -164,3 +168,34 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
         if undecodable_groups(placement, failed):
             can["rs"] = False
     return can
+
+
+def part_level_problem(events, levels: list[str], units) -> str:
+    """What a finished run of a stack whose levels keep the consistency protocol's parts
+    (``levels`` cheapest first, that protocol last; ``units`` its groups or clusters)
+    got wrong about where its parts came from ("" if nothing)."""
+    from ftactors.protocols.standby import part_holder
+    failed, sources, named = set(), {}, False
+    for e in events:
+        d = e.detail
+        if e.kind == "failure_detected":
+            failed.add(e.rank)
+        elif e.kind == "part_sources":
+            sources = {int(r): s for r, s in d["sources"].items()}
+        elif e.kind == "recovery_level":
+            costliest = max((levels.index(s) for s in sources.values()),
+                            default=len(levels) - 1)
+            if d["level"] != levels[costliest]:
+                return (f"the recovery of ranks {sorted(failed)} names level {d['level']}, "
+                        f"but its parts came from {sources}")
+            lost = [r for r, s in sources.items()
+                    if s == "standby" and part_holder(units, r) in failed]
+            if lost:
+                return (f"the parts of ranks {lost} came from partner copies whose holders "
+                        f"failed in that recovery ({sorted(failed)})")
+            named = True
+        elif e.kind == "recovery_end":
+            if not named:
+                return f"the recovery of ranks {sorted(failed)} names no level"
+            failed, sources, named = set(), {}, False
+    return ""
