@@ -33,11 +33,13 @@ is bit-identical to it (piecewise determinism). A failure during recovery ends t
 and starts a new one with all failures so far (self-loops 2, 9, 12).
 
 Unrecoverable: both partners of a pair dead (their data is gone) and no spare left end
-the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported.
+the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported. (In a
+stack with a costlier level, a missing spare is replaced by a new actor instead: slower
+to start, but far cheaper than the next level's rollback of every rank.)
 
 *In a stack* the partner copies are the cheapest level (``roles``; ``class S(RSBackup,
 StandbyReplacement, ReadyMessageFlush, App)``): recovery tries them first, and a lost
-pair, a missing spare or no backup yet passes the round to the next level
+pair or no backup yet passes the round to the next level
 (``runtime/_escalation``), which restores every rank; the restored round then becomes
 every rank's newest copy here, sent to its partner, so the pairs are whole again at once.
 
@@ -491,7 +493,10 @@ class StandbyRecovery(LowerLevel):
             raise LevelExhausted(sorted(failed), "no partner copy is held yet")
         c.events.record("recovery_line", position=round_id, failed=sorted(failed))
         for rank in sorted(failed):
-            await c.replace(rank)
+            if self.escalates and not c.spares and rank not in c.unstarted():
+                await c.respawn(rank)  # a new actor: cheaper than every rank going back
+            else:
+                await c.replace(rank)
         for rank in survivors:
             c.epochs[rank] = c.next_epoch()
         await c.rewire()

@@ -26,7 +26,8 @@
   partner copies cannot hold a rank whose partner failed with it, and surely hold a
   loss without such a pair once every surviving rank has backed up two rounds since the
   last recovery (a failed rank's own events die with it, but it finished the older
-  round before it could flush the newer one) and enough spares are known to be left; RS blocks cannot hold a group with fewer than
+  round before it could flush the newer one) (a missing spare is a new actor in a stack);
+  RS blocks cannot hold a group with fewer than
   ``k`` blocks left. (Whether an RS round's encoding was complete at the failure is not
   in the timeline, so that the RS level surely holds a loss is not decided.) The last
   level never gives up in a run that ends.
@@ -114,14 +115,10 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
     """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
     about its recovery levels ("" if nothing)."""
     standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
-    spares, failed, named, tried = None, set(), None, []
+    failed, named, tried = set(), None, []
     for e in events:
         d = e.detail
-        if e.kind == "run_start":
-            spares = d["spares"]
-        elif e.kind == "replaced":
-            spares = d["spares_left"]
-        elif e.kind == "backup" and not failed:
+        if e.kind == "backup" and not failed:
             standby_round.setdefault(tuple(d["position"]), set()).add(e.rank)
         elif e.kind == "failure_detected":
             failed.add(e.rank)
@@ -136,8 +133,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
                 return f"the recovery of ranks {sorted(failed)} names no level"
             survivors = set(range(ranks)) - failed
             rounds = sum(survivors <= done for done in standby_round.values())
-            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2,
-                                  spares=spares)
+            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2)
             if can.get(named) is False:
                 return (f"level {named} recovered ranks {sorted(failed)}, which it cannot "
                         f"hold")
@@ -151,7 +147,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
 
 
 def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: dict, *,
-                    backed_up: bool, spares) -> dict[str, bool]:
+                    backed_up: bool) -> dict[str, bool]:
     """For each level: True if it surely holds the loss of ``failed``, False if it
     surely cannot; absent when the timeline cannot tell."""
     can: dict[str, bool] = {}
@@ -159,7 +155,7 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
         from ftactors.protocols.standby import partner
         if any(partner(r, ranks) in failed for r in failed):
             can["standby"] = False
-        elif backed_up and spares is not None and spares >= len(failed):
+        elif backed_up:  # without a spare, a new actor (below a costlier level)
             can["standby"] = True
     if "rs" in levels:
         from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
