@@ -547,9 +547,10 @@ def recovery_policy(coordinator: Coordinator, rank_cls: type):
     protos = protocol_classes(rank_cls)
     lead = next((p for p in protos if p.hands_parts), None)
     if lead is not None:
-        coordinator.part_levels = PartLevels(coordinator, lead.protocol_name, [
-            (p.protocol_name, p.part_level)
-            for p in sorted(protos, key=lambda p: p.level_cost) if p.part_level])
+        keepers = [(p.protocol_name, p.part_level)
+                   for p in sorted(protos, key=lambda p: p.level_cost) if p.part_level]
+        if keepers:
+            coordinator.part_levels = PartLevels(coordinator, lead.protocol_name, keepers)
         return lead.recovery_policy(coordinator)
     levels = sorted((p for p in protos if getattr(p, "recovery_policy", None)),
                     key=lambda p: p.level_cost)
