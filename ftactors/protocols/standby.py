@@ -65,7 +65,9 @@ execution abandoned) are dropped. Spares are used by that recovery's respawns.
 newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
 (ping-pong: a round is dropped once two newer ones are complete); no message log; the
 coordinator and the object store keep nothing per round (a replacement's snapshot travels
-from the surviving partner). Measured by ``ftactors bench footprint``.
+from the surviving partner). Keeping another protocol's parts, a rank holds the newest
+``PART_KEEP`` (3) parts of each rank it keeps copies for (one rank, more where the next
+unit is smaller); the driver holds the copies it pulled only until the round ends. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 
@@ -251,6 +253,7 @@ class StandbyReplacement(Protocol):
     stack_order = 1
     level_cost = 1
     uses_spares = True
+    part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
     backup_interval: ClassVar[int] = 5
     """Iterations between backups (NR_Need_backup)."""
     backup_interval_s: ClassVar[float | None] = None
@@ -264,8 +267,6 @@ class StandbyReplacement(Protocol):
     }
 
     # ----------------------------------------------------------------- start, end
-    part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
-
     async def on_start(self) -> None:
         self._standby = _Standby(
             parts_mode=any(p.hands_parts for p in protocol_classes(type(self))))
