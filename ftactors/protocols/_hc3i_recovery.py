@@ -163,9 +163,7 @@ class Hc3iRecovery:
         line = _ddv.RecoveryLine(dict(start))
         while set(line.targets) - rolled:
             fresh = sorted(set(line.targets) - rolled)
-            await self._find_early(line.targets, failed | {
-                r for k in rolled for r in groups.groups[k]})
-            await self._stop(fresh)
+            await self._stop(fresh, failed)
             rolled |= set(fresh)
             epochs = {r: c.epochs[r] for k in rolled for r in groups.groups[k]}
             survivors = [r for r in range(c.n) if groups.group_of(r) not in rolled]
@@ -183,11 +181,11 @@ class Hc3iRecovery:
         # a cluster stopped for a line that a later step of the cascade no longer rolls
         # back restarts from its newest CLC: it is stopped all the same
         targets = {**{k: self.clcs[k][-1].clc.sn for k in rolled}, **line.targets}
-        await self._restart(targets, set(hit))
+        await self._restart(targets, set(hit), failed)
         if c.part_levels is not None:
             c.part_levels.recovered(failed)
 
-    async def _stop(self, clusters: list[int]) -> None:
+    async def _stop(self, clusters: list[int], failed: set[int]) -> None:
         """New incarnations (not started yet) for every rank of ``clusters``."""
         c = self.c
         ranks = [r for k in clusters for r in self.clusters.groups[k]]
@@ -195,21 +193,23 @@ class Hc3iRecovery:
         await c.collect_events()  # their timeline so far is part of the run's
         await self._settle()  # parts of CLCs committed before are kept
         self.parts.cancel(set(ranks))
+        if c.part_levels is not None:  # the copies they hold of others' parts
+            await c.part_levels.rescue(ranks, failed)
         await asyncio.gather(*(c.respawn(r) for r in ranks))
         if self.by_node:
             await asyncio.gather(*(self._tell_clusters(r) for r in ranks))
 
-    async def _restart(self, targets: dict[int, int], failed: set[int]) -> None:
+    async def _restart(self, targets: dict[int, int], hit: set[int], failed: set[int]) -> None:
         c, groups = self.c, self.clusters
         ranks = sorted(r for k in targets for r in groups.groups[k])
         for k, sn in sorted(targets.items()):
             self.clcs[k] = [s for s in self.clcs[k] if s.clc.sn <= sn]
             for key in [key for key in self.parts_of if key[0] == k and key[1] > sn]:
                 del self.parts_of[key]
-            c.events.record("hc3i_rollback", cluster=k, sn=sn, failed=k in failed,
+            c.events.record("hc3i_rollback", cluster=k, sn=sn, failed=k in hit,
                             ranks=list(groups.groups[k]))
         await c.rewire()
-        handles = await self._parts(ranks, set(ranks))
+        handles = await self._parts(ranks, failed)
         if c.part_levels is not None:
             sns = {r: self.clcs[groups.group_of(r)][-1].clc.sn for r in ranks}
             await c.part_levels.forget({r: sn if sn > 1 else None for r, sn in sns.items()},
@@ -226,25 +226,10 @@ class Hc3iRecovery:
                         resent=sum(resent))
         c.refill_spares()
 
-    async def _find_early(self, targets: dict[int, int], gone: set[int]) -> None:
-        """Before ranks are stopped, the stack's levels pull the copies they hold of the
-        parts of ``targets`` (the line so far; a cascade only moves it back) into the
-        driver's object store: the holders of a failed cluster's copies are often in a
-        cluster the cascade rolls back too."""
-        c, groups = self.c, self.clusters
-        if c.part_levels is None:
-            return
-        wanted = {}
-        for k, sn in targets.items():
-            kept = [s for s in self.clcs[k] if s.clc.sn <= sn]
-            if kept and kept[-1].clc.sn > 1:
-                wanted.update({r: kept[-1].clc.sn for r in groups.groups[k]})
-        await c.part_levels.find_early(wanted, groups, gone)
-
     async def _parts(self, ranks: list[int], gone: set[int]) -> dict:
         """What each restarted rank restores: its part of its cluster's target CLC (the
         start of the run for CLC 1), from the cheapest level of the stack that holds it,
-        else the coordinator's copy. ``gone``: ranks whose memory is lost."""
+        else the coordinator's copy (``gone``: the failed ranks)."""
         c, groups = self.c, self.clusters
         handles, kept = {}, {}
         for r in ranks:

@@ -119,6 +119,12 @@ Deviations: no 2PC timers (failures are detected by the coordinator, which abort
 failed cluster's 2PC by restarting it); the unforced timer runs on the leader only (the
 paper starts one on every node and lets the smallest rank win); alerts are computed by
 the coordinator, not sent between leaders (same cascade, same result).
+
+*In a stack* (``class S(StandbyReplacement, DDVPiggyback, App)``) every part is also
+handed to the levels (``on_part``; ``hands_parts``); the restart takes each part from the
+cheapest level that keeps a copy, this protocol's own copy last, and the copies held by
+ranks of a cluster the cascade restarts are rescued before they stop
+(``runtime/_escalation.PartLevels``).
 """
 from __future__ import annotations
 

@@ -62,6 +62,11 @@ misses would still be dropped by the receivers' sequence numbers. Piecewise
 determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
 messages with the same numbers.
 
+*In a stack* (``class S(StandbyReplacement, GroupCoordination, App)``) every part is
+also handed to the levels (``on_part``; ``hands_parts``), and the restart of a group
+takes each part from the cheapest level that keeps a copy, this protocol's own copy last
+(``runtime/_escalation.PartLevels``).
+
 *Footprint* (bounded whatever the run's length): per group, the newest complete group
 set in the object store and the sets still being taken (an older set that never
 completes is dropped when a newer one does); each sender's log holds its messages to

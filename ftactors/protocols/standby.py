@@ -33,11 +33,13 @@ is bit-identical to it (piecewise determinism). A failure during recovery ends t
 and starts a new one with all failures so far (self-loops 2, 9, 12).
 
 Unrecoverable: both partners of a pair dead (their data is gone) and no spare left end
-the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported.
+the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported. (In a
+stack with a costlier level, a missing spare is replaced by a new actor instead: slower
+to start, but far cheaper than the next level's rollback of every rank.)
 
 *In a stack* the partner copies are the cheapest level (``roles``; ``class S(RSBackup,
 StandbyReplacement, ReadyMessageFlush, App)``): recovery tries them first, and a lost
-pair, a missing spare or no backup yet passes the round to the next level
+pair or no backup yet passes the round to the next level
 (``runtime/_escalation``), which restores every rank; the restored round then becomes
 every rank's newest copy here, sent to its partner, so the pairs are whole again at once.
 
@@ -63,7 +65,9 @@ execution abandoned) are dropped. Spares are used by that recovery's respawns.
 newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
 (ping-pong: a round is dropped once two newer ones are complete); no message log; the
 coordinator and the object store keep nothing per round (a replacement's snapshot travels
-from the surviving partner). Measured by ``ftactors bench footprint``.
+from the surviving partner). Keeping another protocol's parts, a rank holds the newest
+``PART_KEEP`` (3) parts of each rank it keeps copies for (one rank, more where the next
+unit is smaller); the driver holds the copies it pulled only until the round ends. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 
@@ -249,6 +253,7 @@ class StandbyReplacement(Protocol):
     stack_order = 1
     level_cost = 1
     uses_spares = True
+    part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
     backup_interval: ClassVar[int] = 5
     """Iterations between backups (NR_Need_backup)."""
     backup_interval_s: ClassVar[float | None] = None
@@ -262,8 +267,6 @@ class StandbyReplacement(Protocol):
     }
 
     # ----------------------------------------------------------------- start, end
-    part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
-
     async def on_start(self) -> None:
         self._standby = _Standby(
             parts_mode=any(p.hands_parts for p in protocol_classes(type(self))))
@@ -491,7 +494,10 @@ class StandbyRecovery(LowerLevel):
             raise LevelExhausted(sorted(failed), "no partner copy is held yet")
         c.events.record("recovery_line", position=round_id, failed=sorted(failed))
         for rank in sorted(failed):
-            await c.replace(rank)
+            if self.escalates and not c.spares and rank not in c.unstarted():
+                await c.respawn(rank)  # a new actor: cheaper than every rank going back
+            else:
+                await c.replace(rank)
         for rank in survivors:
             c.epochs[rank] = c.next_epoch()
         await c.rewire()
@@ -524,25 +530,44 @@ class PartnerCopies:
 
     def __init__(self, coordinator):
         self.c = coordinator
+        self.rescued: dict[int, dict] = {}  # rank -> {key: (holder, handle)}, until forget
+
+    async def rescue(self, holders: list[int]) -> None:
+        """``holders`` are about to be restarted: pull every copy they hold into the
+        driver's object store first (a cascade may still need them)."""
+        c = self.c
+        kept = await asyncio.gather(*(c.call(h, "standby_parts") for h in holders))
+        pulls = [(h, r, key) for h, held in zip(holders, kept)
+                 for r, keys in held.items() for key in keys]
+        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, key)
+                                         for h, r, key in pulls))
+        for (h, r, key), handle in zip(pulls, handles):
+            self.rescued.setdefault(r, {})[key] = (h, handle)
 
     async def find(self, wanted: dict[int, Any], units, gone: set[int]) -> dict[int, Any]:
         """Handles to the copies held of ``wanted`` {rank: part key}, pulled into the
         driver's object store (they outlive their holder's process)."""
         c = self.c
-        holders = {r: part_holder(units, r) for r in wanted}
-        live = sorted({h for r, h in holders.items() if h != r and h not in gone})
+        rescued = {r: self.rescued.get(r, {}).get(key) for r, key in wanted.items()}
+        found = {r: pulled[1] for r, pulled in rescued.items()
+                 if pulled is not None and pulled[0] not in gone}  # its node may be gone
+        holders = {r: part_holder(units, r) for r in wanted if r not in found}
+        empty = set(gone) | c.unstarted()
+        live = sorted({h for r, h in holders.items() if h != r and h not in empty})
         kept = dict(zip(live, await asyncio.gather(*(c.call(h, "standby_parts") for h in live))))
         take = {r: h for r, h in holders.items() if wanted[r] in kept.get(h, {}).get(r, ())}
         handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, wanted[r])
                                          for r, h in take.items()))
-        return dict(zip(take, handles))
+        return {**found, **dict(zip(take, handles))}
 
     async def forget(self, after: dict[int, Any], units) -> None:
         c = self.c
+        self.rescued.clear()
         by_holder: dict[int, dict] = {}
+        empty = set(after) | c.unstarted()
         for r, key in after.items():
             h = part_holder(units, r)
-            if h not in after and h not in c.unstarted():  # a restarted one holds nothing
+            if h not in empty:  # a restarted holder holds nothing any more
                 by_holder.setdefault(h, {})[r] = key
         await asyncio.gather(*(c.call(h, "standby_part_drop", keys)
                                for h, keys in by_holder.items()))

@@ -167,6 +167,11 @@ class Coordinator:
             await fabric.shutdown()
         return self._result(results, fabric.clock() - t0)
 
+    def unstarted(self) -> set[int]:
+        """Ranks given a new host in this recovery (or an aborted one) and not started
+        yet: they hold no state."""
+        return set(self._fresh)
+
     def start_rank(self, rank: int, restore: Any = None) -> None:
         """Run (or run again, from ``restore``) rank ``rank``'s ``main()``. The outcome of
         a run of it that ended and was not taken yet (it finished during a recovery round)
@@ -392,11 +397,6 @@ class Coordinator:
                     task.exception()  # consumed: nobody waits for it
                 task.cancel()
 
-    def unstarted(self) -> set[int]:
-        """Ranks whose host was respawned and is not started yet: it holds nothing and
-        answers no protocol's calls."""
-        return set(self._fresh)
-
     def running(self, rank: int) -> bool:
         """Whether rank ``rank``'s ``main()`` call is still under way (not finished, even
         if the coordinator has not taken its outcome yet)."""
@@ -548,9 +548,10 @@ def recovery_policy(coordinator: Coordinator, rank_cls: type):
     protos = protocol_classes(rank_cls)
     lead = next((p for p in protos if p.hands_parts), None)
     if lead is not None:
-        coordinator.part_levels = PartLevels(coordinator, lead.protocol_name, [
-            (p.protocol_name, p.part_level)
-            for p in sorted(protos, key=lambda p: p.level_cost) if p.part_level])
+        keepers = [(p.protocol_name, p.part_level)
+                   for p in sorted(protos, key=lambda p: p.level_cost) if p.part_level]
+        if keepers:
+            coordinator.part_levels = PartLevels(coordinator, lead.protocol_name, keepers)
         return lead.recovery_policy(coordinator)
     levels = sorted((p for p in protos if getattr(p, "recovery_policy", None)),
                     key=lambda p: p.level_cost)

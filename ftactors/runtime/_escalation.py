@@ -132,25 +132,31 @@ class PartLevels:
         self.levels = [(name, level_cls(coordinator)) for name, level_cls in levels]
         self._used = own
         self._keys: dict[int, Any] = {}  # rank -> the key of the part it restores
-        self._early: dict[int, tuple] = {}  # rank -> (key, handle, level) found ahead
 
     async def find(self, wanted: dict[int, Any], kept: dict[int, Any], units,
                    gone: set[int]) -> dict[int, Any]:
         """A handle to every rank's part ``wanted[rank]`` (a key of ``on_part``), from the
         cheapest level that holds it; ``kept[rank]`` is the protocol's own copy. ``gone``:
-        the ranks whose memory is lost (failed, or respawned already); copies held by the
-        others are pulled into the driver's object store, so they outlive a respawn.
+        the failed ranks (a level asks no rank that failed or was respawned since, and
+        uses no copy ``rescue``d from one that failed since: its node may be gone).
+        Copies are pulled into the driver's object store, so they outlive a respawn.
 
         Raises:
             RankFailed: a part is held by no level (named with what each one lacked).
         """
-        c = self.c
-        gone = gone | c.unstarted()
+        c, found, lacks = self.c, {}, []
+        source: dict[int, str] = {}
         self._keys = dict(wanted)
-        early, self._early = self._early, {}
-        found = {r: h for r, (key, h, _) in early.items() if wanted.get(r) == key}
-        source = {r: early[r][2] for r in found}
-        lacks = await self._levels(wanted, found, source, units, gone)
+        for name, level in self.levels:
+            missing = {r: key for r, key in wanted.items() if r not in found}
+            if not missing:
+                break
+            got = await level.find(missing, units, gone)
+            found.update(got)
+            source.update({r: name for r in got})
+            if len(got) < len(missing):
+                lacks.append(f"{name}: no copy of the parts of ranks "
+                             f"{sorted(set(missing) - set(got))}")
         rest = [r for r in wanted if r not in found and kept.get(r) is not None]
         usable = await asyncio.gather(*(c.fabric.available([kept[r]]) for r in rest))
         for r, ok in zip(rest, usable):
@@ -168,34 +174,6 @@ class PartLevels:
         c.events.record("part_sources", sources={r: source[r] for r in sorted(source)})
         return found
 
-    async def _levels(self, wanted: dict[int, Any], found: dict, source: dict, units,
-                      gone: set[int]) -> list[str]:
-        """Ask the levels, cheapest first, for the parts ``wanted`` not ``found`` yet
-        (adding to ``found`` and ``source``); returns what each level lacked."""
-        lacks = []
-        for name, level in self.levels:
-            missing = {r: key for r, key in wanted.items() if r not in found}
-            if not missing:
-                break
-            got = await level.find(missing, units, gone)
-            found.update(got)
-            source.update({r: name for r in got})
-            if len(got) < len(missing):
-                lacks.append(f"{name}: no copy of the parts of ranks "
-                             f"{sorted(set(missing) - set(got))}")
-        return lacks
-
-    async def find_early(self, wanted: dict[int, Any], units, gone: set[int]) -> None:
-        """Copies of the parts ``wanted`` held by ranks about to be stopped, pulled into
-        the driver's object store now (a recovery whose line is not final yet: DDV's
-        cascade); the next ``find`` uses those still wanted with the same key."""
-        ask = {r: key for r, key in wanted.items()
-               if r not in self._early or self._early[r][0] != key}
-        found: dict[int, Any] = {}
-        source: dict[int, str] = {}
-        await self._levels(ask, found, source, units, gone | self.c.unstarted())
-        self._early.update({r: (ask[r], h, source[r]) for r, h in found.items()})
-
     def restore_notes(self) -> dict:
         """What the levels add to a restore (``Coordinator.restore_spec``) after the
         last ``find``: e.g. each rank's part key, for a level that keeps the part again."""
@@ -211,11 +189,17 @@ class PartLevels:
         costliest one a part came from; the protocol's own for a restart from the start)."""
         self.c.events.record("recovery_level", level=self._used, failed=sorted(failed))
 
+    async def rescue(self, ranks: list[int], gone: set[int]) -> None:
+        """``ranks`` are about to be restarted before the recovery line is known (a
+        cascade): every level pulls the copies the live ones hold into the driver's
+        object store, for ``find`` (``gone``: as for ``find``)."""
+        live = [r for r in ranks if r not in set(gone) | self.c.unstarted()]
+        for _, level in self.levels:
+            await level.rescue(live)
+
     async def forget(self, after: dict[int, Any], units) -> None:
         """Ranks ``after`` rolled back to their part ``after[rank]`` (None: the start):
         every level drops its copies of their newer parts, which belong to the execution
-        abandoned. Call it once the survivors are fenced against the old lives. (A
-        level calls no rank in ``after`` nor any ``Coordinator.unstarted``: they hold
-        nothing.)"""
+        abandoned. Call it once the survivors are fenced against the old lives."""
         for _, level in self.levels:
             await level.forget(after, units)

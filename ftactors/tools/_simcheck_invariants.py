@@ -26,10 +26,17 @@
   partner copies cannot hold a rank whose partner failed with it, and surely hold a
   loss without such a pair once every surviving rank has backed up two rounds since the
   last recovery (a failed rank's own events die with it, but it finished the older
-  round before it could flush the newer one) and enough spares are known to be left; RS blocks cannot hold a group with fewer than
+  round before it could flush the newer one) (a missing spare is a new actor in a stack);
+  RS blocks cannot hold a group with fewer than
   ``k`` blocks left. (Whether an RS round's encoding was complete at the failure is not
   in the timeline, so that the RS level surely holds a loss is not decided.) The last
   level never gives up in a run that ends.
+* In a stack whose consistency protocol hands its parts to the levels (GroupCoordination
+  or DDVPiggyback under StandbyReplacement or RSBackup), every recovery names its level,
+  the costliest source of a part it restored, no part comes from a copy whose holder
+  failed in that recovery nor from RS blocks of a unit left with fewer than ``k`` blocks
+  (members and parity holders) outside the failed ranks, and no parity block ever mixes
+  two executions' encodings of one part (:func:`part_level_problem`).
 """
 from __future__ import annotations
 
@@ -109,17 +116,11 @@ def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
 def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
     """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
     about its recovery levels ("" if nothing)."""
-    if levels[-1] in PART_LEADS:
-        return part_level_problem(events, levels, ranks, options)
     standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
-    spares, failed, named, tried = None, set(), None, []
+    failed, named, tried = set(), None, []
     for e in events:
         d = e.detail
-        if e.kind == "run_start":
-            spares = d["spares"]
-        elif e.kind == "replaced":
-            spares = d["spares_left"]
-        elif e.kind == "backup" and not failed:
+        if e.kind == "backup" and not failed:
             standby_round.setdefault(tuple(d["position"]), set()).add(e.rank)
         elif e.kind == "failure_detected":
             failed.add(e.rank)
@@ -134,8 +135,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
                 return f"the recovery of ranks {sorted(failed)} names no level"
             survivors = set(range(ranks)) - failed
             rounds = sum(survivors <= done for done in standby_round.values())
-            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2,
-                                  spares=spares)
+            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2)
             if can.get(named) is False:
                 return (f"level {named} recovered ranks {sorted(failed)}, which it cannot "
                         f"hold")
@@ -149,7 +149,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
 
 
 def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: dict, *,
-                    backed_up: bool, spares) -> dict[str, bool]:
+                    backed_up: bool) -> dict[str, bool]:
     """For each level: True if it surely holds the loss of ``failed``, False if it
     surely cannot; absent when the timeline cannot tell."""
     can: dict[str, bool] = {}
@@ -157,7 +157,7 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
         from ftactors.protocols.standby import partner
         if any(partner(r, ranks) in failed for r in failed):
             can["standby"] = False
-        elif backed_up and spares is not None and spares >= len(failed):
+        elif backed_up:  # without a spare, a new actor (below a costlier level)
             can["standby"] = True
     if "rs" in levels:
         from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
@@ -168,22 +168,13 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
     return can
 
 
-PART_LEADS = {"groups": "groups", "hc3i": "clusters"}
-"""Consistency protocols that hand their parts to the levels, and their units' option."""
-
-
-def part_level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
-    """``level_problem`` for a stack whose consistency protocol hands its parts to the
-    levels (``levels[-1]`` in ``PART_LEADS``): every recovery names its level, the
-    costliest one a part came from (``part_sources``); no parity block ever mixes two
-    executions' encodings; and a failed rank's part came from RS blocks only if its
-    unit kept ``k`` blocks (members and parity holders) outside the failed ranks. (A
-    cheaper level that surely holds a loss is not judged: whether a unit's newest parts
-    were encoded at the failure depends on timing, as for RS rounds.)"""
-    from ftactors.protocols._rs_parts import unit_code, unit_holder
-    from ftactors.protocols.groups import load_groups
-    units = load_groups(options.get(PART_LEADS[levels[-1]]), ranks)
-    failed, named, sources = set(), None, {}
+def part_level_problem(events, levels: list[str], units, parity: int | None = None) -> str:
+    """What a finished run of a stack whose levels keep the consistency protocol's parts
+    (``levels`` cheapest first, that protocol last; ``units`` its groups or clusters;
+    ``parity``: ``rs_parity``) got wrong about where its parts came from ("" if
+    nothing)."""
+    from ftactors.protocols.standby import part_holder
+    failed, sources, named = set(), {}, False
     for e in events:
         d = e.detail
         if e.kind == "rs_parity_mixed":
@@ -192,26 +183,39 @@ def part_level_problem(events, levels: list[str], ranks: int, options: dict) -> 
         if e.kind == "failure_detected":
             failed.add(e.rank)
         elif e.kind == "part_sources":
-            sources.update({int(r): s for r, s in d["sources"].items()})
+            sources = {int(r): s for r, s in d["sources"].items()}
         elif e.kind == "recovery_level":
-            named = d["level"]
+            costliest = max((levels.index(s) for s in sources.values()),
+                            default=len(levels) - 1)
+            if d["level"] != levels[costliest]:
+                return (f"the recovery of ranks {sorted(failed)} names level {d['level']}, "
+                        f"but its parts came from {sources}")
+            lost = [r for r, s in sources.items()
+                    if s == "standby" and part_holder(units, r) in failed]
+            if lost:
+                return (f"the parts of ranks {lost} came from partner copies whose holders "
+                        f"failed in that recovery ({sorted(failed)})")
+            short = _undecodable_units(units, failed, parity)
+            decoded = sorted(r for r in failed if sources.get(r) == "rs"
+                             and units.group_of(r) in short)
+            if decoded:
+                return (f"the parts of ranks {decoded} came from RS blocks, but their units "
+                        f"kept fewer than k blocks outside the failed ranks {sorted(failed)}")
+            named = True
         elif e.kind == "recovery_end":
-            if named is None:
+            if not named:
                 return f"the recovery of ranks {sorted(failed)} names no level"
-            used = max(sources.values(), key=levels.index, default=levels[-1])
-            if named != used:
-                return (f"the recovery of ranks {sorted(failed)} names level {named}, but "
-                        f"its parts came from {used}")
-            for r in sorted(failed):
-                if sources.get(r) != "rs":
-                    continue
-                g = units.group_of(r)
-                k, m = unit_code(units, g, options.get("rs_parity"))
-                alive = [x for x in (*units.groups[g], *(unit_holder(units, g, j)
-                                                          for j in range(m)))
-                         if x not in failed]
-                if len(alive) < k:
-                    return (f"rank {r}'s part was decoded from RS blocks, but its unit "
-                            f"{g} kept {len(alive)} of the {k} blocks needed")
-            failed, named, sources = set(), None, {}
+            failed, sources, named = set(), {}, False
     return ""
+
+
+def _undecodable_units(units, failed: set[int], parity: int | None) -> set[int]:
+    """Units whose members and parity holders outside ``failed`` are fewer than ``k``."""
+    from ftactors.protocols._rs_parts import unit_code, unit_holder
+    short = set()
+    for g, members in enumerate(units.groups):
+        k, m = unit_code(units, g, parity)
+        blocks = [*members, *(unit_holder(units, g, j) for j in range(m))]
+        if sum(x not in failed for x in blocks) < k:
+            short.add(g)
+    return short

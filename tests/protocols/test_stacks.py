@@ -88,6 +88,14 @@ def test_partner_copies_recover_one_rank_online(tmp_path, transport):
     assert not r.events_of("rollback")
 
 
+def test_without_a_spare_partner_copies_recover_in_a_new_actor(tmp_path):
+    """Below a costlier level, no spare left is no reason to roll every rank back."""
+    r = run(PartnerStable, tmp_path, [(2, 11)], "sim", spares=0)
+    assert_same(r.results, reference())
+    assert levels(r) == ["standby"] and exhausted(r) == []
+    assert [e.detail["warm"] for e in r.events_of("respawned")] == [False]
+
+
 @pytest.mark.parametrize("transport", ["local", "sim"])
 def test_a_lost_partner_pair_escalates_to_the_global_set(tmp_path, transport):
     r = run(PartnerStable, tmp_path, PAIR, transport)

@@ -160,11 +160,12 @@ def test_stack_levels_are_judged_from_the_failed_ranks_and_completed_rounds():
     assert "cheaper level standby holds them" in judge(*round_([3], "standby", level="rs"))
     lost = [0, 2, *[r for r in range(8) if r not in (0, 2)]]
     assert "level rs recovered" in judge(*round_(lost, "standby", level="rs"))
-    # fewer than two rounds backed up by every survivor since the last recovery, or too
-    # few spares known: undecided, so accepted
+    # fewer than two rounds backed up by every survivor since the last recovery:
+    # undecided, so accepted; no spare left is no excuse (a new actor replaces the rank)
     assert level_problem([*backed[:9], *round_([3], "standby", level="rs")],
                          levels, 8, rs) == ""
-    assert judge(_ev("replaced", 5, spares_left=0), *round_([3], "standby", level="rs")) == ""
+    assert "cheaper level standby holds them" in judge(
+        _ev("replaced", 5, spares_left=0), *round_([3], "standby", level="rs"))
     assert "names no level" in judge(_ev("failure_detected", 3), _ev("recovery_end"))
     assert "the last level (ready_flush) gave up" in judge(
         _ev("failure_detected", 3), _ev("level_exhausted", level="ready_flush"))
@@ -196,23 +197,22 @@ def test_a_stack_give_up_is_judged_by_its_last_level():
         [0, 4], ("standby", "rank 0 and its backup partner 4 both failed"))
 
 
-def test_part_mode_stack_levels_are_judged_from_sources_units_and_parity():
-    from ftactors.tools._simcheck_invariants import level_problem
+def test_rs_parts_are_judged_from_the_units_and_the_parity_blocks():
+    from ftactors.tools._simcheck_invariants import part_level_problem
+    from ftactors.tools.simcheck import units
     setup = setups()["rs+groups"]  # 6 ranks, units {0, 1}, {2, 3}, {4, 5}
 
     def judge(failed, sources, level, *extra):
         events = [*(_ev("failure_detected", r) for r in failed), *extra,
                   _ev("part_sources", sources=sources), _ev("recovery_level", level=level),
                   _ev("recovery_end")]
-        return level_problem(events, setup.levels, setup.ranks, setup.options)
+        return part_level_problem(events, setup.levels, units(setup))
     assert setup.levels == ["rs", "groups"]
     assert judge([2], {2: "rs", 3: "rs"}, "rs") == ""
     assert judge([2, 4, 5], {2: "groups", 3: "rs"}, "groups") == ""
-    assert "names level rs, but its parts came from groups" in judge(
-        [2], {2: "groups", 3: "rs"}, "rs")
+    assert "names level rs, but its parts came from" in judge([2], {2: "groups", 3: "rs"}, "rs")
     # unit 1 and both holders of its parity (unit 2) lost: 1 block of the 2 needed
-    assert "kept 1 of the 2 blocks needed" in judge([2, 4, 5], {2: "rs", 3: "rs"}, "rs")
+    assert "came from RS blocks, but their units kept fewer than k" in judge(
+        [2, 4, 5], {2: "rs", 3: "rs"}, "rs")
     assert "mixed two executions' encodings" in judge(
         [2], {2: "rs"}, "rs", _ev("rs_parity_mixed", 4, group=1, position=(0, 3), parity=0))
-    assert "names no level" in level_problem(
-        [_ev("failure_detected", 2), _ev("recovery_end")], setup.levels, 6, setup.options)
