@@ -75,7 +75,8 @@ so a unit lost whole with its node is decoded from the next one; with one unit, 
 object store). Members and holders keep the newest ``PART_KEEP`` checkpoints per unit
 (a recovery line may go back past the newest). The consistency protocol's recovery asks
 ``EncodedParts.find``: a live rank's own copy as it is, a lost part decoded from ``k``
-blocks of live members and holders; ``forget`` drops the newer checkpoints of restarted
+blocks of live members and holders (and of ranks a DDV cascade stopped, whose parts and
+parity blocks were rescued into the driver first: ``rescue``); ``forget`` drops the newer checkpoints of restarted
 units at their live members and holders once survivors are fenced (products still in
 flight from the old lives are dropped by channel epochs), so a key made again after a
 rollback starts a fresh parity block; one that would take a block twice anyway is
