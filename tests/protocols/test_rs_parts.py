@@ -59,9 +59,10 @@ def decoded(r) -> set[int]:
 
 def encoded_at(cls, transport, kills=()) -> dict:
     """When rank 2 is killed for unit 1's parts to be decodable (``Kill`` fields): on
-    local in iteration 8 (13 after ``kills``, in its next life); on sim (where a kill at a safe point strikes just after a part DDV forced, its
-    parity still on the wire) at a time in the failure-free run (the same as the run
-    with ``kills`` until then) when unit 1's newest parts are encoded in both its
+    local in iteration 8 (13 after ``kills``, in its next life); on sim, where a kill at
+    a safe point strikes just after a part DDV forced (its parity still on the wire), at
+    a time found in a run with ``kills`` only (the same run until then): once the
+    recovery of ``kills`` is well over, when unit 1's newest parts are encoded at both
     holders and no newer part is begun."""
     if transport == "local":
         return {"iteration": 8} if not kills else {"iteration": 13, "incarnation": 1}
