@@ -154,7 +154,9 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
         try:
             result = await asyncio.wait_for(c.run(), timeout_s)
         except asyncio.TimeoutError:
-            raise TimeoutError(f"the run did not finish within {timeout_s} s") from None
+            exc = TimeoutError(f"the run did not finish within {timeout_s} s")
+            exc.events = list(c.events.events)  # the coordinator's timeline so far
+            raise exc from None
         if trace is not None:
             result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
             result.metrics["trace_path"] = str(trace)
@@ -251,7 +253,8 @@ async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
         TypeError: ``rank_cls`` is not an ``ft.Rank`` with ``async def main``.
         RankError: a rank's ``main()`` raised; carries its traceback.
         RankFailed: a rank died and no protocol recovered it.
-        TimeoutError: ``timeout_s`` passed.
+        TimeoutError: ``timeout_s`` passed (its ``events``: the coordinator's timeline so
+            far, to see where the run stopped).
     """
     job = _prepare(rank_cls, ranks, **kw)
     if kw.get("transport") == "sim":

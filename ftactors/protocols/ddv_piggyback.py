@@ -709,7 +709,8 @@ class DDVPiggyback(Protocol):
                     again = _ddv.must_resend(entry.ack, targets[k])
                 else:
                     again = rolled_back and entry.ack is _ddv.UNACKED
-                if again:
+                if again:  # its receipt is undone: the new one acknowledges it again
+                    entry.ack = _ddv.UNACKED  # (an old SN would let GC drop it too early)
                     e = entry.env
                     ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq,
                                          e.payload, piggyback={NAME: entry.sn}))
