@@ -132,6 +132,7 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
             _fabric(transport, address, seed, options), rank_cls, ranks, tuple(args), kwargs,
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
             stall_s=chaos.stall_s if chaos is not None else 0.0,
+            job_lost_at=chaos.job_lost_at if chaos is not None else None,
             spares=spares, trace=trace is not None, options=options, restore=restore)
 
     async def job(c: Coordinator | None = None) -> RunResult:

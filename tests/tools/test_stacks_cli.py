@@ -145,9 +145,11 @@ def test_the_multilevel_experiment_recovers_each_loss_at_its_level(multilevel):
     assert [(r["schedule"], r["levels"]) for r in rows] == [
         ("single-kill", "standby"), ("partner-pair", "standby>rs"),
         ("group-and-parity", "standby>rs>ready_flush"),
-        ("all-ranks", "standby>rs>ready_flush")]
+        ("all-ranks", "standby>rs>ready_flush"), ("job-lost", "restart-from")]
     assert all(r["verified"] and r["identical"] for r in rows)
-    assert [r["kills"] for r in rows] == [1, 2, 3, 8]
+    assert [r["kills"] for r in rows] == [1, 2, 3, 8, 1]  # the job's loss: its first strike
+    # the lost job's last stable set (every 6 iterations) was at 12: resumed there
+    assert [r["resumed_from"] for r in rows] == ["", "", "", "", "iteration 12"]
 
 
 def test_the_report_shows_the_level_of_each_recovery(multilevel):
@@ -187,3 +189,58 @@ def test_bench_footprint_takes_stacks(tmp_path, capsys):
     assert stack["checkpoints"] > rows["none"]["checkpoints"] == 0
     assert main(["bench", "footprint", "--quick", "--protocols", "ready-flush+rs"]) == 2
     assert "put RSBackup before ReadyMessageFlush" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- job kills
+def job_kill_experiment(tmp_path, **protocol) -> dict:
+    return {"name": "job", "transport": "local",
+            "matrix": {"app": "stencil", "protocol": "p", "ranks": 4, "schedule": "lost"},
+            "apps": {"stencil": {"iterations": 12}},
+            "protocols": {"p": protocol}, "schedules": {"lost": {"job_kill": {"iteration": 7}}}}
+
+
+def test_a_job_kill_resumes_a_new_job_from_the_lost_ones_stable_sets(tmp_path):
+    stable = tmp_path / "stable"
+    (stable / "r000").mkdir(parents=True)
+    (stable / "r000" / "left-by-an-earlier-experiment").write_text("x")
+    data = job_kill_experiment(tmp_path, protocol=["standby", "ready-flush"], spares=1,
+                               checkpoint_interval=3, checkpoint_storage="stable",
+                               checkpoint_dir=str(stable))
+    rows = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
+                                      echo=lambda line: None))
+    [row] = rows
+    assert row["verified"] and row["identical"], row["error"]
+    assert row["levels"] == "restart-from"
+    assert not (stable / "r000" / "left-by-an-earlier-experiment").exists()  # its own folder
+    events = pq.read_table(tmp_path / "res" / row["events_path"]).to_pylist()
+    kinds = [e["kind"] for e in events]
+    lost, resumed = kinds.index("job_lost"), kinds.index("job_resumed")
+    assert lost < resumed < kinds.index("restored")
+    assert kinds.count("run_start") == 2  # the lost job and the one that resumed it
+    # resumed from the newest set the lost job stored (a manifest being written as the
+    # job is lost may or may not land: a later one, never an earlier one)
+    stored = [json.loads(e["detail"])["position"][1] for e in events[:lost]
+              if e["kind"] == "checkpoint"]
+    at = json.loads(events[resumed]["detail"])["position"][1]
+    assert row["resumed_from"] == f"iteration {at}" and at in (3, 6) and at >= max(stored)
+    assert main(["report", str(tmp_path / "res"), "--out", str(tmp_path / "rep")]) == 0
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "<th>resumed_from</th>" in page and f">iteration {at}</td>" in page
+
+
+@pytest.mark.parametrize("protocol, why", [
+    ({"protocol": "standby"}, "standby with these options keeps every state in memory"),
+    ({"protocol": "ready-flush", "checkpoint_interval": 3},  # object store only
+     "ready-flush with these options keeps every state in memory or the object store")])
+def test_a_job_kill_without_stable_storage_is_refused_at_once(tmp_path, protocol, why):
+    with pytest.raises(ExperimentError, match=f"job_kill needs stable storage, but {why}"):
+        experiment_from_dict(job_kill_experiment(tmp_path, **protocol))
+
+
+def test_a_job_kill_after_the_end_is_an_error_row_not_a_resume(tmp_path):
+    data = job_kill_experiment(tmp_path, protocol="ready-flush", checkpoint_interval=3,
+                               checkpoint_storage="stable", checkpoint_dir=str(tmp_path / "s"))
+    data["schedules"]["lost"]["job_kill"]["iteration"] = 50
+    [row] = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
+                                       echo=lambda line: None))
+    assert row["outcome"] == "error" and "the job ended first" in row["error"]
