@@ -251,6 +251,8 @@ class Coordinator:
         self._wake.set()
 
     async def _recover(self) -> None:
+        if self.job_lost_at is not None:
+            await self.fabric.drain_reports()  # a death's last word (Ray's inbox) is in
         if self._job_lost():
             self.events.record("job_lost", iteration=self.job_lost_at, ranks=list(range(self.n)))
             await self._collect()
