@@ -101,6 +101,7 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
         raise ConfigError(f"spare_nodes must list at least one Ray node id, got {spare_homes!r}")
     for proto in protocol_classes(rank_cls):
         proto.check_options(options)
+        proto.check_stack_options(rank_cls, options)
     if chaos is not None and not isinstance(chaos, Chaos):
         raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
     return chaos.plan(ranks) if chaos is not None else []

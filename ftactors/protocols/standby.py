@@ -65,10 +65,11 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
-from ftactors.runtime._protocol import LEVEL, SPARES, Protocol
+from ftactors.runtime._protocol import LEVEL, SPARES
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
+from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 
 NAME = "standby"
 INITIAL = None
@@ -211,7 +212,7 @@ def _keep(store: dict, round_id, blob: bytes) -> None:
         del store[old]
 
 
-class StandbyReplacement(Protocol):
+class StandbyReplacement(PlannedLevel):
     """Mixin: survive rank failures by promoting standby ranks (``ft.run(spares=k)``)."""
 
     protocol_name = NAME
@@ -230,6 +231,7 @@ class StandbyReplacement(Protocol):
         "stable_store": "also write every backup round to this directory or pyarrow URI "
                         "as a checkpoint set (ft.run(restart_from=...) restarts from it); "
                         "round k's set is sealed at backup k+1 (the last one at the end)",
+        **PLAN_OPTIONS,
     }
 
     # ----------------------------------------------------------------- start, end
@@ -256,8 +258,10 @@ class StandbyReplacement(Protocol):
         return int(opts.get("backup_interval", self.backup_interval)), seconds
 
     def need_backup(self, iteration: int) -> bool:
-        """NR_Need_backup: whether the backup agreed for this iteration is due."""
-        return iteration >= self._standby.next_backup
+        """NR_Need_backup: whether the backup agreed for this iteration is due (with
+        ``level_intervals="auto"``, planned with the stack's other levels)."""
+        planned = self.planned_due(NAME, iteration)
+        return iteration >= self._standby.next_backup and planned in (None, True)
 
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
@@ -272,7 +276,7 @@ class StandbyReplacement(Protocol):
         st, ft = self._standby, self.ft
         if ft.position is None:
             raise ProtocolError("backup() must be called at a safe point (inside iterations())")
-        t0 = time.perf_counter()
+        t0, at = time.perf_counter(), ft.link.clock()
         iteration = ft.position[1]
         round_id = ft.position
         decision = self._next_backup_after(iteration) if self.rank == 0 else None
@@ -293,6 +297,7 @@ class StandbyReplacement(Protocol):
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
+        self.planned_cost(NAME, at)
 
     def _send_to_partner(self, round_id, blob: bytes) -> int:
         """Keep ``blob`` (this rank's backup of ``round_id``) safe from this rank's death:
@@ -303,7 +308,10 @@ class StandbyReplacement(Protocol):
         return holder
 
     def _next_backup_after(self, iteration: int) -> int:
-        """Rank 0's decision: the iteration of the next backup."""
+        """Rank 0's decision: the iteration of the next backup (planned: not before the
+        next iteration, ``need_backup`` asks the plan)."""
+        if self._levels_plan is not None:
+            return iteration + 1
         every, seconds = self._interval()
         if seconds is None:
             return iteration + max(1, every)

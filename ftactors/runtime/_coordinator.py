@@ -551,11 +551,17 @@ def _consume(task: asyncio.Task) -> None:
 
 def recovery_policy(coordinator: Coordinator, rank_cls: type):
     """The stack's recovery policy for this run: none, the one protocol's, or all of them
-    escalating from the cheapest level (``Protocol.level_cost``)."""
-    levels = sorted((p for p in protocol_classes(rank_cls) if getattr(p, "recovery_policy", None)),
+    escalating from the cheapest level (``Protocol.level_cost``), with the stack's
+    helpers (``Protocol.stack_helper``) that this run uses."""
+    protos = protocol_classes(rank_cls)
+    levels = sorted((p for p in protos if getattr(p, "recovery_policy", None)),
                     key=lambda p: p.level_cost)
+    kinds = dict.fromkeys(p.stack_helper for p in protos if p.stack_helper is not None)
+    helpers = [h for h in (kind.for_run(coordinator, rank_cls) for kind in kinds)
+               if h is not None]
     if not levels:
         return None
-    if len(levels) == 1:
+    if len(levels) == 1 and not helpers:
         return levels[0].recovery_policy(coordinator)
-    return Escalation(coordinator, [(p.protocol_name, p.recovery_policy) for p in levels])
+    return Escalation(coordinator, [(p.protocol_name, p.recovery_policy) for p in levels],
+                      helpers)

@@ -69,11 +69,20 @@ class Protocol:
     run by the coordinator for each recovery round (the outermost one in the stack)."""
     uses_spares: ClassVar[bool] = False
     """Whether this protocol promotes ``ft.run(spares=k)`` standby ranks."""
+    stack_helper: ClassVar[type | None] = None
+    """Coordinator-side class with ``for_run(coordinator, stack) -> helper or None``: work
+    for the whole stack that no one level owns (the levels' interval planner), run beside
+    the recovery policies by ``runtime/_escalation.Escalation``."""
 
     @classmethod
     def check_options(cls, options: dict) -> None:
         """Raise ConfigError for a bad value of one of this protocol's ``ft_options``
         (called by ``ft.run`` before anything starts)."""
+
+    @classmethod
+    def check_stack_options(cls, stack: type, options: dict) -> None:
+        """Raise ConfigError for options that only the whole ``stack`` can judge (an MTBF
+        naming a level not in it, say); called by ``ft.run`` after ``check_options``."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
