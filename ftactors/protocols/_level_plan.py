@@ -13,7 +13,8 @@ first loop, so the costs are measured, not guessed (as ReadyMessageFlush's singl
 an auto level, what it held the rank: from its arrival at the safe point to its leaving
 the checkpoint (``level_cost``, on the run's clock: virtual on sim), and its mean
 seconds of work per iteration since its last report (stalls left out). A level's stall
-is the span from the first rank's arrival to the last rank's leaving; the model's cost
+is the span from the first rank's arrival to the last rank's leaving (a moving mean over
+its checkpoints, ``NEWEST``; the iteration time too); the model's cost
 of a level-L checkpoint is the sum of the stalls of levels 1..L, since the schedule is
 nested (every level-L position is a position of every lower level, as the model
 assumes: a level-L checkpoint leaves what every lower level restores from). RSBackup's
@@ -66,6 +67,11 @@ checkpoint to measure its cost."""
 REPLAN_FACTOR = 1.5
 """A measured cost or iteration time this many times larger or smaller than the plan in
 force used makes the coordinator plan again."""
+NEWEST = 0.3
+"""The weight of the newest measurement in a level's moving mean stall (and the
+iteration time's): a level's stall differs with what precedes it at a position (a
+higher level's flush just synchronised the ranks, or not), and the last one alone made
+plans flip between two values."""
 COST_FLOOR_S = 1e-9
 """A stall measured as zero (sim without latency) is taken as this (the model needs C > 0)."""
 RETRIES = 20
@@ -329,10 +335,11 @@ class LevelPlanner:
         if len(reports) < self.c.n:
             return
         del self.parts[key]
-        self.stall_s[key[0]] = max(r["end"] for r in reports) - min(r["at"] for r in reports)
+        stall = max(r["end"] for r in reports) - min(r["at"] for r in reports)
+        self.stall_s[key[0]] = _mean(self.stall_s.get(key[0]), stall)
         times = [r["iteration_s"] for r in reports if r["iteration_s"] is not None]
-        if times:
-            self.iteration_s = max(times)  # the slowest rank sets the pace
+        if times:  # the slowest rank sets the pace
+            self.iteration_s = _mean(self.iteration_s, max(times))
         self.wake.set()
 
     async def level_recovered(self, level: str, seconds: float) -> None:
@@ -462,6 +469,11 @@ class LevelPlanner:
         except NewFailure:  # the recovery that follows restores every rank
             return None
         return position
+
+
+def _mean(mean: float | None, sample: float) -> float:
+    """The moving mean of a measured cost with a new ``sample`` (the sample alone first)."""
+    return sample if mean is None else (1 - NEWEST) * mean + NEWEST * sample
 
 
 def _moved(old: float | None, new: float | None) -> bool:

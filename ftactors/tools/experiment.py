@@ -343,6 +343,8 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
         raise ExperimentError(f"{here}: {exc}") from None
     interval = next(((options[k], unit) for k, unit in INTERVAL_OPTIONS.items()
                      if isinstance(options.get(k), numbers.Real)), (None, ""))
+    if "auto" in (options.get("level_intervals"), options.get("checkpoint_interval")):
+        interval = (None, "auto")  # chosen as the run goes (level_intervals_chosen events)
     return RunSpec(run_id, app, protocol, ranks, schedule, seed, stack, kwargs, options,
                    spares, chaos, node_kills, resume_from,
                    None if interval[0] is None else float(interval[0]), interval[1])

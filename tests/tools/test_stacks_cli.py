@@ -4,6 +4,7 @@ ready-flush]`` in an experiment, refusals that exit 2 naming the reason, and the
 each recovery in the results, the report and the timeline."""
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -244,3 +245,54 @@ def test_a_job_kill_after_the_end_is_an_error_row_not_a_resume(tmp_path):
     [row] = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
                                        echo=lambda line: None))
     assert row["outcome"] == "error" and "the job ended first" in row["error"]
+
+
+# ------------------------------------------------------------- auto level intervals
+AUTO = ["--level-intervals", "auto", "--level-mtbf", "process@standby=0.05",
+        "--level-mtbf", "pair@rs=0.5", "--level-mtbf", "job@ready-flush=5"]
+
+
+def test_run_plans_every_level_together_and_prints_each_plan(capsys, tmp_path):
+    code = main(["run", "cg", "--transport", "sim", "--protocol", "rs+standby+ready-flush",
+                 "--ranks", "8", "--spares", "2", "--rs-group-size", "2",
+                 "--rs-ranks-per-node", "2", "--checkpoint-storage", "stable",
+                 "--checkpoint-dir", str(tmp_path / "stable"), *AUTO, "--kill", "3:7"])
+    out = capsys.readouterr().out
+    assert code == 0 and "VERIFICATION SUCCESSFUL" in out
+    assert "level intervals auto from iteration 2 (first costs measured): standby every" in out
+    assert "(after a recovery)" in out and "restart" in out and "measured)" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--protocol", "standby+ready-flush", "--checkpoint-storage", "stable", *AUTO],
+     "'rs' is not a level of this stack"),
+    (["--protocol", "groups", "--level-intervals", "auto"],
+     "--level-intervals needs standby or rs or ready-flush in --protocol"),
+    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf", "standby:5"],
+     r"--level-mtbf takes \[KIND@\]LEVEL=SECONDS"),
+    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf", "standby=5",
+      "--backup-interval", "3"], "drop backup_interval"),
+])
+def test_run_refuses_bad_auto_flags_with_exit_2(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and re.search(message, err), err
+
+
+def test_an_experiment_takes_auto_level_intervals(tmp_path):
+    data = {"name": "auto", "transport": "sim",
+            "matrix": {"app": "stencil", "protocol": "auto", "ranks": 4, "schedule": "one"},
+            "protocols": {"auto": {"protocol": ["standby", "ready-flush"], "spares": 1,
+                                   "checkpoint_storage": "stable",
+                                   "checkpoint_dir": str(tmp_path / "s"),
+                                   "level_intervals": "auto",
+                                   "level_mtbf_s": {"standby": 0.01, "ready-flush": 1}}},
+            "schedules": {"one": {"kill": [[1, 6]]}}}
+    [row] = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
+                                       echo=lambda line: None))
+    assert row["verified"] and row["identical"] and row["interval_unit"] == "auto"
+    kinds = [e["kind"] for e in pq.read_table(tmp_path / "res" / row["events_path"]).to_pylist()]
+    assert "level_intervals_chosen" in kinds
+    data["protocols"]["auto"]["level_mtbf_s"] = {"standby": 0.01}
+    with pytest.raises(ExperimentError, match="no failure that level 'ready_flush' is the "
+                                              "lowest to recover"):
+        experiment_from_dict(data)
