@@ -244,8 +244,9 @@ class PlannedLevel(Protocol):
         if plan.last_pos is not None and pos == (plan.last_pos[0], plan.last_pos[1] + 1):
             plan.work_s += now - plan.last_at - plan.stalled_s
             plan.iterations += 1
-        for fut in list(plan.undecided.values()):
-            await fut  # a plan is being agreed: wait here (never past its position)
+        while not all(f.done() for f in plan.undecided.values()):
+            # a plan is being agreed: wait here (never past its position)
+            await next(f for f in plan.undecided.values() if not f.done())
         plan.pending += [f.result() for f in plan.undecided.values()
                          if f.result()[0] is not None]
         plan.undecided.clear()
