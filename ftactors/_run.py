@@ -64,6 +64,20 @@ def _known_options(rank_cls) -> dict[str, str]:
     return known
 
 
+def _check_part_mode(rank_cls, options: dict) -> None:
+    """Refuse a level's own-round options in a stack where it keeps another protocol's
+    parts instead (``Protocol.hands_parts``)."""
+    protos = protocol_classes(rank_cls)
+    lead = next((p for p in protos if p.hands_parts), None)
+    for p in protos if lead is not None else ():
+        own = [name for name in p.part_mode_ignores if name in options]
+        if own:
+            raise ConfigError(
+                f"option(s) {', '.join(own)} set {p.__name__}'s own rounds, which it does "
+                f"not take in a stack with {lead.__name__}: there it keeps copies of "
+                f"{lead.__name__}'s checkpoint parts, made at that protocol's checkpoints")
+
+
 def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> list:
     check_rank_class(rank_cls)
     if not isinstance(ranks, numbers.Integral) or isinstance(ranks, bool) or ranks < 1:
@@ -82,6 +96,7 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    _check_part_mode(rank_cls, options)
     ray_only = [name for name in RAY_OPTIONS if name in options]
     if ray_only and transport != "ray":
         raise ConfigError(f"option(s) {', '.join(ray_only)} apply to the ray transport only; "

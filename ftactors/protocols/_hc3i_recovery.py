@@ -163,7 +163,7 @@ class Hc3iRecovery:
         line = _ddv.RecoveryLine(dict(start))
         while set(line.targets) - rolled:
             fresh = sorted(set(line.targets) - rolled)
-            await self._stop(fresh)
+            await self._stop(fresh, failed)
             rolled |= set(fresh)
             epochs = {r: c.epochs[r] for k in rolled for r in groups.groups[k]}
             survivors = [r for r in range(c.n) if groups.group_of(r) not in rolled]
@@ -178,9 +178,11 @@ class Hc3iRecovery:
         for a in line.alerts:
             c.events.record("hc3i_alert", sender=a.sender, sn=a.sn, cluster=a.cluster,
                             rolled_back_to=a.to)
-        await self._restart(line.targets, set(hit))
+        await self._restart(line.targets, set(hit), failed)
+        if c.part_levels is not None:
+            c.part_levels.recovered(failed)
 
-    async def _stop(self, clusters: list[int]) -> None:
+    async def _stop(self, clusters: list[int], failed: set[int]) -> None:
         """New incarnations (not started yet) for every rank of ``clusters``."""
         c = self.c
         ranks = [r for k in clusters for r in self.clusters.groups[k]]
@@ -188,30 +190,29 @@ class Hc3iRecovery:
         await c.collect_events()  # their timeline so far is part of the run's
         await self._settle()  # parts of CLCs committed before are kept
         self.parts.cancel(set(ranks))
+        if c.part_levels is not None:  # the copies they hold of others' parts
+            await c.part_levels.rescue(ranks, failed)
         await asyncio.gather(*(c.respawn(r) for r in ranks))
         if self.by_node:
             await asyncio.gather(*(self._tell_clusters(r) for r in ranks))
 
-    async def _restart(self, targets: dict[int, int], failed: set[int]) -> None:
+    async def _restart(self, targets: dict[int, int], hit: set[int], failed: set[int]) -> None:
         c, groups = self.c, self.clusters
         ranks = sorted(r for k in targets for r in groups.groups[k])
         for k, sn in sorted(targets.items()):
             self.clcs[k] = [s for s in self.clcs[k] if s.clc.sn <= sn]
             for key in [key for key in self.parts_of if key[0] == k and key[1] > sn]:
                 del self.parts_of[key]
-            c.events.record("hc3i_rollback", cluster=k, sn=sn, failed=k in failed,
+            c.events.record("hc3i_rollback", cluster=k, sn=sn, failed=k in hit,
                             ranks=list(groups.groups[k]))
         await c.rewire()
+        handles = await self._parts(ranks, failed)
+        if c.part_levels is not None:
+            sns = {r: self.clcs[groups.group_of(r)][-1].clc.sn for r in ranks}
+            await c.part_levels.forget({r: sn if sn > 1 else None for r, sn in sns.items()},
+                                       groups)
         for r in ranks:
-            target = self.clcs[groups.group_of(r)][-1]
-            if target.clc.sn == 1:
-                handle = c.blank(r)
-            elif r in target.handles:
-                handle = target.handles[r]
-            else:
-                raise ProtocolError(f"rank {r}'s part of committed CLC {target.clc.sn} of "
-                                    f"cluster {groups.group_of(r)} is missing")
-            c.start_rank(r, c.restore_spec(handle))
+            c.start_rank(r, c.restore_spec(handles[r]))
         self.stopping -= set(targets)
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         epochs = {r: c.epochs[r] for r in ranks}
@@ -221,6 +222,26 @@ class Hc3iRecovery:
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
                         resent=sum(resent))
         c.refill_spares()
+
+    async def _parts(self, ranks: list[int], gone: set[int]) -> dict:
+        """What each restarted rank restores: its part of its cluster's target CLC (the
+        start of the run for CLC 1), from the cheapest level of the stack that holds it,
+        else the coordinator's copy (``gone``: the failed ranks)."""
+        c, groups = self.c, self.clusters
+        handles, kept = {}, {}
+        for r in ranks:
+            target = self.clcs[groups.group_of(r)][-1]
+            if target.clc.sn == 1:
+                handles[r] = c.blank(r)
+            elif r in target.handles:
+                kept[r] = target.handles[r]
+            else:
+                raise ProtocolError(f"rank {r}'s part of committed CLC {target.clc.sn} of "
+                                    f"cluster {groups.group_of(r)} is missing")
+        if c.part_levels is None:
+            return {**handles, **kept}
+        wanted = {r: self.clcs[groups.group_of(r)][-1].clc.sn for r in kept}
+        return {**handles, **await c.part_levels.find(wanted, kept, groups, gone)}
 
     # ---------------------------------------------------- garbage collection
     async def collect(self, reason: str) -> dict | None:

@@ -104,7 +104,8 @@ def settings(stack: type, options: dict) -> Settings | None:
     Raises:
         ConfigError: ``level_intervals`` not "auto"; its MTBFs missing, naming no level of
             the stack, not positive; a level with no MTBF; a level's own interval given
-            too; ``level_mtbf_s`` or ``level_restart_s`` without it.
+            too; ``level_mtbf_s`` or ``level_restart_s`` without it; a stack whose
+            consistency protocol hands its parts to the levels.
     """
     mode, mtbf, restart = (options.get(k) for k in OPTIONS)
     if mode is None:
@@ -118,7 +119,13 @@ def settings(stack: type, options: dict) -> Settings | None:
     if own:
         raise ConfigError(f"level_intervals={AUTO!r} chooses every level's interval: drop "
                           f"{', '.join(own)}")
-    levels = sorted((p for p in protocol_classes(stack) if issubclass(p, PlannedLevel)),
+    protos = protocol_classes(stack)
+    lead = next((p for p in protos if p.hands_parts), None)
+    if lead is not None:
+        raise ConfigError(f"level_intervals={AUTO!r} plans levels that take rounds of their "
+                          f"own; with {lead.__name__} the levels keep its parts, made at its "
+                          f"own checkpoints")
+    levels = sorted((p for p in protos if issubclass(p, PlannedLevel)),
                     key=lambda p: p.level_cost)
     names = tuple(p.protocol_name for p in levels)
     if not isinstance(mtbf, dict) or not mtbf:

@@ -119,6 +119,12 @@ Deviations: no 2PC timers (failures are detected by the coordinator, which abort
 failed cluster's 2PC by restarting it); the unforced timer runs on the leader only (the
 paper starts one on every node and lets the smallest rank win); alerts are computed by
 the coordinator, not sent between leaders (same cascade, same result).
+
+*In a stack* (``class S(StandbyReplacement, DDVPiggyback, App)``) every part is also
+handed to the levels (``on_part``; ``hands_parts``); the restart takes each part from the
+cheapest level that keeps a copy, this protocol's own copy last, and the copies held by
+ranks of a cluster the cascade restarts are rescued before they stop
+(``runtime/_escalation.PartLevels``).
 """
 from __future__ import annotations
 
@@ -215,9 +221,11 @@ class DDVPiggyback(Protocol):
     protocol_name = NAME
     roles = {CONSISTENCY: "cluster cuts with forced checkpoints and logs (DDV)",
              LEVEL: "the object store"}
+    stacks_with = ("standby",)
     stack_order = 2
     level_cost = 3
     uses_spares = True
+    hands_parts = True
     ft_options = {
         "clusters": "cluster definition: 'node' (by Ray node; one node: the default group "
                     "policy), a group policy or file (see protocols/groups.py)",
@@ -272,6 +280,9 @@ class DDVPiggyback(Protocol):
         if st.others is None:
             st.others = [r for r in st.clusters.members(self.rank) if r != self.rank]
         return st.others
+
+    def part_units(self) -> Groups:
+        return self._hc3i.clusters
 
     def _cluster_of(self, rank: int) -> int:
         return self._hc3i.clusters.group_of(rank)
@@ -519,6 +530,7 @@ class DDVPiggyback(Protocol):
     async def _keep_part(self, r: _Round, blob: bytes) -> None:
         st, ft = self._hc3i, self.ft
         taken = st.parts.hold(r.sn, blob)
+        self.on_part(r.sn, blob)  # the stack's levels keep copies
         await ft.link.report_now(ft.events.make("hc3i_part", cluster=st.me, sn=r.sn,
                                                 bytes=len(blob), incarnation=self.incarnation))
         await taken  # the coordinator holds it: the acknowledgement may go

@@ -62,6 +62,11 @@ misses would still be dropped by the receivers' sequence numbers. Piecewise
 determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
 messages with the same numbers.
 
+*In a stack* (``class S(StandbyReplacement, GroupCoordination, App)``) every part is
+also handed to the levels (``on_part``; ``hands_parts``), and the restart of a group
+takes each part from the cheapest level that keeps a copy, this protocol's own copy last
+(``runtime/_escalation.PartLevels``).
+
 *Footprint* (bounded whatever the run's length): per group, the newest complete group
 set in the object store and the sets still being taken (an older set that never
 completes is dropped when a newer one does); each sender's log holds its messages to
@@ -129,9 +134,11 @@ class GroupCoordination(Protocol):
     protocol_name = NAME
     roles = {CONSISTENCY: "group cuts and inter-group message logs",
              LEVEL: "the driver's object store"}
+    stacks_with = ("standby",)
     stack_order = 2
     level_cost = 3
     uses_spares = True
+    hands_parts = True
     ft_options = {
         "groups": "group definition: a JSON/YAML file, or one / single / fixed:K / "
                   "trace:PATH (default: groups of ceil(sqrt(n)) consecutive ranks)",
@@ -151,6 +158,9 @@ class GroupCoordination(Protocol):
         self._gc = _GroupState(groups, _interval(opts.get("group_checkpoint_interval"),
                                                  groups.group_of(self.rank)))
         await super().on_start()
+
+    def part_units(self) -> Groups:
+        return self._gc.groups
 
     def my_group(self) -> tuple[int, ...]:
         return self._gc.groups.members(self.rank)
@@ -227,6 +237,7 @@ class GroupCoordination(Protocol):
         blob = ft.snapshot(cut=cut)
         held = ft.received_at(cut)  # R_X in the part
         gc.parts.hold(pos, blob)  # until the coordinator takes it; this rank goes on
+        self.on_part(pos, blob)  # and the stack's levels keep copies
         n_log, log_bytes = self.log_size()
         ft.link.report(ft.events.make(  # not waited for either: see "Hand-off"
             "group_checkpoint_part", group=gc.groups.group_of(self.rank), position=pos,
@@ -405,19 +416,22 @@ class GroupRecovery:
         self.parts.cancel(set(ranks))  # parts of the lost execution
         for key in [k for k in self.pending if k[0] in hit]:
             del self.pending[key]
+        sets = {r: self.latest.get(self.groups.group_of(r)) for r in ranks}
+        handles = await self._parts(sets, failed)  # while the holders of copies still run
         await asyncio.gather(*(c.respawn(r) for r in ranks))
         await c.rewire()
         epochs = {r: c.epochs[r] for r in ranks}
         others = [x for x in range(c.n) if x not in ranks]
         holds = dict(zip(others, await asyncio.gather(*(c.call(x, "group_fence", epochs)
                                                         for x in others))))
+        if c.part_levels is not None:
+            await c.part_levels.forget({r: sets[r] and sets[r].position for r in ranks},
+                                       self.groups)
         for x in ranks:  # a restarted rank will hold what its part holds
             ck = self.latest.get(self.groups.group_of(x))
             holds[x] = [0] * c.n if ck is None else ck.received[x]
         for r in ranks:
-            ck = self.latest.get(self.groups.group_of(r))
-            handle = c.blank(r) if ck is None else ck.handles[r]
-            c.start_rank(r, c.restore_spec(handle, {NAME: {x: held[r] for x, held in holds.items()
+            c.start_rank(r, c.restore_spec(handles[r], {NAME: {x: held[r] for x, held in holds.items()
                                                       if x != r}}))
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
@@ -434,7 +448,21 @@ class GroupRecovery:
             for r in ranks))
         c.events.record("group_resumed", groups=hit,
                         resent=sum(done["messages"] for done in resent))
+        if c.part_levels is not None:
+            c.part_levels.recovered(failed)
         c.refill_spares()
+
+    async def _parts(self, sets: dict, failed: set[int]) -> dict:
+        """What each restarted rank restores: its part of its group's set ``sets[rank]``
+        (the start of the run where None), from the cheapest level of the stack that
+        holds it, else the coordinator's copy."""
+        c = self.c
+        handles = {r: c.blank(r) for r, ck in sets.items() if ck is None}
+        kept = {r: ck.handles[r] for r, ck in sets.items() if ck is not None}
+        if c.part_levels is None:
+            return {**handles, **kept}
+        wanted = {r: sets[r].position for r in kept}
+        return {**handles, **await c.part_levels.find(wanted, kept, self.groups, failed)}
 
 
 GroupCoordination.recovery_policy = GroupRecovery

@@ -33,11 +33,13 @@ is bit-identical to it (piecewise determinism). A failure during recovery ends t
 and starts a new one with all failures so far (self-loops 2, 9, 12).
 
 Unrecoverable: both partners of a pair dead (their data is gone) and no spare left end
-the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported.
+the run with ``ft.RankFailed`` (ABORT). Shrinking to fewer ranks is not supported. (In a
+stack with a costlier level, a missing spare is replaced by a new actor instead: slower
+to start, but far cheaper than the next level's rollback of every rank.)
 
 *In a stack* the partner copies are the cheapest level (``roles``; ``class S(RSBackup,
 StandbyReplacement, ReadyMessageFlush, App)``): recovery tries them first, and a lost
-pair, a missing spare or no backup yet passes the round to the next level
+pair or no backup yet passes the round to the next level
 (``runtime/_escalation``), which restores every rank; the restored round then becomes
 every rank's newest copy here, sent to its partner, so the pairs are whole again at once.
 
@@ -48,11 +50,24 @@ re-enters (override ``on_restored`` for a custom recovery, e.g. ABFT); NR_Get_st
 NR_Set_state are ``self.nr_state`` / ``self.set_nr_state``; NR_Get_failure_ranks is
 ``self.failure_ranks()``.
 
+*Keeping another protocol's parts* (``class S(StandbyReplacement, GroupCoordination,
+App)``, or DDVPiggyback): those protocols checkpoint one group or cluster at a time, so
+no global round is taken here (``runtime/_escalation``, "Levels that keep another
+protocol's parts"). Each part they make (``on_part``) is sent to its *holder*, the rank
+at the same place in the next unit (group or cluster; with one unit, the rank half of
+it further on), so that a unit lost with its node keeps its copies elsewhere; the
+holder keeps each rank's newest ``PART_KEEP`` parts. Their recovery asks the holders
+first (``PartnerCopies``): a copy is pulled into the driver's object store before any
+restarted rank is stopped, and copies of parts newer than the restored ones (of the
+execution abandoned) are dropped. Spares are used by that recovery's respawns.
+
 *Footprint* (bounded whatever the run's length): each rank holds, in its own memory, the
 newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
 (ping-pong: a round is dropped once two newer ones are complete); no message log; the
 coordinator and the object store keep nothing per round (a replacement's snapshot travels
-from the surviving partner). Measured by ``ftactors bench footprint``.
+from the surviving partner). Keeping another protocol's parts, a rank holds the newest
+``PART_KEEP`` (3) parts of each rank it keeps copies for (one rank, more where the next
+unit is smaller); the driver holds the copies it pulled only until the round ends. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 
@@ -65,7 +80,7 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
-from ftactors.runtime._protocol import LEVEL, SPARES
+from ftactors.runtime._protocol import LEVEL, SPARES, protocol_classes
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
@@ -76,6 +91,9 @@ INITIAL = None
 """The round "before main() first ran": every rank can restore it without a backup."""
 KEEP_ROUNDS = 2
 """Ping-pong: the newest two complete rounds are kept."""
+PART_KEEP = 3
+"""Copies kept per rank of another protocol's parts: its recovery line may go back to an
+older part than the newest (an incomplete newer group set; a cascade to an older CLC)."""
 
 
 class State(enum.Enum):
@@ -204,12 +222,27 @@ class _Standby:
     unsealed: Any = None                              # the round written but not sealed yet
     last_backup_t: float = 0.0
     last_backup_it: int = 0
+    parts_mode: bool = False  # keeping a hands_parts protocol's parts, no rounds of ours
+    copies: dict = field(default_factory=dict)  # rank -> {part key -> its part}
 
 
-def _keep(store: dict, round_id, blob: bytes) -> None:
+def _keep(store: dict, round_id, blob: bytes, keep: int = KEEP_ROUNDS) -> None:
     store[round_id] = blob
-    for old in sorted(store)[:-KEEP_ROUNDS]:
+    for old in sorted(store)[:-keep]:
         del store[old]
+
+
+def part_holder(units, rank: int) -> int:
+    """Who keeps the copies of ``rank``'s parts: the member at its place in the next unit
+    of ``units`` (a ``Groups``); with one unit, the member half of it further on (the
+    rank itself in a unit of one: no copy)."""
+    g = units.group_of(rank)
+    members = units.groups[g]
+    i = members.index(rank)
+    if len(units) == 1:
+        return members[(i + len(members) // 2) % len(members)]
+    nxt = units.groups[(g + 1) % len(units)]
+    return nxt[i % len(nxt)]
 
 
 class StandbyReplacement(PlannedLevel):
@@ -217,10 +250,11 @@ class StandbyReplacement(PlannedLevel):
 
     protocol_name = NAME
     roles = {LEVEL: "partner copies in memory", SPARES: "warm standby ranks, promoted in place"}
-    stacks_with = ("rs", "ready_flush")
+    stacks_with = ("rs", "ready_flush", "groups", "hc3i")
     stack_order = 1
     level_cost = 1
     uses_spares = True
+    part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
     backup_interval: ClassVar[int] = 5
     """Iterations between backups (NR_Need_backup)."""
     backup_interval_s: ClassVar[float | None] = None
@@ -236,7 +270,8 @@ class StandbyReplacement(PlannedLevel):
 
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:
-        self._standby = _Standby()
+        self._standby = _Standby(
+            parts_mode=any(p.hands_parts for p in protocol_classes(type(self))))
         self._standby.last_backup_t = time.monotonic()
         uri = getattr(self, "options", {}).get("stable_store")
         self._standby.stable = None if uri is None else open_store(uri)
@@ -260,8 +295,9 @@ class StandbyReplacement(PlannedLevel):
     def need_backup(self, iteration: int) -> bool:
         """NR_Need_backup: whether the backup agreed for this iteration is due (with
         ``level_intervals="auto"``, planned with the stack's other levels)."""
+        st = self._standby
         planned = self.planned_due(NAME, iteration)
-        return iteration >= self._standby.next_backup and planned in (None, True)
+        return not st.parts_mode and iteration >= st.next_backup and planned in (None, True)
 
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
@@ -276,6 +312,9 @@ class StandbyReplacement(PlannedLevel):
         st, ft = self._standby, self.ft
         if ft.position is None:
             raise ProtocolError("backup() must be called at a safe point (inside iterations())")
+        if st.parts_mode:
+            raise ProtocolError("backup() takes a global round; in this stack the partner "
+                                "copies are of the consistency protocol's parts (on_part)")
         t0, at = time.perf_counter(), ft.link.clock()
         iteration = ft.position[1]
         round_id = ft.position
@@ -306,6 +345,12 @@ class StandbyReplacement(PlannedLevel):
         if holder != self.rank:
             self.ft.send_control(holder, NAME, "copy", (round_id, blob))
         return holder
+
+    def on_part(self, key, blob: bytes) -> None:
+        super().on_part(key, blob)
+        holder = part_holder(self.part_units(), self.rank)
+        if holder != self.rank:
+            self.ft.send_control(holder, NAME, "part", (key, blob))
 
     def _next_backup_after(self, iteration: int) -> int:
         """Rank 0's decision: the iteration of the next backup (planned: not before the
@@ -340,6 +385,9 @@ class StandbyReplacement(PlannedLevel):
         elif op == "copy":
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
+        elif op == "part":
+            key, blob = data
+            _keep(st.copies.setdefault(env.src, {}), key, bytes(blob), PART_KEEP)
         else:
             raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
 
@@ -368,8 +416,28 @@ class StandbyReplacement(PlannedLevel):
         blob = st.own[round_id] if rank == self.rank else st.held[rank][round_id]
         return ft.link.share(blob)
 
+    def ft_rpc_standby_parts(self) -> dict:
+        """The keys of the parts this rank keeps copies of, by rank."""
+        return {r: sorted(v) for r, v in self._standby.copies.items()}
+
+    def ft_rpc_standby_part(self, rank: int, key) -> bytes:
+        return self._standby.copies[rank][key]
+
+    def ft_rpc_standby_part_drop(self, after: dict) -> None:
+        """Ranks rolled back to their parts ``after`` {rank: key, None: the start): drop
+        the copies of their newer parts."""
+        copies = self._standby.copies
+        for rank, key in after.items():
+            kept = copies.get(int(rank), {})
+            for newer in [k for k in kept if key is None or k > key]:
+                del kept[newer]
+
     async def on_restored(self) -> None:
         st, ft = self._standby, self.ft
+        if st.parts_mode:  # a restarted group or cluster: no round of ours to take back
+            if st.machine.state is State.REPLACE_RECOVER:
+                self._nr_fire(Input.DATA_RECOVERED, position=ft.position)
+            return await super().on_restored()
         if st.machine.state in (State.FAILURE, State.REPLACE_FAILURE):
             self._nr_fire(Input.CORE_RECOVERED)
         st.flush.reset()
@@ -434,7 +502,10 @@ class StandbyRecovery(LowerLevel):
             raise LevelExhausted(sorted(failed), "no partner copy is held yet")
         c.events.record("recovery_line", position=round_id, failed=sorted(failed))
         for rank in sorted(failed):
-            await c.replace(rank)
+            if self.escalates and not c.spares and rank not in c.unstarted():
+                await c.respawn(rank)  # a new actor: cheaper than every rank going back
+            else:
+                await c.replace(rank)
         for rank in survivors:
             c.epochs[rank] = c.next_epoch()
         await c.rewire()
@@ -461,4 +532,54 @@ class StandbyRecovery(LowerLevel):
         c.events.record("resumed", position=round_id)
 
 
+class PartnerCopies:
+    """Coordinator side of the partner copies of a ``hands_parts`` protocol's parts
+    (``PartLevels``)."""
+
+    def __init__(self, coordinator):
+        self.c = coordinator
+        self.rescued: dict[int, dict] = {}  # rank -> {key: (holder, handle)}, until forget
+
+    async def rescue(self, holders: list[int]) -> None:
+        """``holders`` are about to be restarted: pull every copy they hold into the
+        driver's object store first (a cascade may still need them)."""
+        c = self.c
+        kept = await asyncio.gather(*(c.call(h, "standby_parts") for h in holders))
+        pulls = [(h, r, key) for h, held in zip(holders, kept)
+                 for r, keys in held.items() for key in keys]
+        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, key)
+                                         for h, r, key in pulls))
+        for (h, r, key), handle in zip(pulls, handles):
+            self.rescued.setdefault(r, {})[key] = (h, handle)
+
+    async def find(self, wanted: dict[int, Any], units, gone: set[int]) -> dict[int, Any]:
+        """Handles to the copies held of ``wanted`` {rank: part key}, pulled into the
+        driver's object store (they outlive their holder's process)."""
+        c = self.c
+        rescued = {r: self.rescued.get(r, {}).get(key) for r, key in wanted.items()}
+        found = {r: pulled[1] for r, pulled in rescued.items()
+                 if pulled is not None and pulled[0] not in gone}  # its node may be gone
+        holders = {r: part_holder(units, r) for r in wanted if r not in found}
+        empty = set(gone) | c.unstarted()
+        live = sorted({h for r, h in holders.items() if h != r and h not in empty})
+        kept = dict(zip(live, await asyncio.gather(*(c.call(h, "standby_parts") for h in live))))
+        take = {r: h for r, h in holders.items() if wanted[r] in kept.get(h, {}).get(r, ())}
+        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, wanted[r])
+                                         for r, h in take.items()))
+        return {**found, **dict(zip(take, handles))}
+
+    async def forget(self, after: dict[int, Any], units) -> None:
+        c = self.c
+        self.rescued.clear()
+        by_holder: dict[int, dict] = {}
+        empty = set(after) | c.unstarted()
+        for r, key in after.items():
+            h = part_holder(units, r)
+            if h not in empty:  # a restarted holder holds nothing any more
+                by_holder.setdefault(h, {})[r] = key
+        await asyncio.gather(*(c.call(h, "standby_part_drop", keys)
+                               for h, keys in by_holder.items()))
+
+
 StandbyReplacement.recovery_policy = StandbyRecovery
+StandbyReplacement.part_level = PartnerCopies

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._chaos import Kill
-from ._escalation import Escalation
+from ._escalation import Escalation, PartLevels
 from ..base._errors import JobLost, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
@@ -124,6 +124,7 @@ class Coordinator:
         self._pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
+        self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
         self.policy = recovery_policy(self, rank_cls)
 
     # ------------------------------------------------------------------- specs
@@ -168,6 +169,11 @@ class Coordinator:
         finally:
             await fabric.shutdown()
         return self._result(results, fabric.clock() - t0)
+
+    def unstarted(self) -> set[int]:
+        """Ranks given a new host in this recovery (or an aborted one) and not started
+        yet: they hold no state."""
+        return set(self._fresh)
 
     def start_rank(self, rank: int, restore: Any = None) -> None:
         """Run (or run again, from ``restore``) rank ``rank``'s ``main()``. The outcome of
@@ -308,6 +314,14 @@ class Coordinator:
         """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
         try:
             return await self.fabric.call(self.handles[rank], name, *args)
+        except RankDied:
+            raise NewFailure({rank}) from None
+
+    async def call_kept(self, rank: int, name: str, *args) -> Any:
+        """``call``, with the (bytes) answer kept by the coordinator (``Fabric.call_kept``):
+        it outlives the rank's process."""
+        try:
+            return await self.fabric.call_kept(self.handles[rank], name, *args)
         except RankDied:
             raise NewFailure({rank}) from None
 
@@ -551,9 +565,18 @@ def _consume(task: asyncio.Task) -> None:
 
 def recovery_policy(coordinator: Coordinator, rank_cls: type):
     """The stack's recovery policy for this run: none, the one protocol's, or all of them
-    escalating from the cheapest level (``Protocol.level_cost``), with the stack's
-    helpers (``Protocol.stack_helper``) that this run uses."""
+    escalating from the cheapest level (``Protocol.level_cost``) with the stack's helpers
+    (``Protocol.stack_helper``) that this run uses. A consistency protocol
+    that hands its parts to the levels (``hands_parts``) recovers alone, finding parts
+    through ``coordinator.part_levels``."""
     protos = protocol_classes(rank_cls)
+    lead = next((p for p in protos if p.hands_parts), None)
+    if lead is not None:
+        keepers = [(p.protocol_name, p.part_level)
+                   for p in sorted(protos, key=lambda p: p.level_cost) if p.part_level]
+        if keepers:
+            coordinator.part_levels = PartLevels(coordinator, lead.protocol_name, keepers)
+        return lead.recovery_policy(coordinator)
     levels = sorted((p for p in protos if getattr(p, "recovery_policy", None)),
                     key=lambda p: p.level_cost)
     kinds = dict.fromkeys(p.stack_helper for p in protos if p.stack_helper is not None)

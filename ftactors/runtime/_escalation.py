@@ -20,6 +20,18 @@ checkpoint being gathered) is dropped before any restored rank can report new wo
 ``recovered`` once the round is over. Each level adds its ``restore_notes`` to every restore (``Coordinator.restore_spec``),
 so a rank restored by one level still gets what another level's protocol needs (RSBackup's
 placement on a promoted spare).
+
+*Levels that keep another protocol's parts.* GroupCoordination and DDVPiggyback
+checkpoint a group or a cluster at a time, never the whole job at once, so a level
+cannot take global cuts beside them: a restarted group would have to rejoin a global
+round the others passed long ago. Instead they hand every part they make to the levels
+(``Protocol.hands_parts``, ``on_part``), and their own recovery chooses the recovery line
+and asks ``PartLevels`` for each part it restores: the cheapest level that holds a copy
+serves it (partner copies, then RS blocks), and the protocol's own copy in the driver's
+object store is the last resort (it was made on the failed rank's node, so it is gone
+with a lost node). The timeline names where every part came from (``part_sources``) and
+the costliest level used (``recovery_level``); a part no level holds ends the run with
+``ft.RankFailed`` saying what each level lacked.
 """
 from __future__ import annotations
 
@@ -117,3 +129,74 @@ async def _maybe(policy, name: str, *args) -> None:
     method = getattr(policy, name, None)
     if method is not None:
         await method(*args)
+
+
+class PartLevels:
+    """Coordinator side of a stack whose consistency protocol hands its parts to the
+    levels: where each part a recovery restores is found."""
+
+    def __init__(self, coordinator, own: str, levels: list[tuple[str, type]]):
+        self.c = coordinator
+        self.own = own  # the consistency protocol: its copies in the driver's object store
+        self.levels = [(name, level_cls(coordinator)) for name, level_cls in levels]
+        self._used = own
+
+    async def find(self, wanted: dict[int, Any], kept: dict[int, Any], units,
+                   gone: set[int]) -> dict[int, Any]:
+        """A handle to every rank's part ``wanted[rank]`` (a key of ``on_part``), from the
+        cheapest level that holds it; ``kept[rank]`` is the protocol's own copy. ``gone``:
+        the failed ranks (a level asks no rank that failed or was respawned since, and
+        uses no copy ``rescue``d from one that failed since: its node may be gone).
+        Copies are pulled into the driver's object store, so they outlive a respawn.
+
+        Raises:
+            RankFailed: a part is held by no level (named with what each one lacked).
+        """
+        c, found, lacks = self.c, {}, []
+        source: dict[int, str] = {}
+        for name, level in self.levels:
+            missing = {r: key for r, key in wanted.items() if r not in found}
+            if not missing:
+                break
+            got = await level.find(missing, units, gone)
+            found.update(got)
+            source.update({r: name for r in got})
+            if len(got) < len(missing):
+                lacks.append(f"{name}: no copy of the parts of ranks "
+                             f"{sorted(set(missing) - set(got))}")
+        rest = [r for r in wanted if r not in found and kept.get(r) is not None]
+        usable = await asyncio.gather(*(c.fabric.available([kept[r]]) for r in rest))
+        for r, ok in zip(rest, usable):
+            if ok:
+                found[r], source[r] = kept[r], self.own
+        lost = sorted(r for r in wanted if r not in found)
+        if lost:
+            lacks.append(f"{self.own}: the parts of ranks {lost} are not in the object "
+                         f"store any more (their node is gone)")
+            raise RankFailed(lost, "no level of the stack holds the checkpoint parts the "
+                             "recovery needs; " + "; ".join(lacks))
+        order = [name for name, _ in self.levels] + [self.own]
+        self._used = order[max((order.index(s) for s in source.values()),
+                               default=len(order) - 1)]
+        c.events.record("part_sources", sources={r: source[r] for r in sorted(source)})
+        return found
+
+    def recovered(self, failed: set[int]) -> None:
+        """The round that restored the parts found last is over: name its level (the
+        costliest one a part came from; the protocol's own for a restart from the start)."""
+        self.c.events.record("recovery_level", level=self._used, failed=sorted(failed))
+
+    async def rescue(self, ranks: list[int], gone: set[int]) -> None:
+        """``ranks`` are about to be restarted before the recovery line is known (a
+        cascade): every level pulls the copies the live ones hold into the driver's
+        object store, for ``find`` (``gone``: as for ``find``)."""
+        live = [r for r in ranks if r not in set(gone) | self.c.unstarted()]
+        for _, level in self.levels:
+            await level.rescue(live)
+
+    async def forget(self, after: dict[int, Any], units) -> None:
+        """Ranks ``after`` rolled back to their part ``after[rank]`` (None: the start):
+        every level drops its copies of their newer parts, which belong to the execution
+        abandoned. Call it once the survivors are fenced against the old lives."""
+        for _, level in self.levels:
+            await level.forget(after, units)

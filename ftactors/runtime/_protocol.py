@@ -73,6 +73,17 @@ class Protocol:
     """Coordinator-side class with ``for_run(coordinator, stack) -> helper or None``: work
     for the whole stack that no one level owns (the levels' interval planner), run beside
     the recovery policies by ``runtime/_escalation.Escalation``."""
+    hands_parts: ClassVar[bool] = False
+    """A consistency protocol whose checkpoints are parts of group or cluster cuts, taken
+    by each unit on its own: it hands every part to the stack's levels (``on_part``), and
+    its recovery finds the parts it restores at the cheapest level that holds them
+    (``runtime/_escalation.PartLevels``); the levels take no cuts of their own."""
+    part_mode_ignores: ClassVar[tuple[str, ...]] = ()
+    """Options that set this level's own rounds: refused in a stack whose consistency
+    protocol ``hands_parts`` (the level takes no rounds there)."""
+    part_level: ClassVar[type | None] = None
+    """Coordinator-side class ``Level(coordinator, units)`` with ``async find(wanted)``
+    and ``async forget(after)``: this level's copies of a ``hands_parts`` protocol's parts."""
 
     @classmethod
     def check_options(cls, options: dict) -> None:
@@ -126,6 +137,16 @@ class Protocol:
     async def on_finalize(self) -> None:
         """Every rank's ``main()`` has returned: the run is over (asked by the
         coordinator when the stack has a recovery policy)."""
+
+    def on_part(self, key: Any, blob: bytes) -> None:
+        """This rank made ``blob``, its part ``key`` of a group or cluster checkpoint of a
+        ``hands_parts`` protocol (keys of one rank grow with time): a level keeps a copy."""
+
+    def part_units(self):
+        """A ``hands_parts`` protocol's units (its groups or clusters, as ``Groups``): a
+        level places the copies of a unit's parts outside it."""
+        raise ProtocolError(f"no protocol of the stack {protocol_names(type(self))} hands "
+                            f"checkpoint parts to levels")
 
     # -------------------------------------------------------------------- state
     def protocol_state(self) -> dict[str, Any]:

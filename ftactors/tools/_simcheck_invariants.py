@@ -26,10 +26,15 @@
   partner copies cannot hold a rank whose partner failed with it, and surely hold a
   loss without such a pair once every surviving rank has backed up two rounds since the
   last recovery (a failed rank's own events die with it, but it finished the older
-  round before it could flush the newer one) and enough spares are known to be left; RS blocks cannot hold a group with fewer than
+  round before it could flush the newer one) (a missing spare is a new actor in a stack);
+  RS blocks cannot hold a group with fewer than
   ``k`` blocks left. (Whether an RS round's encoding was complete at the failure is not
   in the timeline, so that the RS level surely holds a loss is not decided.) The last
   level never gives up in a run that ends.
+* In a stack whose consistency protocol hands its parts to the levels (GroupCoordination
+  or DDVPiggyback under StandbyReplacement), every recovery names its level, the
+  costliest source of a part it restored, and no part comes from a copy whose holder
+  failed in that recovery (:func:`part_level_problem`).
 """
 from __future__ import annotations
 
@@ -110,14 +115,10 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
     """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
     about its recovery levels ("" if nothing)."""
     standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
-    spares, failed, named, tried = None, set(), None, []
+    failed, named, tried = set(), None, []
     for e in events:
         d = e.detail
-        if e.kind == "run_start":
-            spares = d["spares"]
-        elif e.kind == "replaced":
-            spares = d["spares_left"]
-        elif e.kind == "backup" and not failed:
+        if e.kind == "backup" and not failed:
             standby_round.setdefault(tuple(d["position"]), set()).add(e.rank)
         elif e.kind == "failure_detected":
             failed.add(e.rank)
@@ -132,8 +133,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
                 return f"the recovery of ranks {sorted(failed)} names no level"
             survivors = set(range(ranks)) - failed
             rounds = sum(survivors <= done for done in standby_round.values())
-            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2,
-                                  spares=spares)
+            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2)
             if can.get(named) is False:
                 return (f"level {named} recovered ranks {sorted(failed)}, which it cannot "
                         f"hold")
@@ -147,7 +147,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
 
 
 def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: dict, *,
-                    backed_up: bool, spares) -> dict[str, bool]:
+                    backed_up: bool) -> dict[str, bool]:
     """For each level: True if it surely holds the loss of ``failed``, False if it
     surely cannot; absent when the timeline cannot tell."""
     can: dict[str, bool] = {}
@@ -155,7 +155,7 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
         from ftactors.protocols.standby import partner
         if any(partner(r, ranks) in failed for r in failed):
             can["standby"] = False
-        elif backed_up and spares is not None and spares >= len(failed):
+        elif backed_up:  # without a spare, a new actor (below a costlier level)
             can["standby"] = True
     if "rs" in levels:
         from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
@@ -164,3 +164,34 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
         if undecodable_groups(placement, failed):
             can["rs"] = False
     return can
+
+
+def part_level_problem(events, levels: list[str], units) -> str:
+    """What a finished run of a stack whose levels keep the consistency protocol's parts
+    (``levels`` cheapest first, that protocol last; ``units`` its groups or clusters)
+    got wrong about where its parts came from ("" if nothing)."""
+    from ftactors.protocols.standby import part_holder
+    failed, sources, named = set(), {}, False
+    for e in events:
+        d = e.detail
+        if e.kind == "failure_detected":
+            failed.add(e.rank)
+        elif e.kind == "part_sources":
+            sources = {int(r): s for r, s in d["sources"].items()}
+        elif e.kind == "recovery_level":
+            costliest = max((levels.index(s) for s in sources.values()),
+                            default=len(levels) - 1)
+            if d["level"] != levels[costliest]:
+                return (f"the recovery of ranks {sorted(failed)} names level {d['level']}, "
+                        f"but its parts came from {sources}")
+            lost = [r for r, s in sources.items()
+                    if s == "standby" and part_holder(units, r) in failed]
+            if lost:
+                return (f"the parts of ranks {lost} came from partner copies whose holders "
+                        f"failed in that recovery ({sorted(failed)})")
+            named = True
+        elif e.kind == "recovery_end":
+            if not named:
+                return f"the recovery of ranks {sorted(failed)} names no level"
+            failed, sources, named = set(), {}, False
+    return ""

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 
 import ftactors as ft
 
-from ._simcheck_invariants import hc3i_unbounded, level_problem, needless_give_up
+from ._simcheck_invariants import (hc3i_unbounded, level_problem, needless_give_up,
+                                   part_level_problem)
 from .apps_cli import protocol_arg
 
 ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
@@ -114,7 +115,15 @@ class Setup:
         if len(self.mixins) < 2:
             return []
         return [p.protocol_name for p in sorted(self.mixins, key=lambda p: p.level_cost)
-                if p.recovery_policy is not None]
+                if p.recovery_policy is not None or p.part_level is not None]
+
+    @property
+    def keeps_parts(self) -> str | None:
+        """In a stack whose consistency protocol hands its parts to the levels
+        (``Protocol.hands_parts``), the option that defines its units; else None."""
+        lead = next((p for p in self.mixins if p.hands_parts), None)
+        return None if lead is None or len(self.mixins) < 2 else {"groups": "groups", "hc3i": "clusters"}[
+            lead.protocol_name]
 
 
 RS_TOPOLOGY = {"rs_group_size": 2, "rs_ranks_per_node": 2, "rs_block_bytes": 512}
@@ -148,6 +157,13 @@ def setups() -> dict[str, Setup]:
                                 {**encoded, **stable}, ranks=8, spares=3),
         "rs+standby": Setup("rs+standby", (RSBackup, StandbyReplacement),
                             {**encoded, **partner}, ranks=8, spares=3, may_give_up=True),
+        "standby+groups": Setup(
+            "standby+groups", (StandbyReplacement, GroupCoordination),
+            {"groups": "fixed:2", "group_checkpoint_interval": INTERVAL}, spares=3,
+            bounded_log=True),
+        "standby+hc3i": Setup("standby+hc3i", (StandbyReplacement, DDVPiggyback),
+                              {"clusters": "fixed:2"}, spares=3, exact=False,
+                              bounded_clcs=True),
         "rs+standby+ready-flush": Setup(
             "rs+standby+ready-flush", (RSBackup, StandbyReplacement, ReadyMessageFlush),
             {**encoded, **partner, **stable}, ranks=8, spares=3),
@@ -208,7 +224,10 @@ def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
     elif setup.exact and r.metrics["duplicates_dropped"]:
         out.problem = (f"{r.metrics['duplicates_dropped']} duplicate(s) dropped: a recovery "
                        "line held a message its sender had not sent (an orphan)")
-    elif setup.levels and level_problem(r.events, setup.levels, setup.ranks, setup.options):
+    elif setup.keeps_parts and part_level_problem(r.events, setup.levels, units(setup)):
+        out.problem = part_level_problem(r.events, setup.levels, units(setup))
+    elif (setup.levels and not setup.keeps_parts
+          and level_problem(r.events, setup.levels, setup.ranks, setup.options)):
         out.problem = level_problem(r.events, setup.levels, setup.ranks, setup.options)
     elif setup.bounded_log and _log_grew(r):
         out.problem = "a log grew past its bound (garbage collection)"
@@ -218,6 +237,12 @@ def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
     else:
         out.ok = True
     return out
+
+
+def units(setup: Setup):
+    """The groups or clusters of a stack whose levels keep its parts."""
+    from ftactors.protocols.groups import load_groups
+    return load_groups(setup.options[setup.keeps_parts], setup.ranks)
 
 
 def _needless_give_up(setup: Setup, exc) -> str:

@@ -181,3 +181,14 @@ def test_the_single_level_auto_of_ready_flush_still_works(tmp_path):
     assert r.events_of("checkpoint_interval_chosen")
     assert not r.events_of("level_intervals_chosen")
     assert_same(r.results, reference(4, 30))
+
+
+def test_auto_is_refused_where_the_levels_keep_another_protocols_parts():
+    from ftactors.protocols import GroupCoordination
+
+    class GroupsOnSpares(StandbyReplacement, GroupCoordination, Heat1D):
+        pass
+    with pytest.raises(ft.ConfigError, match="with GroupCoordination the levels keep its "
+                                             "parts"):
+        ft.run(GroupsOnSpares, ranks=4, transport="sim", level_intervals="auto",
+               level_mtbf_s={"standby": 5})

@@ -78,7 +78,7 @@ def test_a_wrong_order_is_refused_naming_the_right_one():
         type("Bad", (ReadyMessageFlush, StandbyReplacement, Heat1D), {})
 
 
-@pytest.mark.parametrize("level", [RSBackup, StandbyReplacement])
+@pytest.mark.parametrize("level", [RSBackup])
 @pytest.mark.parametrize("consistency", [GroupCoordination, DDVPiggyback])
 def test_stacks_not_built_are_refused_at_class_creation(level, consistency):
     """These were accepted and then hung at the first kill (issue 17)."""
@@ -95,6 +95,14 @@ def test_partner_copies_recover_one_rank_online(tmp_path, transport):
     assert levels(r) == ["standby"] and exhausted(r) == []
     assert r.events_of("checkpoint")  # the stable level kept its own schedule
     assert not r.events_of("rollback")
+
+
+def test_without_a_spare_partner_copies_recover_in_a_new_actor(tmp_path):
+    """Below a costlier level, no spare left is no reason to roll every rank back."""
+    r = run(PartnerStable, tmp_path, [(2, 11)], "sim", spares=0)
+    assert_same(r.results, reference())
+    assert levels(r) == ["standby"] and exhausted(r) == []
+    assert [e.detail["warm"] for e in r.events_of("respawned")] == [False]
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])

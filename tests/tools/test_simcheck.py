@@ -160,11 +160,12 @@ def test_stack_levels_are_judged_from_the_failed_ranks_and_completed_rounds():
     assert "cheaper level standby holds them" in judge(*round_([3], "standby", level="rs"))
     lost = [0, 2, *[r for r in range(8) if r not in (0, 2)]]
     assert "level rs recovered" in judge(*round_(lost, "standby", level="rs"))
-    # fewer than two rounds backed up by every survivor since the last recovery, or too
-    # few spares known: undecided, so accepted
+    # fewer than two rounds backed up by every survivor since the last recovery:
+    # undecided, so accepted; no spare left is no excuse (a new actor replaces the rank)
     assert level_problem([*backed[:9], *round_([3], "standby", level="rs")],
                          levels, 8, rs) == ""
-    assert judge(_ev("replaced", 5, spares_left=0), *round_([3], "standby", level="rs")) == ""
+    assert "cheaper level standby holds them" in judge(
+        _ev("replaced", 5, spares_left=0), *round_([3], "standby", level="rs"))
     assert "names no level" in judge(_ev("failure_detected", 3), _ev("recovery_end"))
     assert "the last level (ready_flush) gave up" in judge(
         _ev("failure_detected", 3), _ev("level_exhausted", level="ready_flush"))

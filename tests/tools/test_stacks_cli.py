@@ -61,6 +61,14 @@ def test_three_levels_pass_a_lost_partner_pair_to_the_rs_level(capsys, tmp_path)
     assert "recovered by level rs" in out and "VERIFICATION SUCCESSFUL" in out
 
 
+def test_a_failed_group_comes_back_from_partner_copies(capsys):
+    code, out, err = run(capsys, "--protocol", "standby+groups", "--ranks", "4", "--spares",
+                         "2", "--groups", "fixed:2", "--group-checkpoint-interval", "3",
+                         "--kill", "1:7")
+    assert code == 0, out + err
+    assert "recovered by level standby" in out and "VERIFICATION SUCCESSFUL" in out
+
+
 def test_a_stack_resumes_a_lost_job_with_restart_from(capsys, tmp_path):
     stable = str(tmp_path / "stable")
     argv = ["--protocol", "standby+ready-flush", "--ranks", "4"]
@@ -77,7 +85,7 @@ def test_a_stack_resumes_a_lost_job_with_restart_from(capsys, tmp_path):
                             "StandbyReplacement before ReadyMessageFlush"),
     ("standby+rs+ready-flush", "(--protocol rs+standby+ready-flush)"),
     ("groups+ready-flush", "both take the consistency role"),
-    ("standby+groups", "StandbyReplacement does not stack with GroupCoordination yet"),
+    ("groups+standby", "put StandbyReplacement before GroupCoordination"),
     ("hc3i+rs", "RSBackup does not stack with DDVPiggyback yet"),
     ("standby+nope", "unknown protocol 'nope'"),
 ])

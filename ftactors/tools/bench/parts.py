@@ -1,0 +1,98 @@
+"""Levels that keep GroupCoordination's parts: their cost, and where a group restarts from.
+
+GroupCoordination checkpoints one group at a time; in a stack, StandbyReplacement keeps a
+copy of every part in the next group (``docs/ARCHITECTURE.md``, "Levels that keep another
+protocol's parts"). Measured on CG (Ray by default, ``--transport`` for a dry run):
+
+1. *Failure-free*: CG's solve time with GroupCoordination alone and with the partner
+   copies beside it, runs interleaved and repeated, medians: what the copies cost.
+2. *Restart of a group*: one SIGKILLed rank, its group restarted on warm spares, with
+   the parts from the partner copies (the stack) and from the driver's object store
+   (GroupCoordination alone), and a rank killed with the holder of its copies (the stack
+   falls back to the object store for that part). Each figure is detection to every
+   restarted rank restored, with the sources the timeline names.
+"""
+from __future__ import annotations
+
+import statistics
+
+import ftactors as ft
+from ftactors.apps.cg import CG
+from ftactors.protocols import GroupCoordination, StandbyReplacement
+from ftactors.protocols.groups import load_groups
+from ftactors.protocols.standby import part_holder
+
+from ._harness import add_repetitions, table, write_results
+from .levels import _recovery
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--class", dest="problem_class", default="W", type=str.upper)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--groups", default="fixed:2",
+                        help="GroupCoordination's groups (default fixed:2)")
+    parser.add_argument("--every", type=int, default=3,
+                        help="iterations between a group's checkpoints (default 3)")
+    add_repetitions(parser, 3, "failure-free runs per configuration; figures are medians",
+                    flag="--repeat")
+    parser.add_argument("--kill-iteration", type=int, default=7,
+                        help="iteration the rank is killed at (default 7)")
+    parser.add_argument("--transport", default="ray", choices=("ray", "local", "sim"))
+    parser.add_argument("--quick", action="store_true", help="class S, 4 ranks, 1 repeat")
+
+
+class GroupsCG(GroupCoordination, CG):
+    """GroupCoordination alone: parts in the driver's object store only."""
+
+
+class CopiedGroupsCG(StandbyReplacement, GroupCoordination, CG):
+    """The stack measured: partner copies of every part as well."""
+
+
+def _run(cls, args, kills=(), spares: int = 0):
+    r = ft.run(cls, ranks=args.ranks, spares=spares, transport=args.transport,
+               timeout_s=900, kwargs={"problem_class": args.problem_class},
+               chaos=ft.Chaos(kill=list(kills)) if kills else None,
+               groups=args.groups, group_checkpoint_interval=args.every)
+    assert all(res["verified"] for res in r.results), "CG did not verify"
+    return r
+
+
+def _sources(r) -> str:
+    """Where the last recovery's parts came from, counted by source."""
+    got = list(r.events_of("part_sources")[-1].detail["sources"].values()) \
+        if r.events_of("part_sources") else []
+    return ", ".join(f"{got.count(s)} {s}" for s in sorted(set(got))) or "object store"
+
+
+def main(args) -> int:
+    if args.quick:
+        args.problem_class, args.ranks, args.repetitions = "S", 4, 1
+    print(f"bench parts: CG class {args.problem_class}, {args.ranks} ranks on "
+          f"{args.transport}; groups {args.groups}, a group checkpoint every {args.every} "
+          f"iterations", flush=True)
+    alone, copied = [], []
+    for _ in range(args.repetitions):
+        alone.append(max(x["time_s"] for x in _run(GroupsCG, args).results))
+        copied.append(max(x["time_s"] for x in _run(CopiedGroupsCG, args).results))
+    ratio = statistics.median(copied) / statistics.median(alone)
+    victim, k = 1, args.kill_iteration
+    holder = part_holder(load_groups(args.groups, args.ranks), victim)
+    runs = {"partner copies": _run(CopiedGroupsCG, args, [(victim, k)], spares=args.ranks),
+            "object store (groups alone)": _run(GroupsCG, args, [(victim, k)],
+                                                spares=args.ranks),
+            "copy holder lost too": _run(CopiedGroupsCG, args, spares=args.ranks, kills=[
+                (victim, k), ft.Kill(holder, recovery_round=0)])}
+    recoveries = {name: {**_recovery(r), "sources": _sources(r)} for name, r in runs.items()}
+    print(f"\n  failure-free solve time (median of {args.repetitions}): groups alone "
+          f"{statistics.median(alone):.3f} s, with partner copies "
+          f"{statistics.median(copied):.3f} s, x{ratio:.3f}")
+    print(table([("restart of a group", "parts from", "detection to restored s")]
+                + [(name, rec["sources"], f"{rec['detection_to_restored_s']:.3f}")
+                   for name, rec in recoveries.items()]))
+    write_results(args, "parts", {
+        "app": "cg", "problem_class": args.problem_class, "ranks": args.ranks,
+        "transport": args.transport, "repeat": args.repetitions, "groups": args.groups,
+        "every": args.every, "alone_s": statistics.median(alone),
+        "copied_s": statistics.median(copied), "ratio": ratio, "recoveries": recoveries})
+    return 0
