@@ -321,7 +321,7 @@ class LevelPlanner:
         self.c = coordinator
         self.settings = found
         self.parts: dict[tuple, list] = {}   # (level, position) -> rank reports
-        self.stall_s: dict[str, float] = {}  # level -> the last measured stall
+        self.stall_s: dict[str, float] = {}  # level -> its moving mean stall
         self.measured_restart: dict[str, float] = {}
         self.iteration_s: float | None = None
         self.current: _Inputs | None = None
@@ -376,7 +376,8 @@ class LevelPlanner:
             self.wake.clear()
             await self.running.wait()
             inputs = self._inputs()
-            if inputs is None:
+            if inputs is None:  # a level not measured yet
+                tries = 0
                 continue
             reason = self._reason(inputs)
             if reason is None:
