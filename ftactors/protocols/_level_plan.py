@@ -63,7 +63,8 @@ from ._multilevel import FailureKind, Level, optimal_plan
 AUTO = "auto"
 FIRST = 1
 """The iteration (of every loop, until a plan is in force) at which every level takes a
-checkpoint to measure its cost."""
+checkpoint to measure its cost; ranks restored past it without a plan measure at the
+iteration after their restore."""
 REPLAN_FACTOR = 1.5
 """A measured cost or iteration time this many times larger or smaller than the plan in
 force used makes the coordinator plan again."""
@@ -191,6 +192,7 @@ class _RankPlan:
     """One rank's view of the plan (under ``self._levels_plan``)."""
 
     periods: dict | None = None                   # level -> iterations; None: measuring
+    first: int = FIRST                            # where a measuring rank checkpoints
     undecided: dict = field(default_factory=dict)  # request -> future of (position, periods)
     pending: list = field(default_factory=list)   # (position, periods) decided, not reached
     last_at: float | None = None                  # arrival at the last safe point (run clock)
@@ -224,7 +226,7 @@ class PlannedLevel(Protocol):
         if iteration <= 0:
             return False
         if plan.periods is None:
-            return iteration == FIRST
+            return iteration == plan.first
         return iteration % plan.periods[name] == 0
 
     def planned_cost(self, name: str, at: float) -> None:
@@ -291,6 +293,11 @@ class PlannedLevel(Protocol):
     async def on_restored(self) -> None:
         plan = self._levels_plan
         if plan is not None:  # what was being agreed belongs to the execution abandoned
+            position = self.ft.restored_from[0]
+            # restored past the first measurement (a new job from a set taken before any
+            # plan, say): measure at the next iteration, the same for every rank restored
+            # from this line, else nothing would ever be measured again
+            plan.first = FIRST if position is None else max(FIRST, position[1] + 1)
             plan.undecided.clear()
             plan.pending.clear()
             plan.last_pos, plan.stalled_s = None, 0.0

@@ -139,8 +139,9 @@ def test_a_job_lost_whole_is_not_recovered_and_a_new_job_resumes_it(tmp_path, tr
                kwargs={"iterations": 20}, restart_from=str(tmp_path / "stable"))
     assert_same(r.results, reference())
     [restored] = {e.detail["position"] for e in r.events_of("restored")}
-    stored = max(e.detail["position"] for e in info.value.events if e.kind == "checkpoint")
-    assert restored >= stored and (transport == "local" or restored == (0, 10))
+    stored = [e.detail["position"] for e in info.value.events if e.kind == "checkpoint"]
+    assert restored >= max(stored, default=(0, 0))  # under load a manifest may lag
+    assert transport == "local" or restored == (0, 10)
 
 
 def test_a_job_loss_must_name_an_iteration():
