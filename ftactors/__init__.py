@@ -7,8 +7,8 @@ from .facade._comm import Communicator
 from .engine._constants import ANY_SOURCE, ANY_TAG, TAG_UB, UNDEFINED
 from .runtime._coordinator import RunResult
 from .engine._envelope import APP, CTRL, Envelope
-from .base._errors import (CheckpointCorrupted, ConfigError, FTError, ProtocolError, RankError,
-                           RankFailed)
+from .base._errors import (CheckpointCorrupted, ConfigError, FTError, JobLost, ProtocolError,
+                           RankError, RankFailed)
 from .base._events import Event
 from .facade._ops import BAND, BOR, LAND, LOR, MAX, MIN, PROD, SUM, Op
 from .runtime._protocol import Protocol
@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "APP", "BAND", "BOR", "CTRL", "Chaos", "CheckpointCorrupted",
-    "Communicator", "ConfigError", "Envelope", "Event", "FTError", "Kill", "LAND", "LOR",
+    "Communicator", "ConfigError", "Envelope", "Event", "FTError", "JobLost", "Kill", "LAND", "LOR",
     "MAX", "MIN", "Op", "PROD", "Protocol", "ProtocolError", "Rank", "RankError",
     "RankFailed", "Request", "Run", "RunResult", "SUM", "Status", "TAG_UB", "UNDEFINED", "launch", "run",
     "run_async", "waitall",

@@ -116,6 +116,7 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
         raise ConfigError(f"spare_nodes must list at least one Ray node id, got {spare_homes!r}")
     for proto in protocol_classes(rank_cls):
         proto.check_options(options)
+        proto.check_stack_options(rank_cls, options)
     if chaos is not None and not isinstance(chaos, Chaos):
         raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
     return chaos.plan(ranks) if chaos is not None else []
@@ -147,6 +148,7 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
             _fabric(transport, address, seed, options), rank_cls, ranks, tuple(args), kwargs,
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
             stall_s=chaos.stall_s if chaos is not None else 0.0,
+            job_lost_at=chaos.job_lost_at if chaos is not None else None,
             spares=spares, trace=trace is not None, options=options, restore=restore)
 
     async def job(c: Coordinator | None = None) -> RunResult:

@@ -61,6 +61,15 @@ class RankFailed(FTError):
         return (RankFailed, (self.ranks, self.reason))
 
 
+class JobLost(RankFailed):
+    """The whole job was lost (``ft.Chaos(job_lost_at=N)``: every rank and the driver at
+    iteration N): no recovery is tried in the lost job; what it left on stable storage
+    is what a new job resumes from with ``ft.run(restart_from=...)``."""
+
+    def __reduce__(self):
+        return (JobLost, (self.ranks, self.reason))
+
+
 class CheckpointCorrupted(FTError):
     """A stored checkpoint failed its content-hash check; it was not unpickled."""
 

@@ -362,7 +362,10 @@ class FsStore(Store):
                 return f.read()
         except OSError:  # FileNotFoundError, or a directory (a prefix, not a key)
             if self._info(key).type == pafs.FileType.File:
-                raise
+                # moved into place by another writer between the open and the look (a
+                # new job reading a store its lost predecessor was still sealing)
+                with self._fs.open_input_file(path) as f:
+                    return f.read()
             raise KeyError(f"no checkpoint blob under key {key!r} ({path} in {self!r})") from None
 
     def exists(self, key: str) -> bool:

@@ -81,11 +81,12 @@ from ftactors.runtime._coordinator import NewFailure
 from ftactors.runtime._checkpoints import (load_latest, position_index, prune_sets, seal_set,
                                            store_part)
 from ftactors.base._errors import ConfigError, ProtocolError
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
+from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
 from ._intervals import daly
+from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ._parts import HeldParts, PartTaker
 
 NAME = "ready_flush"
@@ -153,7 +154,7 @@ class _Ready:
     resume: asyncio.Future | None = None             # migration aborted: MP goes on
 
 
-class ReadyMessageFlush(Protocol):
+class ReadyMessageFlush(PlannedLevel):
     """Mixin: coordinated checkpoints by ready messages, global restart, migration."""
 
     protocol_name = NAME
@@ -172,6 +173,7 @@ class ReadyMessageFlush(Protocol):
                               "(checkpoint_dir) or both (default object)",
         "checkpoint_dir": "directory or pyarrow URI of stable checkpoints "
                           "(default ./ftactors-checkpoints)",
+        **PLAN_OPTIONS,
     }
 
     @classmethod
@@ -218,7 +220,9 @@ class ReadyMessageFlush(Protocol):
         st.targets |= {fut.result() for fut in st.undecided.values()} - {None}
         st.undecided.clear()
         every = st.settings["interval"]
-        due = bool(every) and iteration > 0 and iteration % every == 0
+        due = self.planned_due(NAME, iteration)
+        if due is None:
+            due = bool(every) and iteration > 0 and iteration % every == 0
         if st.last is not None and pos <= st.last:
             due = False  # restored here: this position's checkpoint was taken already
         if due or pos in st.targets:
@@ -265,6 +269,7 @@ class ReadyMessageFlush(Protocol):
             await taken  # a rank past the position never holds the only copy of its part
             ft.events.record("checkpoint_kept", position=pos,
                              wait_s=time.perf_counter() - t_saved)
+        self.planned_cost(NAME, at)
 
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,

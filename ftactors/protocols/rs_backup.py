@@ -112,11 +112,12 @@ import numpy as np
 
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import LEVEL, Protocol, protocol_classes
+from ftactors.runtime._protocol import LEVEL, protocol_classes
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 
 from ._flush import Flush
+from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ._rs_parts import PART_KEEP, EncodedParts, as_key, unit_code, unit_holder
 from ._rs_recovery import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
 from ._rs_recovery import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
@@ -191,7 +192,7 @@ def _keep_newest(d: dict, round_of, keep: int, group_of=lambda key: None) -> Non
             del d[key]
 
 
-class RSBackup(Protocol):
+class RSBackup(PlannedLevel):
     """Mixin: Reed-Solomon encoded in-memory checkpoints, fast and slow recovery."""
 
     protocol_name = NAME
@@ -211,6 +212,7 @@ class RSBackup(Protocol):
         "rs_stable_store": "also write every round to this directory or pyarrow URI (slow "
                            "recovery; ft.run(restart_from=...) restarts from it)",
         "rs_stable_parity": "also write the parity blocks to rs_stable_store",
+        **PLAN_OPTIONS,
     }
     part_mode_ignores = ("rs_interval", "rs_group_size", "rs_ranks_per_node", "rs_interleave",
                          "rs_stable_store", "rs_stable_parity")
@@ -243,8 +245,10 @@ class RSBackup(Protocol):
     async def on_safe_point(self, iteration: int) -> None:
         st, pos = self._rs, self.ft.position
         await super().on_safe_point(iteration)
-        due = (not st.parts_mode and iteration > 0
-               and iteration % st.settings["interval"] == 0)
+        due = None if st.parts_mode else self.planned_due(NAME, iteration)
+        if due is None:
+            due = (not st.parts_mode and iteration > 0
+                   and iteration % st.settings["interval"] == 0)
         if due and (st.last is None or pos > st.last):
             await self.rs_checkpoint()
 
@@ -258,6 +262,7 @@ class RSBackup(Protocol):
         if st.parts_mode:
             raise ProtocolError("rs_checkpoint() takes a global round; in this stack the "
                                 "encoded blocks are of the consistency protocol's parts")
+        at = ft.link.clock()
         await self._encoded()  # their blocks go out before this round's markers
         t0 = time.perf_counter()
         peers = [r for r in range(self.size) if r != self.rank]
@@ -270,6 +275,7 @@ class RSBackup(Protocol):
         _keep_newest(st.own, lambda key: key, KEEP_ROUNDS)
         ft.events.record("rs_checkpoint", position=pos, bytes=len(blob), flush_s=flush_s)
         st.encoding.append(self.ft_spawn(self._encode_and_store(pos, blob)))
+        self.planned_cost(NAME, at)
 
     async def _encoded(self) -> None:
         """Wait for the encodings under way (their blocks are all sent then)."""

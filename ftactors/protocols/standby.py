@@ -80,10 +80,11 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
-from ftactors.runtime._protocol import LEVEL, SPARES, Protocol, protocol_classes
+from ftactors.runtime._protocol import LEVEL, SPARES, protocol_classes
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
+from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 
 NAME = "standby"
 INITIAL = None
@@ -244,7 +245,7 @@ def part_holder(units, rank: int) -> int:
     return nxt[i % len(nxt)]
 
 
-class StandbyReplacement(Protocol):
+class StandbyReplacement(PlannedLevel):
     """Mixin: survive rank failures by promoting standby ranks (``ft.run(spares=k)``)."""
 
     protocol_name = NAME
@@ -264,6 +265,7 @@ class StandbyReplacement(Protocol):
         "stable_store": "also write every backup round to this directory or pyarrow URI "
                         "as a checkpoint set (ft.run(restart_from=...) restarts from it); "
                         "round k's set is sealed at backup k+1 (the last one at the end)",
+        **PLAN_OPTIONS,
     }
 
     # ----------------------------------------------------------------- start, end
@@ -291,9 +293,11 @@ class StandbyReplacement(Protocol):
         return int(opts.get("backup_interval", self.backup_interval)), seconds
 
     def need_backup(self, iteration: int) -> bool:
-        """NR_Need_backup: whether the backup agreed for this iteration is due."""
+        """NR_Need_backup: whether the backup agreed for this iteration is due (with
+        ``level_intervals="auto"``, planned with the stack's other levels)."""
         st = self._standby
-        return not st.parts_mode and iteration >= st.next_backup
+        planned = self.planned_due(NAME, iteration)
+        return not st.parts_mode and iteration >= st.next_backup and planned in (None, True)
 
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
@@ -311,7 +315,7 @@ class StandbyReplacement(Protocol):
         if st.parts_mode:
             raise ProtocolError("backup() takes a global round; in this stack the partner "
                                 "copies are of the consistency protocol's parts (on_part)")
-        t0 = time.perf_counter()
+        t0, at = time.perf_counter(), ft.link.clock()
         iteration = ft.position[1]
         round_id = ft.position
         decision = self._next_backup_after(iteration) if self.rank == 0 else None
@@ -332,6 +336,7 @@ class StandbyReplacement(Protocol):
         st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
+        self.planned_cost(NAME, at)
 
     def _send_to_partner(self, round_id, blob: bytes) -> int:
         """Keep ``blob`` (this rank's backup of ``round_id``) safe from this rank's death:
@@ -348,7 +353,10 @@ class StandbyReplacement(Protocol):
             self.ft.send_control(holder, NAME, "part", (key, blob))
 
     def _next_backup_after(self, iteration: int) -> int:
-        """Rank 0's decision: the iteration of the next backup."""
+        """Rank 0's decision: the iteration of the next backup (planned: not before the
+        next iteration, ``need_backup`` asks the plan)."""
+        if self._levels_plan is not None:
+            return iteration + 1
         every, seconds = self._interval()
         if seconds is None:
             return iteration + max(1, every)

@@ -48,6 +48,11 @@ class Chaos:
             goes on, as a paging or starved one does; time kills only). On ``local`` and
             ``sim`` a stalled rank's answers to heartbeats wait out the stall.
         stall_s: how long a ``"stall"`` lasts (seconds).
+        job_lost_at: the whole job is lost at the top of this iteration (of the first
+            loop that reaches it), as when its driver or its whole allocation goes:
+            every rank (whatever its incarnation) dies there and the coordinator gives
+            up without a recovery; ``ft.run`` raises ``ft.JobLost``. Stable checkpoint
+            sets written before stay: ``ft.run(restart_from=...)`` resumes from them.
         seed: the seed of every random draw; printed with any failure so it can be replayed.
     """
 
@@ -59,6 +64,7 @@ class Chaos:
     method: str = "sigkill"
     stall_s: float = 5.0
     seed: int = 0
+    job_lost_at: int | None = None
     kills: tuple = field(init=False, default=())
 
     def __post_init__(self):
@@ -69,6 +75,10 @@ class Chaos:
                              f"stall_s > 0, got kill={self.kill!r}, stall_s={self.stall_s!r}")
         if self.random_kills < 0:
             raise ValueError(f"random_kills must be >= 0, got {self.random_kills}")
+        if self.job_lost_at is not None and not (
+                isinstance(self.job_lost_at, int) and not isinstance(self.job_lost_at, bool)
+                and self.job_lost_at >= 0):
+            raise ValueError(f"job_lost_at must be an iteration >= 0, got {self.job_lost_at!r}")
         if self.mtbf_s is not None and self.mtbf_s <= 0:
             raise ValueError(f"mtbf_s must be > 0, got {self.mtbf_s}")
         kills = [k if isinstance(k, Kill) else Kill(int(k[0]), iteration=int(k[1]))

@@ -29,7 +29,7 @@ from typing import Any
 
 from ._chaos import Kill
 from ._escalation import Escalation, PartLevels
-from ..base._errors import RankError, RankFailed
+from ..base._errors import JobLost, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
 from ._host import RankSpec
@@ -82,7 +82,7 @@ class Coordinator:
 
     def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
                  kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
-                 spares: int = 0,
+                 job_lost_at: int | None = None, spares: int = 0,
                  trace: bool, options: dict, restore: list[bytes] | None = None):
         self.fabric = fabric
         self.rank_cls = rank_cls
@@ -92,6 +92,7 @@ class Coordinator:
         self.kills = kills
         self.kill_method = kill_method
         self.stall_s = stall_s
+        self.job_lost_at = job_lost_at
         self.n_spares = spares
         self.restore = restore
         self.trace = trace
@@ -131,6 +132,8 @@ class Coordinator:
         inc = self.incarnations[rank]
         its = tuple(k.iteration for k in self.kills
                     if k.rank == rank and k.iteration is not None and k.incarnation == inc)
+        if self.job_lost_at is not None:
+            its += (self.job_lost_at,)  # every incarnation dies with the job
         return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
                         self.options, its, inc)
 
@@ -217,7 +220,8 @@ class Coordinator:
         finally:
             self._watching = False
             for task in sorted(self._runs, key=self._runs.get):
-                task.cancel()
+                task.cancel()  # a rank that dies after the run ended (a lost job's) is moot:
+                task.add_done_callback(_consume)  # its death is nobody's to take
             for task in self._helpers:
                 task.cancel()
         return self._results
@@ -253,6 +257,15 @@ class Coordinator:
         self._wake.set()
 
     async def _recover(self) -> None:
+        if self.job_lost_at is not None:
+            await self.fabric.drain_reports()  # a death's last word (Ray's inbox) is in
+        if self._job_lost():
+            self.events.record("job_lost", iteration=self.job_lost_at, ranks=list(range(self.n)))
+            await self._collect()
+            raise JobLost(sorted(self._failed),
+                          f"the whole job was lost at iteration {self.job_lost_at} (chaos): "
+                          f"every rank and the driver; a new job resumes from stable storage "
+                          f"with restart_from")
         if self.policy is None:
             await self._collect()
             ranks = sorted(self._failed)
@@ -278,6 +291,12 @@ class Coordinator:
         self._failed -= failed
         self.events.record("recovery_end", round=round_no)
         await self.collect_events()  # so a rank that dies later does not take them along
+
+    def _job_lost(self) -> bool:
+        """A rank died where ``Chaos(job_lost_at=)`` loses the whole job."""
+        return self.job_lost_at is not None and any(
+            e.kind == "killed" and e.detail.get("iteration") == self.job_lost_at
+            for e in self.reports)
 
     # -------------------------------------------------- services for policies
     async def phase(self, name: str) -> None:
@@ -540,9 +559,15 @@ class Coordinator:
         return result
 
 
+def _consume(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def recovery_policy(coordinator: Coordinator, rank_cls: type):
     """The stack's recovery policy for this run: none, the one protocol's, or all of them
-    escalating from the cheapest level (``Protocol.level_cost``). A consistency protocol
+    escalating from the cheapest level (``Protocol.level_cost``) with the stack's helpers
+    (``Protocol.stack_helper``) that this run uses. A consistency protocol
     that hands its parts to the levels (``hands_parts``) recovers alone, finding parts
     through ``coordinator.part_levels``."""
     protos = protocol_classes(rank_cls)
@@ -555,8 +580,12 @@ def recovery_policy(coordinator: Coordinator, rank_cls: type):
         return lead.recovery_policy(coordinator)
     levels = sorted((p for p in protos if getattr(p, "recovery_policy", None)),
                     key=lambda p: p.level_cost)
+    kinds = dict.fromkeys(p.stack_helper for p in protos if p.stack_helper is not None)
+    helpers = [h for h in (kind.for_run(coordinator, rank_cls) for kind in kinds)
+               if h is not None]
     if not levels:
         return None
-    if len(levels) == 1:
+    if len(levels) == 1 and not helpers:
         return levels[0].recovery_policy(coordinator)
-    return Escalation(coordinator, [(p.protocol_name, p.recovery_policy) for p in levels])
+    return Escalation(coordinator, [(p.protocol_name, p.recovery_policy) for p in levels],
+                      helpers)

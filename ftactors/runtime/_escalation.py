@@ -57,17 +57,24 @@ class LowerLevel:
 
 
 class Escalation:
-    """Coordinator side of a stack with several recovery policies (cheapest first)."""
+    """Coordinator side of a stack with several recovery policies (cheapest first), and
+    of the stack's helpers (``Protocol.stack_helper``), which hear what every level hears
+    and ``level_recovered(level, seconds)`` after each round."""
 
-    def __init__(self, coordinator, levels: list[tuple[str, type]]):
+    def __init__(self, coordinator, levels: list[tuple[str, type]], helpers=()):
         self.c = coordinator
         self.levels = [(name, policy_cls(coordinator)) for name, policy_cls in levels]
+        self.helpers = list(helpers)
         for _, policy in self.levels[:-1]:
             policy.escalates = True
 
+    def _everyone(self) -> list:
+        return [policy for _, policy in self.levels] + self.helpers
+
     async def recover(self, failed: set[int]) -> None:
         c, lacks = self.c, []
-        for _, policy in self.levels:
+        t0 = c.fabric.clock()
+        for policy in self._everyone():
             await _maybe(policy, "abandon", failed)
         for name, policy in self.levels:
             try:
@@ -81,21 +88,23 @@ class Escalation:
                                      "recovery needs; " + "; ".join(lacks)) from exc
                 continue
             c.events.record("recovery_level", level=name, failed=sorted(failed))
-            for _, other in self.levels:
+            for helper in self.helpers:
+                await _maybe(helper, "level_recovered", name, c.fabric.clock() - t0)
+            for other in self._everyone():
                 await _maybe(other, "recovered")
             return
 
     async def service(self) -> None:
-        await asyncio.gather(*(_maybe(p, "service") for _, p in self.levels))
+        await asyncio.gather(*(_maybe(p, "service") for p in self._everyone()))
 
     def on_report(self, event) -> None:
-        for _, policy in self.levels:
+        for policy in self._everyone():
             take = getattr(policy, "on_report", None)
             if take is not None:
                 take(event)
 
     async def finish(self) -> None:
-        for _, policy in self.levels:
+        for policy in self._everyone():
             await _maybe(policy, "finish")
 
     def restore_notes(self) -> dict:

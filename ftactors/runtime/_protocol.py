@@ -69,6 +69,10 @@ class Protocol:
     run by the coordinator for each recovery round (the outermost one in the stack)."""
     uses_spares: ClassVar[bool] = False
     """Whether this protocol promotes ``ft.run(spares=k)`` standby ranks."""
+    stack_helper: ClassVar[type | None] = None
+    """Coordinator-side class with ``for_run(coordinator, stack) -> helper or None``: work
+    for the whole stack that no one level owns (the levels' interval planner), run beside
+    the recovery policies by ``runtime/_escalation.Escalation``."""
     hands_parts: ClassVar[bool] = False
     """A consistency protocol whose checkpoints are parts of group or cluster cuts, taken
     by each unit on its own: it hands every part to the stack's levels (``on_part``), and
@@ -85,6 +89,11 @@ class Protocol:
     def check_options(cls, options: dict) -> None:
         """Raise ConfigError for a bad value of one of this protocol's ``ft_options``
         (called by ``ft.run`` before anything starts)."""
+
+    @classmethod
+    def check_stack_options(cls, stack: type, options: dict) -> None:
+        """Raise ConfigError for options that only the whole ``stack`` can judge (an MTBF
+        naming a level not in it, say); called by ``ft.run`` after ``check_options``."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

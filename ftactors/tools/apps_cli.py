@@ -17,6 +17,7 @@ import argparse
 import importlib
 import sys
 
+from ..protocols._level_plan import parse_level_seconds
 from ..runtime._protocol import stack_refusal
 from ._common import progress_printer, write_json
 
@@ -141,6 +142,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="ranks per encoding group (default 4)")
     g.add_argument("--rs-ranks-per-node", type=int, default=None, metavar="N",
                    help="virtual topology: rank r on node r // N (default: the real nodes)")
+    g = p.add_argument_group("every level's interval planned together (a stack of standby, "
+                             "rs, ready-flush)")
+    g.add_argument("--level-intervals", choices=("auto",), default=None,
+                   help="auto: plan the intervals of every level from the costs measured "
+                        "in the run and --level-mtbf (instead of each level's own flags)")
+    g.add_argument("--level-mtbf", action="append", default=None, metavar="[KIND@]LEVEL=S",
+                   help="the MTBF of the failures LEVEL is the lowest to recover (once per "
+                        "failure kind; LEVEL: standby, rs, ready-flush)")
+    g.add_argument("--level-restart", action="append", default=None, metavar="LEVEL=S",
+                   help="a level's recovery time (default: measured in the run, else "
+                        "estimated as its checkpoint cost)")
 
 
 def _every(text: str) -> int | str:
@@ -182,7 +194,10 @@ def _parse_moves(specs: list[str]) -> list[tuple[int, float, str | None]]:
     return moves
 
 
-#: ``run`` flags that set a protocol's ft.run option: flag -> (option, protocol taking it)
+LEVELS = ("standby", "rs", "ready-flush")
+"""The protocols whose intervals ``--level-intervals auto`` plans."""
+
+#: ``run`` flags that set a protocol's ft.run option: flag -> (option, protocol(s) taking it)
 PROTOCOL_FLAGS = {
     "--checkpoint-interval": ("checkpoint_interval", "ready-flush"),
     "--checkpoint-interval-s": ("checkpoint_interval_s", "ready-flush"),
@@ -200,7 +215,12 @@ PROTOCOL_FLAGS = {
     "--rs-interval": ("rs_interval", "rs"),
     "--rs-group-size": ("rs_group_size", "rs"),
     "--rs-ranks-per-node": ("rs_ranks_per_node", "rs"),
+    "--level-intervals": ("level_intervals", LEVELS),
+    "--level-mtbf": ("level_mtbf_s", LEVELS),
+    "--level-restart": ("level_restart_s", LEVELS),
 }
+#: flags whose repeated LEVEL=SECONDS values make one dict option
+LEVEL_SECONDS = ("--level-mtbf", "--level-restart")
 
 
 def _protocol_options(args) -> dict:
@@ -212,9 +232,10 @@ def _protocol_options(args) -> dict:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is None:
             continue
-        options[option] = value
-        if protocol not in names:
-            missing.append(f"{flag} needs {protocol} in --protocol")
+        options[option] = parse_level_seconds(value, flag) if flag in LEVEL_SECONDS else value
+        wanted = (protocol,) if isinstance(protocol, str) else protocol
+        if not set(wanted) & set(names):
+            missing.append(f"{flag} needs {' or '.join(wanted)} in --protocol")
     if args.migrate and "ready-flush" not in names:
         missing.append("--migrate needs ready-flush in --protocol")
     if missing:
@@ -302,6 +323,8 @@ def _cmd_run(args) -> int:
         at = restored[0].detail["position"] if restored else None
         print(f"  resumed from {args.restart_from}: "
               + ("the start" if at is None else f"the set at iteration {at[1]}"))
+    for plan in result.events_of("level_intervals_chosen"):
+        print(level_plan_line(plan.detail))
     chosen = result.events_of("checkpoint_interval_chosen")
     if chosen:
         d = chosen[-1].detail
@@ -315,6 +338,18 @@ def _cmd_run(args) -> int:
                   protocol=args.protocol, verified=verified, metrics=result.metrics)
     write_json(args.json, record)
     return 0 if verified else 1
+
+
+def level_plan_line(plan: dict) -> str:
+    """One ``level_intervals_chosen`` event as a line: where it took effect and why, each
+    level's interval and the costs it was planned from."""
+    levels = ", ".join(f"{row['level']} every {it}" for row, it in
+                       zip(plan["levels"], plan["intervals_iterations"]))
+    costs = ", ".join(f"{row['level']} {row['stall_s']:.3g}s (restart {row['restart_s']:.3g}s "
+                      f"{row['restart']})" for row in plan["levels"])
+    return (f"  level intervals auto from iteration {plan['position'][1]} "
+            f"({plan['reason']}): {levels} iterations; stalls {costs}, iteration "
+            f"{plan['iteration_s']:.3g}s; expected waste {100 * plan['waste']:.3g}%")
 
 
 def failure_story(result) -> list[str]:

@@ -164,6 +164,46 @@ async def _node_kills(run, spec: RunSpec, place: _Place, extra: list) -> None:
         await place.kill_node(index)
 
 
+def _timeline(result, exc, extra) -> list:
+    """A run's events (a failed run's from its error) with the runner's own, in order."""
+    events = result.events if result is not None else list(getattr(exc, "events", []))
+    return sorted([*events, *extra], key=lambda ev: ev.time)
+
+
+async def _lost_and_resumed(cls, spec: RunSpec, exp: Experiment, place: _Place):
+    """A job kill: the job runs until ``Chaos(job_lost_at=N)`` loses it whole, then a new
+    job starts with ``restart_from`` its stable store, as ``ftactors run --restart-from``
+    does. Returns the new job's result or error, both jobs' wall time and timeline (the
+    second after a ``job_resumed`` event), and where it resumed from."""
+    fs, root = open_filesystem(spec.resume_from, "checkpoint store")
+    fs.delete_dir_contents(root, missing_dir_ok=True)  # this run's folder (_resume_store)
+    at = spec.chaos.job_lost_at
+    lost, exc, wall, extra = await _execute(cls, spec, exp, place, chaos=spec.chaos,
+                                            spares=spec.spares)
+    first = _timeline(lost, exc, extra)
+    if not isinstance(exc, ft.JobLost):
+        exc = exc or ft.ProtocolError(f"job_kill at iteration {at}: the job ended first, so "
+                                      f"nothing was lost or resumed")
+        return None, exc, wall, first, ""
+    try:
+        result, exc, wall2, extra = await _execute(
+            cls, spec, exp, place, options={**spec.options, "restart_from": spec.resume_from},
+            spares=spec.spares)
+    except ft.ConfigError as error:  # no complete set was stored before the loss
+        return None, error, wall, first, ""
+    second = _timeline(result, exc, extra)
+    restored = [ev.detail["position"] for ev in second if ev.kind == "restored"]
+    position = restored[0] if restored else None
+    resumed = "the start" if position is None else f"iteration {position[1]}"
+    # each job has its own clock (sim's starts at 0 again): the second follows the first
+    start = second[0].time if second else 0.0
+    shift = max(0.0, (first[-1].time if first else 0.0) - start)
+    marker = ft.Event(start + shift, "job_resumed", -1,
+                      {"store": spec.resume_from, "position": position, "lost_at": at})
+    second = [ev._replace(time=ev.time + shift) for ev in second]
+    return result, exc, wall + wall2, [*first, marker, *second], resumed
+
+
 def _outcome(exc) -> str:
     if exc is None:
         return "verified"
@@ -189,10 +229,12 @@ async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
     """Run one cell of the matrix; its results row and timeline."""
     mod = app_module(spec.app)
     cls = protocol_stack(mod.RANK_CLASS, spec.stack)
-    result, exc, wall, extra = await _execute(cls, spec, exp, place, chaos=spec.chaos,
-                                              spares=spec.spares)
-    events = result.events if result is not None else list(getattr(exc, "events", []))
-    events = sorted([*events, *extra], key=lambda ev: ev.time)
+    if spec.resume_from is not None:
+        result, exc, wall, events, resumed = await _lost_and_resumed(cls, spec, exp, place)
+    else:
+        result, exc, wall, extra = await _execute(cls, spec, exp, place, chaos=spec.chaos,
+                                                  spares=spec.spares)
+        events, resumed = _timeline(result, exc, extra), ""
     outcome, verified, identical = _outcome(exc), False, False
     if result is not None:
         ok, _, record = mod.summarize(result)
@@ -207,7 +249,7 @@ async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
            "error": "" if exc is None else f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
            "wall_s": wall, "baseline_wall_s": baseline["wall_s"],
            "overhead": wall / baseline["wall_s"] if baseline["wall_s"] else None,
-           **failure_metrics(events), "replay": replay,
+           **failure_metrics(events), "resumed_from": resumed, "replay": replay,
            "events_path": f"events/{spec.run_id}.parquet"}
     return row, events
 

@@ -21,7 +21,7 @@ MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
 TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "protocols",
             "schedules")
 SCHEDULE_KEYS = ("kill", "kill_at", "random_kills", "mtbf_s", "horizon_s", "method",
-                 "recovery_kills", "node_kills")
+                 "recovery_kills", "node_kills", "job_kill")
 #: the protocol options that set a checkpoint interval, and its unit
 INTERVAL_OPTIONS = {"checkpoint_interval": "iterations", "checkpoint_interval_s": "s",
                     "backup_interval": "iterations", "group_checkpoint_interval": "iterations",
@@ -63,6 +63,7 @@ class RunSpec:
     spares: int
     chaos: ft.Chaos
     node_kills: tuple = ()   # (worker node index, seconds after the start)
+    resume_from: str | None = None  # a job kill: the stable store the next job resumes from
     interval: float | None = None
     interval_unit: str = ""
 
@@ -260,10 +261,54 @@ def _chaos(key: str, section: dict, seed: int, where: str) -> tuple[ft.Chaos, tu
         chaos = ft.Chaos(kill=tuple(kills), kill_at=tuple(tuple(k) for k in spec.get("kill_at", ())),
                          random_kills=int(spec.get("random_kills", 0)),
                          mtbf_s=spec.get("mtbf_s"), horizon_s=float(spec.get("horizon_s", 10.0)),
-                         method=spec.get("method", "sigkill"), seed=seed)
+                         method=spec.get("method", "sigkill"), seed=seed,
+                         job_lost_at=_job_kill(spec.get("job_kill")))
     except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise ExperimentError(f"{where}: schedules.{key}: {exc}") from None
     return chaos, node_kills
+
+
+def _job_kill(spec) -> int | None:
+    """The iteration of ``job_kill: {iteration: N}`` (None: no job kill)."""
+    if spec is None:
+        return None
+    if not (isinstance(spec, dict) and set(spec) == {"iteration"}
+            and isinstance(spec["iteration"], int) and not isinstance(spec["iteration"], bool)):
+        raise ValueError(f"job_kill must be {{iteration: N}} (the whole job is lost at the "
+                         f"top of iteration N), got {spec!r}")
+    return spec["iteration"]
+
+
+def stable_store(stack, options: dict) -> tuple[str, str] | None:
+    """``(option, store)``: where a stack with these options writes the checkpoint sets
+    that ``restart_from`` reads (the costliest level's first: ReadyMessageFlush's
+    ``checkpoint_dir`` unless it keeps the object store only, then RSBackup's
+    ``rs_stable_store``, then StandbyReplacement's ``stable_store``); None: nowhere."""
+    if "ready-flush" in stack and options.get("checkpoint_storage", "object") != "object":
+        return "checkpoint_dir", options.get("checkpoint_dir", "ftactors-checkpoints")
+    for name, option in (("rs", "rs_stable_store"), ("standby", "stable_store")):
+        if name in stack and options.get(option) is not None:
+            return option, options[option]
+    return None
+
+
+def _resume_store(run_id: str, stack, options: dict, where: str) -> tuple[dict, str]:
+    """A job kill's options and store: the stack's stable store, with this run's own
+    folder in it (a set another run left there must not be the one resumed from).
+
+    Raises:
+        ExperimentError: the stack keeps no set on stable storage.
+    """
+    found = stable_store(stack, options)
+    if found is None:
+        raise ExperimentError(
+            f"{where}: job_kill needs stable storage, but {'+'.join(stack) or 'none'} with "
+            f"these options keeps every state in memory or the object store, which die "
+            f"with the job: give ready-flush checkpoint_storage: stable (or both), or "
+            f"rs_stable_store, or standby's stable_store")
+    option, store = found
+    store = f"{store.rstrip('/')}/{run_id}"
+    return {**options, option: store}, store
 
 
 def _kill(k) -> ft.Kill:
@@ -280,6 +325,9 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
     kwargs = app_kwargs(app, sections["apps"].get(app) or {}, ranks, here)
     stack, options, spares = _protocol(protocol, sections["protocols"], here)
     chaos, node_kills = _chaos(schedule, sections["schedules"], seed, here)
+    resume_from = None
+    if chaos.job_lost_at is not None:
+        options, resume_from = _resume_store(run_id, stack, options, here)
     if node_kills and cluster.kind != "nodes":
         raise ExperimentError(f"{here}: node kills need a local multi-node cluster "
                               f"(cluster: {{nodes: N}}); use rank kills on {cluster.label}")
@@ -295,9 +343,11 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
         raise ExperimentError(f"{here}: {exc}") from None
     interval = next(((options[k], unit) for k, unit in INTERVAL_OPTIONS.items()
                      if isinstance(options.get(k), numbers.Real)), (None, ""))
+    if "auto" in (options.get("level_intervals"), options.get("checkpoint_interval")):
+        interval = (None, "auto")  # chosen as the run goes (level_intervals_chosen events)
     return RunSpec(run_id, app, protocol, ranks, schedule, seed, stack, kwargs, options,
-                   spares, chaos, node_kills, None if interval[0] is None else float(interval[0]),
-                   interval[1])
+                   spares, chaos, node_kills, resume_from,
+                   None if interval[0] is None else float(interval[0]), interval[1])
 
 
 def _csv(text) -> list[str]:

@@ -64,8 +64,8 @@ class Report:
 
 _TABLE_COLUMNS = ("run_id", "app", "protocol", "schedule", "ranks", "seed", "outcome",
                   "verified", "identical", "wall_s", "overhead", "interval", "kills",
-                  "failures", "recoveries", "levels", "checkpoints", "lost_work_s", "detect_s",
-                  "recover_s", "error")
+                  "failures", "recoveries", "levels", "resumed_from", "checkpoints",
+                  "lost_work_s", "detect_s", "recover_s", "error")
 
 
 def _cell(value) -> str:

@@ -28,7 +28,7 @@ READ_SCHEMA = pa.schema([RESULT_SCHEMA.field(name) for name in (
 # Shown in the runs table when present (in this order, after the required ones).
 OPTIONAL_COLUMNS = ("experiment", "transport", "cluster", "identical", "error",
                     "baseline_wall_s", "kills", "failures", "recoveries", "levels",
-                    "checkpoints", "lost_work_s")
+                    "resumed_from", "checkpoints", "lost_work_s")
 DETECTION_KINDS = ("failure_detected", "hang_detected")
 COMPLETED = ("verified", "wrong")  # outcomes of runs that ran to the end
 COORDINATOR = -1

@@ -36,7 +36,7 @@ RESULT_SCHEMA = pa.schema([
     ("kills", pa.int64()), ("failures", pa.int64()), ("recoveries", pa.int64()),
     ("checkpoints", pa.int64()), ("lost_work_s", pa.float64()), ("detect_s", pa.float64()),
     ("recover_s", pa.float64()), ("phases_json", pa.string()), ("levels", pa.string()),
-    ("replay", pa.string()),
+    ("resumed_from", pa.string()), ("replay", pa.string()),
     ("events_path", pa.string()),
 ])
 
@@ -78,17 +78,23 @@ def _recovery_rounds(events) -> list[list]:
     return rounds
 
 
+RESTART_FROM = "restart-from"
+"""The level of a lost job resumed by a new one from stable storage (a job kill)."""
+
+
 def recovery_levels(events) -> list[str]:
     """The levels each recovery of a multi-level stack went through, in order: the
     levels that could not recover it, then the one that did (``"standby>rs"``), from the
     ``level_exhausted`` and ``recovery_level`` events; a round that no level recovered
-    ends with ``>none``."""
+    ends with ``>none``; a lost job resumed by a new one (``job_resumed``) is
+    ``restart-from``."""
     out, tried = [], []
     for ev in events:
         if ev.kind == "level_exhausted":
             tried.append(ev.detail["level"])
-        elif ev.kind == "recovery_level":
-            out.append(">".join([*tried, ev.detail["level"]]))
+        elif ev.kind in ("recovery_level", "job_resumed"):
+            level = ev.detail["level"] if ev.kind == "recovery_level" else RESTART_FROM
+            out.append(">".join([*tried, level]))
             tried = []
     if tried:
         out.append(">".join([*tried, "none"]))

@@ -114,6 +114,33 @@ def test_the_stable_level_restarts_a_lost_job(tmp_path):
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_job_lost_whole_is_not_recovered_and_a_new_job_resumes_it(tmp_path, transport):
+    """Chaos(job_lost_at=): every rank dies there and no level is tried (the partner
+    copies and the spare would have recovered one rank); a new job resumes from the
+    newest stable set the lost one stored (every 5 iterations: at 10 on sim; on local a
+    manifest being written as the job is lost may land after its last event)."""
+    with pytest.raises(ft.JobLost, match="whole job was lost at iteration 13") as info:
+        ft.run(PartnerStable, ranks=8, spares=1, transport=transport,
+               kwargs={"iterations": 20}, chaos=ft.Chaos(job_lost_at=13),
+               checkpoint_interval=5, checkpoint_storage="stable",
+               checkpoint_dir=str(tmp_path / "stable"))
+    kinds = [e.kind for e in info.value.events]
+    assert "job_lost" in kinds and "recovery_start" not in kinds and "rollback" not in kinds
+    r = ft.run(PartnerStable, ranks=8, spares=1, transport=transport,
+               kwargs={"iterations": 20}, restart_from=str(tmp_path / "stable"))
+    assert_same(r.results, reference())
+    [restored] = {e.detail["position"] for e in r.events_of("restored")}
+    stored = [e.detail["position"] for e in info.value.events if e.kind == "checkpoint"]
+    assert restored >= max(stored, default=(0, 0))  # under load a manifest may lag
+    assert transport == "local" or restored == (0, 10)
+
+
+def test_a_job_loss_must_name_an_iteration():
+    with pytest.raises(ValueError, match="job_lost_at must be an iteration >= 0"):
+        ft.Chaos(job_lost_at=-1)
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
 def test_encoded_blocks_recover_a_partner_pair(tmp_path, transport):
     r = run(ThreeLevels, tmp_path, PAIR, transport)
     assert_same(r.results, reference())

@@ -32,6 +32,7 @@ SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a sm
     "bench solver": "test_solver_bench_json",
     "bench footprint": "test_footprint_bench_json",
     "bench levels": "test_bench_levels_quick",
+    "bench parts": "test_bench_parts_quick",
     "chaos": "test_flags_make_a_one_schedule_experiment",
     "report": "test_cli_writes_to_out_and_caps_timelines",
     "advise": "test_cli",

@@ -4,6 +4,7 @@ ready-flush]`` in an experiment, refusals that exit 2 naming the reason, and the
 each recovery in the results, the report and the timeline."""
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -154,9 +155,11 @@ def test_the_multilevel_experiment_recovers_each_loss_at_its_level(multilevel):
     assert [(r["schedule"], r["levels"]) for r in rows] == [
         ("single-kill", "standby"), ("partner-pair", "standby>rs"),
         ("group-and-parity", "standby>rs>ready_flush"),
-        ("all-ranks", "standby>rs>ready_flush")]
+        ("all-ranks", "standby>rs>ready_flush"), ("job-lost", "restart-from")]
     assert all(r["verified"] and r["identical"] for r in rows)
-    assert [r["kills"] for r in rows] == [1, 2, 3, 8]
+    assert [r["kills"] for r in rows] == [1, 2, 3, 8, 1]  # the job's loss: its first strike
+    # the lost job's last stable set (every 6 iterations) was at 12: resumed there
+    assert [r["resumed_from"] for r in rows] == ["", "", "", "", "iteration 12"]
 
 
 def test_the_report_shows_the_level_of_each_recovery(multilevel):
@@ -196,3 +199,138 @@ def test_bench_footprint_takes_stacks(tmp_path, capsys):
     assert stack["checkpoints"] > rows["none"]["checkpoints"] == 0
     assert main(["bench", "footprint", "--quick", "--protocols", "ready-flush+rs"]) == 2
     assert "put RSBackup before ReadyMessageFlush" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- job kills
+def job_kill_experiment(tmp_path, **protocol) -> dict:
+    return {"name": "job", "transport": "local",
+            "matrix": {"app": "stencil", "protocol": "p", "ranks": 4, "schedule": "lost"},
+            "apps": {"stencil": {"iterations": 12}},
+            "protocols": {"p": protocol}, "schedules": {"lost": {"job_kill": {"iteration": 11}}}}
+
+
+def test_a_job_kill_resumes_a_new_job_from_the_lost_ones_stable_sets(tmp_path):
+    stable = tmp_path / "stable"
+    (stable / "r000").mkdir(parents=True)
+    (stable / "r000" / "left-by-an-earlier-experiment").write_text("x")
+    data = job_kill_experiment(tmp_path, protocol=["standby", "ready-flush"], spares=1,
+                               checkpoint_interval=3, checkpoint_storage="stable",
+                               checkpoint_dir=str(stable))
+    rows = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
+                                      echo=lambda line: None))
+    [row] = rows
+    assert row["verified"] and row["identical"], row["error"]
+    assert row["levels"] == "restart-from"
+    assert not (stable / "r000" / "left-by-an-earlier-experiment").exists()  # its own folder
+    events = pq.read_table(tmp_path / "res" / row["events_path"]).to_pylist()
+    kinds = [e["kind"] for e in events]
+    lost, resumed = kinds.index("job_lost"), kinds.index("job_resumed")
+    assert lost < resumed < kinds.index("restored")
+    assert kinds.count("run_start") == 2  # the lost job and the one that resumed it
+    # resumed from the newest set the lost job stored (a manifest being written as the
+    # job is lost may or may not land: a later one, never an earlier one)
+    stored = [json.loads(e["detail"])["position"][1] for e in events[:lost]
+              if e["kind"] == "checkpoint"]
+    at = json.loads(events[resumed]["detail"])["position"][1]
+    assert row["resumed_from"] == f"iteration {at}" and at in (3, 6, 9)
+    assert at >= max(stored, default=0)
+    assert main(["report", str(tmp_path / "res"), "--out", str(tmp_path / "rep")]) == 0
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "<th>resumed_from</th>" in page and f">iteration {at}</td>" in page
+
+
+@pytest.mark.parametrize("protocol, why", [
+    ({"protocol": "standby"}, "standby with these options keeps every state in memory"),
+    ({"protocol": "ready-flush", "checkpoint_interval": 3},  # object store only
+     "ready-flush with these options keeps every state in memory or the object store")])
+def test_a_job_kill_without_stable_storage_is_refused_at_once(tmp_path, protocol, why):
+    with pytest.raises(ExperimentError, match=f"job_kill needs stable storage, but {why}"):
+        experiment_from_dict(job_kill_experiment(tmp_path, **protocol))
+
+
+def test_a_job_kill_after_the_end_is_an_error_row_not_a_resume(tmp_path):
+    data = job_kill_experiment(tmp_path, protocol="ready-flush", checkpoint_interval=3,
+                               checkpoint_storage="stable", checkpoint_dir=str(tmp_path / "s"))
+    data["schedules"]["lost"]["job_kill"]["iteration"] = 50
+    [row] = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
+                                       echo=lambda line: None))
+    assert row["outcome"] == "error" and "the job ended first" in row["error"]
+
+
+# ------------------------------------------------------------- auto level intervals
+AUTO = ["--level-intervals", "auto", "--level-mtbf", "process@standby=0.05",
+        "--level-mtbf", "pair@rs=0.5", "--level-mtbf", "job@ready-flush=5"]
+
+
+def test_run_plans_every_level_together_and_prints_each_plan(capsys, tmp_path):
+    code = main(["run", "cg", "--transport", "sim", "--protocol", "rs+standby+ready-flush",
+                 "--ranks", "8", "--spares", "2", "--rs-group-size", "2",
+                 "--rs-ranks-per-node", "2", "--checkpoint-storage", "stable",
+                 "--checkpoint-dir", str(tmp_path / "stable"), *AUTO, "--kill", "3:7"])
+    out = capsys.readouterr().out
+    assert code == 0 and "VERIFICATION SUCCESSFUL" in out
+    assert "level intervals auto from iteration 2 (first costs measured): standby every" in out
+    assert "(after a recovery)" in out and "restart" in out and "measured)" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--protocol", "standby+ready-flush", "--checkpoint-storage", "stable", *AUTO],
+     "'rs' is not a level of this stack"),
+    (["--protocol", "groups", "--level-intervals", "auto"],
+     "--level-intervals needs standby or rs or ready-flush in --protocol"),
+    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf", "standby:5"],
+     r"--level-mtbf takes \[KIND@\]LEVEL=SECONDS"),
+    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf", "standby=5",
+      "--backup-interval", "3"], "drop backup_interval"),
+])
+def test_run_refuses_bad_auto_flags_with_exit_2(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and re.search(message, err), err
+
+
+def test_an_experiment_takes_auto_level_intervals(tmp_path):
+    data = {"name": "auto", "transport": "sim",
+            "matrix": {"app": "stencil", "protocol": "auto", "ranks": 4, "schedule": "one"},
+            "protocols": {"auto": {"protocol": ["standby", "ready-flush"], "spares": 1,
+                                   "checkpoint_storage": "stable",
+                                   "checkpoint_dir": str(tmp_path / "s"),
+                                   "level_intervals": "auto",
+                                   "level_mtbf_s": {"standby": 0.01, "ready-flush": 1}}},
+            "schedules": {"one": {"kill": [[1, 6]]}}}
+    [row] = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
+                                       echo=lambda line: None))
+    assert row["verified"] and row["identical"] and row["interval_unit"] == "auto"
+    kinds = [e["kind"] for e in pq.read_table(tmp_path / "res" / row["events_path"]).to_pylist()]
+    assert "level_intervals_chosen" in kinds
+    data["protocols"]["auto"]["level_mtbf_s"] = {"standby": 0.01}
+    with pytest.raises(ExperimentError, match="no failure that level 'ready_flush' is the "
+                                              "lowest to recover"):
+        experiment_from_dict(data)
+
+
+def test_the_auto_multilevel_experiment_plans_and_recovers_on_sim(tmp_path):
+    data = yaml.safe_load((ROOT / "experiments" / "multilevel-auto.yaml").read_text())
+    assert load_experiment(str(ROOT / "experiments" / "multilevel-auto.yaml")).transport == "ray"
+    data["transport"] = "sim"
+    data["protocols"]["three-levels-auto"]["checkpoint_dir"] = str(tmp_path / "stable")
+    rows = asyncio.run(run_experiment(experiment_from_dict(data), str(tmp_path / "res"),
+                                      echo=lambda line: None))
+    assert [(r["schedule"], r["levels"]) for r in rows] == [
+        ("single-kill", "standby"), ("partner-pair", "standby>rs"),
+        ("job-lost", "restart-from")]
+    assert all(r["verified"] and r["identical"] for r in rows)
+    for r in rows:
+        kinds = [e["kind"] for e in pq.read_table(tmp_path / "res" / r["events_path"]).to_pylist()]
+        assert "level_intervals_chosen" in kinds
+    # ready-flush's planned interval is longer than the run: the lost job's only stable
+    # set is the measuring one at iteration 1, and the new job, restored past it without
+    # a plan, measures again at 2 and plans for itself
+    assert rows[2]["resumed_from"] == "iteration 1"
+    events = pq.read_table(tmp_path / "res" / rows[2]["events_path"]).to_pylist()
+    resumed = [e["kind"] for e in events].index("job_resumed")
+    plans = [json.loads(e["detail"]) for e in events[resumed:]
+             if e["kind"] == "level_intervals_chosen"]
+    assert plans and plans[0]["reason"] == "first costs measured"
+    measured = {json.loads(e["detail"])["position"][1] for e in events[resumed:]
+                if e["kind"] == "level_cost"}
+    assert 2 in measured
