@@ -34,20 +34,31 @@ from ._harness import add_repetitions, table, write_results
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--class", dest="problem_class", default="W", type=str.upper)
-    parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--partner-every", type=int, default=2,
                         help="iterations between partner copies (default 2)")
     parser.add_argument("--rs-every", type=int, default=5,
                         help="iterations between RS-encoded rounds (default 5)")
     parser.add_argument("--stable-every", type=int, default=10,
                         help="iterations between global sets on stable storage (default 10)")
+    add_cg_kill_arguments(parser)
+
+
+def add_cg_kill_arguments(parser) -> None:
+    """The options of a bench that runs CG failure-free, then with a kill (levels, parts)."""
+    parser.add_argument("--class", dest="problem_class", default="W", type=str.upper)
+    parser.add_argument("--ranks", type=int, default=8)
     add_repetitions(parser, 3, "failure-free runs per configuration; figures are medians",
                     flag="--repeat")
     parser.add_argument("--kill-iteration", type=int, default=7,
                         help="iteration the first rank is killed at (default 7)")
     parser.add_argument("--transport", default="ray", choices=("ray", "local", "sim"))
     parser.add_argument("--quick", action="store_true", help="class S, 4 ranks, 1 repeat")
+
+
+def apply_quick(args) -> None:
+    """``--quick``: the smallest run that still shows every figure."""
+    if args.quick:
+        args.problem_class, args.ranks, args.repetitions = "S", 4, 1
 
 
 class ThreeLevelCG(RSBackup, StandbyReplacement, ReadyMessageFlush, CG):
@@ -111,8 +122,7 @@ def measure_recoveries(args, store: str) -> dict:
 
 
 def main(args) -> int:
-    if args.quick:
-        args.problem_class, args.ranks, args.repetitions = "S", 4, 1
+    apply_quick(args)
     print(f"bench levels: CG class {args.problem_class}, {args.ranks} ranks on "
           f"{args.transport}; partner copies every {args.partner_every}, RS every "
           f"{args.rs_every}, stable every {args.stable_every} iterations", flush=True)

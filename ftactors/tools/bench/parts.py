@@ -22,23 +22,16 @@ from ftactors.protocols import GroupCoordination, StandbyReplacement
 from ftactors.protocols.groups import load_groups
 from ftactors.protocols.standby import part_holder
 
-from ._harness import add_repetitions, table, write_results
-from .levels import _recovery
+from ._harness import table, write_results
+from .levels import _recovery, add_cg_kill_arguments, apply_quick
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--class", dest="problem_class", default="W", type=str.upper)
-    parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--groups", default="fixed:2",
                         help="GroupCoordination's groups (default fixed:2)")
     parser.add_argument("--every", type=int, default=3,
                         help="iterations between a group's checkpoints (default 3)")
-    add_repetitions(parser, 3, "failure-free runs per configuration; figures are medians",
-                    flag="--repeat")
-    parser.add_argument("--kill-iteration", type=int, default=7,
-                        help="iteration the rank is killed at (default 7)")
-    parser.add_argument("--transport", default="ray", choices=("ray", "local", "sim"))
-    parser.add_argument("--quick", action="store_true", help="class S, 4 ranks, 1 repeat")
+    add_cg_kill_arguments(parser)
 
 
 class GroupsCG(GroupCoordination, CG):
@@ -66,8 +59,7 @@ def _sources(r) -> str:
 
 
 def main(args) -> int:
-    if args.quick:
-        args.problem_class, args.ranks, args.repetitions = "S", 4, 1
+    apply_quick(args)
     print(f"bench parts: CG class {args.problem_class}, {args.ranks} ranks on "
           f"{args.transport}; groups {args.groups}, a group checkpoint every {args.every} "
           f"iterations", flush=True)
