@@ -16,6 +16,10 @@ from typing import Any, Awaitable, Callable, Hashable
 from ftactors.runtime._coordinator import RankDied
 
 
+GIVEN_GRACE_S = 2.0
+"""How long a recovery lets the takes under way finish before it drops them."""
+
+
 class HeldParts:
     """Rank side: parts waiting for the coordinator."""
 
@@ -70,6 +74,14 @@ class PartTaker:
         for task, rank in list(self.tasks.items()):
             if rank is not None and (ranks is None or rank in ranks):
                 task.cancel()
+
+    async def let_finish(self, timeout_s: float = GIVEN_GRACE_S) -> None:
+        """Let the takes under way finish for up to ``timeout_s``: a rank that gave its
+        part goes on at once, so a failure found an instant later may find the take of a
+        part already given still on its way back; it counts. (Calls to live or dead
+        ranks end in milliseconds; only a hung rank's take waits out the bound.)"""
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=timeout_s)
 
     async def settle(self) -> None:
         """Wait for the parts kept elsewhere that are being counted (no rank is asked, so

@@ -617,6 +617,7 @@ class ReadyFlushCoordinator:
         checkpoint (or the start of the run)."""
         c = self.c
         self.running.clear()
+        await self.parts.let_finish()  # a part given just before the failure counts
         self._abandon_execution()
         await self.parts.settle()  # every set whose parts all reach stable storage counts
         await c.collect_events()
@@ -643,6 +644,7 @@ class ReadyFlushCoordinator:
         of a failure-free execution (a cheaper level may restore the survivors in place,
         still holding them). No request is placed until the round is over."""
         self.running.clear()
+        await self.parts.let_finish()
         self._abandon_execution(failed)
 
     async def recovered(self) -> None:

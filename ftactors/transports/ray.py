@@ -542,10 +542,15 @@ class RayFabric:
         await self._remove_dir_on(sorted((used - done) & set(self.nodes())), run_dir)
 
     async def _remove_dir_on(self, nodes: list[str], path: str) -> None:
-        """Remove directory ``path`` on each of the Ray nodes ``nodes`` (a task there)."""
+        """Remove directory ``path`` on each of the Ray nodes ``nodes``: here for the
+        driver's own node, by a task on the others (a task needs a worker process, whose
+        start took more than ``CLOSE_TIMEOUT_S`` on a loaded machine)."""
+        here = ray.get_runtime_context().get_node_id()
+        if here in nodes:
+            _remove_dir(path)
         remove = ray.remote(num_cpus=0, max_retries=0)(_remove_dir)
         tasks = [remove.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node, soft=False)).remote(path) for node in nodes]
+            node, soft=False)).remote(path) for node in nodes if node != here]
         await asyncio.gather(*(asyncio.wait_for(t, CLOSE_TIMEOUT_S) for t in tasks),
                              return_exceptions=True)
 
