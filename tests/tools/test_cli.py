@@ -112,14 +112,16 @@ def test_bench_parts_quick(tmp_path, capsys):
     out = tmp_path / "parts.json"
     assert main(["bench", "parts", "--quick", "--transport", "local", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["ratio"] > 0 and data["groups"] == "fixed:2"
+    assert set(data["ratios"]) == {"groups alone", "partner copies", "RS blocks"}
+    assert data["ratios"]["groups alone"] == 1.0 and data["groups"] == "fixed:2"
     rec = data["recoveries"]
     # 4 ranks in groups (0, 1), (2, 3): rank 1's copies are with rank 3
     assert rec["partner copies"]["sources"] == "2 standby"
     assert rec["partner copies"]["level"] == "standby"
+    assert (rec["RS blocks"]["sources"], rec["RS blocks"]["level"]) == ("2 rs", "rs")
     assert rec["copy holder lost too"]["sources"] == "2 groups, 2 standby"
     assert rec["object store (groups alone)"]["sources"] == "object store"
-    assert "with partner copies" in capsys.readouterr().out
+    assert "vs groups alone" in capsys.readouterr().out
 
 
 def test_submit_to_a_bad_address_exits_2(tmp_path, capsys):
