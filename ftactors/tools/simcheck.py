@@ -173,6 +173,14 @@ def setups() -> dict[str, Setup]:
         "rs+hc3i": Setup("rs+hc3i", (RSBackup, DDVPiggyback),
                          {"clusters": "fixed:2", "rs_block_bytes": 1024}, spares=2,
                          exact=False, bounded_clcs=True),
+        "rs+standby+groups": Setup(
+            "rs+standby+groups", (RSBackup, StandbyReplacement, GroupCoordination),
+            {"groups": "fixed:2", "group_checkpoint_interval": INTERVAL,
+             "rs_block_bytes": 1024}, spares=2, bounded_log=True),
+        "rs+standby+hc3i": Setup(
+            "rs+standby+hc3i", (RSBackup, StandbyReplacement, DDVPiggyback),
+            {"clusters": "fixed:2", "rs_block_bytes": 1024}, spares=2, exact=False,
+            bounded_clcs=True),
     }
 
 
