@@ -13,10 +13,14 @@ M e^(R/M) (e^((tau + C)/M) - 1) T_s / tau (exponential failures).
 
 ReadyMessageFlush's ``checkpoint_interval="auto"`` calls ``daly`` after every checkpoint
 with the cost it measured; ``ftactors advise`` prints both intervals and their waste.
+``Pacer`` turns an interval in seconds into the iteration of the next round for the
+protocols whose rounds all ranks must take at one iteration (StandbyReplacement,
+RSBackup): one rank decides and its flush marker carries the decision.
 """
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 
 def _check(checkpoint_s: float, mtbf_s: float) -> None:
@@ -50,3 +54,24 @@ def expected_wall(work_s: float, interval_s: float, checkpoint_s: float, restart
         raise ValueError("interval must be > 0, work and restart cost >= 0")
     return (mtbf_s * math.exp(restart_s / mtbf_s)
             * math.expm1((interval_s + checkpoint_s) / mtbf_s) * work_s / interval_s)
+
+
+class Pacer:
+    """"About every ``seconds``" in iterations, from the time per iteration measured
+    since the last round (on the run's clock: virtual on sim)."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.last_t, self.last_it = clock(), 0
+
+    def next_after(self, iteration: int, seconds: float) -> int:
+        """The iteration of the round after the one at ``iteration``."""
+        done = iteration - self.last_it
+        if done <= 0:
+            return iteration + 1  # nothing measured yet: look again after one iteration
+        per_iteration = (self.clock() - self.last_t) / done
+        return iteration + max(1, round(seconds / max(per_iteration, 1e-9)))
+
+    def mark(self, iteration: int) -> None:
+        """A round was taken at ``iteration``, now."""
+        self.last_t, self.last_it = self.clock(), iteration

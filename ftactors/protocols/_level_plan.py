@@ -77,7 +77,7 @@ COST_FLOOR_S = 1e-9
 """A stall measured as zero (sim without latency) is taken as this (the model needs C > 0)."""
 RETRIES = 20
 """Requests a plan may go unplaced (no rank in a loop) before waiting for new costs."""
-OWN_INTERVALS = ("backup_interval", "backup_interval_s", "rs_interval",
+OWN_INTERVALS = ("backup_interval", "backup_interval_s", "rs_interval", "rs_interval_s",
                  "checkpoint_interval", "checkpoint_interval_s", "mtbf_s")
 OPTIONS = {
     "level_intervals": "\"auto\": plan the intervals of every level of the stack together "

@@ -38,12 +38,17 @@ def _options(opts: dict) -> dict:
         "group_size": positive_int("rs_group_size", 4),
         "parity": positive_int("rs_parity", None),
         "interval": positive_int("rs_interval", 5),
+        "interval_s": opts.get("rs_interval_s"),
         "block_bytes": positive_int("rs_block_bytes", 1 << 20),
         "ranks_per_node": positive_int("rs_ranks_per_node", None),
         "interleave": opts.get("rs_interleave", True),
         "stable": opts.get("rs_stable_store"),
         "stable_parity": opts.get("rs_stable_parity", False),
     }
+    seconds = settings["interval_s"]
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or seconds <= 0):
+        raise ConfigError(f"rs_interval_s must be a number of seconds > 0, got {seconds!r}")
     for key in ("interleave", "stable_parity"):
         if not isinstance(settings[key], bool):
             raise ConfigError(f"rs_{key} must be True or False, got {settings[key]!r}")

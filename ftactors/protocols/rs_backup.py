@@ -117,6 +117,7 @@ from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 
 from ._flush import Flush
+from ._intervals import Pacer
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ._rs_parts import PART_KEEP, EncodedParts, as_key, unit_code, unit_holder
 from ._rs_recovery import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
@@ -173,6 +174,8 @@ class _RS:
     store: Any = None
     parts_mode: bool = False  # encoding a hands_parts protocol's parts, no rounds of ours
     keep: int = KEEP_ROUNDS   # rounds (parts, in parts mode) kept per group
+    next_round: int = 1       # with rs_interval_s: the iteration rank 0 chose
+    pacer: Pacer | None = None
 
 
 async def _blocks_between(steps) -> None:
@@ -205,6 +208,8 @@ class RSBackup(PlannedLevel):
         "rs_group_size": "ranks per encoding group, on different nodes (default 4)",
         "rs_parity": "parity blocks per group (default: as many as members, m = k)",
         "rs_interval": "iterations between encoded checkpoints (default 5)",
+        "rs_interval_s": "seconds between encoded checkpoints, about (overrides "
+                         "rs_interval; rank 0 turns it into iterations)",
         "rs_block_bytes": "z: bytes of each block of the star encoding (default 1 MiB)",
         "rs_ranks_per_node": "virtual topology: rank r on node r // this (default: the "
                              "transport's nodes; one rank per node if there is one node)",
@@ -214,7 +219,7 @@ class RSBackup(PlannedLevel):
         "rs_stable_parity": "also write the parity blocks to rs_stable_store",
         **PLAN_OPTIONS,
     }
-    part_mode_ignores = ("rs_interval", "rs_group_size", "rs_ranks_per_node", "rs_interleave",
+    part_mode_ignores = ("rs_interval", "rs_interval_s", "rs_group_size", "rs_ranks_per_node", "rs_interleave",
                          "rs_stable_store", "rs_stable_parity")
 
     @classmethod
@@ -230,6 +235,7 @@ class RSBackup(PlannedLevel):
             st.parts_mode, st.keep = True, PART_KEEP
         if st.settings["stable"] is not None:
             st.store = open_store(st.settings["stable"])
+        st.pacer = Pacer(self.ft.link.clock)
         await super().on_start()
 
     async def on_finish(self) -> None:
@@ -246,7 +252,9 @@ class RSBackup(PlannedLevel):
         st, pos = self._rs, self.ft.position
         await super().on_safe_point(iteration)
         due = None if st.parts_mode else self.planned_due(NAME, iteration)
-        if due is None:
+        if due is None and st.settings["interval_s"] is not None:
+            due = not st.parts_mode and iteration >= st.next_round
+        elif due is None:
             due = (not st.parts_mode and iteration > 0
                    and iteration % st.settings["interval"] == 0)
         if due and (st.last is None or pos > st.last):
@@ -266,9 +274,15 @@ class RSBackup(PlannedLevel):
         await self._encoded()  # their blocks go out before this round's markers
         t0 = time.perf_counter()
         peers = [r for r in range(self.size) if r != self.rank]
-        st.flush.start(ft, NAME, pos, peers)
-        await st.flush.wait(pos, peers)
+        seconds = st.settings["interval_s"]
+        decision = (st.pacer.next_after(pos[1], seconds)
+                    if seconds is not None and self.rank == 0 else None)
+        st.flush.start(ft, NAME, pos, peers, decision)
+        markers = await st.flush.wait(pos, peers)
         flush_s = time.perf_counter() - t0
+        st.pacer.mark(pos[1])
+        if seconds is not None:  # rank 0's choice, carried by its marker
+            st.next_round = decision if self.rank == 0 else markers[0]
         st.last = pos  # saved in the snapshot: a rank restored here does not take it again
         blob = ft.snapshot(cut=st.flush.last_cut)
         st.own[pos] = blob
@@ -386,13 +400,14 @@ class RSBackup(PlannedLevel):
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
-        state[NAME] = {"last": self._rs.last}
+        state[NAME] = {"last": self._rs.last, "next_round": self._rs.next_round}
         return state
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         super().restore_protocol_state(state)
         last = state[NAME]["last"]
         self._rs.last = None if last is None else tuple(last)
+        self._rs.next_round = state[NAME]["next_round"]
 
     # ------------------------------------------------- recovery (coordinator calls)
     def ft_rpc_rs_failure(self, failed: list[int]) -> dict:

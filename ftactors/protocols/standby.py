@@ -84,6 +84,7 @@ from ftactors.runtime._protocol import LEVEL, SPARES, protocol_classes
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
+from ._intervals import Pacer
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 
 NAME = "standby"
@@ -220,8 +221,7 @@ class _Standby:
     failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
     stable: Any = None                                # a Store, with the stable_store option
     unsealed: Any = None                              # the round written but not sealed yet
-    last_backup_t: float = 0.0
-    last_backup_it: int = 0
+    pacer: Pacer | None = None                        # backup_interval_s in iterations
     parts_mode: bool = False  # keeping a hands_parts protocol's parts, no rounds of ours
     copies: dict = field(default_factory=dict)  # rank -> {part key -> its part}
 
@@ -272,7 +272,7 @@ class StandbyReplacement(PlannedLevel):
     async def on_start(self) -> None:
         self._standby = _Standby(
             parts_mode=any(p.hands_parts for p in protocol_classes(type(self))))
-        self._standby.last_backup_t = time.monotonic()
+        self._standby.pacer = Pacer(self.ft.link.clock)
         uri = getattr(self, "options", {}).get("stable_store")
         self._standby.stable = None if uri is None else open_store(uri)
         self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
@@ -333,7 +333,7 @@ class StandbyReplacement(PlannedLevel):
         if st.stable is not None:
             await asyncio.to_thread(store_part, st.stable, "", position_index(round_id), self.rank, blob)
             st.unsealed = round_id
-        st.last_backup_t, st.last_backup_it = time.monotonic(), iteration
+        st.pacer.mark(iteration)
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
         self.planned_cost(NAME, at)
@@ -360,12 +360,7 @@ class StandbyReplacement(PlannedLevel):
         every, seconds = self._interval()
         if seconds is None:
             return iteration + max(1, every)
-        st = self._standby
-        done = iteration - st.last_backup_it
-        if done <= 0:
-            return iteration + 1  # nothing measured yet: look again after one iteration
-        per_iteration = (time.monotonic() - st.last_backup_t) / done
-        return iteration + max(1, round(seconds / max(per_iteration, 1e-9)))
+        return self._standby.pacer.next_after(iteration, seconds)
 
     async def _seal_stable(self, round_id) -> None:
         """Rank 0: write the manifest that makes the round's checkpoint set complete."""

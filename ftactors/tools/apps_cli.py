@@ -138,6 +138,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("Reed-Solomon encoded checkpoints (--protocol rs)")
     g.add_argument("--rs-interval", type=int, default=None, metavar="K",
                    help="encode a checkpoint every K iterations (default 5)")
+    g.add_argument("--rs-interval-s", type=float, default=None, metavar="SECONDS",
+                   help="encode a checkpoint about this often instead")
     g.add_argument("--rs-group-size", type=int, default=None, metavar="N",
                    help="ranks per encoding group (default 4)")
     g.add_argument("--rs-ranks-per-node", type=int, default=None, metavar="N",
@@ -213,6 +215,7 @@ PROTOCOL_FLAGS = {
     "--backup-interval": ("backup_interval", "standby"),
     "--backup-interval-s": ("backup_interval_s", "standby"),
     "--rs-interval": ("rs_interval", "rs"),
+    "--rs-interval-s": ("rs_interval_s", "rs"),
     "--rs-group-size": ("rs_group_size", "rs"),
     "--rs-ranks-per-node": ("rs_ranks_per_node", "rs"),
     "--level-intervals": ("level_intervals", LEVELS),

@@ -24,8 +24,9 @@ SCHEDULE_KEYS = ("kill", "kill_at", "random_kills", "mtbf_s", "horizon_s", "meth
                  "recovery_kills", "node_kills", "job_kill")
 #: the protocol options that set a checkpoint interval, and its unit
 INTERVAL_OPTIONS = {"checkpoint_interval": "iterations", "checkpoint_interval_s": "s",
-                    "backup_interval": "iterations", "group_checkpoint_interval": "iterations",
-                    "rs_interval": "iterations", "clc_interval_s": "s"}
+                    "backup_interval": "iterations", "backup_interval_s": "s",
+                    "group_checkpoint_interval": "iterations",
+                    "rs_interval": "iterations", "rs_interval_s": "s", "clc_interval_s": "s"}
 
 
 class ExperimentError(ValueError):

@@ -212,6 +212,28 @@ def test_failure_while_encoding_restores_the_previous_round():
     assert r.events_of("rs_recovery")[0].detail["position"] == (0, 3)
 
 
+def test_interval_in_seconds_is_agreed_by_rank_0_and_survives_a_kill():
+    def rounds(r):
+        by_rank = {}
+        for e in r.events_of("rs_checkpoint"):
+            by_rank.setdefault(e.rank, []).append(tuple(e.detail["position"]))
+        assert all(v == by_rank[0] for v in by_rank.values())  # every rank, the same ones
+        return by_rank[0]
+    options = {k: v for k, v in TOPOLOGY.items() if k != "rs_interval"}
+    often = rounds(heat(transport="sim", rs_interval_s=1e-4, **options))  # virtual s
+    seldom = rounds(heat(transport="sim", rs_interval_s=3e-4, **options))
+    assert len(often) > len(seldom) >= 2
+    r = heat(transport="sim", spares=2, rs_interval_s=2e-4, chaos=ft.Chaos(kill=[(2, 13)]),
+             **options)
+    assert_same(r.results, reference())
+    assert 2 in decoded(r)
+
+
+def test_bad_interval_in_seconds_is_refused():
+    with pytest.raises(ft.ConfigError, match="rs_interval_s must be a number of seconds > 0"):
+        heat(rs_interval_s=0)
+
+
 def test_failure_before_the_first_checkpoint_restarts_from_the_start():
     r = heat(chaos=ft.Chaos(kill=[(5, 2)]))
     assert_same(r.results, reference())

@@ -61,6 +61,13 @@ def test_three_levels_pass_a_lost_partner_pair_to_the_rs_level(capsys, tmp_path)
     assert "recovered by level rs" in out and "VERIFICATION SUCCESSFUL" in out
 
 
+def test_rs_rounds_in_seconds_from_the_command_line(capsys):
+    code, out, err = run(capsys, "--protocol", "rs", "--ranks", "4", "--spares", "1",
+                         "--rs-group-size", "2", "--rs-interval-s", "0.01", "--kill", "1:9")
+    assert code == 0, out + err
+    assert "VERIFICATION SUCCESSFUL" in out
+
+
 def test_a_failed_group_comes_back_from_partner_copies(capsys):
     code, out, err = run(capsys, "--protocol", "standby+groups", "--ranks", "4", "--spares",
                          "2", "--groups", "fixed:2", "--group-checkpoint-interval", "3",
