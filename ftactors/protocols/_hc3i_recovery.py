@@ -51,7 +51,7 @@ class Hc3iRecovery:
         self.gc_task: asyncio.Task | None = None  # the collection a commit started
         self.gc_again = False  # another commit asked for one while it ran
         self.storms = StormWatch()
-        self.parts = PartTaker(coordinator, "hc3i_part")
+        self.parts = PartTaker(coordinator, "hc3i_part", confirm=True)
         self.parts_of: dict[tuple[int, int], dict] = {}  # (cluster, sn) -> handles
         self.lock = asyncio.Lock()  # one recovery or collection at a time
         self.stopping: set[int] = set()  # clusters being rolled back: their reports are moot

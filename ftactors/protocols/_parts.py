@@ -1,7 +1,9 @@
 """Checkpoint parts in the object store, owned by the coordinator (shared by the protocols).
 
 A rank that saved its part holds it (``HeldParts``) until the coordinator has taken it.
-ReadyMessageFlush and DDVPiggyback wait for that, so a rank past their checkpoint never
+ReadyMessageFlush and DDVPiggyback wait until the coordinator says it holds the part (one
+more call: the answer that hands the part over can be lost with the rank's process if
+the rank goes on and dies before it arrives), so a rank past their checkpoint never
 holds the only copy of its part (a failure just after it restarts from it);
 GroupCoordination reports and goes on at once (see its "Hand-off"). The coordinator
 takes each reported part with ``Fabric.call_kept`` (``PartTaker``): on Ray
@@ -21,13 +23,21 @@ GIVEN_GRACE_S = 2.0
 
 
 class HeldParts:
-    """Rank side: parts waiting for the coordinator."""
+    """Rank side: parts waiting for the coordinator.
 
-    def __init__(self):
+    ``confirmed``: the future of a part completes only once the coordinator says it holds
+    it (``kept``), not when the part is handed over (``give``): the answer of the call
+    that hands it over can still be lost with this rank's process if the rank went on and
+    died before the answer reached the coordinator."""
+
+    def __init__(self, confirmed: bool = False):
+        self.confirmed = confirmed
         self._held: dict[Hashable, tuple[bytes, asyncio.Future]] = {}
+        self._given: dict[Hashable, asyncio.Future] = {}
 
     def hold(self, key: Hashable, blob: bytes) -> asyncio.Future:
-        """Keep ``blob`` until ``give(key)``; the future completes then."""
+        """Keep ``blob`` until ``give(key)``; the future completes then (``confirmed``:
+        at ``kept(key)``)."""
         taken = asyncio.get_running_loop().create_future()
         self._held[key] = (blob, taken)
         return taken
@@ -35,17 +45,27 @@ class HeldParts:
     def give(self, key: Hashable) -> bytes:
         """The part for the coordinator (the answer of the protocol's ``ft_rpc_*``)."""
         blob, taken = self._held.pop(key)
-        taken.set_result(None)
+        if self.confirmed:
+            self._given[key] = taken
+        else:
+            taken.set_result(None)
         return blob
+
+    def kept(self, key: Hashable) -> None:
+        """The coordinator holds part ``key`` (the protocol's ``ft_rpc_*_kept``)."""
+        taken = self._given.pop(key, None)
+        if taken is not None and not taken.done():
+            taken.set_result(None)
 
 
 class PartTaker:
     """Coordinator side: takes reported parts into the object store through the ranks'
     ``ft_rpc_<rpc>(key)``."""
 
-    def __init__(self, coordinator, rpc: str):
+    def __init__(self, coordinator, rpc: str, *, confirm: bool = False):
         self.c = coordinator
         self.rpc = rpc
+        self.confirm = confirm  # tell the rank once its part is held (``HeldParts.kept``)
         self.tasks: dict[asyncio.Task, int | None] = {}  # task -> rank it fetches from
 
     def take(self, rank: int, key: Any, then: Callable[[Any], Awaitable[None]], *,
@@ -62,10 +82,19 @@ class PartTaker:
                     handle = await self.c.fabric.call_kept(host, self.rpc, key)
                 except RankDied:
                     return
+                if self.confirm:  # ``then`` records the handle before the rank hears
+                    await asyncio.gather(then(handle), self._tell_kept(host, key))
+                    return
             await then(handle)
         task = asyncio.ensure_future(one())
         self.tasks[task] = rank if fetch else None
         task.add_done_callback(lambda t: self.tasks.pop(t, None))
+
+    async def _tell_kept(self, host, key) -> None:
+        try:
+            await self.c.fabric.call(host, f"{self.rpc}_kept", key)
+        except RankDied:
+            pass  # it died: nothing waits for the news any more
 
     def cancel(self, ranks=None) -> None:
         """Forget the parts being taken from ``ranks`` (default: all): they belong to an

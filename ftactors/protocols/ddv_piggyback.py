@@ -207,7 +207,7 @@ class _State:
     held_inter: list = field(default_factory=list)   # messages from other clusters
     held_out: list = field(default_factory=list)     # envelopes to other clusters
     closed: bool = False                             # a member can no longer checkpoint
-    parts: HeldParts = field(default_factory=HeldParts)
+    parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
     timer: asyncio.Task | None = None
     timer_reset: asyncio.Event = field(default_factory=asyncio.Event)
     gc_asked: bool = False
@@ -539,6 +539,9 @@ class DDVPiggyback(Protocol):
 
     def ft_rpc_hc3i_part(self, sn: int) -> bytes:
         return self._hc3i.parts.give(sn)
+
+    def ft_rpc_hc3i_part_kept(self, sn: int) -> None:
+        self._hc3i.parts.kept(sn)
 
     def _send_ack(self, r: _Round) -> None:
         r.acked = True

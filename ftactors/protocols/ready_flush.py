@@ -149,7 +149,7 @@ class _Ready:
     undecided: dict = field(default_factory=dict)   # request id -> future of K (or None)
     targets: set = field(default_factory=set)       # decided positions not reached yet
     last: tuple | None = None                        # position of the last checkpoint taken
-    parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
+    parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
     stop: asyncio.Future | None = None               # migration: resolved where MP stops
     resume: asyncio.Future | None = None             # migration aborted: MP goes on
 
@@ -275,6 +275,10 @@ class ReadyMessageFlush(PlannedLevel):
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
         which keeps it in the object store (it then outlives this rank)."""
         return self._ready.parts.give(tuple(position))
+
+    def ft_rpc_ready_part_kept(self, position) -> None:
+        """The coordinator holds this rank's part at ``position``: the rank may go on."""
+        self._ready.parts.kept(tuple(position))
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint (any rank, any time; it is taken at a
@@ -410,7 +414,7 @@ class ReadyFlushCoordinator:
         self.lock = asyncio.Lock()  # one request or migration at a time
         self.sealing = asyncio.Lock()  # completions in order (pruning sees sealed sets)
         self.busy: set[asyncio.Task] = set()  # requests and moves
-        self.parts = PartTaker(coordinator, "ready_part")
+        self.parts = PartTaker(coordinator, "ready_part", confirm=True)
         self._ids = itertools.count()
         self.running = asyncio.Event()  # no rollback under way (the auto timer waits)
         self.running.set()
