@@ -69,38 +69,23 @@ def test_kill_during_a_checkpoint_restarts_from_the_previous_one(flood_reference
     assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
 
 
-def test_a_failure_right_after_a_checkpoint_restarts_from_it(monkeypatch, flood_reference):
-    """A rank goes on once its part is given; the coordinator records the part one reply
-    later. A failure found in between (here the reply takes 50 ms, as a loaded Ray's
-    can) must not drop the part: the restart uses the checkpoint just taken."""
-    from ftactors.transports.local import LocalFabric
-
-    async def slow_reply(self, host, name, *args):
-        answer = await self.call(host, name, *args)
-        await asyncio.sleep(0.05)  # the reply's way back to the coordinator
-        return answer
-    monkeypatch.setattr(LocalFabric, "call_kept", slow_reply)
-    r = ft.run(RFFlood, 5, transport="local", kwargs=FLOOD, checkpoint_interval=4,
-               chaos=ft.Chaos(kill=[(2, 9)]), timeout_s=60)
-    assert positions(r, "rollback") == [(0, 8)]
-    assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
-
-
-def test_a_part_whose_answer_died_with_its_rank_is_not_counted_on(monkeypatch,
-                                                                 flood_reference):
-    """On Ray the answer that hands a part over is lost if the rank's process dies before
-    it arrives. A rank therefore goes on only once the coordinator says it holds the part:
-    a kill at the next safe point still restarts from the checkpoint just taken."""
+@pytest.mark.parametrize("lost_with_the_rank", [False, True], ids=["late", "lost"])
+def test_a_failure_right_after_a_checkpoint_restarts_from_it(monkeypatch, flood_reference,
+                                                             lost_with_the_rank):
+    """The answer that hands a part over reaches the coordinator 50 ms later (as a loaded
+    Ray's can), or never, when the rank died meanwhile (on Ray it is lost with the
+    rank's process). A failure found meanwhile must not drop the part, and a rank goes on
+    only once the coordinator holds it: the restart uses the checkpoint just taken."""
     from ftactors.runtime._coordinator import RankDied
     from ftactors.transports.local import LocalFabric
 
-    async def answer_lost_with_the_rank(self, host, name, *args):
+    async def slow_answer(self, host, name, *args):
         answer = await self.call(host, name, *args)
         await asyncio.sleep(0.05)  # the answer on its way
-        if host.spec.rank in self.dead:
+        if lost_with_the_rank and host.spec.rank in self.dead:
             raise RankDied(host.spec.rank, "its actor died")
         return answer
-    monkeypatch.setattr(LocalFabric, "call_kept", answer_lost_with_the_rank)
+    monkeypatch.setattr(LocalFabric, "call_kept", slow_answer)
     r = ft.run(RFFlood, 5, transport="local", kwargs=FLOOD, checkpoint_interval=4,
                chaos=ft.Chaos(kill=[(2, 9)]), timeout_s=60)
     assert positions(r, "rollback") == [(0, 8)]
