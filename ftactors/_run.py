@@ -15,7 +15,7 @@ from .runtime._chaos import Chaos
 from .runtime._checkpoints import load_latest
 from .runtime._coordinator import Coordinator, RunResult
 from .base._errors import ConfigError, ProtocolError
-from .runtime._protocol import protocol_classes
+from .runtime._protocol import parts_lead, protocol_classes
 from .runtime._rank import check_rank_class
 from .runtime._trace import write_trace
 
@@ -67,9 +67,8 @@ def _known_options(rank_cls) -> dict[str, str]:
 def _check_part_mode(rank_cls, options: dict) -> None:
     """Refuse a level's own-round options in a stack where it keeps another protocol's
     parts instead (``Protocol.hands_parts``)."""
-    protos = protocol_classes(rank_cls)
-    lead = next((p for p in protos if p.hands_parts), None)
-    for p in protos if lead is not None else ():
+    lead = parts_lead(rank_cls)
+    for p in protocol_classes(rank_cls) if lead is not None else ():
         own = [name for name in p.part_mode_ignores if name in options]
         if own:
             raise ConfigError(

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 from ftactors.base._errors import ConfigError
 from ftactors.runtime._coordinator import NewFailure
-from ftactors.runtime._protocol import Protocol, protocol_classes
+from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
 
 from ._multilevel import FailureKind, Level, optimal_plan
 
@@ -120,13 +120,12 @@ def settings(stack: type, options: dict) -> Settings | None:
     if own:
         raise ConfigError(f"level_intervals={AUTO!r} chooses every level's interval: drop "
                           f"{', '.join(own)}")
-    protos = protocol_classes(stack)
-    lead = next((p for p in protos if p.hands_parts), None)
+    lead = parts_lead(stack)
     if lead is not None:
         raise ConfigError(f"level_intervals={AUTO!r} plans levels that take rounds of their "
                           f"own; with {lead.__name__} the levels keep its parts, made at its "
                           f"own checkpoints")
-    levels = sorted((p for p in protos if issubclass(p, PlannedLevel)),
+    levels = sorted((p for p in protocol_classes(stack) if issubclass(p, PlannedLevel)),
                     key=lambda p: p.level_cost)
     names = tuple(p.protocol_name for p in levels)
     if not isinstance(mtbf, dict) or not mtbf:

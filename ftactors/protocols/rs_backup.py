@@ -112,7 +112,7 @@ import numpy as np
 
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import LEVEL, protocol_classes
+from ftactors.runtime._protocol import LEVEL, parts_lead
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 
@@ -231,7 +231,7 @@ class RSBackup(PlannedLevel):
     async def on_start(self) -> None:
         st = self._rs = _RS(_options(getattr(self, "options", {})),
                             asyncio.get_running_loop().create_future())
-        if any(p.hands_parts for p in protocol_classes(type(self))):
+        if parts_lead(type(self)) is not None:
             st.parts_mode, st.keep = True, PART_KEEP
         if st.settings["stable"] is not None:
             st.store = open_store(st.settings["stable"])

@@ -80,7 +80,7 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
-from ftactors.runtime._protocol import LEVEL, SPARES, protocol_classes
+from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
@@ -271,7 +271,7 @@ class StandbyReplacement(PlannedLevel):
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:
         self._standby = _Standby(
-            parts_mode=any(p.hands_parts for p in protocol_classes(type(self))))
+            parts_mode=parts_lead(type(self)) is not None)
         self._standby.pacer = Pacer(self.ft.link.clock)
         uri = getattr(self, "options", {}).get("stable_store")
         self._standby.stable = None if uri is None else open_store(uri)

@@ -34,7 +34,7 @@ from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
 from ._host import RankSpec
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
-from ._protocol import protocol_classes
+from ._protocol import parts_lead, protocol_classes
 
 COLLECT_TIMEOUT_S = 5.0
 _ANY_SPARE = object()
@@ -571,7 +571,7 @@ def recovery_policy(coordinator: Coordinator, rank_cls: type):
     that hands its parts to the levels (``hands_parts``) recovers alone, finding parts
     through ``coordinator.part_levels``."""
     protos = protocol_classes(rank_cls)
-    lead = next((p for p in protos if p.hands_parts), None)
+    lead = parts_lead(rank_cls)
     if lead is not None:
         keepers = [(p.protocol_name, p.part_level)
                    for p in sorted(protos, key=lambda p: p.level_cost) if p.part_level]

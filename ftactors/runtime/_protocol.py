@@ -183,6 +183,13 @@ def protocol_names(cls) -> list[str]:
     return [k.protocol_name for k in protocol_classes(cls)]
 
 
+def parts_lead(cls) -> type | None:
+    """The protocol of ``cls``'s stack that hands its parts to the levels
+    (``Protocol.hands_parts``), or None: then the levels keep copies of its parts and take
+    no rounds of their own."""
+    return next((p for p in protocol_classes(cls) if p.hands_parts), None)
+
+
 def check_stack(cls) -> None:
     """Raise TypeError when ``cls`` stacks protocols that cannot work together."""
     names = protocol_names(cls)
