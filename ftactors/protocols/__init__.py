@@ -2,9 +2,12 @@
 coordinator-side recovery policies. They import the runtime, the engine and
 ``ftactors.base``; never a transport or a tool.
 
-``PROTOCOLS`` maps the command-line name of each protocol to its mixin class.
+``PROTOCOLS`` maps the command-line name of each protocol to its mixin class. The
+warnings a run may give about its protocols are here too, so they can be filtered.
 """
 
+from ._hc3i_storm import ForcedCheckpointStorm
+from ._level_plan import LevelPlanWarning
 from .ddv_piggyback import DDVPiggyback
 from .group_coordination import GroupCoordination
 from .ready_flush import ReadyMessageFlush
@@ -19,4 +22,4 @@ PROTOCOLS: dict[str, type] = {
     "rs": RSBackup,
 }
 
-__all__ = ["PROTOCOLS", "DDVPiggyback", "GroupCoordination", "RSBackup", "ReadyMessageFlush", "StandbyReplacement"]
+__all__ = ["PROTOCOLS", "DDVPiggyback", "ForcedCheckpointStorm", "LevelPlanWarning", "GroupCoordination", "RSBackup", "ReadyMessageFlush", "StandbyReplacement"]

@@ -39,6 +39,13 @@ before the plan). Each plan applied is a ``level_intervals_chosen`` event (input
 sources, ``tau``, ``k``, intervals in seconds and iterations, expected waste, the
 position it takes effect at).
 
+*No finite plan.* Costs measured far above what the MTBFs leave room for (a loaded
+machine, MTBFs given for another scale) make every plan's expected run time infinite
+(or a level not worth taking at all). The run does not go on unprotected, measuring
+only: it takes every level at every iteration, the plan that loses least work per
+failure, records it with the model's reason (``fallback``) and warns once
+(``LevelPlanWarning``), and plans again when the costs move.
+
 *Agreement.* Every level decides "due" from the iteration alone, so every rank must
 switch plans at the same position. The coordinator asks every rank for its next safe
 point (each waits there until told), takes the largest and sends it with the plan
@@ -52,13 +59,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from ftactors.base._errors import ConfigError
 from ftactors.runtime._coordinator import NewFailure
 from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
 
-from ._multilevel import FailureKind, Level, optimal_plan
+from ._multilevel import FailureKind, Level, Plan, optimal_plan
 
 AUTO = "auto"
 FIRST = 1
@@ -77,6 +85,13 @@ COST_FLOOR_S = 1e-9
 """A stall measured as zero (sim without latency) is taken as this (the model needs C > 0)."""
 RETRIES = 20
 """Requests a plan may go unplaced (no rank in a loop) before waiting for new costs."""
+
+
+class LevelPlanWarning(UserWarning):
+    """``level_intervals="auto"`` found no plan with a finite expected run time for the
+    costs measured and the MTBFs given: every level checkpoints at every iteration."""
+
+
 OWN_INTERVALS = ("backup_interval", "backup_interval_s", "rs_interval", "rs_interval_s",
                  "checkpoint_interval", "checkpoint_interval_s", "mtbf_s")
 OPTIONS = {
@@ -333,6 +348,7 @@ class LevelPlanner:
         self.current: _Inputs | None = None
         self.periods: dict | None = None
         self.stale = False                   # a recovery may have restored an older plan
+        self.warned = False                  # LevelPlanWarning given
         self.wake = asyncio.Event()
         self.running = asyncio.Event()
         self.running.set()
@@ -389,12 +405,7 @@ class LevelPlanner:
             if reason is None:
                 tries = 0
                 continue
-            try:
-                plan = self._plan(inputs)
-            except ValueError as exc:  # the model cannot plan these costs
-                self.c.events.record("level_intervals_failed", reason=str(exc))
-                self.current, tries = inputs, 0
-                continue
+            plan = self._plan(inputs)
             periods = dict(zip(self.settings.levels, plan["intervals_iterations"]))
             if periods == self.periods and not self.stale:
                 self.current, tries = inputs, 0  # the same iterations: nothing to agree
@@ -452,10 +463,24 @@ class LevelPlanner:
             levels.append(Level(n, total, restart))
             rows.append({"level": n, "stall_s": inputs.stall_s[n], "checkpoint_s": total,
                          "restart_s": restart, "restart": source})
-        plan = optimal_plan(levels, self.settings.kinds)
+        kinds, fallback = self.settings.kinds, {}
+        try:
+            plan = optimal_plan(levels, kinds)
+        except ValueError as exc:  # no finite plan: the densest one (module docstring)
+            plan = Plan(tuple(levels), kinds, inputs.iteration_s, (1,) * len(levels),
+                        math.inf)
+            fallback = {"fallback": str(exc)}
+            if not self.warned:
+                self.warned = True
+                warnings.warn_explicit(
+                    f"level_intervals='auto': {exc} (levels {', '.join(names)}: "
+                    f"checkpoint costs {', '.join(f'{lv.checkpoint_s:.3g}' for lv in levels)} "
+                    f"s, level_mtbf_s {dict((k.name, k.mtbf_s) for k in kinds)}); every "
+                    f"level checkpoints at every iteration until the costs allow a plan",
+                    LevelPlanWarning, "ftactors", 0, module="ftactors.protocols._level_plan")
         first = max(1, round(plan.tau_s / inputs.iteration_s))
         iterations = [first * round(span / plan.tau_s) for span in plan.intervals_s]
-        return {"iteration_s": inputs.iteration_s, "levels": rows,
+        return {**fallback, "iteration_s": inputs.iteration_s, "levels": rows,
                 "failures": [{"kind": k.name, "level": names[k.level], "mtbf_s": k.mtbf_s}
                              for k in self.settings.kinds],
                 "tau_s": plan.tau_s, "every": list(plan.every),

@@ -198,7 +198,7 @@ def draw_recovery(samples: dict[str, dict[str, list[float]]], phase_order: list[
                         va="center", ha="left", fontsize="small", color="0.5")
                 continue
             if len(vals) >= 3:
-                ax.boxplot(vals, positions=[y], vert=False, widths=0.5, showfliers=False,
+                ax.boxplot(vals, positions=[y], orientation="horizontal", widths=0.5, showfliers=False,
                            manage_ticks=False, medianprops={"color": "black"},
                            boxprops={"color": "0.5"}, whiskerprops={"color": "0.5"},
                            capprops={"color": "0.5"})

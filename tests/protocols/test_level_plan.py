@@ -5,7 +5,7 @@ the timeline shows, and the levels must then checkpoint at exactly its iteration
 import pytest
 
 import ftactors as ft
-from ftactors.protocols import ReadyMessageFlush, StandbyReplacement
+from ftactors.protocols import LevelPlanWarning, ReadyMessageFlush, StandbyReplacement
 from ftactors.protocols._level_plan import FIRST, parse_level_seconds
 from ftactors.protocols._multilevel import FailureKind, Level, optimal_plan
 
@@ -55,7 +55,13 @@ def replan(plan: dict) -> dict:
               for row in plan["levels"]]
     kinds = [FailureKind(k["kind"], k["mtbf_s"], names.index(k["level"]))
              for k in plan["failures"]]
-    best = optimal_plan(levels, kinds)
+    try:
+        best = optimal_plan(levels, kinds)
+    except ValueError as exc:  # no finite plan: every level at every iteration
+        assert plan["fallback"] == str(exc) and plan["waste"] == float("inf")
+        return {"tau_s": plan["iteration_s"], "every": [1] * len(names),
+                "intervals_iterations": [1] * len(names)}
+    assert "fallback" not in plan
     first = max(1, round(best.tau_s / plan["iteration_s"]))
     every, iterations = 1, []
     for k in best.every:
@@ -113,6 +119,7 @@ def test_a_sim_run_chooses_the_same_plans_every_time(three, tmp_path):
     assert chosen(run(ThreeLevels, tmp_path)) == chosen(three)
 
 
+@pytest.mark.filterwarnings("ignore::ftactors.protocols.LevelPlanWarning")
 @pytest.mark.parametrize("transport", ["local", "sim"])
 def test_a_run_with_auto_intervals_recovers_bit_identically(tmp_path, transport):
     r = run(ThreeLevels, tmp_path, transport, kills=[(2, 20), (5, 41)])
@@ -124,6 +131,22 @@ def test_a_run_with_auto_intervals_recovers_bit_identically(tmp_path, transport)
     if transport == "sim":  # the plan is agreed again after each round, with the cost measured
         after = [p for p in plans if p["reason"] == "after a recovery"]
         assert after and after[-1]["levels"][0]["restart"] == "measured"
+
+
+def test_costs_that_no_plan_survives_take_every_level_at_every_iteration(tmp_path):
+    """MTBFs far below the costs measured (a loaded machine, MTBFs meant for another
+    scale): the run warns and protects every iteration instead of going on measuring,
+    which took no checkpoint after iteration 1."""
+    tiny = {"standby": 1e-7, "pair@rs": 1e-6, "job@ready-flush": 1e-5}
+    with pytest.warns(LevelPlanWarning, match="no plan has a finite expected run time"):
+        r = run(ThreeLevels, tmp_path, level_mtbf_s=tiny)
+    assert_same(r.results, reference(8, ITERATIONS))
+    [plan] = chosen(r)
+    assert plan["fallback"] and plan["intervals_iterations"] == [1, 1, 1]
+    assert replan(plan)["intervals_iterations"] == [1, 1, 1]
+    start = plan["position"][1]
+    for level in LEVELS:
+        assert set(range(start, ITERATIONS)) <= set(positions(r, level)), level
 
 
 def test_two_levels_and_one_level_plan_too(tmp_path):
