@@ -322,21 +322,3 @@ def top_level_plan(levels: Sequence[Level], kinds: Sequence[FailureKind]) -> Pla
     it (at its restart cost), as a single-level stack would."""
     top = levels[-1]
     return optimal_plan([top], [FailureKind(k.name, k.mtbf_s, 0) for k in kinds])
-
-
-def auto_intervals(checkpoint_s: Sequence[float], restart_s: Sequence[float],
-                   mtbf_s: Sequence[float]) -> list[float]:
-    """Seconds of work between checkpoints of each level (cheapest first) for ``auto``:
-    ``mtbf_s[L]`` is the MTBF of the failures level ``L`` is the lowest to recover.
-    Level ``L``'s interval is a whole multiple of level ``L-1``'s.
-
-    Raises:
-        ValueError: lengths differ, or see ``check``.
-    """
-    if not len(checkpoint_s) == len(restart_s) == len(mtbf_s):
-        raise ValueError(f"one checkpoint cost, restart cost and MTBF per level, got "
-                         f"{len(checkpoint_s)}, {len(restart_s)} and {len(mtbf_s)}")
-    levels = [Level(f"level {i + 1}", c, r) for i, (c, r) in enumerate(zip(checkpoint_s,
-                                                                           restart_s))]
-    kinds = [FailureKind(f"level-{i + 1} failures", m, i) for i, m in enumerate(mtbf_s)]
-    return optimal_plan(levels, kinds).intervals_s

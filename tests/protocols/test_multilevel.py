@@ -8,7 +8,7 @@ from statistics import fmean, stdev
 import pytest
 
 from ftactors.protocols._intervals import daly, expected_wall, young
-from ftactors.protocols._multilevel import (FailureKind, Level, _best_tau, auto_intervals,
+from ftactors.protocols._multilevel import (FailureKind, Level, _best_tau,
                                             expected_period_s, optimal_plan, top_level_plan,
                                             waste)
 
@@ -136,16 +136,6 @@ def test_rarer_failures_space_their_level_out():
     rare = optimal_plan(EXAMPLE_LEVELS, EXAMPLE_KINDS[:2] + [FailureKind("job", 6048000, 2)])
     assert rare.intervals_s[2] > 2 * often.intervals_s[2]
     assert rare.intervals_s[0] == pytest.approx(often.intervals_s[0], rel=0.05)
-
-
-def test_auto_intervals_are_whole_multiples_of_the_level_below():
-    spans = auto_intervals([0.05, 0.3, 4.0], [0.2, 1.0, 20.0], [3600, 86400, 604800])
-    plan = optimal_plan(EXAMPLE_LEVELS, EXAMPLE_KINDS)
-    assert spans == pytest.approx(plan.intervals_s)
-    for lower, upper in zip(spans, spans[1:]):
-        assert upper / lower == pytest.approx(round(upper / lower)) and upper > lower
-    with pytest.raises(ValueError, match="one checkpoint cost, restart cost and MTBF per level"):
-        auto_intervals([1.0, 2.0], [1.0], [100, 1000])
 
 
 @pytest.mark.parametrize("levels, kinds, match", [
