@@ -1,0 +1,199 @@
+"""Runs that share one checkpoint directory (a user's ``/shared/ckpt``): each run recovers
+from its own sets only, and ``restart_from`` resumes a lost job only from a set of the same
+program, rank count, arguments and stack, saying what differs otherwise (issue 24, item 2).
+
+The first run of each test leaves complete sets in the directory; the second, of another
+program or with other arguments (or the same), loses a rank before it stored a set of its
+own: it must restart from the start of the run, never from the first run's sets.
+"""
+import numpy as np
+import pytest
+
+import ftactors as ft
+from ftactors.base import _storage
+from ftactors.protocols import ReadyMessageFlush, RSBackup, StandbyReplacement
+from ftactors.runtime._checkpoints import part_name, position_index, store_part
+
+from .programs import Heat1D
+from .test_rs_backup import TOPOLOGY
+
+
+class RFHeat(ReadyMessageFlush, Heat1D):
+    pass
+
+
+class RFOther(ReadyMessageFlush, Heat1D):
+    phase = 1.0
+
+
+class RSRFHeat(RSBackup, ReadyMessageFlush, Heat1D):
+    pass
+
+
+class RSRFOther(RSBackup, ReadyMessageFlush, Heat1D):
+    phase = 1.0
+
+
+class RSHeat(RSBackup, Heat1D):
+    pass
+
+
+class RSOther(RSBackup, Heat1D):
+    phase = 1.0
+
+
+class SBHeat(StandbyReplacement, Heat1D):
+    backup_interval = 3
+
+
+class SBOther(StandbyReplacement, Heat1D):
+    backup_interval = 3
+    phase = 1.0
+
+
+HEAT = {"iterations": 20}
+OTHER_ARGS = {"iterations": 20, "n_local": 32}
+VARIANTS = {"same program": (0, HEAT), "other arguments": (0, OTHER_ARGS),
+            "other program": (1, HEAT)}
+"""The second run: (index of the class in a test's pair, its kwargs)."""
+
+
+def reference(cls, ranks, kwargs):
+    """The failure-free answer of ``cls``'s program (its phase) with ``kwargs``."""
+    bare = type("Bare", (Heat1D,), {"phase": cls.phase})
+    return ft.run(bare, ranks, transport="local", kwargs=kwargs).results
+
+
+def assert_same(results, ref):
+    for got, want in zip(results, ref):
+        assert got["norms"] == want["norms"]
+        assert np.array_equal(got["u"], want["u"])
+
+
+def stable(store, **kw):
+    return {"checkpoint_interval": 4, "checkpoint_storage": "stable", "checkpoint_dir": store,
+            **kw}
+
+
+# ------------------------------------------------- recovery inside a run: own sets only
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_ready_flush_rolls_back_to_its_own_sets_only(tmp_path, transport, variant):
+    store = str(tmp_path / "ckpt")
+    ft.run(RFHeat, 4, transport=transport, kwargs=HEAT, **stable(store))  # sets at 12, 16
+    which, kwargs = VARIANTS[variant]
+    cls = (RFHeat, RFOther)[which]
+    r = ft.run(cls, 4, transport=transport, kwargs=kwargs, chaos=ft.Chaos(kill=[(1, 3)]),
+               **stable(store))
+    assert [e.detail["position"] for e in r.events_of("rollback")] == [None]
+    assert {e.detail["position"] for e in r.events_of("restored")} == {None}
+    assert_same(r.results, reference(cls, 4, kwargs))
+
+
+@pytest.mark.parametrize("variant", ["same program", "other arguments"])
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_rs_and_ready_flush_three_runs_share_a_directory(tmp_path, transport, variant):
+    """The issue's case: RSBackup + ReadyMessageFlush, three runs of one directory, the
+    third killed before its first encoded round and its first global set."""
+    store = str(tmp_path / "ckpt")
+    opts = {**TOPOLOGY, **stable(store)}
+    for _ in range(2):
+        ft.run(RSRFHeat, 8, transport=transport, kwargs=HEAT, **opts)
+    _, kwargs = VARIANTS[variant]
+    r = ft.run(RSRFHeat, 8, transport=transport, kwargs=kwargs,
+               chaos=ft.Chaos(kill=[(1, 2)]), **opts)
+    assert [e.detail["position"] for e in r.events_of("rollback")] == [None]
+    assert_same(r.results, reference(RSRFHeat, 8, kwargs))
+
+
+@pytest.mark.parametrize("variant", ["other arguments", "other program"])
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_rs_stable_fallback_takes_its_own_set(tmp_path, transport, variant):
+    """A loss beyond the code's reach falls back to the run's own newest stable set, not
+    to a newer one another run left in the directory."""
+    store = str(tmp_path / "rs")
+    ft.run(RSHeat, 8, transport=transport, kwargs=HEAT, rs_stable_store=store, **TOPOLOGY)
+    which, kwargs = VARIANTS[variant]
+    cls = (RSHeat, RSOther)[which]
+    r = ft.run(cls, 8, spares=3, transport=transport, kwargs=kwargs, rs_stable_store=store,
+               chaos=ft.Chaos(kill=[(0, 10), (2, 10), (4, 10)]), **TOPOLOGY)
+    rec = r.events_of("rs_recovery")[0].detail
+    sealed = [e.detail["position"] for e in r.events_of("stable_checkpoint")]
+    assert rec["source"] == "stable" and rec["position"] in sealed
+    assert rec["position"] <= (0, 10)
+    assert_same(r.results, reference(cls, 8, kwargs))
+
+
+# ------------------------------------------------------- restart_from: matching sets
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_standby_stable_stores_of_two_runs_resume_each_its_own(tmp_path, transport):
+    """Two runs (other arguments) write their backup rounds to one directory; the second
+    is lost; ``restart_from`` resumes each from its own newest set."""
+    store = str(tmp_path / "ckpts")
+    ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, stable_store=store)  # last: 18
+    with pytest.raises(ft.RankFailed):  # no spare: lost at 13, its newest sealed set: 9
+        ft.run(SBHeat, 4, transport=transport, kwargs=OTHER_ARGS, stable_store=store,
+               chaos=ft.Chaos(kill=[(2, 13)]))
+    r = ft.run(SBHeat, 4, transport=transport, kwargs=OTHER_ARGS, restart_from=store)
+    assert {e.detail["position"] for e in r.events_of("restored")} == {(0, 9)}
+    assert_same(r.results, reference(SBHeat, 4, OTHER_ARGS))
+    r = ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, restart_from=store)
+    assert {e.detail["position"] for e in r.events_of("restored")} == {(0, 18)}
+    assert_same(r.results, reference(SBHeat, 4, HEAT))
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_restart_from_a_foreign_set_is_refused_naming_the_difference(tmp_path, transport):
+    store = str(tmp_path / "ckpts")
+    ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, stable_store=store)
+    for cls, ranks, kwargs, why in [(SBHeat, 4, OTHER_ARGS, "args differ"),
+                                    (SBOther, 4, HEAT, "program differs"),
+                                    (SBHeat, 3, HEAT, "ranks 4 vs 3"),
+                                    (RFHeat, 4, HEAT, "stack differs")]:
+        with pytest.raises(ft.ConfigError, match=why) as info:
+            ft.run(cls, ranks, transport=transport, kwargs=kwargs, restart_from=store)
+        assert "restart_from_any" in str(info.value)  # the way out is named
+    with pytest.raises(ft.ConfigError, match="ranks 4 vs 3"):  # no override restores that
+        ft.run(SBHeat, 3, transport=transport, kwargs=HEAT, restart_from=store,
+               restart_from_any=True)
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_restart_from_any_resumes_a_deliberately_changed_job(tmp_path, transport):
+    """A job resumed on purpose with more iterations: the override takes the set."""
+    store = str(tmp_path / "ckpts")
+    ft.run(SBHeat, 4, transport=transport, kwargs={"iterations": 14}, stable_store=store)
+    r = ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, restart_from=store,
+               restart_from_any=True)
+    assert {e.detail["position"] for e in r.events_of("restored")} == {(0, 12)}
+    assert_same(r.results, reference(SBHeat, 4, HEAT))
+
+
+def _legacy_set(store_uri: str, ranks: int, position: tuple) -> None:
+    """A set as ftactors wrote it before runs had an identity: ``ckpt-N`` at the root,
+    a manifest with the position only. Its parts: the start of the run."""
+    from ftactors.engine._endpoint import blank_snapshot
+    store = _storage.open_store(store_uri)
+    index = position_index(position)
+    for rank in range(ranks):
+        store_part(store, "", index, rank, blank_snapshot(rank, ranks))
+    prefix = _storage.checkpoint_prefix("", index)
+    _storage.write_manifest(store, prefix, {part_name(r): f"{prefix}/{part_name(r)}"
+                                            for r in range(ranks)},
+                            {"position": list(position), "ranks": ranks})
+
+
+def test_a_set_without_identity_is_refused_unless_overridden(tmp_path):
+    store = str(tmp_path / "old")
+    _legacy_set(store, 4, (0, 6))
+    with pytest.raises(ft.ConfigError, match="no run identity"):
+        ft.run(SBHeat, 4, transport="local", kwargs=HEAT, restart_from=store)
+    r = ft.run(SBHeat, 4, transport="local", kwargs=HEAT, restart_from=store,
+               restart_from_any=True)
+    assert r.events_of("restored")  # the blank parts: the run starts over
+    assert_same(r.results, reference(SBHeat, 4, HEAT))
+
+
+def test_restart_from_option_is_checked():
+    with pytest.raises(ft.ConfigError, match="restart_from_any"):
+        ft.run(SBHeat, 4, transport="local", kwargs=HEAT, restart_from_any="yes")
