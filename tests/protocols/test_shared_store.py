@@ -198,3 +198,52 @@ def test_a_set_without_identity_is_refused_unless_overridden(tmp_path):
 def test_restart_from_option_is_checked():
     with pytest.raises(ft.ConfigError, match="restart_from_any"):
         ft.run(SBHeat, 4, transport="local", kwargs=HEAT, restart_from_any="yes")
+
+
+# ------------------------------------- a restore never goes past the recovery line
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_snapshot_ahead_of_the_recovery_line_is_refused(tmp_path, transport):
+    """A manifest that says (0, 9) over parts taken at (0, 18) (damaged or doctored
+    storage): every rank refuses its part, it does not resume at 18."""
+    store = str(tmp_path / "ckpts")
+    r = ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, stable_store=store)
+    fs = _storage.open_store(store)
+    newest = _storage.latest_complete(fs, f"run-{r.run_id}")
+    manifest = _storage.read_manifest(fs, newest)
+    assert tuple(manifest["meta"]["position"]) == (0, 18)
+    manifest["meta"]["position"] = [0, 9]
+    fs.put(f"{newest}/{_storage.MANIFEST_NAME}", manifest)
+    with pytest.raises(ft.RankError, match=r"ahead of the recovery line chosen, \(0, 9\)"):
+        ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, restart_from=store)
+
+
+class Planter(RFHeat):
+    """Rank 0 plants an earlier run's newest set in this run's own folder, under this
+    run's identity, at iteration 2: the set looks like the run's own, but the run never
+    got that far."""
+
+    planted_from = None  # the earlier run's store and set prefix, set by the test
+
+    async def on_safe_point(self, iteration: int) -> None:
+        await super().on_safe_point(iteration)
+        if self.rank == 0 and iteration == 2:
+            from ftactors.runtime._checkpoints import seal_set, store_part
+            uri, prefix = self.planted_from
+            fs = _storage.open_store(uri)
+            manifest = _storage.read_manifest(fs, prefix)
+            index = position_index(tuple(manifest["meta"]["position"]))
+            for rank in range(self.size):
+                blob = _storage.load_part_blob(fs, manifest, part_name(rank))
+                store_part(fs, self.run_identity, index, rank, blob)
+            seal_set(fs, self.run_identity, index, self.size, manifest["meta"])
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_set_ahead_of_the_runs_own_progress_is_refused(tmp_path, transport):
+    store = str(tmp_path / "ckpt")
+    first = ft.run(RFHeat, 4, transport=transport, kwargs=HEAT, **stable(store))
+    Planter.planted_from = (store, _storage.latest_complete(_storage.open_store(store),
+                                                            f"run-{first.run_id}"))
+    with pytest.raises(ft.ProtocolError, match=r"refused to restore .* at position \(0, 16\)"):
+        ft.run(Planter, 4, transport=transport, kwargs=HEAT, chaos=ft.Chaos(kill=[(1, 3)]),
+               **stable(store))
