@@ -195,9 +195,11 @@ def test_a_set_without_identity_is_refused_unless_overridden(tmp_path):
     assert_same(r.results, reference(SBHeat, 4, HEAT))
 
 
-def test_restart_from_option_is_checked():
-    with pytest.raises(ft.ConfigError, match="restart_from_any"):
+def test_restart_from_any_is_checked():
+    with pytest.raises(ft.ConfigError, match="restart_from_any must be True or False"):
         ft.run(SBHeat, 4, transport="local", kwargs=HEAT, restart_from_any="yes")
+    with pytest.raises(ft.ConfigError, match="restart_from_any=True needs restart_from"):
+        ft.run(SBHeat, 4, transport="local", kwargs=HEAT, restart_from_any=True)
 
 
 # ------------------------------------- a restore never goes past the recovery line
@@ -247,3 +249,18 @@ def test_a_set_ahead_of_the_runs_own_progress_is_refused(tmp_path, transport):
     with pytest.raises(ft.ProtocolError, match=r"refused to restore .* at position \(0, 16\)"):
         ft.run(Planter, 4, transport=transport, kwargs=HEAT, chaos=ft.Chaos(kill=[(1, 3)]),
                **stable(store))
+
+
+def test_on_ray_each_run_writes_restores_and_resumes_its_own_sets(tmp_path, ray_session):
+    """The ranks are processes: each writes its parts to its run's folder (the identity
+    travels with the rank's spec). A second run with other arguments rolls back to its
+    start, not to the first run's sets; a job resumed with its arguments takes its sets."""
+    store = str(tmp_path / "ckpt")
+    ft.run(RFHeat, 4, transport="ray", kwargs=HEAT, **stable(store))
+    r = ft.run(RFHeat, 4, transport="ray", kwargs=OTHER_ARGS, chaos=ft.Chaos(kill=[(1, 3)]),
+               **stable(store))
+    assert [e.detail["position"] for e in r.events_of("rollback")] == [None]
+    assert_same(r.results, reference(RFHeat, 4, OTHER_ARGS))
+    r = ft.run(RFHeat, 4, transport="ray", kwargs=OTHER_ARGS, restart_from=store)
+    assert {e.detail["position"] for e in r.events_of("restored")} == {(0, 16)}
+    assert_same(r.results, reference(RFHeat, 4, OTHER_ARGS))
