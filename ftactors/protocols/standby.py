@@ -513,7 +513,7 @@ class StandbyRecovery(LowerLevel):
             *(c.call(src, "standby_share", rank, round_id) for rank, src in enumerate(sources)))
 
         def restore(rank):
-            return c.restore_spec(handles[rank])
+            return c.restore_spec(handles[rank], line=None if round_id is INITIAL else round_id)
 
         waits = []
         for rank in survivors:

@@ -264,3 +264,17 @@ def test_on_ray_each_run_writes_restores_and_resumes_its_own_sets(tmp_path, ray_
     r = ft.run(RFHeat, 4, transport="ray", kwargs=OTHER_ARGS, restart_from=store)
     assert {e.detail["position"] for e in r.events_of("restored")} == {(0, 16)}
     assert_same(r.results, reference(RFHeat, 4, OTHER_ARGS))
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_resumed_job_falls_back_to_the_set_it_resumed_from(tmp_path, transport):
+    """A resumed job has no set of its own until its first checkpoint: a failure before
+    it goes back to the set it resumed from (its start), not to the top of the program."""
+    store = str(tmp_path / "ckpt")
+    short = {"iterations": 14}
+    ft.run(RFHeat, 4, transport=transport, kwargs=short, **stable(store))  # sets at 8, 12
+    r = ft.run(RFHeat, 4, transport=transport, kwargs=short, restart_from=store,
+               chaos=ft.Chaos(kill=[(2, 13)]), **stable(store))
+    assert len(r.events_of("rollback")) == 1
+    assert {tuple(e.detail["position"]) for e in r.events_of("restored")} == {(0, 12)}
+    assert_same(r.results, reference(RFHeat, 4, short))
