@@ -23,6 +23,11 @@ fingerprint equals the new run's, and refuses otherwise with what differs
 (:func:`differences`); ``restart_from_any=True`` takes the newest set whatever its
 fingerprint (a deliberate change: more iterations, a changed stack), except a set of
 another rank count, which cannot be restored at all.
+
+The arguments are compared by their pickled bytes, so a job must be resumed with equal
+arguments built the same way: a ``set`` of strings pickles in an order that changes from
+one process to the next (hash randomisation), and a dict in its insertion order; such an
+argument reads as "args differ" and needs the override.
 """
 from __future__ import annotations
 
