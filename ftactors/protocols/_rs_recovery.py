@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from ftactors.base import _storage
 from ftactors.runtime._checkpoints import (load_own, part_name, position_index, prune_sets,
                                            seal_set, set_prefix)
 from ftactors.runtime._coordinator import NewFailure, RankDied

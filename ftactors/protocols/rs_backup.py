@@ -47,8 +47,9 @@ after every rank has dropped what it held of them.
 storage (``pyarrow.fs``) and the coordinator seals the round's set when all parts are in
 (``_checkpoints``). When no round is decodable the run restores its own newest complete
 set there (every rank; all parity re-encoded; sets other runs left in the store are
-never candidates); a lost job restarts from it with ``ft.run(restart_from=...)``. With ``rs_stable_parity`` the holders also write their
-parity blocks beside the set (``rebuild_part`` decodes a part lost on disk from them). With
+never candidates); a lost job restarts from it with ``ft.run(restart_from=...)``. With
+``rs_stable_parity`` the holders also write their parity blocks beside the set
+(``rebuild_part`` decodes a part lost on disk from them). With
 no stable copy, an undecodable loss ends the run with ``ft.RankFailed`` naming the groups
 that could not be rebuilt. A failure before the first complete encoding restarts from
 the start of the run.

@@ -95,9 +95,9 @@ def find_resumable(spec: Any, run: RunIdentity,
         CheckpointCorrupted: a part fails its integrity check (it is never unpickled).
     """
     store = _storage.open_store(spec)
-    manifests = sorted((_storage.read_manifest(store, prefix)
-                        for root in _roots(store) for prefix in _storage.complete_sets(store, root)),
-                       key=_age, reverse=True)
+    prefixes = [p for root in _roots(store) for p in _storage.complete_sets(store, root)]
+    manifests = sorted((_storage.read_manifest(store, p) for p in prefixes), key=_age,
+                       reverse=True)
     if not manifests:
         raise ConfigError(f"no complete checkpoint in {spec!r}")
     wanted = run.fingerprint
