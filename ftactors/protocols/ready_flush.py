@@ -66,8 +66,9 @@ way are dropped (``abandon``), whichever level recovers; complete sets stay.
 *Footprint* (bounded whatever the run's length): the coordinator keeps in the object
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
-a newer one is complete. Stable storage keeps ``KEEP_STABLE`` (2) sets. No message log.
-Measured by ``ftactors bench footprint``.
+a newer one is complete. Stable storage keeps the run's ``KEEP_STABLE`` (2) newest sets
+in its folder (other runs' folders are not touched). No message log. Measured by
+``ftactors bench footprint``.
 """
 from __future__ import annotations
 

@@ -98,7 +98,8 @@ encoded again (the unit's next checkpoint has its parity).
 *Footprint* (bounded whatever the run's length): each rank holds its own snapshot and
 the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (on Ray the parity
 blocks are objects in the object store owned by their holder, released when the round is
-dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. With
+dropped); with ``rs_stable_store``, the run's ``KEEP_STABLE`` (2) newest sets on stable
+storage, in its folder. With
 another protocol's parts, its own parts and the parity blocks it holds (as bytes in its
 memory) of the newest ``PART_KEEP`` (3) checkpoints per unit. No message log. Measured by ``ftactors bench footprint``.
 """
