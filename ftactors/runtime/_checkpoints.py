@@ -119,8 +119,9 @@ def _refusal(spec, newest: dict, wanted: dict, any_fingerprint: bool) -> str:
     diffs = [ranks] if any_fingerprint else differences(meta.get("fingerprint"), wanted)
     if ranks not in diffs and meta.get("ranks") != wanted["ranks"]:
         diffs.append(ranks)
+    position = meta.get("position")
     text = (f"no checkpoint set in {spec!r} is a state of this job; the newest, "
-            f"{newest['prefix']!r} (position {meta.get('position')}, run "
+            f"{newest['prefix']!r} (position {position and tuple(position)}, run "
             f"{meta.get('run_id', 'unknown')}), differs: {'; '.join(diffs)}")
     if ranks in diffs:
         return (f"{text} (the set was taken with {meta.get('ranks')} ranks, not "
