@@ -12,9 +12,10 @@ import numbers
 from typing import Any
 
 from .runtime._chaos import Chaos
-from .runtime._checkpoints import load_latest
+from .runtime._checkpoints import find_resumable
 from .runtime._coordinator import Coordinator, RunResult
 from .base._errors import ConfigError, ProtocolError
+from .runtime._identity import new_identity
 from .runtime._protocol import parts_lead, protocol_classes
 from .runtime._rank import check_rank_class
 from .runtime._trace import write_trace
@@ -54,6 +55,10 @@ CORE_OPTIONS = {
     "sim_wide_latency_s": "sim: latency between sites (s; default sim_latency_s)",
     "sim_wide_bandwidth_Bps": "sim: bandwidth between sites (bytes/s; default "
                               "sim_bandwidth_Bps)",
+    "restart_from_any": "with restart_from: resume from the newest set even when its "
+                        "program, arguments, stack or state-shaping options differ from "
+                        "this job's (a deliberate change; the rank count must match). "
+                        "Default False: only a set of this job's fingerprint",
 }
 
 
@@ -116,6 +121,9 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     for proto in protocol_classes(rank_cls):
         proto.check_options(options)
         proto.check_stack_options(rank_cls, options)
+    if not isinstance(options.get("restart_from_any", False), bool):
+        raise ConfigError(f"restart_from_any must be True or False, "
+                          f"got {options['restart_from_any']!r}")
     if chaos is not None and not isinstance(chaos, Chaos):
         raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
     return chaos.plan(ranks) if chaos is not None else []
@@ -138,9 +146,14 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
     """Validate everything; return a zero-argument coroutine factory that runs the job."""
     kills = _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options)
     kwargs = dict(kwargs or {})
-    restore = None
+    any_fingerprint = options.pop("restart_from_any", False)
+    if any_fingerprint and restart_from is None:
+        raise ConfigError("restart_from_any=True needs restart_from (the store to resume from)")
+    identity = new_identity(rank_cls, ranks, tuple(args), kwargs, options)
+    restore = start = None
     if restart_from is not None:
-        _, restore, _ = load_latest(restart_from, ranks)
+        _, restore, meta = find_resumable(restart_from, identity, any_fingerprint)
+        start = None if meta.get("position") is None else tuple(meta["position"])
 
     def coordinator() -> Coordinator:
         return Coordinator(
@@ -148,7 +161,8 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
             stall_s=chaos.stall_s if chaos is not None else 0.0,
             job_lost_at=chaos.job_lost_at if chaos is not None else None,
-            spares=spares, trace=trace is not None, options=options, restore=restore)
+            spares=spares, trace=trace is not None, options=options, identity=identity,
+            restore=restore, start=start)
 
     async def job(c: Coordinator | None = None) -> RunResult:
         c = c or coordinator()
@@ -246,11 +260,14 @@ async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
         timeout_s: give up (and stop every rank) after this many seconds.
         trace: write every message to this Parquet file.
         restart_from: a store (a directory or pyarrow URI) holding checkpoint sets: every
-            rank starts from the latest complete one (a restart after the job was lost).
+            rank starts from the newest complete set of this job's fingerprint (program,
+            ranks, arguments, stack: a restart after the job was lost); with the option
+            ``restart_from_any=True``, from the newest set of this rank count.
         **options: settings of the core (``CORE_OPTIONS``) and of the protocols in the stack.
 
     Raises:
-        ConfigError: bad arguments (nothing was started).
+        ConfigError: bad arguments (nothing was started), or ``restart_from`` holds no
+            set of this job (the message says what differs).
         TypeError: ``rank_cls`` is not an ``ft.Rank`` with ``async def main``.
         RankError: a rank's ``main()`` raised; carries its traceback.
         RankFailed: a rank died and no protocol recovered it.

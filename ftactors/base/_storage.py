@@ -63,6 +63,7 @@ __all__ = [
     "write_manifest",
     "read_manifest",
     "latest_complete",
+    "complete_sets",
     "load_part",
 ]
 
@@ -489,12 +490,16 @@ def latest_complete(store: Store, root_prefix: str) -> str | None:
     during the checkpoint) and ones with a damaged manifest are skipped (the latter
     with a warning in the log). Part contents are verified later, by :func:`load_part`.
     """
+    return next(iter(complete_sets(store, root_prefix)), None)
+
+
+def complete_sets(store: Store, root_prefix: str) -> list[str]:
+    """The complete checkpoint prefixes under ``root_prefix``, newest first (see
+    :func:`latest_complete`)."""
     root = _check_key(root_prefix, prefix=True)
-    for index in sorted(_checkpoint_indices(store, root), reverse=True):
-        prefix = checkpoint_prefix(root, index)
-        if _is_complete(store, prefix):
-            return prefix
-    return None
+    prefixes = (checkpoint_prefix(root, i)
+                for i in sorted(_checkpoint_indices(store, root), reverse=True))
+    return [prefix for prefix in prefixes if _is_complete(store, prefix)]
 
 
 def _checkpoint_indices(store: Store, root: str) -> set[int]:

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ftactors.base import _storage
-from ftactors.runtime._checkpoints import load_latest, position_index, prune_sets, seal_set
+from ftactors.runtime._checkpoints import (load_own, part_name, position_index, prune_sets,
+                                           seal_set, set_prefix)
 from ftactors.runtime._coordinator import NewFailure, RankDied
 from ftactors.base._errors import ConfigError, RankFailed
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
@@ -135,23 +135,22 @@ def _plan_round(placement: Placement, round_id: tuple, inventories: dict):
     return plan, bad
 
 
-def store_parity(store, index: int, g: int, j: int, lengths: dict, blob: bytes) -> str:
-    """Write parity block ``j`` of group ``g`` beside checkpoint set ``index``."""
-    key = f"{_storage.checkpoint_prefix('', index)}/parity-g{g:04d}-j{j:03d}"
+def store_parity(store, run, index: int, g: int, j: int, lengths: dict, blob: bytes) -> str:
+    """Write parity block ``j`` of group ``g`` beside run ``run``'s checkpoint set ``index``."""
+    key = f"{set_prefix(run, index)}/parity-g{g:04d}-j{j:03d}"
     store.put(key, {"lengths": lengths, "block": blob})
     return key
 
 
-def rebuild_part(store, index: int, placement: Placement, rank: int) -> bytes:
-    """Decode rank ``rank``'s part of checkpoint set ``index`` from the other parts of
-    its group and the parity blocks written with ``rs_stable_parity`` (a part lost on
+def rebuild_part(store, prefix: str, placement: Placement, rank: int) -> bytes:
+    """Decode rank ``rank``'s part of the checkpoint set at ``prefix`` from the other parts
+    of its group and the parity blocks written with ``rs_stable_parity`` (a part lost on
     stable storage, IV.E). Raises ValueError when fewer than ``k`` blocks are there."""
     g, i = placement.group_of(rank)
     k, m = placement.k(g), placement.m(g)
-    prefix = _storage.checkpoint_prefix("", index)
     blocks, lengths = {}, None
     for idx, member in enumerate(placement.groups[g]):
-        key = f"{prefix}/rank-{member:05d}"
+        key = f"{prefix}/{part_name(member)}"
         if member != rank and store.exists(key):
             blocks[idx] = store.get_bytes(key)
     for j in range(m):
@@ -160,7 +159,7 @@ def rebuild_part(store, index: int, placement: Placement, rank: int) -> bytes:
             entry = store.get(key)
             blocks[k + j], lengths = entry["block"], entry["lengths"]
     if lengths is None:
-        raise ValueError(f"no parity block of group {g} in set {index}")
+        raise ValueError(f"no parity block of group {g} in set {prefix!r}")
     size = max(lengths.values())
     padded = {idx: np.frombuffer(b, np.uint8) for idx, b in blocks.items()}
     padded = {idx: b if b.size == size else np.concatenate([b, np.zeros(size - b.size, np.uint8)])
@@ -251,13 +250,15 @@ class RSRecovery(LowerLevel):
     async def _seal(self, pos: tuple) -> None:
         async with self.sealing:
             try:
-                await asyncio.to_thread(seal_set, self.store, "", position_index(pos),
-                                        self.c.n, {"position": list(pos), "protocol": NAME})
-            except KeyError as missing:  # pruned: the store holds newer sets (another job)
+                await asyncio.to_thread(seal_set, self.store, self.c.identity,
+                                        position_index(pos), self.c.n,
+                                        {"position": list(pos), "protocol": NAME})
+            except KeyError as missing:  # a part is gone from the store
                 self.c.events.record("stable_checkpoint_failed", position=pos,
                                      reason=str(missing))
                 return
-            await asyncio.to_thread(prune_sets, self.store, "", KEEP_STABLE)
+            await asyncio.to_thread(prune_sets, self.store, self.c.identity, KEEP_STABLE)
+        self.c.stored(pos)
         self.c.events.record("stable_checkpoint", position=pos)
 
     async def finish(self) -> None:
@@ -289,10 +290,11 @@ class RSRecovery(LowerLevel):
 
         waits = []
         for rank in range(c.n):
+            spec = c.restore_spec(handles[rank], line=plan.round)
             if rank in survivors and c.running(rank):
-                waits.append(c.call(rank, "resume", c.restore_spec(handles[rank]), c.epochs[rank]))
+                waits.append(c.call(rank, "resume", spec, c.epochs[rank]))
             else:
-                c.start_rank(rank, c.restore_spec(handles[rank]))
+                c.start_rank(rank, spec)
                 waits.append(c.call(rank, "ready"))
         await asyncio.gather(*waits)
         if plan.round is not None and plan.reencode:
@@ -333,14 +335,16 @@ class RSRecovery(LowerLevel):
                                          f"(rs_stable_store)")
 
     async def _load_stable(self):
-        """``(position, blob per rank)`` of the newest complete stable set, or None."""
+        """``(position, blob per rank)`` of this run's newest complete stable set (never
+        another run's, nor one past what this run stored), or None."""
         if self.store is None:
             return None
-        try:
-            async with self.sealing:  # not while a set is being sealed or pruned
-                _, blobs, meta = await asyncio.to_thread(load_latest, self.store, self.c.n)
-        except ConfigError:
+        async with self.sealing:  # not while a set is being sealed or pruned
+            own = await asyncio.to_thread(load_own, self.store, self.c.identity, self.c.n)
+        if own is None:
             return None
+        prefix, blobs, meta = own
+        self.c.check_reached(meta["position"], f"stable set {prefix!r}")
         return tuple(meta["position"]), blobs
 
     async def _snapshots(self, plan: Plan, source, survivors: list[int]) -> list:

@@ -226,6 +226,7 @@ class DDVPiggyback(Protocol):
     level_cost = 3
     uses_spares = True
     hands_parts = True
+    state_options = ("clusters",)  # a DDV has an entry per cluster, logs cross them
     ft_options = {
         "clusters": "cluster definition: 'node' (by Ray node; one node: the default group "
                     "policy), a group policy or file (see protocols/groups.py)",

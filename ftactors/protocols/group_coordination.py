@@ -139,6 +139,7 @@ class GroupCoordination(Protocol):
     level_cost = 3
     uses_spares = True
     hands_parts = True
+    state_options = ("groups",)  # the logs kept and the cuts taken follow the groups
     ft_options = {
         "groups": "group definition: a JSON/YAML file, or one / single / fixed:K / "
                   "trace:PATH (default: groups of ceil(sqrt(n)) consecutive ranks)",

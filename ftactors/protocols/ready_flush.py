@@ -41,7 +41,9 @@ a peer's next-iteration message to finish its own iteration would wait forever a
 (a new incarnation: traffic of the old ones is dropped by the channels) from the last
 complete checkpoint, or from the start of the run when there is none; the coordinator's
 handle table is CoCheck's virtual-address mapping, handed to every rank by ``rewire``.
-``ft.run(restart_from=DIR)`` restarts a whole lost job from the latest set on disk.
+``ft.run(restart_from=DIR)`` restarts a whole lost job from the latest set on disk of the
+same program, ranks, arguments and stack (``runtime/_identity``); a run's own rollbacks
+read only the sets it wrote itself (its folder of ``checkpoint_dir``, shared or not).
 
 *Migration* (section 5.2, the optimised protocol). ``await run.migrate(rank, node)``
 starts a warm actor on ``node`` (Ray node affinity), stops the migrating rank (MP) at its
@@ -64,8 +66,9 @@ way are dropped (``abandon``), whichever level recovers; complete sets stay.
 *Footprint* (bounded whatever the run's length): the coordinator keeps in the object
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
-a newer one is complete. Stable storage keeps ``KEEP_STABLE`` (2) sets. No message log.
-Measured by ``ftactors bench footprint``.
+a newer one is complete. Stable storage keeps the run's ``KEEP_STABLE`` (2) newest sets
+in its folder (other runs' folders are not touched). No message log. Measured by
+``ftactors bench footprint``.
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.runtime._coordinator import NewFailure
-from ftactors.runtime._checkpoints import (load_latest, position_index, prune_sets, seal_set,
+from ftactors.runtime._checkpoints import (load_own, position_index, prune_sets, seal_set,
                                            store_part)
 from ftactors.base._errors import ConfigError, ProtocolError
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL
@@ -258,7 +261,8 @@ class ReadyMessageFlush(PlannedLevel):
         if st.settings["storage"] in ("object", "both"):
             taken = st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
         if st.store is not None:
-            await asyncio.to_thread(store_part, st.store, "", index, self.rank, blob)
+            await asyncio.to_thread(store_part, st.store, self.run_identity, index, self.rank,
+                                    blob)
         # waited for: the coordinator holds every part reported before main() returns
         t_saved = time.perf_counter()
         await ft.link.report_now(ft.events.make(
@@ -462,9 +466,10 @@ class ReadyFlushCoordinator:
 
     async def _seal(self, ck: _Set) -> None:
         if self.store is not None:
-            await asyncio.to_thread(seal_set, self.store, "", ck.index, self.c.n,
+            await asyncio.to_thread(seal_set, self.store, self.c.identity, ck.index, self.c.n,
                                     {"position": list(ck.position), "protocol": NAME})
-            await asyncio.to_thread(prune_sets, self.store, "", KEEP_STABLE)
+            await asyncio.to_thread(prune_sets, self.store, self.c.identity, KEEP_STABLE)
+        self.c.stored(ck.position)
         if self.latest is None or ck.index > self.latest.index:
             self.latest = ck
         for pos in [p for p in self.sets if p < ck.position]:
@@ -633,7 +638,7 @@ class ReadyFlushCoordinator:
         await c.rewire()
         for rank in range(c.n):
             handle = c.blank(rank) if restore is None else restore[1][rank]
-            c.start_rank(rank, c.restore_spec(handle))
+            c.start_rank(rank, c.restore_spec(handle, line=None if restore is None else restore[0]))
         await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
         self.sets.clear()
         c.events.record("resumed", position=None if restore is None else restore[0])
@@ -668,17 +673,20 @@ class ReadyFlushCoordinator:
 
     async def _restore_handles(self):
         """``(position, handle per rank)`` of the newest complete checkpoint whose parts
-        are still there: the object-store copy, else stable storage; None: none."""
+        are still there: the object-store copy, else this run's own newest set on stable
+        storage (never another run's, and never one past what this run stored); None:
+        none."""
         ck = self.latest
         if ck is not None and ck.handles.get(0) is not None:
             if await self.c.fabric.available(list(ck.handles.values())):
                 return ck.position, [ck.handles[r] for r in range(self.c.n)]
             self.c.events.record("checkpoint_lost", position=ck.position, storage="object")
         if self.store is not None:
-            try:
-                _, blobs, meta = await asyncio.to_thread(load_latest, self.store, self.c.n)
-            except ConfigError:
+            own = await asyncio.to_thread(load_own, self.store, self.c.identity, self.c.n)
+            if own is None:
                 return None
+            prefix, blobs, meta = own
+            self.c.check_reached(meta["position"], f"checkpoint set {prefix!r}")
             return tuple(meta["position"]), blobs
         return None
 

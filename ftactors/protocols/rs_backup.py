@@ -45,10 +45,11 @@ after every rank has dropped what it held of them.
 
 *Slow recovery*: with ``rs_stable_store`` every rank also writes its snapshot to stable
 storage (``pyarrow.fs``) and the coordinator seals the round's set when all parts are in
-(``_checkpoints``). When no round is decodable the run restores the newest complete set
-there (every rank; all parity re-encoded); a lost job restarts from it with
-``ft.run(restart_from=...)``. With ``rs_stable_parity`` the holders also write their
-parity blocks beside the set (``rebuild_part`` decodes a part lost on disk from them). With
+(``_checkpoints``). When no round is decodable the run restores its own newest complete
+set there (every rank; all parity re-encoded; sets other runs left in the store are
+never candidates); a lost job restarts from it with ``ft.run(restart_from=...)``. With
+``rs_stable_parity`` the holders also write their parity blocks beside the set
+(``rebuild_part`` decodes a part lost on disk from them). With
 no stable copy, an undecodable loss ends the run with ``ft.RankFailed`` naming the groups
 that could not be rebuilt. A failure before the first complete encoding restarts from
 the start of the run.
@@ -97,7 +98,8 @@ encoded again (the unit's next checkpoint has its parity).
 *Footprint* (bounded whatever the run's length): each rank holds its own snapshot and
 the parity blocks it holds for the newest ``KEEP_ROUNDS`` (2) rounds (on Ray the parity
 blocks are objects in the object store owned by their holder, released when the round is
-dropped); with ``rs_stable_store``, ``KEEP_STABLE`` (2) sets on stable storage. With
+dropped); with ``rs_stable_store``, the run's ``KEEP_STABLE`` (2) newest sets on stable
+storage, in its folder. With
 another protocol's parts, its own parts and the parity blocks it holds (as bytes in its
 memory) of the newest ``PART_KEEP`` (3) checkpoints per unit. No message log. Measured by ``ftactors bench footprint``.
 """
@@ -303,8 +305,8 @@ class RSBackup(PlannedLevel):
         g, _ = placement.group_of(self.rank)
         await self._encode(pos, blob, range(placement.m(g)))
         if st.store is not None:
-            await asyncio.to_thread(store_part, st.store, "", position_index(pos),
-                                    self.rank, blob)
+            await asyncio.to_thread(store_part, st.store, self.run_identity,
+                                    position_index(pos), self.rank, blob)
             await self.ft.link.report_now(self.ft.events.make("rs_stored", position=pos))
 
     async def _encode(self, pos: tuple, blob: bytes, parities) -> None:
@@ -382,7 +384,8 @@ class RSBackup(PlannedLevel):
                                   bytes=len(blob), xor_s=parity.xor_s)
             if st.store is not None and st.settings["stable_parity"]:
                 self.ft_spawn(asyncio.to_thread(
-                    store_parity, st.store, position_index(key[2]), g, j, parity.lengths, blob))
+                    store_parity, st.store, self.run_identity, position_index(key[2]), g, j,
+                    parity.lengths, blob))
         elif parity.mixed:  # the protocol failed to drop an abandoned encoding
             self.ft.events.record("rs_parity_mixed", position=key[2], group=g, parity=j,
                                   member=i)

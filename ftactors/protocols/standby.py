@@ -331,7 +331,8 @@ class StandbyReplacement(PlannedLevel):
         _keep(st.own, round_id, blob)
         holder = self._send_to_partner(round_id, blob)
         if st.stable is not None:
-            await asyncio.to_thread(store_part, st.stable, "", position_index(round_id), self.rank, blob)
+            await asyncio.to_thread(store_part, st.stable, self.run_identity,
+                                    position_index(round_id), self.rank, blob)
             st.unsealed = round_id
         st.pacer.mark(iteration)
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
@@ -365,8 +366,9 @@ class StandbyReplacement(PlannedLevel):
     async def _seal_stable(self, round_id) -> None:
         """Rank 0: write the manifest that makes the round's checkpoint set complete."""
         st = self._standby
-        await asyncio.to_thread(seal_set, st.stable, "", position_index(round_id),
-                                self.size, {"position": round_id, "protocol": NAME})
+        await asyncio.to_thread(seal_set, st.stable, self.run_identity,
+                                position_index(round_id), self.size,
+                                {"position": round_id, "protocol": NAME})
         st.unsealed = None
         self.ft.events.record("stable_checkpoint", position=round_id)
 
@@ -511,7 +513,7 @@ class StandbyRecovery(LowerLevel):
             *(c.call(src, "standby_share", rank, round_id) for rank, src in enumerate(sources)))
 
         def restore(rank):
-            return c.restore_spec(handles[rank])
+            return c.restore_spec(handles[rank], line=None if round_id is INITIAL else round_id)
 
         waits = []
         for rank in survivors:

@@ -29,16 +29,19 @@ from typing import Any
 
 from ._chaos import Kill
 from ._escalation import Escalation, PartLevels
-from ..base._errors import JobLost, RankError, RankFailed
+from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
-from ._host import RankSpec
+from ._host import RankSpec, ahead
+from ._identity import RunIdentity
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
 from ._protocol import parts_lead, protocol_classes
 
 COLLECT_TIMEOUT_S = 5.0
 _ANY_SPARE = object()
 """``respawn``'s default: a warm spare if one is left, else a new host."""
+_NO_LINE = object()
+"""``restore_spec``'s default: no recovery line to check the snapshot against."""
 
 
 class RankDied(Exception):
@@ -66,11 +69,13 @@ class RunResult:
         results: ``main()``'s return value per rank.
         events: the run's timeline (``ft.Event`` records, in time order).
         metrics: counters and timings (wall time, messages, duplicates dropped, ...).
+        run_id: the run's id: its stored checkpoint sets are in ``run-<run_id>`` of a store.
     """
 
     results: list
     events: list[Event] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
+    run_id: str = ""
 
     def events_of(self, kind: str) -> list[Event]:
         """The events of one kind, in time order."""
@@ -83,7 +88,8 @@ class Coordinator:
     def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
                  kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
                  job_lost_at: int | None = None, spares: int = 0,
-                 trace: bool, options: dict, restore: list[bytes] | None = None):
+                 trace: bool, options: dict, identity: RunIdentity,
+                 restore: list[bytes] | None = None, start: tuple | None = None):
         self.fabric = fabric
         self.rank_cls = rank_cls
         self.n = ranks
@@ -95,6 +101,9 @@ class Coordinator:
         self.job_lost_at = job_lost_at
         self.n_spares = spares
         self.restore = restore
+        self.identity = identity
+        self.start = start  # the position of the set a resumed job started from
+        self.reached = start  # the newest position this run is known to have stored
         self.trace = trace
         self.options = dict(options)
         self.progress = self.options.pop("progress", None)
@@ -135,7 +144,7 @@ class Coordinator:
         if self.job_lost_at is not None:
             its += (self.job_lost_at,)  # every incarnation dies with the job
         return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
-                        self.options, its, inc)
+                        self.options, its, inc, run=self.identity)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -190,7 +199,8 @@ class Coordinator:
     async def _supervise(self) -> list:
         for rank in range(self.n):
             self.start_rank(rank, None if self.restore is None else
-                            {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n})
+                            {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n,
+                             "line": self.start})
         work = [self._kill_later(k) for k in self.kills
                 if k.time_s is not None and k.incarnation == 0]
         if self.heartbeat_interval_s:
@@ -381,18 +391,46 @@ class Coordinator:
         for _ in range(self.n_spares - len(self.spares)):
             self._helpers.add(asyncio.ensure_future(one()))
 
-    def restore_spec(self, snapshot: Any, notes: dict | None = None) -> dict:
+    def restore_spec(self, snapshot: Any, notes: dict | None = None,
+                     line: Any = _NO_LINE) -> dict:
         """What a rank is restored from (``RankHost._install``): ``snapshot`` (a share
         handle), the current peer table, and the notes of every level of the stack
-        (``restore_notes``) with ``notes`` added."""
+        (``restore_notes``) with ``notes`` added. ``line``: the position of the recovery
+        line chosen (None: the start of the run, ``blank``); the rank refuses a snapshot
+        ahead of it."""
         extra = getattr(self.policy, "restore_notes", None)
         parts = {} if self.part_levels is None else self.part_levels.restore_notes()
         merged = {**(extra() if extra is not None else {}), **parts, **(notes or {})}
-        return {"snapshot": snapshot, "peer_epochs": list(self.epochs), "notes": merged}
+        spec = {"snapshot": snapshot, "peer_epochs": list(self.epochs), "notes": merged}
+        if line is not _NO_LINE:
+            spec["line"] = self.start if line is None else tuple(line)
+        return spec
 
     def blank(self, rank: int) -> bytes:
-        """A snapshot handle that restarts rank ``rank`` from the start of the run."""
+        """A snapshot handle that restarts rank ``rank`` from the start of the run: of a
+        job resumed with ``restart_from``, the set it started from."""
+        if self.restore is not None:
+            return self.restore[rank]
         return blank_snapshot(rank, self.n)
+
+    def stored(self, position) -> None:
+        """A recovery policy stored a set of this run at ``position``: the run reached it."""
+        position = tuple(position)
+        if self.reached is None or position > self.reached:
+            self.reached = position
+
+    def check_reached(self, position, source: str) -> None:
+        """Refuse to restore the ranks to ``position`` from ``source`` when this run never
+        stored a state that far (``stored``): such a set is no state of this run.
+
+        Raises:
+            ProtocolError: ``position`` is ahead of the run's own progress.
+        """
+        if ahead(position, self.reached):
+            raise ProtocolError(
+                f"refused to restore {source} at position {tuple(position)}: this run has "
+                f"stored states up to {self.reached or 'its start'} only, so the set is not "
+                f"one of its own (another run's in a shared store?)")
 
     def next_epoch(self) -> int:
         """A fresh incarnation number, larger than any used so far."""
@@ -554,7 +592,7 @@ class Coordinator:
             metrics["direct"] = {key: sum(d[key] for d in direct) for key in direct[0]}
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
-        result = RunResult(results, merge(logs), metrics)
+        result = RunResult(results, merge(logs), metrics, self.identity.run_id)
         result.trace_rows = [c["trace"] for c in self.collected if c["trace"] is not None]
         return result
 

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from ..facade._comm import Communicator
 from ..engine._endpoint import Endpoint, Link
 from ..base._errors import ProtocolError
+from ._identity import RunIdentity
 from ._protocol import protocol_classes
 from ._trace import TraceBuffer
 
@@ -42,6 +43,12 @@ class RankSpec:
     options: dict = field(default_factory=dict)
     kill_iterations: tuple = ()
     incarnation: int = 0
+    run: RunIdentity | None = None  # the run's identity: where its stored sets go
+
+
+def ahead(position, line) -> bool:
+    """Whether safe-point ``position`` is past ``line`` (None: the start of the run)."""
+    return position is not None and (line is None or tuple(position) > tuple(line))
 
 
 class Killed(BaseException):
@@ -60,6 +67,7 @@ class RankHost:
         self.obj.size = spec.size
         self.obj.options = dict(spec.options)
         self.obj.incarnation = spec.incarnation
+        self.obj.run_identity = spec.run
         self.ep = Endpoint(spec.rank, spec.size, link, self.obj, epoch=spec.epoch,
                            trace=TraceBuffer() if spec.trace else None,
                            record_deliveries=any(p.records_deliveries
@@ -130,10 +138,16 @@ class RankHost:
         """Become incarnation ``epoch`` from ``restore``: ``{"snapshot": share handle,
         "peer_epochs": [epoch of every rank, this one's included]}``, and optionally
         ``"notes"``: what the recovery policy tells the restored protocols beyond the
-        snapshot (e.g. which messages their peers already have), read in ``on_restored``."""
+        snapshot (e.g. which messages their peers already have), read in ``on_restored``,
+        and ``"line"``: the recovery line's position; a snapshot ahead of it is refused."""
         ep = self.ep
         blob = await self.link.fetch(restore["snapshot"])
         parts = ep.load(blob)
+        if "line" in restore and ahead(parts["position"], restore["line"]):
+            raise ProtocolError(
+                f"rank {self.spec.rank} refused a snapshot at position {parts['position']}: "
+                f"it is ahead of the recovery line chosen, {restore['line'] or 'the start'} "
+                f"(a state of another execution)")
         for rank, peer_epoch in enumerate(restore["peer_epochs"]):
             if rank != self.spec.rank:
                 ep.set_peer_epoch(rank, peer_epoch)

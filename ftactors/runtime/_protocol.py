@@ -81,6 +81,10 @@ class Protocol:
     part_mode_ignores: ClassVar[tuple[str, ...]] = ()
     """Options that set this level's own rounds: refused in a stack whose consistency
     protocol ``hands_parts`` (the level takes no rounds there)."""
+    state_options: ClassVar[tuple[str, ...]] = ()
+    """Options whose value shapes the state a snapshot holds (a snapshot taken under one
+    value is wrong under another): part of the run's fingerprint (``_identity``), so
+    ``restart_from`` refuses a set taken under another value."""
     part_level: ClassVar[type | None] = None
     """Coordinator-side class ``Level(coordinator, units)`` with ``async find(wanted)``
     and ``async forget(after)``: this level's copies of a ``hands_parts`` protocol's parts."""

@@ -25,7 +25,9 @@ class Rank(Protocol):
 
     * ``rank``, ``size``: this rank's number and the number of ranks;
     * ``comm``: the world communicator;
-    * ``ft``: the rank's endpoint (for protocols: sends, snapshots, events).
+    * ``ft``: the rank's endpoint (for protocols: sends, snapshots, events);
+    * ``run_identity``: the run's id and fingerprint (``_identity.RunIdentity``): the
+      protocols' stored sets go to its folder of a store.
     """
 
     _ft_rank_class: ClassVar[bool] = True

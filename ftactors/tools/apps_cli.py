@@ -111,7 +111,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URI",
                    help="stable checkpoints here (default ./ftactors-checkpoints)")
     g.add_argument("--restart-from", default=None, metavar="DIR_OR_URI",
-                   help="start from the latest complete checkpoint there (a lost job)")
+                   help="start from the newest complete checkpoint there of this job (same "
+                        "app, settings, ranks and protocols: a lost job)")
+    g.add_argument("--restart-from-any", action="store_true",
+                   help="with --restart-from: take the newest set of this rank count even "
+                        "if the app's settings or the protocols differ (a deliberate change)")
     g.add_argument("--migrate", action="append", default=[], metavar="RANK@SECONDS[:NODE]",
                    help="move RANK to another node (NODE id; default: another live node) "
                         "SECONDS after the start (repeatable; Ray)")
@@ -306,7 +310,7 @@ def _cmd_run(args) -> int:
     kw = dict(ranks=args.ranks, kwargs=kwargs, transport=args.transport, address=args.address,
               seed=args.seed, timeout_s=args.timeout, trace=args.trace, spares=args.spares,
               chaos=chaos, restart_from=args.restart_from, progress=progress_printer(),
-              **options)
+              **({"restart_from_any": True} if args.restart_from_any else {}), **options)
     try:
         if moves:
             import asyncio

@@ -421,13 +421,19 @@ def test_read_manifest_missing_and_not_a_manifest(store):
 def test_prune_sets_keeps_the_newest_complete_ones_and_newer_attempts():
     from ftactors.base import _storage as ft_storage
     from ftactors.runtime._checkpoints import prune_sets, seal_set, store_part
+    from ftactors.runtime._identity import RunIdentity
     store = ft_storage.MemoryStore()
+    run, other = RunIdentity("abc", {}), RunIdentity("def", {})
+    store_part(store, other, 1, 0, ft_storage.dumps({"i": 0}))  # another run's set
+    seal_set(store, other, 1, 1, {})
     for index in (1, 2, 3, 4):
-        store_part(store, "run", index, 0, ft_storage.dumps({"i": index}))
+        store_part(store, run, index, 0, ft_storage.dumps({"i": index}))
         if index != 2:
-            seal_set(store, "run", index, 1, {})
-    store_part(store, "run", 5, 0, ft_storage.dumps({"i": 5}))  # being written
-    gone = prune_sets(store, "run", keep=2)
-    assert gone == ["run/ckpt-000002", "run/ckpt-000001"]
-    assert ft_storage.latest_complete(store, "run") == "run/ckpt-000004"
-    assert store.exists("run/ckpt-000003/rank-00000") and store.exists("run/ckpt-000005/rank-00000")
+            seal_set(store, run, index, 1, {})
+    store_part(store, run, 5, 0, ft_storage.dumps({"i": 5}))  # being written
+    gone = prune_sets(store, run, keep=2)
+    assert gone == ["run-abc/ckpt-000002", "run-abc/ckpt-000001"]
+    assert ft_storage.latest_complete(store, "run-abc") == "run-abc/ckpt-000004"
+    assert (store.exists("run-abc/ckpt-000003/rank-00000")
+            and store.exists("run-abc/ckpt-000005/rank-00000"))
+    assert ft_storage.latest_complete(store, "run-def") == "run-def/ckpt-000001"

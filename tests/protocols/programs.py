@@ -12,9 +12,12 @@ class Heat1D(ft.Rank):
     global norm every iteration. Floating-point results are deterministic, so a recovered
     run can be compared bit for bit with a failure-free one."""
 
+    phase = 0.0
+    """Shifts the initial state: a subclass with another phase is another program."""
+
     async def main(self, n_local=64, iterations=20):
         comm, r, n = self.comm, self.rank, self.size
-        self.register("u", np.sin(np.arange(n_local) * 0.1 + r))
+        self.register("u", np.sin(np.arange(n_local) * 0.1 + r + self.phase))
         self.register("norms", [])
         async for _ in self.iterations(iterations):
             left = await comm.sendrecv(self.u[-1], dest=(r + 1) % n, sendtag=1,

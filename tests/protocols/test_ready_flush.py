@@ -120,8 +120,10 @@ def test_stable_storage_writes_complete_sets_and_keeps_the_newest_two(tmp_path):
     r = ft.run(RFHeat, 3, transport="local", kwargs={"iterations": 14},
                checkpoint_interval=4, checkpoint_storage="stable", checkpoint_dir=str(tmp_path))
     assert positions(r, "checkpoint") == [(0, 4), (0, 8), (0, 12)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000009", "ckpt-000013"]
-    for s in tmp_path.iterdir():  # the manifest makes a set complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"run-{r.run_id}"]  # its own folder
+    sets = tmp_path / f"run-{r.run_id}"
+    assert sorted(p.name for p in sets.iterdir()) == ["ckpt-000009", "ckpt-000013"]
+    for s in sets.iterdir():  # the manifest makes a set complete
         assert sorted(os.listdir(s)) == ["MANIFEST", "rank-00000", "rank-00001", "rank-00002"]
 
 

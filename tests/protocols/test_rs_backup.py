@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 import ftactors as ft
-from ftactors.runtime._checkpoints import position_index
-from ftactors.base._storage import latest_complete, open_store, read_manifest
+from ftactors.base._storage import latest_complete, open_store
 from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
 from ftactors.protocols.erasure import RSCode
@@ -342,11 +341,12 @@ def test_whole_job_killed_restores_from_stable_and_a_new_job_restarts_there(tmp_
     assert_same(r.results, reference(ranks=4))
     rec = r.events_of("rs_recovery")[0].detail  # the round restarted with every rank lost
     assert rec["failed"] == [0, 1, 2, 3] and rec["source"] == "stable"
-    # a job that ended at iteration 14 (last set: 12), then a new one from its sets
+    # a job that ended at iteration 14 (last set: 12), then a new one from its sets,
+    # run longer on purpose (other arguments: restart_from_any)
     store = opts["rs_stable_store"] = str(tmp_path / "rs2")
     heat(ranks=4, iterations=14, **opts)
     r = ft.run(RSHeat, ranks=4, transport="local", kwargs={"iterations": 20},
-               restart_from=store, **opts)
+               restart_from=store, restart_from_any=True, **opts)
     assert_same(r.results, reference(ranks=4))
     assert [e.detail["position"] for e in r.events_of("restored")] == [(0, 12)] * 4
     again = {(e.detail["group"], e.detail["parity"]) for e in r.events_of("rs_parity")
@@ -356,13 +356,12 @@ def test_whole_job_killed_restores_from_stable_and_a_new_job_restarts_there(tmp_
 
 def test_stable_parity_rebuilds_a_part_lost_on_disk(tmp_path):
     store = str(tmp_path / "rs")
-    heat(iterations=7, rs_stable_store=store, rs_stable_parity=True)
+    r = heat(iterations=7, rs_stable_store=store, rs_stable_parity=True)
     fs = open_store(store)
-    prefix = latest_complete(fs, "")
-    index = position_index(tuple(read_manifest(fs, prefix)["meta"]["position"]))
+    prefix = latest_complete(fs, f"run-{r.run_id}")
     for rank in (0, 5):
         want = fs.get_bytes(f"{prefix}/rank-{rank:05d}")
-        assert rebuild_part(fs, index, PLACEMENT, rank) == want
+        assert rebuild_part(fs, prefix, PLACEMENT, rank) == want
     rs = RSCode(2, 2)  # and the stored parity is the encoding of the group's parts
     parts = [np.frombuffer(fs.get_bytes(f"{prefix}/rank-{r:05d}"), np.uint8) for r in (0, 2)]
     size = max(p.size for p in parts)

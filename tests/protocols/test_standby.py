@@ -238,10 +238,10 @@ def test_restart_from_rejects_wrong_rank_count_and_empty_store(tmp_path):
 def test_corrupted_stable_checkpoint_is_never_loaded(tmp_path):
     from ftactors.base._storage import latest_complete, open_store
     store = str(tmp_path / "ckpts")
-    ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, stable_store=store)
-    part = f"{store}/{latest_complete(open_store(store), '')}/rank-00001"
+    r = ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, stable_store=store)
+    part = f"{store}/{latest_complete(open_store(store), f'run-{r.run_id}')}/rank-00001"
     data = bytearray(open(part, "rb").read())
     data[-10] ^= 0xFF
     open(part, "wb").write(bytes(data))
     with pytest.raises(ft.CheckpointCorrupted):
-        ft.run(FTHeat, ranks=4, transport="local", restart_from=store)
+        ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, restart_from=store)

@@ -107,12 +107,16 @@ def test_ready_flush_checkpoints_restart_from_disk_and_migrate(capsys, tmp_path)
                        "--checkpoint-interval", "5", "--checkpoint-storage", "stable",
                        "--checkpoint-dir", ckpt, "--kill", "1:7")
     assert code == 0 and "restarting every rank from the checkpoint at iteration 5" in out
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "ckpt-000006", "ckpt-000011"]
+    [folder] = (tmp_path / "ckpt").iterdir()  # the run's own folder
+    assert folder.name.startswith("run-")
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-000006", "ckpt-000011"]
     code, out, _ = run(capsys, "cg", "--ranks", "3", "--protocol", "ready-flush",
                        "--restart-from", ckpt, "--json", str(tmp_path / "r.json"))
     assert code == 0 and "VERIFICATION SUCCESSFUL" in out
     assert json.loads((tmp_path / "r.json").read_text())["verified"]
+    code, _, err = run(capsys, "cg", "--ranks", "3", "--protocol", "ready-flush",
+                       "--class", "W", "--restart-from", ckpt)  # another job: refused
+    assert code == 2 and "args differ" in err and "restart_from_any" in err
     code, out, _ = run(capsys, "cg", "--ranks", "3", "--protocol", "ready-flush",
                        "--migrate", "2@0.02")
     assert code == 0 and "rank 2 moved" in out
