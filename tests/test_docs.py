@@ -17,10 +17,10 @@ DOCS = ["README.md", "docs/ARCHITECTURE.md"]
 SOURCES = [*ROOT.glob("ftactors/**/*.py"), *ROOT.glob("tests/**/*.py"),
            *ROOT.glob("cluster/**/*"), *ROOT.glob("experiments/*"), ROOT / "pyproject.toml",
            ROOT / ".ci/run"]
-NOT_PATHS = ("DIR", "RESULTS_DIR", "s3://", "~", "events/<", "ray://", "../shared/",
+NOT_PATHS = ("/", "DIR", "RESULTS_DIR", "s3://", "~", "events/<", "ray://", "../shared/",
              "results.parquet", "experiment.yaml")
-"""Quoted paths that are placeholders, URIs, outside the repository, or files a run
-writes into its results folder."""
+"""Quoted paths that are absolute (a user's), placeholders, URIs, outside the repository,
+or files a run writes into its results folder."""
 EXTERNAL = {"ray": "ray", "np": "numpy", "numpy": "numpy", "pyarrow": "pyarrow",
             "asyncio": "asyncio", "cloudpickle": "cloudpickle"}
 """Libraries the docs quote names of: those names are looked up in the library."""
