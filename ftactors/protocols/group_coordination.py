@@ -138,6 +138,7 @@ class GroupCoordination(Protocol):
     stack_order = 2
     level_cost = 3
     uses_spares = True
+    needs_safe_points = True
     hands_parts = True
     ft_options = {
         "groups": "group definition: a JSON/YAML file, or one / single / fixed:K / "

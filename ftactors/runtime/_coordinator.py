@@ -27,6 +27,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _notices
 from ._chaos import Kill
 from ._escalation import Escalation, PartLevels
 from ..base._errors import JobLost, RankError, RankFailed
@@ -440,6 +441,7 @@ class Coordinator:
             take(event)
         self.reports.append(event)
         self.events.events.append(event)
+        _notices.on_report(event)  # a rank restored with nothing registered: warn now
         if event.kind == "peer_lost":
             self.hinted(event.detail["peer"])
 
