@@ -65,8 +65,15 @@ class RunResult:
 
     Attributes:
         results: ``main()``'s return value per rank.
-        events: the run's timeline (``ft.Event`` records, in time order).
-        metrics: counters and timings (wall time, messages, duplicates dropped, ...).
+        events: the run's timeline (``ft.Event`` records, in time order). An event's
+            ``time`` is in seconds since the run started (``ft.run`` making its
+            transport, before any rank starts), on every transport: wall-clock seconds
+            on ``local`` and ``ray`` (a rank's events by its node's clock), virtual ones
+            on ``sim``.
+        metrics: counters and timings (wall time, messages, duplicates dropped, ...);
+            ``kills_planned``, ``kills_fired`` and ``kills_unfired`` (each kill's
+            settings; an unfired one with ``why``), ``restored_unregistered`` (ranks
+            restored inside a loop with nothing registered): see ``runtime/_notices``.
     """
 
     results: list

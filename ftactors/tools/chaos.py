@@ -153,12 +153,12 @@ async def _node_kills(run, spec: RunSpec, place: _Place, extra: list) -> None:
     """Remove worker nodes at the schedule's times (seconds after every rank is wired),
     recording a kill of each rank there."""
     await run.nodes()  # waits until the ranks are up
-    start = time.time()
+    start = run.clock()
     for index, at in sorted(spec.node_kills, key=lambda k: k[1]):
-        await asyncio.sleep(max(0.0, start + at - time.time()))
+        await asyncio.sleep(max(0.0, start + at - run.clock()))
         node_id = place.workers[index].node_id
         ranks = [r for r in range(spec.ranks) if await run.node_of(r) == node_id]
-        now = time.time()
+        now = run.clock()  # the run's clock, that of its events
         extra.extend(ft.Event(now, "killed", r, {"how": "node", "node": index}) for r in ranks)
         extra.append(ft.Event(now, "node_killed", -1, {"node": index, "ranks": ranks}))
         await place.kill_node(index)
