@@ -61,7 +61,7 @@ def after_run(rank_cls: type, kills: list[Kill], metrics: dict, events: list[Eve
     tally = kill_tally(kills, events)
     metrics.update(tally)
     if tally["kills_unfired"]:
-        lines = "; ".join(f"{_text(k['kill'])}: {k['why']}" for k in tally["kills_unfired"])
+        lines = "; ".join(f"{kill_text(k['kill'])}: {k['why']}" for k in tally["kills_unfired"])
         warn(KillNotFiredWarning,
              f"{len(tally['kills_unfired'])} of {len(kills)} planned kill(s) never fired, so "
              f"this run did not survive them: {lines}")
@@ -105,7 +105,8 @@ def describe(kill: Kill) -> dict[str, Any]:
     return out
 
 
-def _text(settings: dict) -> str:
+def kill_text(settings: dict) -> str:
+    """A kill's settings (``describe``) as the user would write the kill."""
     return "Kill(" + ", ".join(f"{k}={v!r}" for k, v in settings.items()) + ")"
 
 
