@@ -148,6 +148,11 @@ def _why_unfired(kill: Kill, events: list[Event]) -> str:
            and ev.detail.get("incarnation") == kill.incarnation for ev in events):
         return (f"incarnation {kill.incarnation} of rank {r} died before it reached "
                 f"iteration {kill.iteration}")
+    if any(ev.kind == "respawned" and ev.rank == r
+           and ev.detail["incarnation"] == kill.incarnation + 1 for ev in events):
+        return (f"incarnation {kill.incarnation} of rank {r} was replaced by a recovery "
+                f"(as incarnation {kill.incarnation + 1}) before it reached iteration "
+                f"{kill.iteration}")
     return (f"rank {r} (incarnation {kill.incarnation}) never reached iteration "
             f"{kill.iteration} of an iterations() loop (its loops ended or were left "
             f"first, or main() has none)")

@@ -61,6 +61,10 @@ class RfIterating(ReadyMessageFlush, b.Iterating):
     pass
 
 
+class RfSumming(ReadyMessageFlush, Summing):
+    pass
+
+
 def _told(record, category) -> list[str]:
     return [str(w.message) for w in record if issubclass(w.category, category)]
 
@@ -103,6 +107,20 @@ def test_kills_for_a_life_that_never_comes_or_a_time_after_the_end(transport):
         "the run had no recovery round 0 (0 round(s))",
         f"the run ended {r.events_of('run_end')[0].time:.3g} s after its start, before "
         f"the kill's time (900 s)"]
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_kill_of_a_life_a_global_restart_replaced_never_fires(transport):
+    """ReadyMessageFlush restarts every rank in a new actor: a second kill aimed at the
+    first life of another rank finds it gone."""
+    with pytest.warns(ft.KillNotFiredWarning):
+        r = ft.run(RfSumming, ranks=3, args=(8,), transport=transport,
+                   checkpoint_interval=2, chaos=ft.Chaos(kill=[(1, 3), (2, 6)]))
+    assert r.results == [3 * sum(range(8))] * 3
+    assert r.metrics["kills_unfired"] == [{
+        "kill": {"rank": 2, "iteration": 6},
+        "why": "incarnation 0 of rank 2 was replaced by a recovery (as incarnation 1) "
+               "before it reached iteration 6"}]
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
