@@ -264,6 +264,11 @@ async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
         RankFailed: a rank died and no protocol recovered it.
         TimeoutError: ``timeout_s`` passed (its ``events``: the coordinator's timeline so
             far, to see where the run stopped).
+
+    Warns:
+        FaultToleranceWarning: the run tests or protects less than it seems to (a kill
+            that never fired, a rank restored with nothing registered, a protocol that
+            never checkpoints, no spares): see ``runtime/_notices``.
     """
     job = _prepare(rank_cls, ranks, **kw)
     if kw.get("transport") == "sim":
