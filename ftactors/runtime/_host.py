@@ -153,9 +153,10 @@ class RankHost:
             if rank != self.spec.rank:
                 ep.set_peer_epoch(rank, peer_epoch)
         ep.restore(parts, epoch)
-        if parts["position"] is not None and not ep.restored_values:
-            # resumed inside a loop with nothing registered: the loop goes on with every
-            # variable as main() first set it (``notices`` warns in the driver)
+        if parts["position"] not in (None, (0, 0)) and not ep.restored_values:
+            # resumed past the top of the first loop with nothing registered: the program
+            # goes on with every variable as main() first set it (``_notices`` warns in
+            # the driver); at the first loop's top nothing was lost yet
             ep.report("restored_unregistered", position=parts["position"],
                       incarnation=self.spec.incarnation)
         ep.restored_from = (parts["position"], blob)

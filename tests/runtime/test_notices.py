@@ -151,6 +151,18 @@ def test_a_rank_restored_with_nothing_registered_is_named(transport):
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_restore_to_the_top_of_the_first_loop_lost_nothing(transport):
+    """Restored to iteration 0 of the first loop, a program that registers nothing
+    starts that loop as it first did: nothing to tell."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.FaultToleranceWarning)
+        r = ft.run(SbIterating, ranks=3, spares=1, args=(8,), transport=transport,
+                   backup_interval=100, chaos=ft.Chaos(kill=[(1, 5)]))
+    assert [tuple(e.detail["position"]) for e in r.events_of("restored")] == [(0, 0)] * 3
+    assert r.results == [3 * sum(range(8))] * 3 and r.metrics["restored_unregistered"] == []
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
 def test_ready_flush_with_no_interval_is_told_at_the_start(transport):
     with pytest.warns(ft.NoCheckpointWarning, match="ReadyMessageFlush has no checkpoint "
                       "interval: .* set checkpoint_interval=K"):
