@@ -22,8 +22,9 @@ class KillNotFiredWarning(FaultToleranceWarning):
 
 
 class NothingRegisteredWarning(FaultToleranceWarning):
-    """A rank was restored inside a loop with no registered state (``self.register``):
-    its loop resumes with every variable as ``main()`` first set it."""
+    """A rank was restored past its first loop's top with no registered state
+    (``self.register``): its loop resumes with every variable as ``main()`` first set
+    it."""
 
 
 class NoCheckpointWarning(FaultToleranceWarning):

@@ -11,9 +11,9 @@ kept in the result:
   round or phase never came): ``kill_tally`` matches the plan against the ``killed``
   (and ``stalled``) events and says why each unfired one did not fire;
   ``RunResult.metrics`` has ``kills_planned``, ``kills_fired`` and ``kills_unfired``;
-* a rank restored inside a loop with nothing registered: the rank reports it at the
-  restore (``restored_unregistered``), the driver warns then (``on_report``) and the
-  metrics list the ranks;
+* a rank restored past the top of its first loop with nothing registered: the rank
+  reports it at the restore (``restored_unregistered``), the driver warns then
+  (``on_report``) and the metrics list the ranks;
 * a protocol that will never checkpoint: known before the start from the options
   (``Protocol.start_notices``, e.g. ReadyMessageFlush with no interval), or only at the
   end when no rank ever offered a safe point to protocols that checkpoint only there
