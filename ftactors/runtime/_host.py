@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import traceback
-
-import cloudpickle
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+import cloudpickle
 
 from ..facade._comm import Communicator
 from ..engine._endpoint import Endpoint, Link

@@ -202,8 +202,7 @@ class RankActor:
         self.link: RayLink | None = None
         self.listener: Listener | None = None
 
-    async def setup(self, spec_blob: bytes, inbox, plane: dict | None = None,
-                    clock_zero: float = 0.0):
+    async def setup(self, spec_blob: bytes, inbox, plane: dict | None, clock_zero: float):
         """Become the rank of ``spec_blob`` (its ``RankSpec`` and the source lines of the
         user code shipped by value, ``_sources``) in a run that started at
         ``clock_zero``; returns this process's id, its Ray node and, with ``plane``
