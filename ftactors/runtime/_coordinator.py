@@ -73,8 +73,8 @@ class RunResult:
         metrics: counters and timings (wall time, messages, duplicates dropped, ...);
             ``kills_planned``, ``kills_fired`` and ``kills_unfired`` (each kill's
             settings; an unfired one with ``why``), ``restored_unregistered`` (ranks
-            restored past the first loop's top with nothing registered): see
-            ``runtime/_notices``.
+            restored past the first loop's top with nothing registered),
+            ``safe_points`` (whether any rank offered one): see ``runtime/_notices``.
     """
 
     results: list

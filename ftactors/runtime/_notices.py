@@ -68,9 +68,9 @@ def after_run(rank_cls: type, kills: list[Kill], metrics: dict, events: list[Eve
     metrics["restored_unregistered"] = sorted(
         {ev.rank for ev in events if ev.kind == "restored_unregistered"})
     finishes = [ev for ev in events if ev.kind == "finish"]
+    metrics["safe_points"] = any(ev.detail.get("position") is not None for ev in finishes)
     needing = [p.__name__ for p in protocol_classes(rank_cls) if p.needs_safe_points]
-    if needing and finishes and all(ev.detail.get("position") is None for ev in finishes):
-        metrics["safe_points"] = False
+    if needing and finishes and not metrics["safe_points"]:
         warn(NoCheckpointWarning,
              f"no rank offered a safe point (main() has no `async for i in "
              f"self.iterations(n)` loop): {', '.join(needing)} checkpoint(s) only there, so "

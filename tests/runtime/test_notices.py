@@ -200,3 +200,4 @@ def test_a_run_that_tests_what_it_plans_is_quiet(transport):
                    chaos=ft.Chaos(kill=[(1, 2), ft.Kill(1, iteration=3, incarnation=1)]))
     assert r.metrics["kills_fired"] == r.metrics["kills_planned"]
     assert r.metrics["kills_unfired"] == [] and r.metrics["restored_unregistered"] == []
+    assert r.metrics["safe_points"] is True
