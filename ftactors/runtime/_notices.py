@@ -136,9 +136,9 @@ def _why_unfired(kill: Kill, events: list[Event]) -> str:
     if kill.time_s is not None:
         if kill.incarnation:
             return "a kill at a time strikes a rank's first life only"
-        end = max((ev.time for ev in events if ev.kind == "run_end"), default=None)
-        when = "" if end is None else f" {end:.3g} s after its start"
-        return f"the run ended{when}, before the kill's time ({kill.time_s:.3g} s)"
+        ran = [ev.time for ev in events if ev.kind in ("run_start", "run_end")]
+        took = f"its ranks ran {ran[-1] - ran[0]:.3g} s; " if len(ran) == 2 else ""
+        return f"the run ended first ({took}the kill was due {kill.time_s:.3g} s in)"
     last = max((ev.detail["incarnation"] for ev in events
                 if ev.kind == "respawned" and ev.rank == r), default=0)
     if kill.incarnation > last:

@@ -105,8 +105,9 @@ def test_kills_for_a_life_that_never_comes_or_a_time_after_the_end(transport):
     assert [k["why"] for k in r.metrics["kills_unfired"]] == [
         "rank 1 never had incarnation 1 (its last was 0)",
         "the run had no recovery round 0 (0 round(s))",
-        f"the run ended {r.events_of('run_end')[0].time:.3g} s after its start, before "
-        f"the kill's time (900 s)"]
+        f"the run ended first (its ranks ran "
+        f"{r.events_of('run_end')[0].time - r.events_of('run_start')[0].time:.3g} s; the "
+        f"kill was due 900 s in)"]
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
