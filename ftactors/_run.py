@@ -11,6 +11,7 @@ import asyncio
 import numbers
 from typing import Any
 
+from .runtime import _notices
 from .runtime._chaos import Chaos
 from .runtime._checkpoints import find_resumable
 from .runtime._coordinator import Coordinator, RunResult
@@ -166,12 +167,14 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
 
     async def job(c: Coordinator | None = None) -> RunResult:
         c = c or coordinator()
+        _notices.at_start(rank_cls, options, spares)
         try:
             result = await asyncio.wait_for(c.run(), timeout_s)
         except asyncio.TimeoutError:
             exc = TimeoutError(f"the run did not finish within {timeout_s} s")
             exc.events = list(c.events.events)  # the coordinator's timeline so far
             raise exc from None
+        _notices.after_run(rank_cls, kills, result.metrics, result.events)
         if trace is not None:
             result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
             result.metrics["trace_path"] = str(trace)
@@ -211,6 +214,11 @@ class Run:
 
     async def result(self) -> RunResult:
         return await self._task
+
+    def clock(self) -> float:
+        """Seconds since the run started: the clock of ``RunResult.events``, to stamp
+        events of one's own (a node kill) on the run's timeline."""
+        return self._c.fabric.clock()
 
     def __await__(self):
         return self._task.__await__()
@@ -273,6 +281,11 @@ async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
         RankFailed: a rank died and no protocol recovered it.
         TimeoutError: ``timeout_s`` passed (its ``events``: the coordinator's timeline so
             far, to see where the run stopped).
+
+    Warns:
+        FaultToleranceWarning: the run tests or protects less than it seems to (a kill
+            that never fired, a rank restored with nothing registered, a protocol that
+            never checkpoints, no spares): see ``runtime/_notices``.
     """
     job = _prepare(rank_cls, ranks, **kw)
     if kw.get("transport") == "sim":

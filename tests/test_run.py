@@ -1,5 +1,8 @@
 """ft.run's contract: validation before anything starts, sim determinism and scale,
-traces, and the timeline."""
+traces, the timeline, and errors in the user's words."""
+import threading
+import time
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -16,6 +19,14 @@ class NoMain(ft.Rank):
 class SyncMain(ft.Rank):
     def main(self):
         return 1
+
+
+class LockResult(ft.Rank):
+    """Rank 1 returns what cannot be pickled."""
+
+    async def main(self):
+        await self.comm.barrier()
+        return threading.Lock() if self.rank == 1 else self.rank
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -92,6 +103,28 @@ def test_timeline_records_starts_and_finishes():
     assert sorted(e.rank for e in r.events_of("finish")) == [0, 1, 2]
     times = [e.time for e in r.events]
     assert times == sorted(times)
+
+
+def test_event_times_count_seconds_from_the_start_of_the_run(transport):
+    """The same meaning on every transport (Ray stamped epoch seconds): no event before
+    the run started, none after ft.run returned."""
+    before = time.perf_counter()
+    r = ft.run(b.Iterating, ranks=2, args=(3,), transport=transport, timeout_s=120)
+    elapsed = time.perf_counter() - before
+    end = r.metrics["wall_s"] if transport == "sim" else elapsed  # sim's clock is virtual
+    assert {"run_start", "start", "finish", "run_end"} <= {e.kind for e in r.events}
+    assert all(0.0 <= e.time <= end for e in r.events), [e for e in r.events if e.time > end]
+
+
+def test_an_unpicklable_result_is_a_rank_error_naming_the_rank(transport):
+    """Ray must pickle a result to return it; local and sim check the same, so the
+    error is the same plain RankError everywhere (on Ray it was a RayTaskError)."""
+    with pytest.raises(ft.RankError, match=r"^rank 1 raised TypeError: main\(\) returned a "
+                       r"lock that cannot be pickled \(cannot pickle '_thread.lock' object\)"
+                       ) as info:
+        ft.run(LockResult, ranks=2, transport=transport, timeout_s=120)
+    assert info.value.rank == 1
+    assert "\x1b[" not in str(info.value)  # no terminal colour codes
 
 
 def test_rank_failed_event_is_in_the_timeline_on_sim():

@@ -138,6 +138,7 @@ class GroupCoordination(Protocol):
     stack_order = 2
     level_cost = 3
     uses_spares = True
+    needs_safe_points = True
     hands_parts = True
     state_options = ("groups",)  # the logs kept and the cuts taken follow the groups
     ft_options = {

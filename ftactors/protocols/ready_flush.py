@@ -84,6 +84,7 @@ from ftactors.runtime._coordinator import NewFailure
 from ftactors.runtime._checkpoints import (load_own, position_index, prune_sets, seal_set,
                                            store_part)
 from ftactors.base._errors import ConfigError, ProtocolError
+from ftactors.base._warnings import NoCheckpointWarning
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 from ftactors.base._storage import open_store
 
@@ -166,6 +167,7 @@ class ReadyMessageFlush(PlannedLevel):
     stack_order = 2
     level_cost = 3
     uses_spares = True
+    needs_safe_points = True
     ft_options = {
         "checkpoint_interval": "take a checkpoint every k iterations of every loop, or "
                                "\"auto\": Daly's interval from the measured checkpoint "
@@ -183,6 +185,19 @@ class ReadyMessageFlush(PlannedLevel):
     def check_options(cls, options: dict) -> None:
         _options(options)
         super().check_options(options)
+
+    @classmethod
+    def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
+        """With no interval of any kind, only an explicit request checkpoints."""
+        s = _options(options)
+        if s["interval"] or s["interval_s"] or s["auto"] or options.get("level_intervals"):
+            return []
+        return [(NoCheckpointWarning,
+                 "ReadyMessageFlush has no checkpoint interval: it checkpoints only when "
+                 "asked (run.checkpoint(), self.request_checkpoint()), and a failure "
+                 "before that restarts every rank from the start; set checkpoint_interval=K "
+                 "(iterations), checkpoint_interval_s=S, or checkpoint_interval='auto' "
+                 "with mtbf_s")]
 
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:

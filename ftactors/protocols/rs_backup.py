@@ -206,6 +206,7 @@ class RSBackup(PlannedLevel):
     stack_order = 0
     level_cost = 2
     uses_spares = True
+    needs_safe_points = True
     ft_options = {
         "rs_group_size": "ranks per encoding group, on different nodes (default 4)",
         "rs_parity": "parity blocks per group (default: as many as members, m = k)",

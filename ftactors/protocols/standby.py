@@ -80,7 +80,8 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
-from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead
+from ftactors.base._warnings import NoSparesWarning
+from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
 from ftactors.base._storage import open_store
 
 from ._flush import Flush
@@ -254,6 +255,7 @@ class StandbyReplacement(PlannedLevel):
     stack_order = 1
     level_cost = 1
     uses_spares = True
+    needs_safe_points = True
     part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
     backup_interval: ClassVar[int] = 5
     """Iterations between backups (NR_Need_backup)."""
@@ -267,6 +269,26 @@ class StandbyReplacement(PlannedLevel):
                         "round k's set is sealed at backup k+1 (the last one at the end)",
         **PLAN_OPTIONS,
     }
+
+    @classmethod
+    def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
+        """With ``spares=0`` there is no standby rank to promote: say what a failure
+        does instead (``StandbyRecovery.recover``, or the lead protocol's respawns)."""
+        if spares:
+            return []
+        lead = parts_lead(stack)
+        above = [p.__name__ for p in protocol_classes(stack)
+                 if p.recovery_policy is not None and p.level_cost > cls.level_cost]
+        if lead is None and not above:
+            return [(NoSparesWarning,
+                     "StandbyReplacement with spares=0 has no standby rank to promote: the "
+                     "first failure ends the run with ft.RankFailed; set spares=k to keep k "
+                     "warm standby ranks")]
+        who = lead.__name__ if lead is not None else "StandbyReplacement"
+        return [(NoSparesWarning,
+                 f"StandbyReplacement with spares=0: {who} restarts a failed rank in a new "
+                 f"actor (a cold start: about a second on Ray, against 0.02-0.2 s to "
+                 f"promote a warm spare); set spares=k to keep k warm standby ranks")]
 
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:

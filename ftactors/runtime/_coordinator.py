@@ -27,6 +27,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _notices
 from ._chaos import Kill
 from ._escalation import Escalation, PartLevels
 from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
@@ -67,8 +68,16 @@ class RunResult:
 
     Attributes:
         results: ``main()``'s return value per rank.
-        events: the run's timeline (``ft.Event`` records, in time order).
-        metrics: counters and timings (wall time, messages, duplicates dropped, ...).
+        events: the run's timeline (``ft.Event`` records, in time order). An event's
+            ``time`` is in seconds since the run started (``ft.run`` making its
+            transport, before any rank starts), on every transport: wall-clock seconds
+            on ``local`` and ``ray`` (a rank's events by its node's clock), virtual ones
+            on ``sim``.
+        metrics: counters and timings (wall time, messages, duplicates dropped, ...);
+            ``kills_planned``, ``kills_fired`` and ``kills_unfired`` (each kill's
+            settings; an unfired one with ``why``), ``restored_unregistered`` (ranks
+            restored past the first loop's top with nothing registered),
+            ``safe_points`` (whether any rank offered one): see ``runtime/_notices``.
         run_id: the run's id: its stored checkpoint sets are in ``run-<run_id>`` of a store.
     """
 
@@ -478,6 +487,7 @@ class Coordinator:
             take(event)
         self.reports.append(event)
         self.events.events.append(event)
+        _notices.on_report(event)  # a rank restored with nothing registered: warn now
         if event.kind == "peer_lost":
             self.hinted(event.detail["peer"])
 

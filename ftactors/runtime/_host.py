@@ -20,6 +20,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import cloudpickle
+
 from ..facade._comm import Communicator
 from ..engine._endpoint import Endpoint, Link
 from ..base._errors import ProtocolError
@@ -126,13 +128,26 @@ class RankHost:
         except Killed:
             raise
         except Exception as exc:  # an application (or protocol) error: report, don't crash
-            ep.flush()
-            ep.events.record("error", error=f"{type(exc).__name__}: {exc}")
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                    "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+            return self._error(f"{type(exc).__name__}: {exc}", exc)
+        unpicklable = _unpicklable(value)
+        if unpicklable is not None:
+            return self._error(f"{type(unpicklable).__name__}: main() returned a "
+                               f"{type(value).__name__} that cannot be pickled "
+                               f"({unpicklable}); a rank's result travels to the driver "
+                               f"pickled, on every transport: return plain data",
+                               unpicklable)
         ep.flush()
-        ep.events.record("finish")
+        # the position says whether the rank ever offered a safe point (None: never)
+        ep.events.record("finish", position=ep.position)
         return {"ok": True, "value": value}
+
+    def _error(self, message: str, exc: BaseException) -> dict:
+        """``run``'s outcome for an error of the rank: ``message`` and ``exc``'s
+        traceback, formatted here (the driver may be another process)."""
+        self.ep.flush()
+        self.ep.events.record("error", error=message)
+        return {"ok": False, "error": message,
+                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
 
     async def _install(self, restore: dict, epoch: int) -> None:
         """Become incarnation ``epoch`` from ``restore``: ``{"snapshot": share handle,
@@ -152,6 +167,12 @@ class RankHost:
             if rank != self.spec.rank:
                 ep.set_peer_epoch(rank, peer_epoch)
         ep.restore(parts, epoch)
+        if parts["position"] not in (None, (0, 0)) and not ep.restored_values:
+            # resumed past the top of the first loop with nothing registered: the program
+            # goes on with every variable as main() first set it (``_notices`` warns in
+            # the driver); at the first loop's top nothing was lost yet
+            ep.report("restored_unregistered", position=parts["position"],
+                      incarnation=self.spec.incarnation)
         ep.restored_from = (parts["position"], blob)
         ep.restore_notes = restore.get("notes", {})
         self.obj.comm = Communicator(ep, WORLD, tuple(range(self.spec.size)))
@@ -179,7 +200,8 @@ class RankHost:
     async def die(self, iteration: int) -> None:
         """Chaos: this rank's process dies now, at the top of ``iteration``; its last word
         goes to the coordinator. Nothing (not even a pause) can cancel a planned death."""
-        event = self.ep.events.make("killed", how="chaos", iteration=iteration)
+        event = self.ep.events.make("killed", how="chaos", iteration=iteration,
+                                    incarnation=self.spec.incarnation)
         try:
             await asyncio.shield(self.link.report_now(event))
         finally:
@@ -241,3 +263,14 @@ class RankHost:
             task.cancel()
         if self._main is not None:
             self._main.cancel()
+
+
+def _unpicklable(value: Any) -> Exception | None:
+    """The error pickling ``value`` raises, or None when it pickles. Ray pickles a
+    rank's result to return it; local and sim check the same, so that a result that
+    works there works on Ray."""
+    try:
+        cloudpickle.dumps(value, protocol=5)
+    except Exception as exc:  # whatever the object's __reduce__ raises
+        return exc
+    return None

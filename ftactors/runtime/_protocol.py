@@ -85,6 +85,10 @@ class Protocol:
     """Options whose value shapes the state a snapshot holds (a snapshot taken under one
     value is wrong under another): part of the run's fingerprint (``_identity``), so
     ``restart_from`` refuses a set taken under another value."""
+    needs_safe_points: ClassVar[bool] = False
+    """Whether this protocol checkpoints only at safe points (``iterations()`` loops): a
+    run whose ranks never offer one is told that nothing was checkpointed
+    (``runtime/_notices``)."""
     part_level: ClassVar[type | None] = None
     """Coordinator-side class ``Level(coordinator, units)`` with ``async find(wanted)``
     and ``async forget(after)``: this level's copies of a ``hands_parts`` protocol's parts."""
@@ -98,6 +102,14 @@ class Protocol:
     def check_stack_options(cls, stack: type, options: dict) -> None:
         """Raise ConfigError for options that only the whole ``stack`` can judge (an MTBF
         naming a level not in it, say); called by ``ft.run`` after ``check_options``."""
+
+    @classmethod
+    def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
+        """What the user must hear before a run of ``stack`` with these settings starts,
+        as ``(warning class, message)`` pairs: protection this protocol will not give
+        (it will never checkpoint, no spare to promote); the message names the option
+        that changes it. Called by ``ft.run`` as the job starts."""
+        return []
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

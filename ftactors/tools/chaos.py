@@ -24,11 +24,12 @@ import pyarrow.parquet as pq
 
 import ftactors as ft
 from ..base._storage import open_filesystem
+from ..runtime._notices import kill_text
 from .apps_cli import app_module, protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
                          experiment_from_flags, load_experiment)
 from .report import write_report
-from .run_metrics import RESULT_SCHEMA, events_table, failure_metrics
+from .run_metrics import RESULT_SCHEMA, UNTESTED, events_table, failure_metrics
 
 #: the keys of an app's summary record that are timings, not the answer
 TIMING_KEYS = ("time_s", "mops", "gflops")
@@ -153,12 +154,12 @@ async def _node_kills(run, spec: RunSpec, place: _Place, extra: list) -> None:
     """Remove worker nodes at the schedule's times (seconds after every rank is wired),
     recording a kill of each rank there."""
     await run.nodes()  # waits until the ranks are up
-    start = time.time()
+    start = run.clock()
     for index, at in sorted(spec.node_kills, key=lambda k: k[1]):
-        await asyncio.sleep(max(0.0, start + at - time.time()))
+        await asyncio.sleep(max(0.0, start + at - run.clock()))
         node_id = place.workers[index].node_id
         ranks = [r for r in range(spec.ranks) if await run.node_of(r) == node_id]
-        now = time.time()
+        now = run.clock()  # the run's clock, that of its events
         extra.extend(ft.Event(now, "killed", r, {"how": "node", "node": index}) for r in ranks)
         extra.append(ft.Event(now, "node_killed", -1, {"node": index, "ranks": ranks}))
         await place.kill_node(index)
@@ -236,17 +237,20 @@ async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
                                                   spares=spec.spares)
         events, resumed = _timeline(result, exc, extra), ""
     outcome, verified, identical = _outcome(exc), False, False
+    unfired = [] if result is None else result.metrics.get("kills_unfired", [])
     if result is not None:
         ok, _, record = mod.summarize(result)
         close, identical = same_answer(record, baseline["record"])
-        verified = ok and close
-        outcome = "verified" if verified else "wrong"
+        verified = ok and close and not unfired
+        outcome = UNTESTED if ok and close and unfired else "verified" if verified else "wrong"
     row = {"experiment": exp.name, "run_id": spec.run_id, "app": spec.app,
            "protocol": spec.protocol, "schedule": spec.schedule, "ranks": spec.ranks,
            "seed": spec.seed, "transport": exp.transport, "cluster": exp.cluster.label,
            "interval": spec.interval, "interval_unit": spec.interval_unit,
            "outcome": outcome, "verified": verified, "identical": identical,
-           "error": "" if exc is None else f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+           "error": (f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}" if exc is not None
+                     else unfired_text(unfired) if unfired else ""),
+           "kills_unfired": len(unfired),
            "wall_s": wall, "baseline_wall_s": baseline["wall_s"],
            "overhead": wall / baseline["wall_s"] if baseline["wall_s"] else None,
            **failure_metrics(events), "resumed_from": resumed, "replay": replay,
@@ -287,15 +291,26 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) ->
     return rows
 
 
+def unfired_text(unfired: list[dict]) -> str:
+    """The kills of a plan that never fired, and why, in one line."""
+    return (f"{len(unfired)} planned kill(s) never fired: "
+            + "; ".join(f"{kill_text(k['kill'])}: {k['why']}" for k in unfired))
+
+
 def print_verdicts(rows: list[dict], where: str, err=None, label: str = "") -> bool:
-    """Print each run that did not verify, with its seed and replay command (to ``err``,
-    default stdout), then the count; True when every run verified."""
+    """Print each run that did not verify (NOT TESTED: one whose kills did not all
+    fire), with its seed and replay command (to ``err``, default stdout), then the
+    counts; True when every run verified."""
     bad = [r for r in rows if not r["verified"]]
     for r in bad:
-        print(f"NOT VERIFIED {r['run_id']} (seed {r['seed']}): {r['outcome']}"
+        verdict = "NOT TESTED" if r["outcome"] == UNTESTED else "NOT VERIFIED"
+        print(f"{verdict} {r['run_id']} (seed {r['seed']}): {r['outcome']}"
               + (f", {r['error']}" if r["error"] else "") + f"\n  replay: {r['replay']}",
               file=err)
-    print(f"{label}{len(rows) - len(bad)} of {len(rows)} run(s) verified; results in {where}")
+    untested = sum(r["outcome"] == UNTESTED for r in bad)
+    print(f"{label}{len(rows) - len(bad)} of {len(rows)} run(s) verified"
+          + (f", {untested} NOT TESTED (a planned kill never fired)" if untested else "")
+          + f"; results in {where}")
     return bool(rows) and not bad
 
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from .report_data import (COMPLETED, ReportError, _first_line, _fs, _is_number, _join,
-                          overhead_series, phase_means, protocol_stacks, read_events,
+from .report_data import (COMPLETED, UNTESTED, ReportError, _first_line, _fs, _is_number,
+                          _join, overhead_series, phase_means, protocol_stacks, read_events,
                           read_results, recovery_samples, timeline_marks, timeline_runs,
                           verified_cells)
 from .report_draw import (_OUTCOME_COLORS, draw_overhead, draw_recovery, draw_timeline,
@@ -64,8 +64,8 @@ class Report:
 
 _TABLE_COLUMNS = ("run_id", "app", "protocol", "schedule", "ranks", "seed", "outcome",
                   "verified", "identical", "wall_s", "overhead", "interval", "kills",
-                  "failures", "recoveries", "levels", "resumed_from", "checkpoints",
-                  "lost_work_s", "detect_s", "recover_s", "error")
+                  "kills_unfired", "failures", "recoveries", "levels", "resumed_from",
+                  "checkpoints", "lost_work_s", "detect_s", "recover_s", "error")
 
 
 def _cell(value) -> str:
@@ -100,11 +100,14 @@ def render_html(rows: list[dict], report: Report, *, title: str,
     e = html.escape
     n_ok = sum(bool(r["verified"]) for r in rows)
     bad = [r for r in rows if not r["verified"]]
+    untested = sum(r["outcome"] == UNTESTED for r in bad)
     columns = [c for c in _TABLE_COLUMNS if c in rows[0]]
     out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
            f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
            f"<h1>{e(title)}</h1>",
-           f"<p>{len(rows)} runs: <b>{n_ok} verified</b>, <b>{len(bad)} not verified</b>. "
+           f"<p>{len(rows)} runs: <b>{n_ok} verified</b>, <b>{len(bad)} not verified</b>"
+           + (f" (<b>{untested} NOT TESTED</b>: a planned kill never fired)" if untested
+              else "") + ". "
            f"Rows are coloured by outcome; the verified cell is green or red.</p>"]
     if report.notes:
         out.append("<h2>Notes</h2><ul>")
@@ -133,7 +136,7 @@ def render_html(rows: list[dict], report: Report, *, title: str,
         why = f": {r['error']}" if r.get("error") else ""
         out.append(f"<p><a href='#run-{e(r['run_id'])}'>{e(r['run_id'])}</a> "
                    f"({e(r['app'])}, {e(r['protocol'])}, {e(r['schedule'])}, seed "
-                   f"{e(_cell(r['seed']))}): <b>{e(str(r['outcome']))}</b>{e(why)}</p>")
+                   f"{e(_cell(r['seed']))}): <b>{e(_verdict(r))}</b>{e(why)}</p>")
         out.append(f"<pre class='replay'>{e(r['replay'] or '(no replay command recorded)')}"
                    f"</pre>")
     for heading, image, text in sections:
@@ -159,10 +162,17 @@ def render_html(rows: list[dict], report: Report, *, title: str,
     return "\n".join(out) + "\n"
 
 
+def _verdict(r: dict) -> str:
+    """A run's verdict in words: verified, NOT TESTED (a planned kill never fired) or
+    NOT verified (its outcome)."""
+    if r["verified"]:
+        return "verified"
+    return "NOT TESTED" if r["outcome"] == UNTESTED else f"NOT verified ({r['outcome']})"
+
+
 def _run_title(r: dict) -> str:
-    verdict = "verified" if r["verified"] else f"NOT verified ({r['outcome']})"
     return (f"{r['run_id']}: {r['app']}, protocol {r['protocol']}, schedule "
-            f"{r['schedule']}, {r['ranks']} ranks, seed {r['seed']} - {verdict}")
+            f"{r['schedule']}, {r['ranks']} ranks, seed {r['seed']} - {_verdict(r)}")
 
 
 def build_report(results_dir: str, out: str | None = None, *, max_timelines: int = 8) -> Report:

@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..base._storage import open_filesystem
-from .run_metrics import CHECKPOINT_KINDS, EVENT_SCHEMA, RESULT_SCHEMA
+from .run_metrics import CHECKPOINT_KINDS, EVENT_SCHEMA, RESULT_SCHEMA, UNTESTED
 
 # The columns the report reads, with the types chaos writes; others are ignored.
 READ_SCHEMA = pa.schema([RESULT_SCHEMA.field(name) for name in (
@@ -27,10 +27,11 @@ READ_SCHEMA = pa.schema([RESULT_SCHEMA.field(name) for name in (
     "events_path")])
 # Shown in the runs table when present (in this order, after the required ones).
 OPTIONAL_COLUMNS = ("experiment", "transport", "cluster", "identical", "error",
-                    "baseline_wall_s", "kills", "failures", "recoveries", "levels",
+                    "baseline_wall_s", "kills", "kills_unfired", "failures", "recoveries",
+                    "levels",
                     "resumed_from", "checkpoints", "lost_work_s")
 DETECTION_KINDS = ("failure_detected", "hang_detected")
-COMPLETED = ("verified", "wrong")  # outcomes of runs that ran to the end
+COMPLETED = ("verified", "wrong", UNTESTED)  # outcomes of runs that ran to the end
 COORDINATOR = -1
 
 

@@ -25,6 +25,11 @@ def timeline_start(events) -> float:
     starts = [ev.time for ev in events if ev.kind == "run_start"]
     return starts[0] if starts else (events[0].time if events else 0.0)
 
+UNTESTED = "untested"
+"""The outcome of a run that finished with the right answer while a kill of its plan never
+fired (``RunResult.metrics["kills_unfired"]``): it did not survive what it was meant to
+test, so it is NOT TESTED, not verified."""
+
 #: a results file's columns: one row per run of the matrix
 RESULT_SCHEMA = pa.schema([
     ("experiment", pa.string()), ("run_id", pa.string()), ("app", pa.string()),
@@ -33,7 +38,8 @@ RESULT_SCHEMA = pa.schema([
     ("interval", pa.float64()), ("interval_unit", pa.string()), ("outcome", pa.string()),
     ("verified", pa.bool_()), ("identical", pa.bool_()), ("error", pa.string()),
     ("wall_s", pa.float64()), ("baseline_wall_s", pa.float64()), ("overhead", pa.float64()),
-    ("kills", pa.int64()), ("failures", pa.int64()), ("recoveries", pa.int64()),
+    ("kills", pa.int64()), ("kills_unfired", pa.int64()), ("failures", pa.int64()),
+    ("recoveries", pa.int64()),
     ("checkpoints", pa.int64()), ("lost_work_s", pa.float64()), ("detect_s", pa.float64()),
     ("recover_s", pa.float64()), ("phases_json", pa.string()), ("levels", pa.string()),
     ("resumed_from", pa.string()), ("replay", pa.string()),

@@ -319,10 +319,14 @@ def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
         Flood, setup.ranks, transport="sim",
         kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER}).results]
     outcomes = []
-    for k in range(runs):
-        outcomes.append(check_run(cls, setup, seed + k, reference))
-        if progress is not None:
-            progress(outcomes)
+    with warnings.catch_warnings():
+        # random schedules: a kill aimed at a life already gone, or a stack without
+        # spares, is part of the draw; each run is judged by its own checks instead
+        warnings.simplefilter("ignore", ft.FaultToleranceWarning)
+        for k in range(runs):
+            outcomes.append(check_run(cls, setup, seed + k, reference))
+            if progress is not None:
+                progress(outcomes)
     return outcomes
 
 

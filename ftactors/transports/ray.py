@@ -66,6 +66,7 @@ from ..base._errors import ConfigError
 from ..engine._envelope import Envelope, from_rows, to_rows
 from ..runtime._host import RankHost, RankSpec
 from ..engine._payload import Payload, is_plain
+from . import _sources
 from ._direct import Listener, Peers, RunSecret, encode
 from .ray_driver import DEATH_NOTICES, ensure_ray
 
@@ -74,9 +75,10 @@ class RayLink(Link):
     """Sends batches on the direct plane (``direct``, see ``_direct``) or with one-way
     actor calls; large buffers through the object store."""
 
-    def __init__(self, rank: int, inbox):
+    def __init__(self, rank: int, inbox, clock_zero: float):
         self.rank = rank
         self.inbox = inbox
+        self.clock_zero = clock_zero  # the run's start (epoch seconds, the driver's)
         self.peers: list = []
         self.direct: Peers | None = None
 
@@ -141,7 +143,8 @@ class RayLink(Link):
         await self.inbox.post.remote(event)
 
     def clock(self) -> float:
-        return time.time()
+        """Seconds since the run started (``RayFabric.clock``)."""
+        return time.time() - self.clock_zero
 
 
 TRANSFER_CHUNK = 16 << 20
@@ -199,12 +202,15 @@ class RankActor:
         self.link: RayLink | None = None
         self.listener: Listener | None = None
 
-    async def setup(self, spec_blob: bytes, inbox, plane: dict | None = None):
-        """Become the rank of ``spec_blob``; returns this process's id, its Ray node and,
-        with ``plane`` (``{"secret", "run_dir"}``), where it listens for direct channels (a
+    async def setup(self, spec_blob: bytes, inbox, plane: dict | None, clock_zero: float):
+        """Become the rank of ``spec_blob`` (its ``RankSpec`` and the source lines of the
+        user code shipped by value, ``_sources``) in a run that started at
+        ``clock_zero``; returns this process's id, its Ray node and, with ``plane``
+        (``{"secret", "run_dir"}``), where it listens for direct channels (a
         ``DirectEndpoint``; else None)."""
-        spec: RankSpec = cloudpickle.loads(spec_blob)
-        self.link = RayLink(spec.rank, inbox)
+        spec, sources = cloudpickle.loads(spec_blob)
+        _sources.install(sources)
+        self.link = RayLink(spec.rank, inbox, clock_zero)
         self.host = RankHost(spec, self.link, self.die)
         node = ray.get_runtime_context().get_node_id()
         if plane is None:
@@ -311,9 +317,10 @@ class RankActor:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def _pickle_by_value(cls: type) -> None:
+def _pickle_by_value(cls: type) -> list:
     """Ship the user's classes by value when workers could not import their modules
-    (scripts, notebooks, test files)."""
+    (scripts, notebooks, test files); returns those modules."""
+    shipped = []
     for klass in cls.__mro__:
         mod = sys.modules.get(klass.__module__)
         name = klass.__module__
@@ -321,6 +328,8 @@ def _pickle_by_value(cls: type) -> None:
             continue
         if name == "__main__" or not _importable_everywhere(mod):
             cloudpickle.register_pickle_by_value(mod)
+            shipped.append(mod)
+    return shipped
 
 
 def _importable_everywhere(mod) -> bool:
@@ -340,6 +349,7 @@ class RayFabric:
         self._rank_worker: dict[int, str] = {}  # rank -> its current actor's worker id
         self.local_pid: dict = {}  # actor -> its process id, when on the driver's node
         self.on_report = lambda event: None
+        self._t0 = time.time()  # the run's start: events count seconds from here
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
         self._plane: dict | None = None
@@ -349,7 +359,8 @@ class RayFabric:
                                                    f"ftactors-{secrets.token_hex(8)}")}
 
     def clock(self) -> float:
-        return time.time()
+        """Seconds since the run started, as on every transport (``RunResult``)."""
+        return time.time() - self._t0
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -419,7 +430,7 @@ class RayFabric:
         return homes[(self._spares_placed - 1) % len(homes)]
 
     async def promote(self, actor, spec: RankSpec):
-        _pickle_by_value(spec.rank_cls)
+        sources = _sources.collect(_pickle_by_value(spec.rank_cls))
         self.rank_of[actor] = spec.rank
         worker = self.worker_of.get(actor)
         self._rank_worker[spec.rank] = worker
@@ -427,7 +438,7 @@ class RayFabric:
             DEATH_NOTICES.doomed(worker)
         try:
             pid, node, self.endpoints[actor] = await actor.setup.remote(
-                cloudpickle.dumps(spec), self.inbox, self._plane)
+                cloudpickle.dumps((spec, sources)), self.inbox, self._plane, self._t0)
         except RayActorError as exc:
             raise RankDied(spec.rank, f"could not start: {exc}") from None
         if node == ray.get_runtime_context().get_node_id():

@@ -100,7 +100,8 @@ def test_a_run_that_gives_up_is_reported_with_its_replay_command(tmp_path, capsy
                      schedules={"two": {"kill": [[1, 5]]}})
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(exp))
-    code = main(["chaos", str(path), "--out", str(tmp_path / "res")])
+    with pytest.warns(ft.NoSparesWarning, match="the first failure ends the run"):
+        code = main(["chaos", str(path), "--out", str(tmp_path / "res")])
     text = capsys.readouterr().out
     assert code == 1
     row = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()[0]
@@ -110,6 +111,31 @@ def test_a_run_that_gives_up_is_reported_with_its_replay_command(tmp_path, capsy
     assert f"replay: ftactors chaos {tmp_path / 'res'}/experiment.yaml --only r000" in text
     events = pq.read_table(tmp_path / "res" / "events" / "r000.parquet").to_pylist()
     assert "failure_detected" in [e["kind"] for e in events]  # kept from the failed run
+
+
+def test_a_run_whose_kill_never_fired_is_not_tested(tmp_path, capsys):
+    """The stencil's loop ends at iteration 12: a kill at 40 never fires, so the run
+    survived nothing and must not count as verified."""
+    exp = experiment(matrix={"app": "stencil", "protocol": "standby", "ranks": 4,
+                             "schedule": ["late", "one"], "seed": 2},
+                     protocols={"standby": {"spares": 1, "backup_interval": 2}},
+                     schedules={"late": {"kill": [[1, 5], [2, 40]]}, "one": {"kill": [[1, 5]]}})
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    with pytest.warns(ft.KillNotFiredWarning):
+        code = main(["chaos", str(path), "--out", str(tmp_path / "res")])
+    text = capsys.readouterr().out
+    assert code == 1
+    late, one = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()
+    assert late["outcome"] == "untested" and not late["verified"] and late["identical"]
+    assert late["kills"] == 1 and late["kills_unfired"] == 1
+    assert late["error"] == ("1 planned kill(s) never fired: Kill(rank=2, iteration=40): "
+                             "rank 2 (incarnation 0) never reached iteration 40 of an "
+                             "iterations() loop (its loops ended or were left first, or "
+                             "main() has none)")
+    assert one["outcome"] == "verified" and one["kills_unfired"] == 0
+    assert f"NOT TESTED r000 (seed 2): untested, {late['error']}" in text
+    assert "1 of 2 run(s) verified, 1 NOT TESTED (a planned kill never fired)" in text
 
 
 def test_flags_make_a_one_schedule_experiment(tmp_path, capsys):

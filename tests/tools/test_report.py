@@ -174,6 +174,20 @@ def test_report_writes_every_file_and_the_page_shows_them(results):
     assert "r003: no timeline: event file" in text
 
 
+def test_a_run_whose_kill_never_fired_is_shown_not_tested(tmp_path):
+    untested = {**row("r001", "cg", "standby", "late", 0, "untested"), "identical": True,
+                "kills_unfired": 1, "error": "1 planned kill(s) never fired: ..."}
+    rows = [row("r000", "cg", "standby", "late", 0, "verified"), untested]
+    d = write_results(tmp_path / "unit", rows,
+                      {"r000": run_events(4, kill=(1, 1.05)), "r001": run_events(4)})
+    build_report(str(d))
+    text = (d / "report" / "index.html").read_text()
+    assert ("2 runs: <b>1 verified</b>, <b>1 not verified</b> (<b>1 NOT TESTED</b>: a "
+            "planned kill never fired)") in text
+    assert "<b>NOT TESTED</b>: 1 planned kill(s) never fired" in text
+    assert "r001" in parse_page(d / "report" / "index.html").replays[0]
+
+
 def test_cli_writes_to_out_and_caps_timelines(results, tmp_path, capsys):
     out = tmp_path / "elsewhere"
     assert cli.main(["report", str(results), "--out", str(out), "--max-timelines", "1"]) == 0

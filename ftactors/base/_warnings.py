@@ -1,0 +1,42 @@
+"""Warnings for fault tolerance that does less than it seems to.
+
+A run can finish with the right answer while no failure was survived or no state was
+protected: a planned kill that never fired, a rank restored with nothing registered, a
+protocol that never checkpoints, a spares role with no spares. None of these is an error
+(the answer is right), but a user who believes the program was tested must be told. Each
+is a ``FaultToleranceWarning`` (filter them all with that class) and is also recorded in
+the run's timeline or metrics, which is what the chaos tools read.
+"""
+from __future__ import annotations
+
+import warnings
+
+
+class FaultToleranceWarning(UserWarning):
+    """The run's fault tolerance protects, or was tested for, less than it seems to."""
+
+
+class KillNotFiredWarning(FaultToleranceWarning):
+    """A kill of the ``ft.Chaos`` plan never fired: the run did not survive it
+    (``RunResult.metrics["kills_unfired"]`` says which and why)."""
+
+
+class NothingRegisteredWarning(FaultToleranceWarning):
+    """A rank was restored past its first loop's top with no registered state
+    (``self.register``): its loop resumes with every variable as ``main()`` first set
+    it."""
+
+
+class NoCheckpointWarning(FaultToleranceWarning):
+    """A protocol of the stack will never checkpoint in this run (no interval set, or
+    no safe point reached): a failure restarts from the start of the run."""
+
+
+class NoSparesWarning(FaultToleranceWarning):
+    """The stack's spares role has ``spares=0``: what a failure does instead."""
+
+
+def warn(category: type[Warning], message: str) -> None:
+    """Issue ``message`` as a warning attributed to ftactors (not to whichever line of
+    the framework happened to notice), every time it is issued."""
+    warnings.warn_explicit(message, category, "ftactors", 0, module="ftactors")

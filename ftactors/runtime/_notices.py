@@ -1,0 +1,158 @@
+"""What a run must tell its user about fault tolerance it did not exercise or cannot give.
+
+A run that verifies is only evidence when the failures it planned happened and the state
+it claims to protect was protected. Four ways a run can look tested while it is not
+(issue 24, item 4), each told as a ``FaultToleranceWarning`` (``base/_warnings``) and
+kept in the result:
+
+* a planned kill that never fired (its iteration was past the end of the loop or after
+  a ``break``, it named an incarnation that never lived or was already gone, the program
+  has no ``iterations()`` loop, its time came after the end of the run, its recovery
+  round or phase never came): ``kill_tally`` matches the plan against the ``killed``
+  (and ``stalled``) events and says why each unfired one did not fire;
+  ``RunResult.metrics`` has ``kills_planned``, ``kills_fired`` and ``kills_unfired``;
+* a rank restored past the top of its first loop with nothing registered: the rank
+  reports it at the restore (``restored_unregistered``), the driver warns then
+  (``on_report``) and the metrics list the ranks;
+* a protocol that will never checkpoint: known before the start from the options
+  (``Protocol.start_notices``, e.g. ReadyMessageFlush with no interval), or only at the
+  end when no rank ever offered a safe point to protocols that checkpoint only there
+  (``Protocol.needs_safe_points``): no earlier moment knows that ``main()`` has no loop;
+* a spares role with ``spares=0`` (``StandbyReplacement.start_notices``): what a
+  failure will do instead.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ..base._events import Event
+from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
+                              NothingRegisteredWarning, warn)
+from ._chaos import Kill
+from ._protocol import protocol_classes
+
+
+def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
+    """Warn of what the stack's protocols say about this run's settings before it
+    starts (``Protocol.start_notices``); returns the messages."""
+    told = []
+    for proto in protocol_classes(rank_cls):
+        for category, message in proto.start_notices(rank_cls, options, spares):
+            warn(category, message)
+            told.append(message)
+    return told
+
+
+def on_report(event: Event) -> None:
+    """A rank's report reached the driver: warn now of one that says a rank was
+    restored with nothing registered."""
+    if event.kind == "restored_unregistered":
+        loop, iteration = event.detail["position"]
+        warn(NothingRegisteredWarning,
+             f"rank {event.rank} was restored to iteration {iteration} of loop {loop} "
+             f"with nothing registered (self.register): its loop resumes there with every "
+             f"variable as main() first set it, not as it was before the failure; "
+             f"register the state the loop changes")
+
+
+def after_run(rank_cls: type, kills: list[Kill], metrics: dict, events: list[Event]) -> None:
+    """Add to ``metrics`` what the run did not exercise or protect, and warn of it."""
+    tally = kill_tally(kills, events)
+    metrics.update(tally)
+    if tally["kills_unfired"]:
+        lines = "; ".join(f"{kill_text(k['kill'])}: {k['why']}" for k in tally["kills_unfired"])
+        warn(KillNotFiredWarning,
+             f"{len(tally['kills_unfired'])} of {len(kills)} planned kill(s) never fired, so "
+             f"this run did not survive them: {lines}")
+    metrics["restored_unregistered"] = sorted(
+        {ev.rank for ev in events if ev.kind == "restored_unregistered"})
+    finishes = [ev for ev in events if ev.kind == "finish"]
+    metrics["safe_points"] = any(ev.detail.get("position") is not None for ev in finishes)
+    needing = [p.__name__ for p in protocol_classes(rank_cls) if p.needs_safe_points]
+    if needing and finishes and not metrics["safe_points"]:
+        warn(NoCheckpointWarning,
+             f"no rank offered a safe point (main() has no `async for i in "
+             f"self.iterations(n)` loop): {', '.join(needing)} checkpoint(s) only there, so "
+             f"nothing was checkpointed and a failure restarts the run from the start")
+
+
+def kill_tally(kills: list[Kill], events: list[Event]) -> dict[str, list[dict]]:
+    """``kills_planned``, ``kills_fired`` (each a kill's settings) and ``kills_unfired``
+    (``{"kill": settings, "why": reason}``), matching each planned kill to the event of
+    its firing (each event fires one kill)."""
+    strikes = [ev for ev in events if ev.kind in ("killed", "stalled")]
+    planned, fired, unfired = [], [], []
+    for kill in kills:
+        settings = describe(kill)
+        planned.append(settings)
+        hit = next((ev for ev in strikes if _fired_by(kill, ev)), None)
+        if hit is not None:
+            strikes.remove(hit)
+            fired.append(settings)
+        else:
+            unfired.append({"kill": settings, "why": _why_unfired(kill, events)})
+    return {"kills_planned": planned, "kills_fired": fired, "kills_unfired": unfired}
+
+
+def describe(kill: Kill) -> dict[str, Any]:
+    """A kill's settings that say when it strikes (none left at their defaults)."""
+    out = {k: v for k, v in asdict(kill).items() if v is not None}
+    if kill.recovery_round is None:
+        out.pop("recovery_phase")
+    if not kill.incarnation:
+        out.pop("incarnation")
+    return out
+
+
+def kill_text(settings: dict) -> str:
+    """A kill's settings (``describe``) as the user would write the kill."""
+    return "Kill(" + ", ".join(f"{k}={v!r}" for k, v in settings.items()) + ")"
+
+
+def _fired_by(kill: Kill, ev: Event) -> bool:
+    """Whether event ``ev`` (a ``killed`` or ``stalled`` one) is ``kill`` firing."""
+    d = ev.detail
+    if ev.rank != kill.rank:
+        return False
+    if kill.recovery_round is not None:
+        return (ev.kind == "killed" and d.get("during_recovery") == kill.recovery_round
+                and d.get("phase") == kill.recovery_phase)
+    if kill.time_s is not None:
+        return d.get("at_s") == kill.time_s
+    return (ev.kind == "killed" and d.get("how") == "chaos"
+            and d.get("iteration") == kill.iteration
+            and d.get("incarnation", 0) == kill.incarnation)
+
+
+def _why_unfired(kill: Kill, events: list[Event]) -> str:
+    """Why ``kill`` never fired, from the timeline."""
+    r = kill.rank
+    if kill.recovery_round is not None:
+        rounds = {ev.detail["round"] for ev in events if ev.kind == "recovery_start"}
+        if kill.recovery_round not in rounds:
+            return f"the run had no recovery round {kill.recovery_round} ({len(rounds)} round(s))"
+        return f"recovery round {kill.recovery_round} never reached phase {kill.recovery_phase!r}"
+    if kill.time_s is not None:
+        if kill.incarnation:
+            return "a kill at a time strikes a rank's first life only"
+        ran = [ev.time for ev in events if ev.kind in ("run_start", "run_end")]
+        took = f"its ranks ran {ran[-1] - ran[0]:.3g} s; " if len(ran) == 2 else ""
+        return f"the run ended first ({took}the kill was due {kill.time_s:.3g} s in)"
+    last = max((ev.detail["incarnation"] for ev in events
+                if ev.kind == "respawned" and ev.rank == r), default=0)
+    if kill.incarnation > last:
+        return (f"rank {r} never had incarnation {kill.incarnation} "
+                f"(its last was {last})")
+    if any(ev.kind == "failure_detected" and ev.rank == r
+           and ev.detail.get("incarnation") == kill.incarnation for ev in events):
+        return (f"incarnation {kill.incarnation} of rank {r} died before it reached "
+                f"iteration {kill.iteration}")
+    if any(ev.kind == "respawned" and ev.rank == r
+           and ev.detail["incarnation"] == kill.incarnation + 1 for ev in events):
+        return (f"incarnation {kill.incarnation} of rank {r} was replaced by a recovery "
+                f"(as incarnation {kill.incarnation + 1}) before it reached iteration "
+                f"{kill.iteration}")
+    return (f"rank {r} (incarnation {kill.incarnation}) never reached iteration "
+            f"{kill.iteration} of an iterations() loop (its loops ended or were left "
+            f"first, or main() has none)")

@@ -1,0 +1,204 @@
+"""A run that looks tested but is not says so (issue 24, item 4): unfired chaos kills,
+a rank restored with nothing registered, a protocol that never checkpoints, a spares
+role with no spares. Each is a ``ft.FaultToleranceWarning`` and is kept in the result."""
+import warnings
+
+import pytest
+
+import ftactors as ft
+from ftactors.protocols import ReadyMessageFlush, StandbyReplacement
+
+from .. import bodies as b
+
+
+class Converging(ft.Rank):
+    """A loop of ``n`` iterations left by a convergence ``break`` after iteration 3."""
+
+    async def main(self, n=10):
+        self.register("x", 0)
+        async for it in self.iterations(n):
+            self.x += await self.comm.allreduce(it)
+            if it == 3:
+                break
+        return self.x
+
+
+class Summing(ft.Rank):
+    """``Iterating`` with its sum registered."""
+
+    async def main(self, n):
+        self.register("total", 0)
+        async for it in self.iterations(n):
+            self.total += await self.comm.allreduce(it)
+        return self.total
+
+
+class NoLoop(ft.Rank):
+    """Straight-line code: no ``iterations()`` loop, so no safe point."""
+
+    async def main(self):
+        return await self.comm.allreduce(self.rank)
+
+
+class SbConverging(StandbyReplacement, Converging):
+    backup_interval = 1
+
+
+class SbNoLoop(StandbyReplacement, NoLoop):
+    pass
+
+
+class SbIterating(StandbyReplacement, b.Iterating):
+    """``Iterating`` keeps its sum in a local variable: it registers nothing."""
+    backup_interval = 2
+
+
+class SbRfSumming(StandbyReplacement, ReadyMessageFlush, Summing):
+    backup_interval = 2
+
+
+class RfIterating(ReadyMessageFlush, b.Iterating):
+    pass
+
+
+class RfSumming(ReadyMessageFlush, Summing):
+    pass
+
+
+def _told(record, category) -> list[str]:
+    return [str(w.message) for w in record if issubclass(w.category, category)]
+
+
+def test_kills_that_never_fire_are_told_and_counted(transport):
+    """Past the loop's end, after a convergence break, and aimed at an incarnation that
+    a first kill already took: the run verifies, but says it did not survive them."""
+    plan = ft.Chaos(kill=[(1, 2), (1, 3), (2, 6), (0, 20)])
+    with pytest.warns(ft.KillNotFiredWarning) as record:
+        r = ft.run(SbConverging, ranks=3, spares=1, transport=transport, timeout_s=120,
+                   chaos=plan)
+    assert r.results == [3 * (0 + 1 + 2 + 3)] * 3  # the kill that fired was survived
+    m = r.metrics
+    assert m["kills_planned"] == [{"rank": 1, "iteration": i} for i in (2, 3)] + [
+        {"rank": 2, "iteration": 6}, {"rank": 0, "iteration": 20}]
+    assert m["kills_fired"] == [{"rank": 1, "iteration": 2}]
+    assert [(k["kill"], k["why"]) for k in m["kills_unfired"]] == [
+        ({"rank": 1, "iteration": 3},
+         "incarnation 0 of rank 1 died before it reached iteration 3"),
+        ({"rank": 2, "iteration": 6},
+         "rank 2 (incarnation 0) never reached iteration 6 of an iterations() loop (its "
+         "loops ended or were left first, or main() has none)"),
+        ({"rank": 0, "iteration": 20},
+         "rank 0 (incarnation 0) never reached iteration 20 of an iterations() loop (its "
+         "loops ended or were left first, or main() has none)")]
+    (told,) = _told(record, ft.KillNotFiredWarning)
+    assert told.startswith("3 of 4 planned kill(s) never fired")
+    assert "Kill(rank=2, iteration=6): rank 2 (incarnation 0) never reached" in told
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_kills_for_a_life_that_never_comes_or_a_time_after_the_end(transport):
+    plan = ft.Chaos(kill=[ft.Kill(1, iteration=2, incarnation=1),
+                          ft.Kill(2, recovery_round=0)], kill_at=[(0, 900.0)])
+    with pytest.warns(ft.KillNotFiredWarning):
+        r = ft.run(SbConverging, ranks=3, spares=1, transport=transport, chaos=plan)
+    assert r.metrics["kills_fired"] == []
+    assert [k["why"] for k in r.metrics["kills_unfired"]] == [
+        "rank 1 never had incarnation 1 (its last was 0)",
+        "the run had no recovery round 0 (0 round(s))",
+        f"the run ended first (its ranks ran "
+        f"{r.events_of('run_end')[0].time - r.events_of('run_start')[0].time:.3g} s; the "
+        f"kill was due 900 s in)"]
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_kill_of_a_life_a_global_restart_replaced_never_fires(transport):
+    """ReadyMessageFlush restarts every rank in a new actor: a second kill aimed at the
+    first life of another rank finds it gone."""
+    with pytest.warns(ft.KillNotFiredWarning):
+        r = ft.run(RfSumming, ranks=3, args=(8,), transport=transport,
+                   checkpoint_interval=2, chaos=ft.Chaos(kill=[(1, 3), (2, 6)]))
+    assert r.results == [3 * sum(range(8))] * 3
+    assert r.metrics["kills_unfired"] == [{
+        "kill": {"rank": 2, "iteration": 6},
+        "why": "incarnation 0 of rank 2 was replaced by a recovery (as incarnation 1) "
+               "before it reached iteration 6"}]
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_program_without_a_loop_is_told_it_had_no_safe_point(transport):
+    with pytest.warns(ft.FaultToleranceWarning) as record:
+        r = ft.run(SbNoLoop, ranks=3, spares=1, transport=transport,
+                   chaos=ft.Chaos(kill=[(1, 0)]))
+    assert r.results == [3, 3, 3]
+    assert [k["kill"] for k in r.metrics["kills_unfired"]] == [{"rank": 1, "iteration": 0}]
+    (no_ckpt,) = _told(record, ft.NoCheckpointWarning)
+    assert no_ckpt.startswith("no rank offered a safe point (main() has no `async for i in "
+                              "self.iterations(n)` loop): StandbyReplacement checkpoint(s) "
+                              "only there")
+    assert r.metrics["safe_points"] is False
+
+
+def test_a_rank_restored_with_nothing_registered_is_named(transport):
+    """``Iterating`` sums in a local variable: restored at iteration 4 it goes on from 0,
+    and the answer is silently wrong; the run must say which rank lost its state."""
+    with pytest.warns(ft.NothingRegisteredWarning) as record:
+        r = ft.run(SbIterating, ranks=3, spares=1, args=(8,), transport=transport,
+                   timeout_s=120, chaos=ft.Chaos(kill=[(1, 5)]))
+    told = _told(record, ft.NothingRegisteredWarning)
+    assert any(t.startswith("rank 1 was restored to iteration 4 of loop 0 with nothing "
+                            "registered (self.register)") for t in told)
+    assert r.metrics["restored_unregistered"] == [0, 1, 2]  # survivors roll back too
+    assert {e.rank for e in r.events_of("restored_unregistered")} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_restore_to_the_top_of_the_first_loop_lost_nothing(transport):
+    """Restored to iteration 0 of the first loop, a program that registers nothing
+    starts that loop as it first did: nothing to tell."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.FaultToleranceWarning)
+        r = ft.run(SbIterating, ranks=3, spares=1, args=(8,), transport=transport,
+                   backup_interval=100, chaos=ft.Chaos(kill=[(1, 5)]))
+    assert [tuple(e.detail["position"]) for e in r.events_of("restored")] == [(0, 0)] * 3
+    assert r.results == [3 * sum(range(8))] * 3 and r.metrics["restored_unregistered"] == []
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_ready_flush_with_no_interval_is_told_at_the_start(transport):
+    with pytest.warns(ft.NoCheckpointWarning, match="ReadyMessageFlush has no checkpoint "
+                      "interval: .* set checkpoint_interval=K"):
+        ft.run(RfIterating, ranks=2, args=(4,), transport=transport)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.FaultToleranceWarning)
+        ft.run(RfIterating, ranks=2, args=(4,), transport=transport, checkpoint_interval=2)
+        ft.run(RfIterating, ranks=2, args=(4,), transport=transport, checkpoint_interval_s=1)
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_standby_alone_without_spares_says_the_first_failure_ends_the_run(transport):
+    with pytest.warns(ft.NoSparesWarning, match="StandbyReplacement with spares=0 has no "
+                      "standby rank to promote: the first failure ends the run with "
+                      "ft.RankFailed; set spares=k"):
+        with pytest.raises(ft.RankFailed, match="no spare left"):  # as it said
+            ft.run(SbConverging, ranks=3, transport=transport, chaos=ft.Chaos(kill=[(1, 2)]))
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_standby_below_a_level_without_spares_says_a_new_actor_takes_over(transport):
+    with pytest.warns(ft.NoSparesWarning, match="StandbyReplacement with spares=0: "
+                      "StandbyReplacement restarts a failed rank in a new actor"):
+        r = ft.run(SbRfSumming, ranks=3, args=(8,), transport=transport,
+                   checkpoint_interval=4, chaos=ft.Chaos(kill=[(1, 5)]))
+    assert [(e.rank, e.detail["warm"]) for e in r.events_of("respawned")] == [(1, False)]
+    assert r.results == [3 * sum(range(8))] * 3
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_run_that_tests_what_it_plans_is_quiet(transport):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.FaultToleranceWarning)
+        r = ft.run(SbConverging, ranks=3, spares=2, transport=transport,
+                   chaos=ft.Chaos(kill=[(1, 2), ft.Kill(1, iteration=3, incarnation=1)]))
+    assert r.metrics["kills_fired"] == r.metrics["kills_planned"]
+    assert r.metrics["kills_unfired"] == [] and r.metrics["restored_unregistered"] == []
+    assert r.metrics["safe_points"] is True
