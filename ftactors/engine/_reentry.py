@@ -12,8 +12,8 @@ wrong there, and both used to give silently wrong answers:
 * That code writes registered attributes (``self.halo = await comm.recv(...)``), so the
   state the loop resumes with is no longer the checkpoint's. Hence the registered values
   are set back from the snapshot when the resumed loop is reached, whatever the code
-  before it did to them: from a second, untouched copy if ``register`` handed the first
-  one out (the code may have changed it in place).
+  before it did to them: ``register`` hands that code a copy of its own (loaded once,
+  when first asked for), since it may change a value in place.
 * That code does not make the receives it made in its first life (it is skipped when
   ``self.restored``, or it depends on something that changed). A pre-loop message left
   over would be handed to the next matching receive inside the loop, and every later one
@@ -62,15 +62,20 @@ class Reentry:
         self._registered = registered
         self._buffers = buffers
         self.values: dict[str, Any] = pickle.loads(registered, buffers=buffers)
-        self._lent = False
+        """The checkpoint's registered values, for the resumed loop only."""
+        self._lent: dict[str, Any] | None = None
 
     def value(self, name: str, initial: Any) -> Any:
         """What ``register(name, initial)`` gives the code before the resume point: the
-        checkpoint's value (so expensive set-up can be skipped), else ``initial``."""
-        if name in self.values:
-            self._lent = True
-            return self.values[name]
-        return initial
+        checkpoint's value (so expensive set-up can be skipped), else ``initial``. A
+        copy of its own, loaded once: that code may change it in place."""
+        if name not in self.values:
+            return initial
+        if self._lent is None:
+            buffers = self._buffers
+            self._lent = pickle.loads(self._registered, buffers=(
+                None if buffers is None else [bytearray(b) for b in buffers]))
+        return self._lent[name]
 
     def took(self, env: Envelope | None, source: int, tag: int) -> bool:
         """A receive for (``source``, ``tag``) found ``env`` queued (None: nothing).
@@ -93,7 +98,7 @@ class Reentry:
 
     def at_loop(self) -> dict[str, Any]:
         """The resumed loop is reached (or, with no resume point, the first loop): returns
-        the registered values to set, an untouched copy of the checkpoint's.
+        the registered values to set, the checkpoint's, untouched.
 
         Raises:
             ProtocolError: pre-loop messages were not received again.
@@ -103,11 +108,7 @@ class Reentry:
                 f"rank {self.rank}, restored {self._where()}: the code before that loop "
                 f"did not receive again what it received there in its first life: "
                 f"{describe(self._left.values())}. {RULE}")
-        if not self._lent:
-            return self.values
-        buffers = self._buffers
-        return pickle.loads(self._registered, buffers=(
-            None if buffers is None else [bytearray(b) for b in buffers]))
+        return self.values
 
     def _where(self) -> str:
         if self.resume is None:
