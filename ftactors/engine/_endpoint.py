@@ -27,7 +27,9 @@ and each protocol's own state. Restoring puts the logged and queued messages bac
 front of the matcher, so receives are served first from them, in their original order,
 then from the network (CoCheck, section 4). While ``main()`` re-runs the code before the
 resume point, its sends are suppressed (they happened before the snapshot, and the flush
-that made the snapshot consistent delivered them); from the resume point on, messages
+that made the snapshot consistent delivered them), its receives must take the messages
+it received there in its first life again, and the registered attributes are set back
+to the snapshot's at the resume point (``_reentry``); from the resume point on, messages
 sent again get their original numbers and their receivers drop the ones they have. This is correct under the piecewise-determinism assumption: from
 the same state and the same received messages, a rank sends the same messages.
 """

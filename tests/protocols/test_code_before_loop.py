@@ -11,6 +11,7 @@ numpy halo exchange that stops on convergence on odd rank counts, several loops,
 registered inside the loop, and code before the loop that legitimately reads again.
 """
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -220,6 +221,24 @@ def test_the_numpy_exchange_skipped_is_an_error_too():
                                            r"in its first life: 1 message from rank \d "
                                            r"\(tag [12], communicator 'w'\)"):
         run("standby", Jacobi, 5, "sim", [(2, 9)], skip=True)
+
+
+def readme_example() -> type:
+    """The README's example of code before the loop, as it is written there."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = text.split("### Code before the loop")[1].split("```python")[1].split("```")[0]
+    namespace = {"ft": ft}
+    exec(code, namespace)
+    return namespace["Jacobi"]
+
+
+@pytest.mark.parametrize("name", ["standby", "ready-flush"])
+def test_the_readme_example_recovers_bit_for_bit(name):
+    program = readme_example()
+    want = ft.run(program, 5, transport="sim").results
+    r = run(name, program, 5, "sim", [(2, 9)])
+    resumed_in_loop(r)
+    assert all(np.array_equal(got, u) for got, u in zip(r.results, want))
 
 # ----------------------------------------- several loops, state registered inside a loop
 
