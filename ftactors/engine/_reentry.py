@@ -9,11 +9,15 @@ snapshot) and its receives are served again with the messages it received in its
 life, which the snapshot logged in order (the *pre-loop messages*). Two things can go
 wrong there, and both used to give silently wrong answers:
 
-* That code writes registered attributes (``self.halo = await comm.recv(...)``), so the
-  state the loop resumes with is no longer the checkpoint's. Hence the registered values
-  are set back from the snapshot when the resumed loop is reached, whatever the code
-  before it did to them: ``register`` hands that code a copy of its own (loaded once,
-  when first asked for), since it may change a value in place.
+* That code writes registered attributes (``self.halo = await comm.recv(...)``, or
+  ``self.u[0] = ...`` in place), so the state the loop resumes with is no longer the
+  checkpoint's. Hence the registered values are put back when the resumed loop is
+  reached, whatever the code before it did to them. The program may hold the objects
+  ``register`` returned (``hist = self.register("hist", [])``, then ``hist.append`` in
+  the loop), as it did in its first life: so the attributes are bound to those objects
+  again, with the checkpoint's contents copied back into them in place where their
+  structure allows (arrays, lists, dicts, tuples' elements), from an untouched copy
+  loaded before the first one was handed out; anything else is replaced.
 * That code does not make the receives it made in its first life (it is skipped when
   ``self.restored``, or it depends on something that changed). A pre-loop message left
   over would be handed to the next matching receive inside the loop, and every later one
@@ -37,6 +41,8 @@ import pickle
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from ..base._errors import ProtocolError
 from ._constants import ANY_SOURCE, ANY_TAG
 from ._envelope import COLLECTIVE_SUFFIX, Envelope
@@ -51,7 +57,8 @@ class Reentry:
             taken before the first loop.
         again: the pre-loop messages, in the order the first life received them.
         registered, buffers: the snapshot's pickled registered values and their
-            out-of-band buffers (a transfer's), None for a sealed snapshot.
+            out-of-band buffers (a transfer's, which the values are views of), None for
+            a sealed snapshot.
     """
 
     def __init__(self, rank: int, resume: tuple[int, int] | None, again: list[Envelope],
@@ -62,20 +69,22 @@ class Reentry:
         self._registered = registered
         self._buffers = buffers
         self.values: dict[str, Any] = pickle.loads(registered, buffers=buffers)
-        """The checkpoint's registered values, for the resumed loop only."""
-        self._lent: dict[str, Any] | None = None
+        """The checkpoint's registered values: what ``register`` hands out, and what
+        the resumed loop goes on with."""
+        self._pristine: dict[str, Any] | None = None  # loaded before any was handed out
+        self._handed: set[str] = set()
 
     def value(self, name: str, initial: Any) -> Any:
         """What ``register(name, initial)`` gives the code before the resume point: the
-        checkpoint's value (so expensive set-up can be skipped), else ``initial``. A
-        copy of its own, loaded once: that code may change it in place."""
+        checkpoint's value (so expensive set-up can be skipped), else ``initial``."""
         if name not in self.values:
             return initial
-        if self._lent is None:
+        if self._pristine is None:
             buffers = self._buffers
-            self._lent = pickle.loads(self._registered, buffers=(
+            self._pristine = pickle.loads(self._registered, buffers=(
                 None if buffers is None else [bytearray(b) for b in buffers]))
-        return self._lent[name]
+        self._handed.add(name)
+        return self.values[name]
 
     def took(self, env: Envelope | None, source: int, tag: int) -> bool:
         """A receive for (``source``, ``tag``) found ``env`` queued (None: nothing).
@@ -98,7 +107,7 @@ class Reentry:
 
     def at_loop(self) -> dict[str, Any]:
         """The resumed loop is reached (or, with no resume point, the first loop): returns
-        the registered values to set, the checkpoint's, untouched.
+        the registered values to bind, with the checkpoint's contents.
 
         Raises:
             ProtocolError: pre-loop messages were not received again.
@@ -108,6 +117,8 @@ class Reentry:
                 f"rank {self.rank}, restored {self._where()}: the code before that loop "
                 f"did not receive again what it received there in its first life: "
                 f"{describe(self._left.values())}. {RULE}")
+        for name in self._handed:
+            self.values[name] = put_back(self.values[name], self._pristine[name])
         return self.values
 
     def _where(self) -> str:
@@ -134,3 +145,27 @@ def describe(envs) -> str:
         said.append(f"{n} message{'s' if n != 1 else ''} from rank {src} "
                     f"(tag {tag}, {what})")
     return ", ".join(said)
+
+
+def put_back(dst: Any, src: Any) -> Any:
+    """``dst`` with the contents of ``src`` (an untouched copy of what ``dst`` was),
+    copied in place where the structure still matches, so whatever holds ``dst`` or a
+    view of it sees them; else ``src``."""
+    if (type(dst) is np.ndarray and type(src) is np.ndarray and dst.shape == src.shape
+            and dst.dtype == src.dtype and dst.flags.writeable):
+        np.copyto(dst, src)
+        return dst
+    if type(dst) is list and type(src) is list:  # appended to, or shortened: the rest
+        dst[:] = [put_back(d, s) for d, s in zip(dst, src)] + src[len(dst):]
+        return dst
+    if type(dst) is dict and type(src) is dict:
+        if dst.keys() == src.keys():
+            dst.update({k: put_back(v, src[k]) for k, v in dst.items()})
+        else:
+            dst.clear()
+            dst.update(src)
+        return dst
+    if type(dst) is tuple and type(src) is tuple and len(dst) == len(src):
+        back = tuple(put_back(d, s) for d, s in zip(dst, src))
+        return dst if all(b is d for b, d in zip(back, dst)) else back
+    return src

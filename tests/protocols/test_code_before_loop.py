@@ -307,6 +307,34 @@ def test_state_registered_inside_the_loop_is_restored(name, transport):
     resumed_in_loop(r)
     assert r.results == reference(LateRegister, 2)
 
+
+class Aliased(ft.Rank):
+    """Works on what ``register`` returned, held in locals (in its first life they are
+    the registered objects), and writes one of them in place before the loop."""
+
+    async def main(self, iterations=10):
+        comm, r, n = self.comm, self.rank, self.size
+        acc = self.register("acc", np.zeros(3))
+        hist = self.register("hist", [])
+        acc[0] = await comm.sendrecv(float(r + 1), dest=(r + 1) % n, source=(r - 1) % n)
+        async for i in self.iterations(iterations):
+            got = await comm.sendrecv(acc.copy(), dest=(r + 1) % n, source=(r - 1) % n)
+            acc += 0.5 * got + i
+            hist.append(float(acc.sum()))
+        return self.acc.tolist(), list(self.hist)
+
+
+@pytest.mark.parametrize("name, transport", [("standby", "local"), ("ready-flush", "sim"),
+                                             ("groups", "local")])
+def test_what_register_returned_stays_the_registered_state(name, transport):
+    """The arrays and lists ``register`` handed the code before the loop are the ones
+    the resumed loop works on, with the checkpoint's contents back in them (before the
+    fix the in-place write before the loop stayed; bound to fresh copies instead, the
+    locals would drift from ``self.acc`` and ``self.hist``)."""
+    r = run(name, Aliased, 3, transport, [(1, 5)])
+    resumed_in_loop(r)
+    assert r.results == reference(Aliased, 3)
+
 # ---------------------------------------------- code before the loop that reads again
 
 
