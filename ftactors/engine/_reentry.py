@@ -140,32 +140,38 @@ def describe(envs) -> str:
     counts = Counter((env.src, env.tag, env.comm) for env in envs)
     said = []
     for (src, tag, comm), n in counts.items():
-        what = (f"a collective's on communicator {comm[:-len(COLLECTIVE_SUFFIX)]!r}"
-                if comm.endswith(COLLECTIVE_SUFFIX) else f"communicator {comm!r}")
-        said.append(f"{n} message{'s' if n != 1 else ''} from rank {src} "
-                    f"(tag {tag}, {what})")
+        collective = comm.endswith(COLLECTIVE_SUFFIX)
+        name = comm[:-len(COLLECTIVE_SUFFIX)] if collective else comm
+        said.append(f"{n} message{'s' if n != 1 else ''} from rank {src} (tag {tag}, "
+                    f"communicator {name!r}{', a collective' if collective else ''})")
     return ", ".join(said)
 
 
-def put_back(dst: Any, src: Any) -> Any:
+def put_back(dst: Any, src: Any, memo: dict | None = None) -> Any:
     """``dst`` with the contents of ``src`` (an untouched copy of what ``dst`` was),
     copied in place where the structure still matches, so whatever holds ``dst`` or a
-    view of it sees them; else ``src``."""
-    if (type(dst) is np.ndarray and type(src) is np.ndarray and dst.shape == src.shape
-            and dst.dtype == src.dtype and dst.flags.writeable):
-        np.copyto(dst, src)
-        return dst
-    if type(dst) is list and type(src) is list:  # appended to, or shortened: the rest
-        dst[:] = [put_back(d, s) for d, s in zip(dst, src)] + src[len(dst):]
-        return dst
-    if type(dst) is dict and type(src) is dict:
-        if dst.keys() == src.keys():
-            dst.update({k: put_back(v, src[k]) for k, v in dst.items()})
+    view of it sees them; else ``src``. ``memo``: the containers already put back, by id
+    (shared and self-containing structures)."""
+    kind = type(dst)
+    if kind not in (np.ndarray, list, dict, tuple) or type(src) is not kind:
+        return src
+    memo = {} if memo is None else memo
+    if id(dst) in memo:
+        return memo[id(dst)]
+    memo[id(dst)] = dst
+    if kind is np.ndarray:
+        if dst.shape == src.shape and dst.dtype == src.dtype and dst.flags.writeable:
+            np.copyto(dst, src)
         else:
-            dst.clear()
-            dst.update(src)
-        return dst
-    if type(dst) is tuple and type(src) is tuple and len(dst) == len(src):
-        back = tuple(put_back(d, s) for d, s in zip(dst, src))
-        return dst if all(b is d for b, d in zip(back, dst)) else back
-    return src
+            memo[id(dst)] = src
+    elif kind is list:  # appended to, or shortened: the rest as it was
+        dst[:] = [put_back(d, s, memo) for d, s in zip(dst, src)] + src[len(dst):]
+    elif kind is dict:
+        kept = {k: put_back(dst[k], v, memo) if k in dst else v for k, v in src.items()}
+        dst.clear()
+        dst.update(kept)
+    else:
+        back = tuple(put_back(d, s, memo) for d, s in zip(dst, src)) + src[len(dst):]
+        if len(back) != len(dst) or any(b is not d for b, d in zip(back, dst)):
+            memo[id(dst)] = back
+    return memo[id(dst)]
