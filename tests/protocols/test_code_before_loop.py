@@ -194,7 +194,7 @@ class Jacobi(ft.Rank):
         await ft.waitall(reqs)
 
 
-JACOBI_CASES = [("standby", 5, "local"), ("standby", 5, "sim"), ("standby", 3, "ray"),
+JACOBI_CASES = [("standby", 5, "local"), ("standby", 5, "sim"),
                 ("ready-flush", 3, "local"), ("ready-flush", 5, "sim"),
                 ("groups", 5, "local"), ("groups", 3, "sim")]
 
