@@ -11,7 +11,8 @@ iteration with the registered attributes set back to the checkpoint's values.
 Rules that make re-entry correct (the piecewise-determinism assumption, see
 docs/ARCHITECTURE.md): whatever ``main()`` computes must follow from its arguments, its
 registered state and the messages it receives; state changed inside a loop and used later
-must be registered; safe-point loops are not nested (use ``range`` for inner loops).
+must be registered; the code before a loop is not skipped after a restore (README, "Code
+before the loop"); safe-point loops are not nested (use ``range`` for inner loops).
 """
 from __future__ import annotations
 
