@@ -27,7 +27,9 @@ and each protocol's own state. Restoring puts the logged and queued messages bac
 front of the matcher, so receives are served first from them, in their original order,
 then from the network (CoCheck, section 4). While ``main()`` re-runs the code before the
 resume point, its sends are suppressed (they happened before the snapshot, and the flush
-that made the snapshot consistent delivered them); from the resume point on, messages
+that made the snapshot consistent delivered them), its receives must take the messages
+it received there in its first life again, and the registered attributes are set back
+to the snapshot's at the resume point (``_reentry``); from the resume point on, messages
 sent again get their original numbers and their receivers drop the ones they have. This is correct under the piecewise-determinism assumption: from
 the same state and the same received messages, a rank sends the same messages.
 """
@@ -46,6 +48,7 @@ from ..base._errors import ProtocolError
 from ..base._events import EventLog
 from ._matching import Matcher, Posted
 from ._payload import LARGE_BUFFER_BYTES, Payload, pack, unpack
+from ._reentry import Reentry
 
 BATCH_MAX = 512
 """Messages per destination batch before the outbox is flushed without waiting."""
@@ -136,9 +139,10 @@ class Endpoint:
         self._log: list[Envelope] | None = self._prefix_log if record_deliveries else None
         # safe points and registered state
         self.registered: list[str] = []
-        self.restored_values: dict[str, Any] = {}
         self.position: tuple[int, int] | None = None
         self._resume: tuple[int, int] | None = None
+        self._reentry: Reentry | None = None  # a restored rank before its resume point
+        self._restored = False
         self._loop_count = 0
         self._in_loop = False
         self._loop_n = 0
@@ -327,6 +331,8 @@ class Endpoint:
     async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
         """Wait for and consume the first message matching (world ``source``)."""
         env = self.matcher.find(ctx, source, tag, consume=True)
+        if self._reentry is not None:
+            self._received_again(env, source, tag)
         if env is not None:  # already here: no waiter to build
             return self._consumed(env)
         fut = self._loop.create_future()
@@ -364,11 +370,22 @@ class Endpoint:
         fut = self._loop.create_future()
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._consumed))
         env = self.matcher.post(p)
+        if self._reentry is not None:
+            if env is None:
+                self.matcher.withdraw(p)
+            self._received_again(env, source, tag)
         if env is not None:
             fut.set_result(self._consumed(env))
         else:
             fut.add_done_callback(lambda f: f.cancelled() and self.matcher.withdraw(p))
         return fut
+
+    def _received_again(self, env: Envelope | None, source: int, tag: int) -> None:
+        """A receive of a restored rank before its resume point found ``env`` queued:
+        it must be one of the messages that code received in its first life (see
+        ``_reentry``; raises ProtocolError)."""
+        if self._reentry.took(env, source, tag):
+            self._reentry = None
 
     async def probe(self, ctx: str, source: int, tag: int) -> Envelope:
         """Wait until a matching message is queued; it stays queued."""
@@ -403,11 +420,26 @@ class Endpoint:
                 start = min(r_iter, n)
                 self._resume = None
                 self.sent, self._replay_sent = self._replay_sent, None  # caught up
+        if self._reentry is not None and self._resume is None:
+            self._reentered()
         self._in_loop = True
         self._loop_n = n
         self._since_safe_point = [] if self._record else None
         self._log = self._since_safe_point
         return start
+
+    def _reentered(self) -> None:
+        """The resumed loop is reached: the registered attributes are the checkpoint's
+        again, whatever the code before it did to them (``Reentry.at_loop`` raises if that
+        code did not receive again what it received in its first life). Attributes that
+        were registered inside the loop are registered again here, since the code that
+        registered them may not run again."""
+        values = self._reentry.at_loop()
+        self._reentry = None
+        for name, value in values.items():
+            if name not in self.registered:
+                self.registered.append(name)
+            setattr(self.owner, name, value)
 
     def at_safe_point(self, iteration: int) -> None:
         self.position = (self._loop_count - 1, iteration)
@@ -436,14 +468,17 @@ class Endpoint:
         return (index, nxt) if nxt < self._loop_n else None
 
     def register(self, name: str, initial: Any) -> Any:
+        """Add ``name`` to the registered state; returns its value: the checkpoint's
+        before a restored rank's resume point, else ``initial``."""
         if name not in self.registered:
             self.registered.append(name)
-        return self.restored_values.get(name, initial)
+        return initial if self._reentry is None else self._reentry.value(name, initial)
 
     @property
     def restored(self) -> bool:
-        """True while re-running ``main()`` after a restore."""
-        return bool(self.restored_values) or self._resume is not None
+        """True while ``main()`` runs again after a restore to a safe point or with
+        registered state (not after a restore to the start of the run)."""
+        return self._restored
 
     # -------------------------------------------------------------- snapshots
     def _snapshot_parts(self, buffers: list | None = None) -> dict:
@@ -522,13 +557,15 @@ class Endpoint:
                     f"rank {self.rank}: an irecv posted before the last safe point is still "
                     f"pending; complete irecv requests before the next safe point")
             parts = dict(self._base)
-            replay = parts["prefix_log"] + list(self._since_safe_point)
+            replay = parts["prefix_log"] + list(self._since_safe_point) + self._in_flight
         elif self.position is None and self._resume is None:
             parts = self._snapshot_parts()
             parts["registered"] = cloudpickle.dumps({})
             parts["sent"] = [0] * self.size
+            # what a blocked receive got is received before the loop too: a restore
+            # hands both to the code before the loop again (``_reentry``)
+            parts["prefix_log"] = parts["prefix_log"] + self._in_flight
             replay = list(parts["prefix_log"])
-            parts["prefix_log"] = []
         else:
             raise ProtocolError(f"rank {self.rank}: no snapshot now outside a loop once "
                                 f"one was entered (position {self.position})")
@@ -536,7 +573,7 @@ class Endpoint:
         for src, k in (unreceived or {}).items():
             received[src] -= k
         parts["received"] = received
-        parts["replay"] = replay + self._in_flight + self.matcher.queued()
+        parts["replay"] = replay + self.matcher.queued()
         return parts
 
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:
@@ -623,10 +660,22 @@ class Endpoint:
     def restore(self, parts: dict, epoch: int) -> None:
         """Install a decoded snapshot and become incarnation ``epoch``.
 
-        ``main()`` must be (re)started afterwards; it resumes at the saved position.
+        ``main()`` must be (re)started afterwards; it resumes at the saved position. The
+        code before that position runs again with the registered values of the snapshot
+        and the messages it received in its first life (the first ``len(prefix_log)`` of
+        the replayed ones); ``_reentry`` checks that it takes them again and sets the
+        registered attributes back when the resumed loop is reached.
         """
-        self.restored_values = pickle.loads(parts["registered"], buffers=parts.get("buffers"))
         self._resume = parts["position"]
+        replay = list(parts["replay"])
+        again = replay[:len(parts["prefix_log"])]
+        self._reentry = None
+        if self._resume is not None or again:
+            self._reentry = Reentry(self.rank, self._resume, again, parts["registered"],
+                                    parts.get("buffers"))
+        values = {} if self._reentry is None else self._reentry.values
+        self.registered = list(values)
+        self._restored = bool(values) or self._resume is not None
         self.sent = list(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent
         self.received = list(parts["received"])
@@ -652,7 +701,7 @@ class Endpoint:
         if self._waiting is None:
             self._waiting = []
         self._in_flight.clear()
-        self.matcher.reset(list(parts["replay"]))
+        self.matcher.reset(replay)
         protocols = parts["protocols"]
         if protocols is None and self._start_protocols is not None:
             protocols = pickle.loads(self._start_protocols)  # a blank snapshot: the start

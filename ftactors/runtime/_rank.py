@@ -3,14 +3,16 @@
 A program subclasses ``Rank`` and writes ``async def main(self, *args, **kwargs)``. It may
 register the state that must survive failures (``self.register``) and offer safe points
 (``async for it in self.iterations(n)``). After a rollback the framework re-enters
-``main()`` from the top with the registered attributes restored, every ``iterations()``
-loop that had finished is skipped, and the loop that was running resumes at the saved
-iteration.
+``main()`` from the top: the code before the loop runs again with the messages it
+received the first time (it must make the same receives), every ``iterations()`` loop
+that had finished is skipped, and the loop that was running resumes at the saved
+iteration with the registered attributes set back to the checkpoint's values.
 
 Rules that make re-entry correct (the piecewise-determinism assumption, see
 docs/ARCHITECTURE.md): whatever ``main()`` computes must follow from its arguments, its
 registered state and the messages it receives; state changed inside a loop and used later
-must be registered; safe-point loops are not nested (use ``range`` for inner loops).
+must be registered; the code before a loop is not skipped after a restore (README, "Code
+before the loop"); safe-point loops are not nested (use ``range`` for inner loops).
 """
 from __future__ import annotations
 
@@ -41,9 +43,11 @@ class Rank(Protocol):
     def register(self, name: str, initial: Any = None) -> Any:
         """Declare ``self.<name>`` part of the state that survives failures.
 
-        Sets ``self.<name>`` to its restored value when ``main()`` is re-entered after a
-        restore, else to ``initial``, and returns it. Rebinding ``self.<name>`` later is
-        fine: snapshots read the attribute.
+        Sets ``self.<name>`` to the checkpoint's value when ``main()`` is re-entered after
+        a restore and has not reached its resumed loop yet (that loop sets it back to the
+        checkpoint's value again, whatever the code before it did), else to ``initial``,
+        and returns it. Rebinding ``self.<name>`` later is fine: snapshots read the
+        attribute.
         """
         if not name.isidentifier():
             raise ValueError(f"register() needs an attribute name, got {name!r}")

@@ -1,11 +1,23 @@
-"""A restored incarnation takes nothing before its protocols have reset: envelopes that
+"""Restoring an endpoint.
+
+A restored incarnation takes nothing before its protocols have reset: envelopes that
 arrive early for it (a fast peer already in its new life, sending the marker of the next
 flush or an application message) wait until the host opens the endpoint after
 ``on_restored``; before, they reached the protocols' state that the restore then reset,
-and the matcher that the restore then replaced, and were lost (a standby run hung)."""
+and the matcher that the restore then replaced, and were lost (a standby run hung).
+
+A restored endpoint puts its registered state back at the resumed loop: what the code
+before the loop did to the values ``register`` handed it (rebound, or changed in place)
+does not reach the loop, and the objects it handed out stay the ones the loop works on
+(a program may hold them in locals, as in its first life). End to end, with every
+protocol: tests/protocols/test_code_before_loop.py."""
 import asyncio
 
+import numpy as np
+import pytest
+
 from ftactors.engine._endpoint import Endpoint, Link
+from ftactors.engine._reentry import put_back
 from ftactors.engine._envelope import APP, CTRL, Envelope
 from ftactors.engine._payload import pack, unpack
 
@@ -63,3 +75,70 @@ def test_envelopes_early_for_a_restored_incarnation_wait_until_it_is_open():
         assert [unpack(e.payload) for e in ep.matcher.queued()] == ["hello", "again"]
         assert ep.received[1] == 2
     asyncio.run(body())
+
+
+def saved_at_iteration_3(how: str):
+    """A rank with ``u`` (an array), ``hist`` (a list of arrays) and ``n`` registered, at
+    the safe point of iteration 3: its state as a sealed snapshot or as a transfer
+    (registered arrays as out-of-band buffers)."""
+    owner = Owner()
+    ep = Endpoint(0, 1, NullLink(), owner)
+    ep.open()
+    owner.u = ep.register("u", np.arange(8.0))
+    owner.hist = ep.register("hist", [np.ones(2), np.zeros(3)])
+    owner.n = ep.register("n", 4)
+    ep.enter_loop(10)
+    ep.at_safe_point(3)
+    return ep.snapshot() if how == "snapshot" else ep.transfer()
+
+
+@pytest.mark.parametrize("how", ["snapshot", "transfer"])
+def test_the_resumed_loop_starts_from_the_checkpoint_whatever_came_before(how):
+    async def body():
+        saved = saved_at_iteration_3(how)
+        owner = Owner()
+        ep = Endpoint(0, 1, NullLink(), owner)
+        ep.restore(ep.load(saved), 1)
+        ep.open()
+        assert ep.restored
+        # what Rank.register does; the program keeps what it returned, as locals
+        u = owner.u = ep.register("u", None)
+        hist = owner.hist = ep.register("hist", None)
+        first = hist[0]
+        owner.n = ep.register("n", 0)
+        assert np.array_equal(u, np.arange(8.0)) and owner.n == 4
+        # the code before the loop writes them, in place and by rebinding
+        u[:] = -1.0
+        first[:] = 7.0
+        hist.append(np.ones(1))
+        owner.n = 99
+        owner.hist = []
+        assert ep.enter_loop(10) == 3
+        assert owner.u is u and np.array_equal(u, np.arange(8.0))
+        assert owner.hist is hist and hist[0] is first and len(hist) == 2
+        assert np.array_equal(first, np.ones(2)) and np.array_equal(hist[1], np.zeros(3))
+        assert owner.n == 4
+        assert ep.register("v", 7) == 7   # a name registered afresh gets its initial
+    asyncio.run(body())
+
+
+def test_put_back_copies_into_what_is_held_where_the_structure_allows():
+    a = np.zeros(3)
+    held = [a, 5, 5]
+    held.append(held)                                   # shared and self-containing
+    was = [np.ones(3), 5, 7]
+    was.append(was)
+    assert put_back(held, was) is held
+    assert held[0] is a and a.tolist() == [1, 1, 1] and held[1:3] == [5, 7] and held[3] is held
+    d = {"x": a, "y": 3}                                # a key added before the loop
+    assert put_back(d, {"x": np.full(3, 2.0), "z": 4}) is d
+    assert d == {"x": a, "z": 4} and a[0] == 2
+    pair = (a, 1)
+    assert put_back(pair, (np.zeros(3), 1)) is pair and a[0] == 0
+    changed = put_back(pair, (np.ones(3), 2))           # a tuple cannot change in place
+    assert changed == (a, 2) and changed[0] is a and a[0] == 1
+    frozen = np.zeros(2)
+    frozen.flags.writeable = False
+    other = np.ones(2)
+    assert put_back(frozen, other) is other             # read-only, or another shape
+    assert put_back(np.zeros(3), other) is other
