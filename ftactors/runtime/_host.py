@@ -167,7 +167,7 @@ class RankHost:
             if rank != self.spec.rank:
                 ep.set_peer_epoch(rank, peer_epoch)
         ep.restore(parts, epoch)
-        if parts["position"] not in (None, (0, 0)) and not ep.restored_values:
+        if parts["position"] not in (None, (0, 0)) and not ep.registered:
             # resumed past the top of the first loop with nothing registered: the program
             # goes on with every variable as main() first set it (``_notices`` warns in
             # the driver); at the first loop's top nothing was lost yet
