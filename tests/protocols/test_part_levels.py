@@ -12,6 +12,10 @@ from ftactors.protocols._hc3i_storm import ForcedCheckpointStorm
 from .programs import Heat1D
 from .test_rs_backup import assert_same, reference
 
+# Spares are beside the point of these refusals and levels; the warning is tested in
+# tests/runtime/test_notices.py.
+pytestmark = pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning")
+
 
 class GroupsOnSpares(StandbyReplacement, GroupCoordination, Heat1D):
     pass

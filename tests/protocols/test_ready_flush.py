@@ -11,6 +11,10 @@ from ftactors.protocols import ReadyMessageFlush
 
 from .programs import FLOOD, Flood, Heat1D, positions
 
+# Most of these tests checkpoint on requests (the driver's, a rank's) with no interval on
+# purpose; the warning that says so is tested in tests/runtime/test_notices.py.
+pytestmark = pytest.mark.filterwarnings("ignore::ftactors.NoCheckpointWarning")
+
 
 class RFFlood(ReadyMessageFlush, Flood):
     pass

@@ -17,6 +17,10 @@ from ftactors.runtime._checkpoints import part_name, position_index
 from .programs import Heat1D
 from .test_rs_backup import TOPOLOGY
 
+# These runs lose whole jobs or checkpoint on request: spares and intervals are beside
+# the point; the warnings are tested in tests/runtime/test_notices.py.
+pytestmark = [pytest.mark.filterwarnings("ignore::ftactors.NoCheckpointWarning"), pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning")]
+
 
 class RFHeat(ReadyMessageFlush, Heat1D):
     pass

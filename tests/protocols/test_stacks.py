@@ -10,6 +10,11 @@ from ftactors.protocols import (DDVPiggyback, GroupCoordination, ReadyMessageFlu
 from .programs import Heat1D
 from .test_rs_backup import TOPOLOGY, assert_same, reference
 
+# The lost-job tests give no spare (nothing survives to use one) and resume jobs with
+# no interval on purpose; the test of partner copies without a spare asserts the warning.
+pytestmark = [pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning"),
+              pytest.mark.filterwarnings("ignore::ftactors.NoCheckpointWarning")]
+
 
 class Partner(StandbyReplacement, Heat1D):
     backup_interval = 2
@@ -90,7 +95,8 @@ def test_partner_copies_recover_one_rank_online(tmp_path, transport):
 
 def test_without_a_spare_partner_copies_recover_in_a_new_actor(tmp_path):
     """Below a costlier level, no spare left is no reason to roll every rank back."""
-    r = run(PartnerStable, tmp_path, [(2, 11)], "sim", spares=0)
+    with pytest.warns(ft.NoSparesWarning, match="restarts a failed rank in a new actor"):
+        r = run(PartnerStable, tmp_path, [(2, 11)], "sim", spares=0)
     assert_same(r.results, reference())
     assert levels(r) == ["standby"] and exhausted(r) == []
     assert [e.detail["warm"] for e in r.events_of("respawned")] == [False]

@@ -8,6 +8,10 @@ from ftactors.protocols.standby import (
 
 from .programs import FTHeat, Heat1D
 
+# Some tests here give no spare on purpose (a whole job lost, a give-up); the warning is
+# tested in tests/runtime/test_notices.py.
+pytestmark = pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning")
+
 # ------------------------------------------------------------------- state machine
 
 

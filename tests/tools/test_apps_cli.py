@@ -11,6 +11,10 @@ import pytest
 from ftactors.tools import cli
 from ftactors.apps import _npb_cg as npb
 
+# The command lines here set what they test, not spares or intervals; the warnings are
+# tested in tests/runtime/test_notices.py.
+pytestmark = [pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning"), pytest.mark.filterwarnings("ignore::ftactors.NoCheckpointWarning")]
+
 
 def run(capsys, *argv):
     code = cli.main(["run", *argv, "--transport", "local"])

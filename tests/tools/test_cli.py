@@ -14,6 +14,10 @@ from ftactors.tools.cli import build_parser, main
 
 from .. import bodies as b
 
+# The quick benches run stacks without spares on purpose (they measure levels); the
+# warning is tested in tests/runtime/test_notices.py.
+pytestmark = pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning")
+
 TESTS = next(p for p in Path(__file__).resolve().parents if p.name == "tests")
 
 SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a small real input

@@ -18,6 +18,10 @@ from ftactors.tools.experiment import ExperimentError, experiment_from_dict, loa
 from ftactors.tools.report_data import timeline_marks
 from ftactors.tools.run_metrics import recovery_levels
 
+# The command lines here set what they test, not spares or intervals; the warnings are
+# tested in tests/runtime/test_notices.py.
+pytestmark = [pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning"), pytest.mark.filterwarnings("ignore::ftactors.NoCheckpointWarning")]
+
 ROOT = Path(__file__).resolve().parents[2]
 THREE_LEVELS = ["--protocol", "rs+standby+ready-flush", "--ranks", "8", "--spares", "2",
                 "--backup-interval", "2", "--rs-interval", "4", "--rs-group-size", "2",

@@ -3,7 +3,14 @@ small size through the bench registry and write JSON with every field. Performan
 never asserted here (the machine is shared); only the shape of the results is."""
 import json
 
+import pytest
+
 from ftactors.tools.cli import main
+
+# The quick benches run stacks without spares, and checkpoint on request, on purpose;
+# the warnings are tested in tests/runtime/test_notices.py.
+pytestmark = [pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning"),
+              pytest.mark.filterwarnings("ignore::ftactors.NoCheckpointWarning")]
 
 
 def bench(*argv: str) -> int:
