@@ -226,15 +226,16 @@ class Request:
         return testsome(requests, statuses)[0]
 
 
-def _statuses_for(statuses: list | None, n: int) -> list | None:
-    """``statuses`` grown with empty statuses to at least ``n`` entries (mpi4py's rule for
-    a list given to the array calls); None stays None."""
-    if statuses is not None:
-        if not isinstance(statuses, list):
-            raise TypeError(f"statuses must be a list (it is grown as needed), got "
-                            f"{type(statuses).__name__}")
+def _statuses_for(statuses, n: int) -> list | None:
+    """Statuses to fill for ``n`` requests (mpi4py's rule): a list is grown with empty
+    statuses to ``n`` entries; another sequence is filled as far as it goes; None stays
+    None."""
+    if statuses is None:
+        return None
+    if isinstance(statuses, list):
         statuses.extend(Status() for _ in range(n - len(statuses)))
-    return statuses
+        return statuses
+    return [*statuses, *(Status() for _ in range(n - len(statuses)))]
 
 
 async def waitall(requests: Iterable[Request], statuses: list | None = None) -> list:
