@@ -106,17 +106,20 @@ class Request:
     def _ready(self) -> bool:
         return not self._active or self._future.done()
 
+    def _outcome(self) -> tuple[Any, Status]:
+        """The value and status of the done operation (the request stays as it is)."""
+        fut = self._future
+        if fut.cancelled():
+            return None, Status.of(ANY_SOURCE, ANY_TAG, cancelled=True)
+        if self._finish is not None:
+            return self._finish(fut.result())
+        return fut.result(), Status()
+
     def _complete(self, status: Status | None) -> Any:
         """Complete a ready request (once) and fill ``status``; returns its value."""
         if self._active:
             self._active = False
-            fut = self._future
-            if fut.cancelled():
-                self._status = Status.of(ANY_SOURCE, ANY_TAG, cancelled=True)
-            elif self._finish is not None:
-                self._value, self._status = self._finish(fut.result())
-            else:
-                self._value = fut.result()
+            self._value, self._status = self._outcome()
         if status is not None:
             status._fill(self._status)
         return self._value
@@ -138,12 +141,7 @@ class Request:
         if not self._ready():
             return False
         if status is not None:
-            if self._active and self._future.cancelled():
-                status._fill(Status.of(ANY_SOURCE, ANY_TAG, cancelled=True))
-            elif self._active and self._finish is not None:
-                status._fill(self._finish(self._future.result())[1])
-            else:
-                status._fill(self._status)
+            status._fill(self._outcome()[1] if self._active else self._status)
         return True
 
     def cancel(self) -> None:
