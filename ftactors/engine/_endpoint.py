@@ -49,6 +49,7 @@ from ..base._events import EventLog
 from ._matching import Matcher, Posted
 from ._payload import LARGE_BUFFER_BYTES, Payload, pack, unpack
 from ._reentry import Reentry
+from ._synchronous import SYNC, SyncAcks
 
 BATCH_MAX = 512
 """Messages per destination batch before the outbox is flushed without waiting."""
@@ -119,6 +120,7 @@ class Endpoint:
         self.received = [0] * size
         self._gaps: dict[int, dict[int, Envelope]] = {}
         self.matcher = Matcher()
+        self.sync = SyncAcks(self)  # acknowledgements of synchronous sends
         self._outbox: dict[int, list[Envelope]] = {}
         self._held: dict[int, list[Envelope]] = {}  # destinations on the move (see hold)
         self._flush_pending = False
@@ -164,8 +166,9 @@ class Endpoint:
         put = None if dst == self.rank else self.link.put_large
         return pack(obj, put)
 
-    def send_app(self, ctx: str, dst: int, tag: int, payload: Payload) -> None:
-        """Send one application message (world rank ``dst``) through the protocol stack.
+    def send_app(self, ctx: str, dst: int, tag: int, payload: Payload) -> int | None:
+        """Send one application message (world rank ``dst``) through the protocol stack;
+        returns its application number, or None when it is not sent again (below).
 
         While a restored rank re-runs the code before its resume point, its sends are
         the ones it made before the snapshot: they were sent then, so they are dropped
@@ -173,12 +176,14 @@ class Endpoint:
         """
         if self._replay_sent is not None:
             self.resends_suppressed += 1
-            return
-        env = Envelope(APP, self.rank, dst, ctx, tag, self.sent[dst], payload)
+            return None
+        app_seq = self.sent[dst]
+        env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
         self.sent[dst] += 1
         env = self.owner.on_send(env)
         if env is not None:
             self.transmit(env)
+        return app_seq
 
     def send_control(self, dst: int, protocol: str, op: str, data: Any = None) -> None:
         """Send a protocol control message on the FIFO channel to world rank ``dst``."""
@@ -285,7 +290,10 @@ class Endpoint:
             self.trace.record(env.t_send, self.link.clock(), env.src, env.dst, env.tag,
                               env.payload.nbytes, kind, env.comm)
         if env.kind == CTRL:
-            self.owner.on_control(env)
+            if env.comm == SYNC:  # not a protocol's: see _synchronous
+                self.sync.on_ack(env.src, unpack(env.payload)[1])
+            else:
+                self.owner.on_control(env)
             return
         src = env.src
         expected = self.received[src]
@@ -720,6 +728,7 @@ class Endpoint:
         """Peer ``rank`` now runs as ``epoch``; traffic from its older lives is stale,
         including what waits for an earlier message (it would fill in the new life's
         numbers with the old life's messages)."""
+        restarted = epoch != self.peer_epochs[rank]
         self.peer_epochs[rank] = epoch
         self._in.peer_epoch(rank, epoch)
         gaps = self._gaps.get(rank)
@@ -727,6 +736,8 @@ class Endpoint:
             for seq in [s for s, env in gaps.items() if env.src_epoch < epoch]:
                 del gaps[seq]
                 self._in.stale += 1
+        if restarted:
+            self.sync.peer_restarted(rank)
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:

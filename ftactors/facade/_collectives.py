@@ -31,7 +31,7 @@ from __future__ import annotations
 from ._ops import check_op
 from ..engine._payload import unpack
 
-BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING = 1, 2, 3, 4, 5, 6, 7
+BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING, SCAN = 1, 2, 3, 4, 5, 6, 7, 8
 
 
 async def barrier(comm) -> None:
@@ -165,14 +165,22 @@ async def allgather(comm, obj) -> list:
     return await bcast(comm, await _fold_to_zero(comm, [obj], lambda a, b: a + b), 0)
 
 
+def _one_per_rank(comm, objs, what: str) -> list:
+    """``objs`` (any iterable) as a list of one item per rank; None gives None to every
+    rank, as in mpi4py."""
+    if objs is None:
+        return [None] * comm.size
+    items = list(objs)
+    if len(items) != comm.size:
+        raise ValueError(f"{what} needs {comm.size} items (one per rank), got {len(items)} items")
+    return items
+
+
 async def scatter(comm, objs, root: int):
-    if comm.rank == root and (objs is None or len(objs) != comm.size):
-        got = "None" if objs is None else f"{len(objs)} items"
-        raise ValueError(f"scatter root needs a sequence of {comm.size} items (one per rank), "
-                         f"got {got}")
+    items = _one_per_rank(comm, objs, "scatter root") if comm.rank == root else None
     n, vr, top, env = await _from_parent(comm, root, SCATTER)
     # entries for virtual ranks vr .. vr+len-1
-    chunk = [objs[(v + root) % n] for v in range(n)] if env is None else unpack(env.payload)
+    chunk = [items[(v + root) % n] for v in range(n)] if env is None else unpack(env.payload)
     for mask in _children(n, vr, top):
         comm._csend(chunk[mask:], (vr + mask + root) % n, SCATTER)
         chunk = chunk[:mask]
@@ -181,14 +189,34 @@ async def scatter(comm, objs, root: int):
 
 async def alltoall(comm, objs) -> list:
     n, me = comm.size, comm.rank
-    if objs is None or len(objs) != n:
-        got = "None" if objs is None else f"{len(objs)} items"
-        raise ValueError(f"alltoall needs a sequence of {n} items (one per rank), got {got}")
+    items = _one_per_rank(comm, objs, "alltoall")
     out = [None] * n
-    out[me] = objs[me]
+    out[me] = items[me]
     for k in range(1, n):
-        comm._csend(objs[(me + k) % n], (me + k) % n, ALLTOALL)
+        comm._csend(items[(me + k) % n], (me + k) % n, ALLTOALL)
     for k in range(1, n):
         src = (me - k) % n
         out[src] = unpack((await comm._crecv(src, ALLTOALL)).payload)
     return out
+
+
+async def scan(comm, obj, op, exclusive: bool):
+    """Prefix reduction in ceil(log2 n) rounds (Hillis and Steele): in the round of
+    ``mask`` a rank sends what it holds of ranks ``r-mask+1 .. r`` up to ``r + mask`` and
+    puts what comes from ``r - mask`` on the left. Operands stay in rank order and each
+    rank's bracketing depends only on its rank and the size, never on arrival order, so
+    results are bit-identical in every run (not those of ``allreduce``: another tree).
+    ``exclusive``: ranks ``0 .. r-1`` (None on rank 0), else ``0 .. r``."""
+    combine = check_op(op)
+    n, r = comm.size, comm.rank
+    inclusive, before = obj, None
+    mask = 1
+    while mask < n:
+        if r + mask < n:
+            comm._csend(inclusive, r + mask, SCAN)
+        if r - mask >= 0:
+            left = unpack((await comm._crecv(r - mask, SCAN)).payload)
+            inclusive = combine(left, inclusive)
+            before = left if before is None else combine(left, before)
+        mask <<= 1
+    return before if exclusive else inclusive

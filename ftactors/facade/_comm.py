@@ -1,4 +1,5 @@
-"""The mpi4py-style communicator: point-to-point, probes, collectives, split and dup.
+"""The mpi4py-style communicator: point-to-point, probes, collectives, split and dup, and
+Cartesian communicators (``Cartcomm``).
 
 Method names, argument names and defaults follow mpi4py's lowercase (pickle-based) API;
 every method that can wait is ``async``. Ranks given to and returned by a communicator
@@ -10,6 +11,17 @@ point-to-point inside this facade (``_collectives``), so every protocol sees eac
 their messages. Derived communicators get ids from their parent's id and a per-parent
 counter, so every member computes the same id without talking, and re-running ``main()``
 after a restore recreates the same ids.
+
+``PROC_NULL`` as a peer: sends complete at once and send nothing, receives complete at
+once with None (status source PROC_NULL), as in MPI. Synchronous sends (``ssend``,
+``issend``) complete once the receive has started (``engine._synchronous``); buffered
+ones (``bsend``, ``ibsend``) are ``send``/``isend``, which copy the object at once.
+
+Nonblocking collectives (``ibcast``, ...) run as tasks. On each rank the collectives of a
+communicator run one after another in call order (a collective called while nonblocking
+ones are under way waits for them first): their messages share the collective context
+and its tags, which is safe only if no rank runs two of them at once. Like a pending
+``irecv``, a nonblocking collective must be complete at the next safe point.
 """
 from __future__ import annotations
 
@@ -18,11 +30,13 @@ import numbers
 from typing import Any
 
 from . import _collectives as coll
-from ..engine._constants import ANY_SOURCE, ANY_TAG, TAG_UB, UNDEFINED
+from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED
 from ..engine._envelope import COLLECTIVE_SUFFIX, Envelope
+from ..engine._synchronous import Synchronous
 from ._ops import SUM
 from ..engine._payload import Payload, unpack
 from ._request import Request, Status
+from ._topology import CART, CartTopology
 
 
 class Communicator:
@@ -38,6 +52,7 @@ class Communicator:
         self._ctx = comm_id
         self._cctx = comm_id + COLLECTIVE_SUFFIX
         self._derived = 0
+        self._last_icoll: asyncio.Future | None = None  # the newest nonblocking collective
 
     def Get_rank(self) -> int:
         return self.rank
@@ -58,9 +73,13 @@ class Communicator:
                 f"valid ranks 0..{self.size - 1})")
         return self.group[r]
 
+    def _dest(self, dest) -> int:
+        """The world rank of ``dest``, or PROC_NULL."""
+        return PROC_NULL if _is(dest, PROC_NULL) else self._peer(dest, "dest")
+
     def _source(self, source) -> int:
-        if source == ANY_SOURCE:
-            return ANY_SOURCE
+        if _is(source, ANY_SOURCE) or _is(source, PROC_NULL):
+            return source
         return self._peer(source, "source")
 
     @staticmethod
@@ -75,50 +94,104 @@ class Communicator:
     def _recv_tag(cls, tag) -> int:
         return ANY_TAG if tag == ANY_TAG else cls._send_tag(tag)
 
-    def _finish(self, env: Envelope, status: Status | None) -> Any:
-        if status is not None:
-            status.source = self._local[env.src]
-            status.tag = env.tag
-            status.count = env.payload.nbytes
-        return unpack(env.payload)
+    def _received(self, env: Envelope) -> tuple[Any, Status]:
+        """A matched message's object and status; a synchronous send's message is
+        acknowledged here (its receive has started)."""
+        obj = unpack(env.payload)
+        if type(obj) is Synchronous:
+            self._ep.sync.matched(env.src, env.app_seq)
+            obj = obj.obj
+        return obj, self._status_of(env)
 
     def _status_of(self, env: Envelope) -> Status:
-        return Status(self._local[env.src], env.tag, env.payload.nbytes)
+        return Status.of(self._local[env.src], env.tag, env.payload.nbytes)
+
+    def _done(self, value: Any = None, status: Status | None = None) -> Request:
+        """An active request that is complete already (an operation on PROC_NULL, a
+        send the transport took at once)."""
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result((value, status or Status()))
+        return Request(fut, _as_is)
 
     # ---------------------------------------------------------- point to point
+    def _post(self, obj: Any, world: int, tag) -> int | None:
+        """Pack and send to world rank ``world``; its application number (None when a
+        restored rank does not send it again)."""
+        ep = self._ep
+        return ep.send_app(self._ctx, world, self._send_tag(tag), ep.pack(obj, world))
+
     async def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         """Send ``obj`` (a copy is taken now; the call returns without waiting for the
         receiver, unless the transport holds too much for ``dest`` already: then it waits
         until that drains, so a fast sender cannot fill memory)."""
-        world = self._peer(dest, "dest")
-        ep = self._ep
-        ep.send_app(self._ctx, world, self._send_tag(tag), ep.pack(obj, world))
-        waiting = ep.congested(world)
+        world = self._dest(dest)
+        if world == PROC_NULL:
+            self._send_tag(tag)
+            return
+        self._post(obj, world, tag)
+        waiting = self._ep.congested(world)
         if waiting is not None:
             await waiting
+
+    bsend = send
+    """Buffered send: ``send`` already completes once the object is copied."""
+
+    async def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Synchronous send: returns once the receive of ``obj`` has started."""
+        await self.issend(obj, dest, tag).wait()
 
     async def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                    status: Status | None = None) -> Any:
         """Receive the first matching message and return its object."""
-        env = await self._ep.receive(self._ctx, self._source(source), self._recv_tag(tag))
-        return self._finish(env, status)
+        src, tag = self._source(source), self._recv_tag(tag)
+        if src == PROC_NULL:
+            value, st = None, Status.of(PROC_NULL, ANY_TAG)
+        else:
+            value, st = self._received(await self._ep.receive(self._ctx, src, tag))
+        if status is not None:
+            status._fill(st)
+        return value
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         """Nonblocking send; the request is complete at once (sends are buffered), or
         once the transport toward ``dest`` has drained when it holds too much (as
         ``send`` waits)."""
-        world = self._peer(dest, "dest")
-        ep = self._ep
-        ep.send_app(self._ctx, world, self._send_tag(tag), ep.pack(obj, world))
-        waiting = ep.congested(world)
+        world = self._dest(dest)
+        if world == PROC_NULL:
+            self._send_tag(tag)
+            return self._done()
+        self._post(obj, world, tag)
+        waiting = self._ep.congested(world)
         if waiting is None:
-            return Request()
+            return self._done()
         return Request(asyncio.ensure_future(waiting), _sent)
 
+    ibsend = isend
+    """Buffered nonblocking send: ``isend`` already copies the object at once."""
+
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Nonblocking synchronous send: the request completes once the matching receive
+        has started on ``dest`` (an acknowledgement comes back)."""
+        world = self._dest(dest)
+        if world == PROC_NULL:
+            self._send_tag(tag)
+            return self._done()
+        app_seq = self._post(Synchronous(obj), world, tag)
+        if app_seq is None:  # sent before the snapshot this rank restarted from
+            return self._done()
+        return Request(self._ep.sync.expect(world, app_seq), _sent)
+
     def irecv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        """Nonblocking receive; ``await req.wait()`` gives the object."""
-        fut = self._ep.receive_later(self._ctx, self._source(source), self._recv_tag(tag))
-        return Request(fut, lambda env: (unpack(env.payload), self._status_of(env)))
+        """Nonblocking receive; ``await req.wait()`` gives the object. ``req.cancel()``
+        withdraws it while no message has matched it."""
+        src, tag = self._source(source), self._recv_tag(tag)
+        if src == PROC_NULL:
+            return self._done(None, Status.of(PROC_NULL, ANY_TAG))
+        fut = self._ep.receive_later(self._ctx, src, tag)
+        received = _Once(self._received)
+        # matched: acknowledge a synchronous send now, not when the program looks
+        fut.add_done_callback(lambda f: f.cancelled() or received(f.result()))
+        return Request(fut, received, cancellable=True)
 
     async def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0,
                        source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
@@ -130,24 +203,29 @@ class Communicator:
     async def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                     status: Status | None = None) -> bool:
         """Wait until a matching message can be received, without receiving it."""
-        env = await self._ep.probe(self._ctx, self._source(source), self._recv_tag(tag))
+        src, tag = self._source(source), self._recv_tag(tag)
+        if src == PROC_NULL:
+            st = Status.of(PROC_NULL, ANY_TAG)
+        else:
+            st = self._status_of(await self._ep.probe(self._ctx, src, tag))
         if status is not None:
-            self._finish_status(env, status)
+            status._fill(st)
         return True
 
     def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                status: Status | None = None) -> bool:
         """Whether a matching message can be received now (never waits)."""
-        env = self._ep.iprobe(self._ctx, self._source(source), self._recv_tag(tag))
-        if env is None:
-            return False
+        src, tag = self._source(source), self._recv_tag(tag)
+        if src == PROC_NULL:
+            st = Status.of(PROC_NULL, ANY_TAG)
+        else:
+            env = self._ep.iprobe(self._ctx, src, tag)
+            if env is None:
+                return False
+            st = self._status_of(env)
         if status is not None:
-            self._finish_status(env, status)
+            status._fill(st)
         return True
-
-    def _finish_status(self, env: Envelope, status: Status) -> None:
-        status.source, status.tag, status.count = (
-            self._local[env.src], env.tag, env.payload.nbytes)
 
     # ------------------------------------------- collective plumbing (internal)
     def _csend(self, obj_or_payload: Any, dest: int, tag: int) -> Payload:
@@ -163,37 +241,91 @@ class Communicator:
         return await self._ep.receive(self._cctx, self.group[source], tag)
 
     # ------------------------------------------------------------- collectives
+    async def _collective(self, run, *args):
+        """Run collective ``run(self, *args)`` once this rank's nonblocking collectives
+        on this communicator are done (see the module docstring)."""
+        last = self._last_icoll
+        if last is not None and not last.done():
+            await asyncio.wait((last,))
+        return await run(self, *args)
+
+    def _icollective(self, run, *args) -> Request:
+        """Start collective ``run(self, *args)`` as a task after the ones before it."""
+        task = asyncio.ensure_future(self._after(self._last_icoll, run, args))
+        self._last_icoll = task
+        return Request(task, _collective_done)
+
+    async def _after(self, last, run, args):
+        if last is not None and not last.done():
+            await asyncio.wait((last,))
+        return await run(self, *args)
+
     async def barrier(self) -> None:
         """Wait until every rank of the communicator has called barrier."""
-        await coll.barrier(self)
+        await self._collective(coll.barrier)
 
     async def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Root's ``obj`` on every rank (packed once, forwarded along a binomial tree)."""
-        return await coll.bcast(self, obj, self._root(root))
+        return await self._collective(coll.bcast, obj, self._root(root))
 
     async def reduce(self, sendobj: Any, op=SUM, root: int = 0) -> Any:
         """``op`` folded over all ranks' objects in rank order; None except on root."""
-        return await coll.reduce(self, sendobj, op, self._root(root))
+        return await self._collective(coll.reduce, sendobj, op, self._root(root))
 
     async def allreduce(self, sendobj: Any, op=SUM) -> Any:
         """``op`` folded over all ranks' objects in rank order, on every rank."""
-        return await coll.allreduce(self, sendobj, op)
+        return await self._collective(coll.allreduce, sendobj, op)
+
+    async def scan(self, sendobj: Any, op=SUM) -> Any:
+        """``op`` folded over the objects of ranks 0 .. this one, in rank order."""
+        return await self._collective(coll.scan, sendobj, op, False)
+
+    async def exscan(self, sendobj: Any, op=SUM) -> Any:
+        """``op`` folded over the objects of ranks 0 .. this one - 1; None on rank 0."""
+        return await self._collective(coll.scan, sendobj, op, True)
 
     async def gather(self, sendobj: Any, root: int = 0) -> list | None:
         """The list of every rank's object (in rank order) on root; None elsewhere."""
-        return await coll.gather(self, sendobj, self._root(root))
+        return await self._collective(coll.gather, sendobj, self._root(root))
 
-    async def scatter(self, sendobj: list | None = None, root: int = 0) -> Any:
-        """Root's ``sendobj[i]`` on rank i."""
-        return await coll.scatter(self, sendobj, self._root(root))
+    async def scatter(self, sendobj=None, root: int = 0) -> Any:
+        """Root's ``sendobj[i]`` on rank i (any iterable of ``size`` items; None gives
+        None to every rank)."""
+        return await self._collective(coll.scatter, sendobj, self._root(root))
 
     async def allgather(self, sendobj: Any) -> list:
         """The list of every rank's object, in rank order, on every rank."""
-        return await coll.allgather(self, sendobj)
+        return await self._collective(coll.allgather, sendobj)
 
-    async def alltoall(self, sendobj: list) -> list:
-        """Rank i gets ``[rank0's sendobj[i], rank1's sendobj[i], ...]``."""
-        return await coll.alltoall(self, sendobj)
+    async def alltoall(self, sendobj=None) -> list:
+        """Rank i gets ``[rank0's sendobj[i], rank1's sendobj[i], ...]`` (any iterable
+        of ``size`` items; None sends None to every rank)."""
+        return await self._collective(coll.alltoall, sendobj)
+
+    def ibarrier(self) -> Request:
+        """Nonblocking ``barrier``: the request completes once every rank has called it."""
+        return self._icollective(coll.barrier)
+
+    def ibcast(self, obj: Any = None, root: int = 0) -> Request:
+        return self._icollective(coll.bcast, obj, self._root(root))
+
+    def ireduce(self, sendobj: Any, op=SUM, root: int = 0) -> Request:
+        return self._icollective(coll.reduce, sendobj, op, self._root(root))
+
+    def iallreduce(self, sendobj: Any, op=SUM) -> Request:
+        return self._icollective(coll.allreduce, sendobj, op)
+
+    def igather(self, sendobj: Any, root: int = 0) -> Request:
+        return self._icollective(coll.gather, sendobj, self._root(root))
+
+    def iscatter(self, sendobj=None, root: int = 0) -> Request:
+        return self._icollective(coll.scatter, sendobj, self._root(root))
+
+    def iallgather(self, sendobj: Any) -> Request:
+        return self._icollective(coll.allgather, sendobj)
+
+    def ialltoall(self, sendobj=None) -> Request:
+        return self._icollective(coll.alltoall, sendobj)
 
     def _root(self, root) -> int:
         self._peer(root, "root")
@@ -210,12 +342,22 @@ class Communicator:
         if not isinstance(key, numbers.Integral):
             raise TypeError(f"split key must be an int, got {key!r}")
         index = self._next_child()
-        everyone = await coll.allgather(self, (int(color), int(key)))
+        everyone = await self._collective(coll.allgather, (int(color), int(key)))
         if color == UNDEFINED:
             return None
         members = sorted((k, r) for r, (c, k) in enumerate(everyone) if c == color)
         group = tuple(self.group[r] for _, r in members)
         return Communicator(self._ep, f"{self.id}.{index}:{color}", group)
+
+    async def Create_cart(self, dims, periods=None, reorder: bool = False) -> "Cartcomm | None":
+        """A Cartesian grid of ``dims`` on the first ``prod(dims)`` ranks (collective;
+        the other ranks get None). ``periods``: None, one bool, or one per dimension.
+        ``reorder`` is accepted and ignored: grid ranks are the ranks of this
+        communicator, in order."""
+        topo = CartTopology.checked(dims, periods, self.size)
+        member = self.rank < topo.nnodes
+        sub = await self.split(0 if member else UNDEFINED, self.rank)
+        return Cartcomm(self._ep, sub.id, sub.group, topo) if member else None
 
     async def dup(self) -> "Communicator":
         """A communicator with the same ranks and its own matching contexts (collective;
@@ -227,6 +369,117 @@ class Communicator:
         return self._derived
 
 
-def _sent(_) -> tuple[None, None]:
-    """A send request's value and status once its transport has drained."""
-    return None, None
+class Cartcomm(Communicator):
+    """A communicator with a Cartesian grid (``Create_cart``): coordinates, neighbour
+    shifts (PROC_NULL past non-periodic edges) and sub-grids, as mpi4py's
+    ``Cartcomm``."""
+
+    is_topo = True
+    topology = CART
+
+    def __init__(self, endpoint, comm_id: str, group: tuple[int, ...], topo: CartTopology):
+        super().__init__(endpoint, comm_id, group)
+        self._topo = topo
+
+    def __repr__(self):
+        return f"Cartcomm({self.id!r}, rank {self.rank} of {self.dims})"
+
+    @property
+    def dims(self) -> list[int]:
+        return list(self._topo.dims)
+
+    @property
+    def periods(self) -> list[bool]:
+        return list(self._topo.periods)
+
+    @property
+    def coords(self) -> list[int]:
+        return self._topo.coords(self.rank)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._topo.dims)
+
+    dim = ndim
+
+    def Get_dim(self) -> int:
+        return self.ndim
+
+    @property
+    def topo(self) -> tuple[list[int], list[bool], list[int]]:
+        return self.dims, self.periods, self.coords
+
+    def Get_topo(self) -> tuple[list[int], list[bool], list[int]]:
+        return self.topo
+
+    def Get_coords(self, rank: int) -> list[int]:
+        """The coordinates of grid rank ``rank``."""
+        self._peer(rank, "rank")
+        return self._topo.coords(int(rank))
+
+    def Get_cart_rank(self, coords) -> int:
+        """The grid rank at ``coords`` (periodic dimensions wrap)."""
+        return self._topo.rank(coords)
+
+    def Shift(self, direction: int, disp: int) -> tuple[int, int]:
+        """``(source, dest)``: the ranks ``disp`` steps back and forward along
+        ``direction`` (PROC_NULL past a non-periodic edge), for ``sendrecv``."""
+        return self._topo.shift(self.rank, direction, disp)
+
+    @property
+    def inedges(self) -> list[int]:
+        """The neighbours (per dimension, one step back then forward), as MPI lists them."""
+        return self._topo.neighbors(self.rank)
+
+    outedges = inedges
+
+    @property
+    def inoutedges(self) -> tuple[list[int], list[int]]:
+        return self.inedges, self.outedges
+
+    @property
+    def indegree(self) -> int:
+        return 2 * self.ndim
+
+    outdegree = indegree
+
+    async def Sub(self, remain_dims) -> "Cartcomm":
+        """The sub-grid through this rank that keeps the dimensions flagged in
+        ``remain_dims`` (collective)."""
+        topo, remain = self._topo.sub(remain_dims)
+        sub = await self.split(self._topo.sub_color(self.rank, remain), self.rank)
+        return Cartcomm(self._ep, sub.id, sub.group, topo)
+
+
+def _is(value, sentinel: int) -> bool:
+    """``value == sentinel`` for an int (not a bool, nor a float that equals it)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == sentinel
+
+
+class _Once:
+    """``fn(arg)`` computed on the first call and returned again on every later one."""
+
+    __slots__ = ("_fn", "_result")
+
+    def __init__(self, fn):
+        self._fn = fn
+        self._result = None
+
+    def __call__(self, arg):
+        if self._result is None:
+            self._result = self._fn(arg)
+        return self._result
+
+
+def _sent(_) -> tuple[None, Status]:
+    """A send request's value and status once its transport has drained or its receive
+    has started."""
+    return None, Status()
+
+
+def _as_is(result: tuple) -> tuple:
+    return result
+
+
+def _collective_done(value) -> tuple[Any, Status]:
+    return value, Status()

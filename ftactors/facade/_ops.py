@@ -43,7 +43,35 @@ LOR = Op("LOR", np.logical_or, lambda a, b: bool(a) or bool(b))
 BAND = Op("BAND", np.bitwise_and, operator.and_)
 BOR = Op("BOR", np.bitwise_or, operator.or_)
 
-_OPS = {op.name: op for op in (SUM, PROD, MIN, MAX, LAND, LOR, BAND, BOR)}
+
+
+def _maxloc(a, b):
+    """MPI_MAXLOC on ``(value, index)`` pairs: the larger value, the smaller index on a tie."""
+    return a if a[0] > b[0] or (a[0] == b[0] and a[1] <= b[1]) else b
+
+
+def _minloc(a, b):
+    """MPI_MINLOC on ``(value, index)`` pairs: the smaller value, the smaller index on a tie."""
+    return a if a[0] < b[0] or (a[0] == b[0] and a[1] <= b[1]) else b
+
+
+def _replace(a, b):
+    return b
+
+
+def _no_op(a, b):
+    return a
+
+
+MAXLOC = Op("MAXLOC", _maxloc, _maxloc)
+MINLOC = Op("MINLOC", _minloc, _minloc)
+REPLACE = Op("REPLACE", _replace, _replace)
+"""The right operand: the highest rank's value (operands are combined in rank order)."""
+NO_OP = Op("NO_OP", _no_op, _no_op)
+"""The left operand: the lowest rank's value."""
+
+_OPS = {op.name: op for op in (SUM, PROD, MIN, MAX, LAND, LOR, BAND, BOR, MAXLOC, MINLOC,
+                               REPLACE, NO_OP)}
 
 
 def _op_by_name(name: str) -> Op:

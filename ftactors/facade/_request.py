@@ -1,86 +1,305 @@
-"""Status records and nonblocking requests (``isend``/``irecv``), as in mpi4py."""
+"""Status records and nonblocking requests, as in mpi4py.
+
+A ``Request`` is *active* (true) from the moment the operation starts until a ``wait``,
+a ``test`` that finds it done, or one of the array calls (``waitany``, ``testsome``, ...)
+completes it; then it is false, like mpi4py's request becoming ``REQUEST_NULL``. ``Request()``
+is a null request: false, and complete with an empty status. Unlike mpi4py, waiting on or
+testing a request again after it completed gives its value again (not None).
+
+Nothing here yields to the event loop except the ``wait*`` coroutines: ``test*`` look and
+never wait, so a polling loop must ``await asyncio.sleep(0)`` between tests to let
+messages in (mpi4py's ``while not req.test()[0]: pass`` spins forever here).
+"""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
+
+from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
 
 
 class Status:
-    """What a receive or probe found: ``source`` (communicator rank), ``tag`` and
-    ``count`` (payload bytes). Pass one as ``status=`` to have it filled in."""
+    """What a receive or probe found: ``source`` (communicator rank), ``tag``, ``error``
+    (``ft.SUCCESS``), ``count`` (payload bytes) and ``cancelled``. ``Status()`` is empty
+    (``ANY_SOURCE``, ``ANY_TAG``); ``Status(other)`` copies ``other``. Pass one as
+    ``status=`` to have it filled in."""
 
-    __slots__ = ("source", "tag", "count")
+    __slots__ = ("source", "tag", "error", "count", "cancelled")
 
-    def __init__(self, source: int = -1, tag: int = -1, count: int = 0):
-        self.source = source
-        self.tag = tag
-        self.count = count
+    def __init__(self, status: "Status | None" = None):
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"Status() takes another Status to copy, got "
+                            f"{type(status).__name__} {status!r}")
+        self.source, self.tag, self.error, self.count, self.cancelled = (
+            (ANY_SOURCE, ANY_TAG, SUCCESS, 0, False) if status is None else status._fields())
+
+    @classmethod
+    def of(cls, source: int, tag: int, count: int = 0, cancelled: bool = False) -> "Status":
+        """A status with these fields (what a completed operation reports)."""
+        st = cls()
+        st.source, st.tag, st.count, st.cancelled = source, tag, count, cancelled
+        return st
+
+    def _fields(self) -> tuple:
+        return self.source, self.tag, self.error, self.count, self.cancelled
+
+    def _fill(self, other: "Status") -> None:
+        """Copy ``other``'s fields into this status."""
+        self.source, self.tag, self.error, self.count, self.cancelled = other._fields()
 
     def Get_source(self) -> int:
         return self.source
 
+    def Set_source(self, source: int) -> None:
+        self.source = source
+
     def Get_tag(self) -> int:
         return self.tag
 
+    def Set_tag(self, tag: int) -> None:
+        self.tag = tag
+
+    def Get_error(self) -> int:
+        return self.error
+
+    def Set_error(self, error: int) -> None:
+        self.error = error
+
     def Get_count(self) -> int:
+        """Bytes of the pickled payload (the object API has no datatypes)."""
         return self.count
 
+    def Is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def Set_cancelled(self, flag: bool) -> None:
+        self.cancelled = bool(flag)
+
     def __repr__(self):
-        return f"Status(source={self.source}, tag={self.tag}, count={self.count})"
+        return (f"Status(source={self.source}, tag={self.tag}, error={self.error}, "
+                f"count={self.count}, cancelled={self.cancelled})")
 
 
 class Request:
-    """A nonblocking operation. ``await req.wait()`` gives its value (None for a send);
-    ``req.test()`` returns ``(done, value)`` without blocking.
+    """A nonblocking operation: ``await req.wait()`` gives its value (None for a send),
+    ``req.test()`` returns ``(done, value)`` without waiting; true while active.
 
-    ``finish`` turns the raw result of the future into ``(value, Status)`` once, the
-    first time the request is completed, so waiting or testing twice is harmless.
+    ``finish`` turns the future's result into ``(value, Status)`` once, when the request
+    completes. ``cancellable``: ``cancel()`` may withdraw it (a receive not matched yet).
     """
 
-    __slots__ = ("_future", "_finish", "_done", "_value", "_status")
+    __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable")
 
     def __init__(self, future: asyncio.Future | None = None,
-                 finish: Callable[[Any], tuple[Any, Status]] | None = None, value: Any = None):
+                 finish: Callable[[Any], tuple[Any, Status]] | None = None,
+                 cancellable: bool = False):
         self._future = future
         self._finish = finish
-        self._done = future is None
-        self._value = value
-        self._status: Status | None = None
+        self._active = future is not None
+        self._value: Any = None
+        self._status = Status()
+        self._cancellable = cancellable
+
+    def __bool__(self) -> bool:
+        return self._active
+
+    def _ready(self) -> bool:
+        return not self._active or self._future.done()
+
+    def _outcome(self) -> tuple[Any, Status]:
+        """The value and status of the done operation (the request stays as it is)."""
+        fut = self._future
+        if fut.cancelled():
+            return None, Status.of(ANY_SOURCE, ANY_TAG, cancelled=True)
+        if self._finish is not None:
+            return self._finish(fut.result())
+        return fut.result(), Status()
 
     def _complete(self, status: Status | None) -> Any:
-        if not self._done:
-            self._value, self._status = self._finish(self._future.result())
-            self._done = True
-        if status is not None and self._status is not None:
-            status.source, status.tag, status.count = (
-                self._status.source, self._status.tag, self._status.count)
+        """Complete a ready request (once) and fill ``status``; returns its value."""
+        if self._active:
+            self._active = False
+            self._value, self._status = self._outcome()
+        if status is not None:
+            status._fill(self._status)
         return self._value
 
     async def wait(self, status: Status | None = None) -> Any:
-        if not self._done:
-            await self._future
+        """Wait until the operation is done; its value (a receive's object)."""
+        if self._active and not self._future.done():
+            await asyncio.wait((self._future,))  # a cancelled receive completes, no raise
         return self._complete(status)
 
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
-        if not self._done and not self._future.done():
+        """``(True, value)`` and the request completes if it is done, else ``(False, None)``."""
+        if not self._ready():
             return False, None
         return True, self._complete(status)
 
+    def get_status(self, status: Status | None = None) -> bool:
+        """Whether the operation is done, without completing the request (it stays true)."""
+        if not self._ready():
+            return False
+        if status is not None:
+            status._fill(self._outcome()[1] if self._active else self._status)
+        return True
+
     def cancel(self) -> None:
-        """Cancel a pending receive (its message, if it comes, stays unreceived)."""
-        if not self._done and self._future is not None:
+        """Cancel a receive not matched yet: the request completes with no value and
+        ``status.cancelled``; a message that comes later goes to a later receive. A
+        matched receive, a send or a collective is not cancelled (MPI allows a cancel to
+        fail): it completes as usual and its status says ``cancelled=False``."""
+        if self._active and self._cancellable and not self._future.done():
             self._future.cancel()
+
+    def Free(self) -> None:
+        """Forget the request (it becomes false); the operation itself goes on."""
+        self._active = False
+
+    # mpi4py's uppercase request calls (no values: flags and indices)
+    async def Wait(self, status: Status | None = None) -> bool:
+        await self.wait(status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:
+        return self.test(status)[0]
+
+    def Get_status(self, status: Status | None = None) -> bool:
+        return self.get_status(status)
 
     @property
     def done(self) -> bool:
-        return self._done or self._future.done()
+        """Whether the operation is done (whether or not the request was completed)."""
+        return self._ready()
+
+    # the array calls, as mpi4py's static methods
+    @staticmethod
+    async def waitall(requests: Sequence["Request"], statuses: list | None = None) -> list:
+        return await waitall(requests, statuses)
+
+    @staticmethod
+    def testall(requests: Sequence["Request"], statuses: list | None = None):
+        return testall(requests, statuses)
+
+    @staticmethod
+    async def waitany(requests: Sequence["Request"], status: Status | None = None):
+        return await waitany(requests, status)
+
+    @staticmethod
+    def testany(requests: Sequence["Request"], status: Status | None = None):
+        return testany(requests, status)
+
+    @staticmethod
+    async def waitsome(requests: Sequence["Request"], statuses: list | None = None):
+        return await waitsome(requests, statuses)
+
+    @staticmethod
+    def testsome(requests: Sequence["Request"], statuses: list | None = None):
+        return testsome(requests, statuses)
+
+    @staticmethod
+    async def Waitall(requests: Sequence["Request"], statuses: list | None = None) -> bool:
+        await waitall(requests, statuses)
+        return True
+
+    @staticmethod
+    def Testall(requests: Sequence["Request"], statuses: list | None = None) -> bool:
+        return testall(requests, statuses)[0]
+
+    @staticmethod
+    async def Waitany(requests: Sequence["Request"], status: Status | None = None) -> int:
+        return (await waitany(requests, status))[0]
+
+    @staticmethod
+    def Testany(requests: Sequence["Request"], status: Status | None = None):
+        index, flag, _ = testany(requests, status)
+        return index, flag
+
+    @staticmethod
+    async def Waitsome(requests: Sequence["Request"], statuses: list | None = None):
+        return (await waitsome(requests, statuses))[0]
+
+    @staticmethod
+    def Testsome(requests: Sequence["Request"], statuses: list | None = None):
+        return testsome(requests, statuses)[0]
+
+
+def _statuses_for(statuses, n: int) -> list | None:
+    """Statuses to fill for ``n`` requests (mpi4py's rule): a list is grown with empty
+    statuses to ``n`` entries; another sequence is filled as far as it goes; None stays
+    None."""
+    if statuses is None:
+        return None
+    if isinstance(statuses, list):
+        statuses.extend(Status() for _ in range(n - len(statuses)))
+        return statuses
+    return [*statuses, *(Status() for _ in range(n - len(statuses)))]
 
 
 async def waitall(requests: Iterable[Request], statuses: list | None = None) -> list:
-    """Wait for every request; returns their values in order."""
+    """Wait for every request; their values in order. ``statuses`` (a list) is grown to
+    ``len(requests)`` and filled."""
     requests = list(requests)
-    out = []
-    for i, req in enumerate(requests):
-        st = statuses[i] if statuses is not None else None
-        out.append(await req.wait(st))
-    return out
+    statuses = _statuses_for(statuses, len(requests))
+    return [await req.wait(None if statuses is None else statuses[i])
+            for i, req in enumerate(requests)]
+
+
+def testall(requests: Sequence[Request], statuses: list | None = None):
+    """``(True, values)`` completing every request if all are done, else ``(False, None)``
+    and none is completed."""
+    if not all(req._ready() for req in requests):
+        return False, None
+    statuses = _statuses_for(statuses, len(requests))
+    return True, [req._complete(None if statuses is None else statuses[i])
+                  for i, req in enumerate(requests)]
+
+
+def testany(requests: Sequence[Request], status: Status | None = None):
+    """``(index, True, value)`` completing the first done active request;
+    ``(UNDEFINED, True, None)`` when none is active; ``(UNDEFINED, False, None)`` when none
+    is done yet."""
+    active = [i for i, req in enumerate(requests) if req]
+    if not active:
+        if status is not None:
+            status._fill(Status())
+        return UNDEFINED, True, None
+    for i in active:
+        if requests[i]._ready():
+            return i, True, requests[i]._complete(status)
+    return UNDEFINED, False, None
+
+
+async def waitany(requests: Sequence[Request], status: Status | None = None):
+    """``(index, value)`` of the first active request done (waiting for one);
+    ``(UNDEFINED, None)`` when none is active."""
+    index, flag, value = testany(requests, status)
+    if not flag:
+        await asyncio.wait([req._future for req in requests if req],
+                           return_when=asyncio.FIRST_COMPLETED)
+        index, flag, value = testany(requests, status)
+    return index, value
+
+
+def testsome(requests: Sequence[Request], statuses: list | None = None):
+    """``(indices, values)`` of the active requests done now, completed (both empty when
+    none is); ``(None, None)`` when none is active. A status per index is appended to
+    ``statuses``."""
+    if not any(requests):
+        return None, None
+    indices = [i for i, req in enumerate(requests) if req and req._ready()]
+    values = []
+    for i in indices:
+        st = Status()
+        values.append(requests[i]._complete(st))
+        if statuses is not None:
+            statuses.append(st)
+    return indices, values
+
+
+async def waitsome(requests: Sequence[Request], statuses: list | None = None):
+    """``testsome`` after waiting until at least one active request is done."""
+    active = [req._future for req in requests if req]
+    if active and not any(f.done() for f in active):
+        await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
+    return testsome(requests, statuses)

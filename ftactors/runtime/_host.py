@@ -114,11 +114,14 @@ class RankHost:
                 self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
                 try:
                     value = await self._main
-                except asyncio.CancelledError:
+                except asyncio.CancelledError as exc:
                     if self._failure is not None:
                         raise self._failure from None
                     if self._parked is None:
-                        raise
+                        if self._main.cancelling():  # cancelled from outside: the run ends
+                            raise
+                        # main() itself raised it: an application error like any other
+                        raise RuntimeError("main() raised asyncio.CancelledError") from exc
                     handle, epoch = await self._parked
                     self._parked = None
                     await self._install(handle, epoch)
