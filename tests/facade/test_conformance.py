@@ -10,6 +10,13 @@ from ftactors.tools.simcheck import setups
 from .. import bodies as b
 
 
+PURE = pytest.mark.parametrize("transport", ["local", "sim"])
+"""For the semantics the facade and the matcher decide alone, whatever carries the
+messages (matching, status, probe, requests, split, argument checks): Ray adds only its
+start-up to them. What Ray's planes change (batching, reordering, the object store,
+process deaths, tracebacks) keeps its Ray case below."""
+
+
 def run(cls, transport, ranks=4, **kw):
     return ft.run(cls, ranks=ranks, transport=transport, timeout_s=120, **kw)
 
@@ -28,10 +35,12 @@ def test_order_holds_under_reordering(transport):
     assert more == list(range(count))
 
 
+@PURE
 def test_tag_matching_and_non_overtaking(transport):
     assert run(b.TagMatching, transport, ranks=2).results[1] == ["B", "A", "C"]
 
 
+@PURE
 def test_any_source_and_status(transport):
     seen = run(b.AnySource, transport, ranks=5).results[0]
     assert sorted(s[0] for s in seen) == [1, 2, 3, 4]
@@ -41,6 +50,7 @@ def test_any_source_and_status(transport):
         assert count >= pickled > 0
 
 
+@PURE
 def test_probe_iprobe(transport):
     before, st, still, value, after = run(b.Probing, transport, ranks=2).results[0]
     assert before is False
@@ -50,6 +60,7 @@ def test_probe_iprobe(transport):
     assert after is False
 
 
+@PURE
 def test_isend_irecv_test_wait(transport):
     early, value, st, again = run(b.NonBlocking, transport, ranks=2).results[0]
     assert early == (False, None)
@@ -58,6 +69,7 @@ def test_isend_irecv_test_wait(transport):
     assert again == (True, "pong")
 
 
+@PURE
 def test_sendrecv(transport):
     r = run(b.SendRecvShift, transport, ranks=3)
     assert r.results == [(200, 2), (0, 0), (100, 1)]
@@ -116,6 +128,7 @@ def _fold(fn, values):
     return acc
 
 
+@PURE
 def test_split_key_order_undefined_and_dup(transport):
     res = run(b.SplitDup, transport, ranks=5).results
     for r, out in enumerate(res):
@@ -128,6 +141,7 @@ def test_split_key_order_undefined_and_dup(transport):
         assert out["dup"] == ("dup", left)
 
 
+@PURE
 def test_bad_input_errors(transport):
     errors = run(b.BadInput, transport, ranks=3).results[0]
     kind, msg = errors["dest"]
