@@ -260,6 +260,12 @@ class RankActor:
     async def ping(self) -> None:
         """Answered by the event loop: a rank that cannot answer is hung."""
 
+    async def watch(self) -> None:
+        """Never answers: the caller's call fails when this process dies (how the
+        coordinator hears of the death of a spare, or of a rank that has returned, which
+        no other call is waiting on)."""
+        await asyncio.get_running_loop().create_future()
+
     async def worker_id(self) -> str:
         """The Ray worker id of this actor's process (Ray's death notices name it)."""
         return ray.get_runtime_context().get_worker_id()
@@ -387,7 +393,11 @@ class RayFabric:
         home = homes[spec.rank] if homes else None
         if home is not None and home not in self.nodes():
             home = None  # its node is gone: a replacement starts anywhere
-        return await self.promote(await self._start_actor(home), spec)
+        try:
+            actor = await self._start_actor(home)
+        except RankDied as died:
+            raise RankDied(spec.rank, died.reason) from None
+        return await self.promote(actor, spec)
 
     async def spawn_spare(self, node: str | None = None):
         """A spare: on Ray node ``node``, else on the next of the ``spare_nodes``
@@ -407,7 +417,10 @@ class RayFabric:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = self._cls.options(**options).remote()
         self.actors.append(actor)
-        self.worker_of[actor] = await actor.worker_id.remote()
+        try:
+            self.worker_of[actor] = await actor.worker_id.remote()
+        except RayActorError as exc:
+            raise RankDied(-1, f"could not start: {_death_reason(exc)}") from None
         return actor
 
     def _spare_home(self) -> str | None:
@@ -423,13 +436,13 @@ class RayFabric:
         self.rank_of[actor] = spec.rank
         worker = self.worker_of.get(actor)
         self._rank_worker[spec.rank] = worker
-        if spec.kill_iterations and worker is not None:
+        if (spec.kill_iterations or spec.kill_at_return) and worker is not None:
             DEATH_NOTICES.doomed(worker)
         try:
             pid, node, self.endpoints[actor] = await actor.setup.remote(
                 cloudpickle.dumps(spec), self.inbox, self._plane)
         except RayActorError as exc:
-            raise RankDied(spec.rank, f"could not start: {exc}") from None
+            raise RankDied(spec.rank, f"could not start: {_death_reason(exc)}") from None
         if node == ray.get_runtime_context().get_node_id():
             self.local_pid[actor] = pid
         return actor
@@ -459,6 +472,13 @@ class RayFabric:
 
     async def ping(self, handle) -> None:
         await self._ask(handle, "ping")
+
+    async def watch(self, handle) -> None:
+        """Return once ``handle``'s actor (a rank or a spare) is dead."""
+        try:
+            await self._ask(handle, "watch")
+        except RankDied:
+            return
 
     async def wire(self, handles: list) -> None:
         """Hand every rank its peers' actors and direct endpoints (a changed endpoint
