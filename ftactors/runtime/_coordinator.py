@@ -229,6 +229,7 @@ class Coordinator:
             dead = [r for r, h in sorted(self._lost_at_start.items()) if h is self.handles[r]]
             self._lost_at_start.clear()
             if not dead:
+                self.pool.fill()  # spares the start-up used
                 return
             for rank in dead:  # died after its wiring call answered
                 await self._host(rank, lost, "its process died")
@@ -451,6 +452,7 @@ class Coordinator:
                                         moment=moment)
                 self.reports.append(ev)
                 await self.fabric.kill(self.handles[rank], self.kill_method)
+                return  # one death per host (another kill at this moment takes the next)
 
     async def _strike_all(self, moment: str) -> None:
         await asyncio.gather(*(self._strike(rank, moment) for rank in range(self.n)))
@@ -464,6 +466,7 @@ class Coordinator:
                 self.events.record("killed", spare=index, how=self.kill_method,
                                    moment=moment)
                 await self.fabric.kill(spare, self.kill_method)
+                return
 
     async def call(self, rank: int, name: str, *args) -> Any:
         """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""

@@ -93,6 +93,8 @@ class SparePool:
         watcher = self._watchers.pop(spare, None)
         if watcher is not None:
             watcher.cancel()
+        self.c.events.record("spare_taken", spare=self.index.get(spare),
+                             spares_left=len(self.ready))
         return spare
 
     async def take(self) -> Any | None:

@@ -18,8 +18,8 @@
   only when fewer than ``k`` of its ``k + m`` blocks (members and parity holders) survive.
   StandbyReplacement also ends the run when no standby rank is left (NR-MPI's ABORT: the
   spares are its resource, refilled in the background after each recovery); such a
-  give-up passes only if the timeline shows the spares used up (the last replacement
-  left none, or the run had none).
+  give-up passes only if the timeline shows the spares used up (every spare that became
+  ready was taken or died, or the run had none).
 * A multi-level stack names the level of every recovery, and never recovers at a level
   that cannot hold the loss, nor past one that surely can (:func:`level_problem`),
   judged from the failed ranks of each recovery and the rounds completed before it:
@@ -78,11 +78,13 @@ def failed_in_last_round(events) -> set[int]:
 
 
 def spares_used_up(events) -> bool:
-    """Whether the timeline shows no standby rank left at its end."""
-    left = [e.detail["spares_left"] for e in events if e.kind == "replaced"]
-    if left:
-        return left[-1] == 0
-    return any(e.kind == "run_start" and e.detail["spares"] == 0 for e in events)
+    """Whether the timeline shows no standby rank left at its end: every spare that
+    became ready (``spare_ready``) was taken (``spare_taken``: promoted, or dead as it
+    was) or died idle (``spare_lost``)."""
+    ready = sum(e.kind == "spare_ready" for e in events)
+    gone = sum(e.kind == "spare_taken" or (e.kind == "spare_lost"
+                                           and e.detail["moment"] == "idle") for e in events)
+    return ready == gone
 
 
 def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:

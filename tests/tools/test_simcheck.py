@@ -85,11 +85,18 @@ def test_a_give_up_is_judged_by_the_failed_ranks_and_the_copies_placement():
     assert "before any backup" in standby([_ev("failure_detected", 1),
                                            _ev("failure_detected", 4)])
     no_spare = "rank 5 failed: no spare left to replace it"
-    assert standby([_ev("replaced", 3, spares_left=0), _ev("failure_detected", 5)],
+    ready = [_ev("spare_ready", spare=0), _ev("spare_ready", spare=1)]
+    assert standby([*ready, _ev("spare_taken", spare=0, spares_left=1),
+                    _ev("spare_taken", spare=1, spares_left=0), _ev("failure_detected", 5)],
                    no_spare) == ""
     assert standby([_ev("run_start", spares=0), _ev("failure_detected", 5)], no_spare) == ""
-    assert "shows one" in standby([_ev("run_start", spares=2), _ev("replaced", 3, spares_left=1),
+    assert "shows one" in standby([_ev("run_start", spares=2), *ready,
+                                   _ev("spare_taken", spare=0, spares_left=1),
                                    _ev("failure_detected", 5)], no_spare)
+    # a spare that died while it waited is not one left
+    assert standby([*ready, _ev("spare_taken", spare=0, spares_left=1),
+                    _ev("spare_lost", spare=1, moment="idle"), _ev("failure_detected", 5)],
+                   no_spare) == ""
     rs = setups()["rs"].options  # 8 ranks, groups of 2 on virtual nodes of 2 ranks
     from ftactors.protocols.rs_placement import place, virtual_nodes
     placement = place(virtual_nodes(8, 2), 2)
