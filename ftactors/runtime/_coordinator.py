@@ -165,11 +165,11 @@ class Coordinator:
                 if k.time_s is not None and k.incarnation == 0:
                     self.helper(self._kill_later(k))
             self.pool.fill()
-            await self._start()
-            self.events.record("run_start", ranks=self.n, spares=self.n_spares,
-                               transport=fabric.name)
-            self.wired.set()
             try:
+                await self._start()
+                self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+                                   transport=fabric.name)
+                self.wired.set()
                 results = await self._supervise()
             except (RankError, RankFailed) as exc:
                 exc.events = merge([self.events.events, self.rank_events])
@@ -248,18 +248,22 @@ class Coordinator:
                 if old is not None:
                     self._unwatch(rank)
                     await self.fabric.kill(old, "ray.kill")
-            spare = self.pool.take_ready() if died is not None else None
             try:
-                if spare is not None:
-                    await self.strike_spare(self.pool.index.get(spare), "promoted", spare)
-                    handle = await self.fabric.promote(spare, self.spec(rank))
-                else:
-                    handle = await self.fabric.spawn(self.spec(rank))
-                self._install(rank, handle)
-                await self._strike(rank, "start")
+                await self._new_host(rank, self.pool.take_ready() if died is not None else None)
                 return
             except RankDied as exc:
                 died = exc.reason or "its process died"
+
+    async def _new_host(self, rank: int, spare: Any | None) -> None:
+        """Rank ``rank``'s host from now on: ``spare`` promoted, else a new host (chaos
+        may strike either as it starts)."""
+        if spare is not None:
+            await self.strike_spare(self.pool.index.get(spare), "promoted", spare)
+            handle = await self.fabric.promote(spare, self.spec(rank))
+        else:
+            handle = await self.fabric.spawn(self.spec(rank))
+        self._install(rank, handle)
+        await self._strike(rank, "start")
 
     def _install(self, rank: int, handle: Any) -> None:
         """``handle`` is rank ``rank``'s host from now on: it is watched."""
@@ -523,13 +527,7 @@ class Coordinator:
             if spare is _ANY_SPARE:
                 spare = self.pool.take_ready()
             warm = spare is not None
-            if warm:
-                await self.strike_spare(self.pool.index.get(spare), "promoted", spare)
-                handle = await self.fabric.promote(spare, self.spec(rank))
-            else:
-                handle = await self.fabric.spawn(self.spec(rank))
-            self._install(rank, handle)
-            await self._strike(rank, "start")
+            await self._new_host(rank, spare)
         except RankDied:
             raise NewFailure({rank}) from None
         finally:

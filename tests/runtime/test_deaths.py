@@ -62,7 +62,9 @@ def test_a_host_that_dies_before_its_rank_runs_is_replaced(fast, name, moment):
 def test_a_rank_whose_hosts_keep_dying_ends_in_rank_failed(fast):
     with pytest.raises(ft.RankFailed) as info:
         run("standby", fast, [ft.Kill(1, moment="start")] * 4)
-    assert list(info.value.ranks) == [1] and "died 4 times before the rank could run" in str(info.value)
+    assert list(info.value.ranks) == [1]
+    assert "died 4 times before the rank could run" in str(info.value)
+    assert [e.rank for e in info.value.events if e.kind == "start_failed"] == [1] * 4
 
 
 def test_a_kill_at_a_time_counts_from_the_start_of_the_run(fast):
