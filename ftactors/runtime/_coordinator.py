@@ -184,7 +184,7 @@ class Coordinator:
             failed.events = merge([self.events.events, self.rank_events])
             raise failed from None
         finally:
-            for task in self._helpers:
+            for task in list(self._helpers):
                 task.cancel()
             await fabric.shutdown()
         return self._result(results, fabric.clock() - t0)
