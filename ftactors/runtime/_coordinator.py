@@ -573,8 +573,7 @@ class Coordinator:
         for task, rank in list(self._runs.items()):
             if rank in ranks:
                 del self._runs[task]
-                if task.done() and not task.cancelled():
-                    task.exception()  # consumed: nobody waits for it
+                task.add_done_callback(_consume)  # nobody waits for its outcome
                 task.cancel()
 
     def running(self, rank: int) -> bool:
