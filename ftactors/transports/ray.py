@@ -24,7 +24,10 @@ docs/ARCHITECTURE.md):
   An error inside a delivery is printed by the receiver, which is where Ray printed it
   before as an unhandled error of the call;
 * a killed actor's pending calls fail with ``ActorDiedError`` within milliseconds, which
-  the coordinator turns into a failure; actors are created with ``max_restarts=0`` and
+  the coordinator turns into a failure; every actor has one call that never answers
+  (``watch``), so the death of a spare or of a rank that has returned is seen as soon;
+  a death as an actor starts or is set up is a ``RankDied`` like any other (never a Ray
+  exception past this module); actors are created with ``max_restarts=0`` and
   calls with ``max_task_retries=0`` (a retried call would re-run from the start) because
   recovery is the framework's job;
 * buffers of 100 KiB and more are ``ray.put`` once by the sender and travel as references;
