@@ -160,6 +160,8 @@ class Coordinator:
         fabric.on_report = self._on_report
         await fabric.start(self.n)
         t0 = fabric.clock()
+        self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+                           transport=fabric.name)
         try:
             for k in self.kills:  # seconds from now: start-up and wiring can be struck
                 if k.time_s is not None and k.incarnation == 0:
@@ -167,8 +169,7 @@ class Coordinator:
             self.pool.fill()
             try:
                 await self._start()
-                self.events.record("run_start", ranks=self.n, spares=self.n_spares,
-                                   transport=fabric.name)
+                self.events.record("wired")
                 self.wired.set()
                 results = await self._supervise()
             except (RankError, RankFailed) as exc:

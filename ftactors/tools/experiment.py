@@ -138,6 +138,10 @@ def experiment_from_flags(args) -> dict:
     if args.kill_at:
         schedule["kill_at"] = [parse_pair(s, "--kill-at", "RANK:SECONDS", float)
                                for s in args.kill_at]
+    for flag, key in (("moment_kill", "moment_kills"), ("spare_kill", "spare_kills")):
+        if getattr(args, flag):
+            schedule[key] = [parse_pair(s, f"--{flag.replace('_', '-')}", "INDEX:MOMENT", str)
+                             for s in getattr(args, flag)]
     if args.random_kills:
         schedule["random_kills"] = args.random_kills
     if args.mtbf is not None:

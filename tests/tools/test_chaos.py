@@ -191,6 +191,15 @@ def test_schedules_strike_start_up_returned_ranks_and_spares(tmp_path):
     assert "start_failed" in kinds and "spare_lost" in kinds
 
 
+def test_flags_strike_moments_and_spares(tmp_path, capsys):
+    code = main(["chaos", "--transport", "sim", "--app", "stencil", "--protocol", "standby",
+                 "--spares", "1", "--ranks", "4", "--kill", "1:3", "--moment-kill", "2:wire",
+                 "--spare-kill", "0:idle", "--out", str(tmp_path / "res")])
+    assert code == 0, capsys.readouterr()
+    rows = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()
+    assert [(r["verified"], r["kills"]) for r in rows] == [(True, 3)]
+
+
 def test_a_schedule_names_a_moment_chaos_knows():
     with pytest.raises(ExperimentError) as err:
         experiment_from_dict(experiment(schedules={"one": {"moment_kills": [[1, "lunch"]]},

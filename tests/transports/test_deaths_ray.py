@@ -3,6 +3,7 @@ driver finds this run's rank-actor processes by their titles (a rank or a spare,
 started, wired, solving, returning or idle) and kills one at a random moment, including
 the first second after the first actor started. Every trial must give the failure-free
 answer. (``ftactors bench deaths`` measures the same on CG W, 12 trials per protocol.)"""
+import json
 import random
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 import ftactors as ft
 from ftactors.apps.cg import CG
 from ftactors.tools.bench.deaths import delays, protocols, trial
+from ftactors.tools.cli import main
 
 pytestmark = pytest.mark.ray
 
@@ -23,7 +25,7 @@ def cg_reference():
                                        kwargs={"problem_class": "S"}).results]
 
 
-@pytest.mark.parametrize("name", list(protocols()))
+@pytest.mark.parametrize("name", [p for p in protocols() if p != "ready-flush"])
 def test_a_sigkill_from_outside_at_any_moment_gives_the_failure_free_answer(
         ray_session, cg_reference, name):
     mixins, options, spares = protocols()[name]
@@ -37,3 +39,13 @@ def test_a_sigkill_from_outside_at_any_moment_gives_the_failure_free_answer(
             f"{name}: SIGKILL {delay:.2f} s after the first actor ({hit}) ended the run "
             f"with {type(outcome).__module__}.{type(outcome).__name__}: {outcome}")
         assert [x["zetas"] for x in outcome.results] == cg_reference, (name, delay, hit)
+
+
+def test_bench_deaths_quick_json(ray_session, tmp_path, capsys):
+    """ReadyMessageFlush through ``ftactors bench deaths`` (its smoke test too)."""
+    out = tmp_path / "deaths.json"
+    code = main(["bench", "deaths", "--class", "S", "--trials", str(TRIALS), "--protocols",
+                 "ready-flush", "--length-s", str(LENGTH_S), "--json", str(out)])
+    assert code == 0, capsys.readouterr().out
+    got = json.loads(out.read_text())["protocols"]["ready-flush"]
+    assert got["verified"] == got["trials"] == TRIALS

@@ -134,14 +134,19 @@ def add_arguments(p) -> None:
     p.add_argument("--protocols", default=",".join(protocols()),
                    help="comma-separated, of: " + ", ".join(protocols()))
     p.add_argument("--seed", type=int, default=0, help="seed of the delays and victims")
+    p.add_argument("--length-s", type=float, default=None,
+                   help="the failure-free run's length on Ray, for the delays (default: "
+                        "measured)")
 
 
 def main(args) -> int:
     from ftactors.apps.cg import CG
     kwargs = {"problem_class": args.problem_class}
     reference = ft.run(CG, args.ranks, transport="local", kwargs=kwargs).results
-    # the failure-free length on Ray (the second run: the first one warms Ray up)
-    length_s = [ft.run(CG, args.ranks, kwargs=kwargs).metrics["wall_s"] for _ in range(2)][-1]
+    length_s = args.length_s
+    if length_s is None:  # the second failure-free run on Ray (the first one warms it up)
+        length_s = [ft.run(CG, args.ranks, kwargs=kwargs).metrics["wall_s"]
+                    for _ in range(2)][-1]
     rows, out = [], {}
     for name in args.protocols.split(","):
         mixins, options, spares = protocols()[name]
