@@ -167,3 +167,21 @@ def test_only_rank_failed_escapes_a_run_struck_at_every_moment(fast, name):
             assert name == "none", f"{name} gave up on {kills}: {exc}"
         else:
             assert norms(r) == reference()
+
+
+class StandbyFlush(StandbyReplacement, ReadyMessageFlush, Heat1D):
+    backup_interval = 3
+
+
+def test_ranks_given_new_hosts_in_a_round_cut_short_count_as_failed(fast):
+    """A partner pair dies (rank 2 as rank 0's recovery starts): the global level respawns every rank, the spare it promotes
+    first dies as it is promoted, and the round is cut short with the other ranks on new
+    hosts that hold nothing; the next round must restore them too (the partner level,
+    asked first, found ranks that had never started)."""
+    r = ft.run(StandbyFlush, 4, transport=fast, kwargs=ARGS, spares=1,
+               chaos=ft.Chaos(kill=[(0, 4), ft.Kill(2, recovery_round=0),
+                                    ft.Kill(spare=0, moment="promoted")]),
+               checkpoint_interval=3, timeout_s=60)
+    assert norms(r) == reference()
+    assert r.events_of("recovery_restart")
+    assert any("round cut short" in e.detail["reason"] for e in r.events_of("failure_detected"))
