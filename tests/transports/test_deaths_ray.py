@@ -16,7 +16,7 @@ from ftactors.tools.cli import main
 pytestmark = pytest.mark.ray
 
 TRIALS = 2
-LENGTH_S = 3.0  # about a failure-free CG S run on 4 Ray ranks here
+LENGTH_S = 6.0  # about a failure-free CG S run on 4 Ray ranks here, start-up included
 
 
 @pytest.fixture(scope="module")
