@@ -417,8 +417,9 @@ class Coordinator:
             more = exc if isinstance(exc, NewFailure) else NewFailure({exc.rank})
             for rank in sorted(more.ranks - failed):
                 self.fail(rank, "failed during recovery")
-            for rank in sorted(self._fresh - self._failed):  # its old life was stopped
-                self.fail(rank, "given a new host in a round cut short: it holds no state")
+            if self.part_levels is None:  # (levels that keep parts rescued theirs first)
+                for rank in sorted(self._fresh - self._failed):  # its old life was stopped
+                    self.fail(rank, "given a new host in a round cut short: it holds no state")
             self.events.record("recovery_restart", round=round_no, failed=sorted(self._failed))
             return
         except RankFailed:
