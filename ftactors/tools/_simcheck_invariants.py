@@ -119,7 +119,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
     """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
     about its recovery levels ("" if nothing)."""
     standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
-    failed, named, tried = set(), None, []
+    failed, lost, named, tried = set(), set(), None, []
     for e in events:
         d = e.detail
         if e.kind == "backup" and not failed:
@@ -132,21 +132,23 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
             tried.append(d["level"])
         elif e.kind == "recovery_level":
             named = d["level"]
+            lost = set(d["failed"])  # the round's own (a rank may die as it ends)
         elif e.kind == "recovery_end":
             if named is None:
                 return f"the recovery of ranks {sorted(failed)} names no level"
-            survivors = set(range(ranks)) - failed
+            survivors = set(range(ranks)) - lost
             rounds = sum(survivors <= done for done in standby_round.values())
-            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2)
+            can = _levels_holding(lost, levels, ranks, options, backed_up=rounds >= 2)
             if can.get(named) is False:
-                return (f"level {named} recovered ranks {sorted(failed)}, which it cannot "
+                return (f"level {named} recovered ranks {sorted(lost)}, which it cannot "
                         f"hold")
             cheaper = levels[:levels.index(named)]
             sure = [lv for lv in cheaper if can.get(lv)]
             if sure:
-                return (f"level {named} recovered ranks {sorted(failed)}, but the cheaper "
+                return (f"level {named} recovered ranks {sorted(lost)}, but the cheaper "
                         f"level {sure[0]} holds them (it tried {tried or 'nothing'})")
-            standby_round, failed, named, tried = {}, set(), None, []
+            # a rank found failed during the round but not in it is the next round's
+            standby_round, failed, named, tried = {}, failed - lost, None, []
     return ""
 
 
