@@ -122,6 +122,7 @@ class Coordinator:
         self._watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
         self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
         self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
+        self._round_failed: set[int] = set()  # the failed ranks of the current round
         self.epochs = [0] * ranks
         self._epoch_counter = 0  # the largest epoch handed out
         self.incarnations = [0] * ranks
@@ -410,6 +411,7 @@ class Coordinator:
         self.events.record("recovery_start", round=round_no, failed=sorted(failed))
         self._drop_runs(failed)  # their deaths are known
         self._round = round_no
+        self._round_failed = failed
         await self.phase("start")
         try:
             await self.policy.recover(failed)
@@ -537,6 +539,8 @@ class Coordinator:
         finally:
             self._respawning.discard(rank)
         self._fresh.add(rank)
+        if rank not in self._round_failed:  # its old life died as this round replaced it:
+            self._failed.discard(rank)  # moot, as the round restores it anyway
         self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], warm=warm)
         return old

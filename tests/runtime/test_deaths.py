@@ -185,3 +185,18 @@ def test_ranks_given_new_hosts_in_a_round_cut_short_count_as_failed(fast):
     assert norms(r) == reference()
     assert r.events_of("recovery_restart")
     assert any("round cut short" in e.detail["reason"] for e in r.events_of("failure_detected"))
+
+
+def test_a_rank_that_dies_as_its_round_respawns_it_is_not_failed_again():
+    """DDVPiggyback restarts rank 1's whole cluster; rank 0, in it, dies as the round
+    starts. The round gives it a new life anyway, so that death is moot: a second round
+    for it restarted its cluster alone and stalled the run (sim-check hc3i seed 5884)."""
+    from ftactors.tools.simcheck import ITERATIONS, PER_PEER, Flood, setups
+    setup = setups()["hc3i"]
+    cls = type("Hc3iFlood", (*setup.mixins, Flood), {})
+    kwargs = {"iterations": ITERATIONS, "per_peer": PER_PEER}
+    r = ft.run(cls, setup.ranks, transport="sim", seed=5884, kwargs=kwargs, timeout_s=60,
+               chaos=ft.Chaos(kill=[(1, 2), ft.Kill(0, recovery_round=0)]),
+               sim_jitter_s=2e-5, **setup.options)
+    assert r.metrics["recoveries"] == 1
+    assert r.results == ft.run(Flood, setup.ranks, transport="sim", kwargs=kwargs).results
