@@ -156,7 +156,8 @@ class Hc3iRecovery:
     async def _recover(self, failed: set[int]) -> None:
         c, groups = self.c, self.clusters
         await self._settle()
-        hit = sorted({groups.group_of(r) for r in failed})
+        # a cluster respawned by a round cut short holds nothing: it restarts as if failed
+        hit = sorted({groups.group_of(r) for r in failed | c.unstarted()})
         start = {k: self.clcs[k][-1].clc.sn for k in hit}
         rolled: set[int] = set()
         current: dict[int, list[int]] = {}

@@ -45,7 +45,10 @@ member's restart line already holds them.
 from its last complete group checkpoint (or the start), in new actors; every other rank
 goes on. First every other rank is *fenced*: it learns the new incarnations (so what
 the dead lives still had in flight is dropped) and reports its R for the restarted
-ranks, final until their new lives send. Then each of them resends from its log what
+ranks, final until their new lives send; one that is itself running again after an
+earlier restart and has not yet sent again all that a restarted rank's part holds from
+it skips those messages when it gets there (they would be orphans of the new line).
+Then each of them resends from its log what
 the restarted ranks had not received at their checkpoint (their restored R), up to
 the fence (later messages already went to the new lives); a restarted rank records
 ``group_caught_up`` once it holds all of them. The restarted ranks in turn resend to
@@ -262,16 +265,20 @@ class GroupCoordination(Protocol):
         """R_X of this (restored) rank for every X."""
         return list(self.ft.received)
 
-    def ft_rpc_group_fence(self, epochs: dict) -> list[int]:
-        """Ranks restart as ``epochs`` {rank: new incarnation}: from now on drop what their
-        old lives still had in flight, and return R_X for every X (final for them until
-        their new lives send)."""
+    def ft_rpc_group_fence(self, epochs: dict, held: dict) -> list[int]:
+        """Ranks restart as ``epochs`` {rank: new incarnation}, holding ``held`` {rank:
+        messages from this rank in its restored state}: from now on drop what their old
+        lives still had in flight, and return R_X for every X (final for them until
+        their new lives send). A rank that is itself running again after a restart may
+        not have sent again all a restarted rank holds: it skips those."""
         ft, gc = self.ft, self._gc
         for rank, epoch in epochs.items():
             rank = int(rank)
             ft.set_peer_epoch(rank, epoch)
             gc.fenced[rank] = ft.sent[rank]
             gc.skip.pop(rank, None)  # it rolled back: it no longer holds what it held
+            if held[rank] > ft.sent[rank]:
+                gc.skip[rank] = held[rank]
             if gc.expect is not None:
                 gc.expect.pop(rank, None)
         return list(ft.received)
@@ -424,14 +431,14 @@ class GroupRecovery:
         await c.rewire()
         epochs = {r: c.epochs[r] for r in ranks}
         others = [x for x in range(c.n) if x not in ranks]
-        holds = dict(zip(others, await asyncio.gather(*(c.call(x, "group_fence", epochs)
-                                                        for x in others))))
+        restored = {r: [0] * c.n if sets[r] is None else sets[r].received[r] for r in ranks}
+        holds = dict(zip(others, await asyncio.gather(*(
+            c.call(x, "group_fence", epochs, {r: restored[r][x] for r in ranks})
+            for x in others))))
         if c.part_levels is not None:
             await c.part_levels.forget({r: sets[r] and sets[r].position for r in ranks},
                                        self.groups)
-        for x in ranks:  # a restarted rank will hold what its part holds
-            ck = self.latest.get(self.groups.group_of(x))
-            holds[x] = [0] * c.n if ck is None else ck.received[x]
+        holds.update(restored)  # a restarted rank will hold what its part holds
         for r in ranks:
             c.start_rank(r, c.restore_spec(handles[r], {NAME: {x: held[r] for x, held in holds.items()
                                                       if x != r}}))

@@ -81,6 +81,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.runtime._coordinator import NewFailure
+from ftactors.runtime._deaths import RankDied
 from ftactors.runtime._checkpoints import (load_own, position_index, prune_sets, seal_set,
                                            store_part)
 from ftactors.base._errors import ConfigError, ProtocolError
@@ -729,7 +730,11 @@ class ReadyFlushCoordinator:
         c = self.c
         move = next(self._ids)
         t0 = c.fabric.clock()
-        spare = await c.fabric.spawn_spare(node)
+        try:
+            spare = await c.fabric.spawn_spare(node)
+        except RankDied as died:
+            raise ProtocolError(f"the new actor for rank {rank} died as it started "
+                                f"({died.reason}); rank {rank} did not move") from None
         t_spare = c.fabric.clock()
         stop = await c.call(rank, "ready_migrate_stop", move)
         if stop is None:
@@ -742,7 +747,11 @@ class ReadyFlushCoordinator:
         senders = [r for r, s in zip(others, sent) if s]
         out = await c.call(rank, "ready_migrate_out", move, senders)
         t_saved = c.fabric.clock()
-        old = await c.respawn(rank, spare, stop_old=False)
+        try:
+            old = await c.respawn(rank, spare, stop_old=False)
+        except NewFailure:  # the rank is stopped and its old life left: a failure
+            c.fail(rank, "the actor it was moving to died as it was set up")
+            raise
         await c.rewire()
         c.start_rank(rank, c.restore_spec(out["handle"]))
         await c.call(rank, "ready")

@@ -4,6 +4,13 @@
 iteration fire inside the rank at that safe point (before the protocols see it), kills at
 a time fire from the coordinator, random kills are drawn from ``seed`` so a failing
 experiment can be replayed exactly. Every kill is recorded in the run's timeline.
+
+Kills at a *moment* strike where no iteration can: a rank's host as it starts
+(``"start"``, before the rank runs), while the ranks are wired (``"wire"``), as its
+``main()`` returns with the result not yet handed over (``"return"``), or once the
+coordinator holds its result (``"finished"``); and spares (``Kill(spare=i, ...)``, the
+i-th spare the run starts, refills included) as they start (``"starting"``), once they
+wait (``"idle"``) or as they are promoted (``"promoted"``).
 """
 from __future__ import annotations
 
@@ -11,23 +18,53 @@ import random
 from dataclasses import dataclass, field
 
 KILL_METHODS = ("sigkill", "ray.kill", "sigstop", "stall")
+RANK_MOMENTS = ("start", "wire", "return", "finished")
+"""Moments of a rank's life a ``Kill(rank, moment=...)`` strikes (module docstring)."""
+SPARE_MOMENTS = ("starting", "idle", "promoted")
+"""Moments of a spare's life a ``Kill(spare=i, moment=...)`` strikes."""
 
 
 @dataclass(frozen=True)
 class Kill:
     """One planned failure: ``rank`` dies at ``iteration`` (of its first safe-point loop
-    that reaches it), at ``time_s`` after the start, or while recovery round
+    that reaches it), at ``time_s`` seconds after the run started (its first host being
+    started: a rank whose host is not up yet then dies as soon as it is), at ``moment``
+    (``RANK_MOMENTS``, see the module docstring), or while recovery round
     ``recovery_round`` (0, 1, ...) reaches ``recovery_phase`` (``"start"``, or a phase the
     stack's recovery policy announces, such as ``"notified"`` or ``"repaired"``);
     ``incarnation`` says which life of the rank (0 = the original, 1 = its first
-    replacement, ...) an iteration kill is for."""
+    replacement, ...) an iteration or moment kill is for. ``spare=i`` (no rank) kills the
+    i-th spare the run starts at a ``SPARE_MOMENTS`` moment."""
 
-    rank: int
+    rank: int | None = None
     iteration: int | None = None
     time_s: float | None = None
     incarnation: int = 0
     recovery_round: int | None = None
     recovery_phase: str = "start"
+    moment: str | None = None
+    spare: int | None = None
+
+    def __post_init__(self):
+        if (self.rank is None) == (self.spare is None):
+            raise ValueError(f"a Kill names a rank or a spare (one of them), got "
+                             f"rank={self.rank!r}, spare={self.spare!r}")
+        moments = RANK_MOMENTS if self.spare is None else SPARE_MOMENTS
+        if self.spare is not None and (self.moment is None or self.iteration is not None
+                                       or self.time_s is not None
+                                       or self.recovery_round is not None):
+            raise ValueError(f"a spare's Kill takes a moment ({', '.join(SPARE_MOMENTS)}) "
+                             f"and nothing else, got {self!r}")
+        if self.moment is not None and self.moment not in moments:
+            raise ValueError(f"Kill moment must be one of {', '.join(moments)}, "
+                             f"got {self.moment!r}")
+        if self.spare is not None and self.spare < 0:
+            raise ValueError(f"a Kill's spare is an index >= 0, got {self.spare}")
+        when = [self.iteration is not None, self.time_s is not None,
+                self.recovery_round is not None, self.moment is not None]
+        if self.rank is not None and sum(when) != 1:
+            raise ValueError(f"a rank's Kill takes one of iteration, time_s, recovery_round "
+                             f"or moment, got {self!r}")
 
 
 @dataclass(frozen=True)
@@ -36,7 +73,9 @@ class Chaos:
 
     Args:
         kill: ``(rank, iteration)`` pairs, or ``Kill`` records.
-        kill_at: ``(rank, seconds after start)`` pairs.
+        kill_at: ``(rank, seconds)`` pairs: seconds after the run started (the moment
+            ``ft.run`` starts its first host, once Ray is up), so start-up and wiring
+            can be struck too; a rank whose host is not up yet dies as soon as it is.
         random_kills: this many extra kills of random ranks at random times in
             ``[0, horizon_s)``, drawn from ``seed``.
         mtbf_s: add a Poisson failure process with this mean time between failures
@@ -84,6 +123,9 @@ class Chaos:
         kills = [k if isinstance(k, Kill) else Kill(int(k[0]), iteration=int(k[1]))
                  for k in self.kill]
         kills += [Kill(int(r), time_s=float(t)) for r, t in self.kill_at]
+        if self.method in ("sigstop", "stall") and any(k.moment is not None for k in kills):
+            raise ValueError(f"method {self.method!r} is for timed kills; a kill at a moment "
+                             f"is a death (sigkill or ray.kill)")
         object.__setattr__(self, "kills", tuple(kills))
 
     def plan(self, ranks: int) -> list[Kill]:
@@ -94,6 +136,8 @@ class Chaos:
                 iteration.
         """
         for k in self.kills:
+            if k.rank is None:
+                continue  # a spare: the run starts as many as it needs
             if not 0 <= k.rank < ranks:
                 raise ValueError(f"chaos kill names rank {k.rank}, but the run has ranks 0..{ranks - 1}")
             if k.iteration is not None and k.iteration < 0:

@@ -20,6 +20,19 @@ the heartbeats' bound) fails it.
 What a round does is the business of the stack's recovery policy: the one protocol mixin
 with a ``recovery_policy`` class, or with several (a multi-level stack) all of them,
 cheapest level first (``_escalation``). Without one, a failure ends the run.
+
+Deaths outside the solve (docs/ARCHITECTURE.md, "Deaths at every moment"): a host that
+dies before its rank first runs (as it starts, or while the ranks are wired) held no
+state, so the rank gets another host (a warm spare, else a new one) and the wiring is
+done again. Every host is watched (``Fabric.watch``), so the death of a rank whose
+``main()`` has returned is seen too: while other ranks still run, the stack's recovery
+policy handles it like any failure (its peers may need it again: a rollback runs it
+again from the recovery line, and its new result, the same by piecewise determinism,
+replaces the one in hand); once every result is in hand, or where no policy exists, it
+changes nothing and is only recorded (``lost_after_return``). Deaths while the run ends
+(finalize, the policy's ``finish``, collecting events) are recorded and ignored: every
+result is in hand. Spares are a ``SparePool``. A fabric's ``RankDied`` never leaves
+``run``: what nothing recovers ends as ``RankFailed``.
 """
 from __future__ import annotations
 
@@ -29,6 +42,7 @@ from typing import Any
 
 from . import _notices
 from ._chaos import Kill
+from ._deaths import RankDied
 from ._escalation import Escalation, PartLevels
 from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
@@ -37,21 +51,18 @@ from ._host import RankSpec, ahead
 from ._identity import RunIdentity
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
 from ._protocol import parts_lead, protocol_classes
+from ._spares import SparePool
 
 COLLECT_TIMEOUT_S = 5.0
+START_ATTEMPTS = 4
+"""Hosts a rank may lose before it first runs (as they start, or while the ranks are
+wired) before the run ends with ``RankFailed``: a death there loses no state, so the
+rank simply gets another host, but a rank whose hosts keep dying is not started
+forever."""
 _ANY_SPARE = object()
 """``respawn``'s default: a warm spare if one is left, else a new host."""
 _NO_LINE = object()
 """``restore_spec``'s default: no recovery line to check the snapshot against."""
-
-
-class RankDied(Exception):
-    """Raised by a fabric when a rank's host is gone (process death, kill)."""
-
-    def __init__(self, rank: int, reason: str = ""):
-        super().__init__(rank, reason)
-        self.rank = rank
-        self.reason = reason
 
 
 class NewFailure(Exception):
@@ -123,8 +134,13 @@ class Coordinator:
         self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s", 10.0))
         self.liveness = Liveness(self.heartbeat_timeout_s)
         self.events = EventLog(fabric.clock)
-        self.handles: list[Any] = []
-        self.spares: list[Any] = []
+        self.handles: list[Any] = [None] * ranks
+        self.pool = SparePool(self, spares)
+        self._hosted = [asyncio.Event() for _ in range(ranks)]  # set once a rank has a host
+        self._watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
+        self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
+        self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
+        self._round_failed: set[int] = set()  # the failed ranks of the current round
         self.epochs = [0] * ranks
         self._epoch_counter = 0  # the largest epoch handed out
         self.incarnations = [0] * ranks
@@ -152,8 +168,11 @@ class Coordinator:
                     if k.rank == rank and k.iteration is not None and k.incarnation == inc)
         if self.job_lost_at is not None:
             its += (self.job_lost_at,)  # every incarnation dies with the job
+        at_return = any(k.rank == rank and k.moment == "return" and k.incarnation == inc
+                        for k in self.kills)
         return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
-                        self.options, its, inc, run=self.identity)
+                        self.options, its, inc, run=self.identity,
+                        kill_at_return=at_return)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -161,32 +180,141 @@ class Coordinator:
         fabric.on_report = self._on_report
         await fabric.start(self.n)
         t0 = fabric.clock()
+        self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+                           transport=fabric.name)
         try:
-            self.handles = list(await asyncio.gather(
-                *(fabric.spawn(self.spec(r)) for r in range(self.n))))
-            self.spares = list(await asyncio.gather(
-                *(fabric.spawn_spare() for _ in range(self.n_spares))))
-            await fabric.wire(self.handles)
-            self.events.record("run_start", ranks=self.n, spares=self.n_spares,
-                               transport=fabric.name)
-            self.wired.set()
+            for k in self.kills:  # seconds from now: start-up and wiring can be struck
+                if k.time_s is not None and k.incarnation == 0:
+                    self.helper(self._kill_later(k))
+            self.pool.fill()
             try:
+                await self._start()
+                self.events.record("wired")
+                self.wired.set()
                 results = await self._supervise()
             except (RankError, RankFailed) as exc:
                 exc.events = merge([self.events.events, self.rank_events])
                 raise
             if self.policy is not None:
-                await asyncio.gather(*(fabric.call(h, "finalize") for h in self.handles),
-                                     return_exceptions=True)
-                await fabric.drain_reports()
-                finish = getattr(self.policy, "finish", None)
-                if finish is not None:
-                    await finish()
+                await self._finish()
             self.events.record("run_end")
             await self._collect()
+        except (RankDied, NewFailure) as exc:  # a death nothing above took: never raw
+            ranks = sorted(exc.ranks) if isinstance(exc, NewFailure) else [exc.rank]
+            failed = RankFailed(ranks, getattr(exc, "reason", "") or "its process died")
+            failed.events = merge([self.events.events, self.rank_events])
+            raise failed from None
         finally:
+            for task in list(self._helpers):
+                task.cancel()
             await fabric.shutdown()
         return self._result(results, fabric.clock() - t0)
+
+    async def _finish(self) -> None:
+        """The run is over and every result is in hand: let the ranks and the policy
+        finish (seal the last stable sets, take the last parts). A rank that dies now
+        changes no result: its death is recorded, not arbitrated."""
+        fabric = self.fabric
+        done = await asyncio.gather(*(fabric.call(h, "finalize") for h in self.handles),
+                                    return_exceptions=True)
+        for rank, outcome in enumerate(done):
+            if isinstance(outcome, RankDied):
+                self.events.record("lost_after_return", rank=rank, reason=outcome.reason,
+                                   during="finalize")
+        await fabric.drain_reports()
+        finish = getattr(self.policy, "finish", None)
+        if finish is not None:
+            try:
+                await finish()
+            except (RankDied, NewFailure) as exc:
+                self.events.record("lost_after_return", during="finish",
+                                   reason=getattr(exc, "reason", "") or "a rank died")
+
+    # ---------------------------------------------------------------- start-up
+    async def _start(self) -> None:
+        """Give every rank a host and wire them. A host that dies before its rank runs
+        (as it starts, or while the ranks are wired) held nothing: the rank gets another
+        one (a warm spare, else a new host) and the wiring is done again.
+
+        Raises:
+            RankFailed: a rank lost ``START_ATTEMPTS`` hosts before it could run.
+        """
+        lost = [0] * self.n
+        await _all([self._host(rank, lost) for rank in range(self.n)])
+        while True:
+            try:
+                await _all([self.fabric.wire(self.handles), self._strike_all("wire")])
+            except RankDied as died:
+                await self._host(died.rank, lost, died.reason)
+                continue
+            dead = [r for r, h in sorted(self._lost_at_start.items()) if h is self.handles[r]]
+            self._lost_at_start.clear()
+            if not dead:
+                self.pool.fill()  # spares the start-up used
+                return
+            for rank in dead:  # died after its wiring call answered
+                await self._host(rank, lost, "its process died")
+
+    async def _host(self, rank: int, lost: list[int], died: str | None = None) -> None:
+        """A (new) host for rank ``rank``, which has not run yet; ``died``: why the last
+        one is gone."""
+        while True:
+            if died is not None:
+                lost[rank] += 1
+                self.events.record("start_failed", rank=rank, reason=died, attempt=lost[rank])
+                if lost[rank] >= START_ATTEMPTS:
+                    raise RankFailed([rank], f"its host died {lost[rank]} times before the "
+                                             f"rank could run (last: {died})")
+                old = self.handles[rank]
+                if old is not None:
+                    self._unwatch(rank)
+                    await self.fabric.kill(old, "ray.kill")
+            try:
+                await self._new_host(rank, self.pool.take_ready() if died is not None else None)
+                return
+            except RankDied as exc:
+                died = exc.reason or "its process died"
+
+    async def _new_host(self, rank: int, spare: Any | None) -> None:
+        """Rank ``rank``'s host from now on: ``spare`` promoted, else a new host (chaos
+        may strike either as it starts)."""
+        if spare is not None:
+            await self.strike_spare(self.pool.index.get(spare), "promoted", spare)
+            handle = await self.fabric.promote(spare, self.spec(rank))
+        else:
+            handle = await self.fabric.spawn(self.spec(rank))
+        self._install(rank, handle)
+        await self._strike(rank, "start")
+
+    def _install(self, rank: int, handle: Any) -> None:
+        """``handle`` is rank ``rank``'s host from now on: it is watched."""
+        self._unwatch(rank)
+        self.handles[rank] = handle
+        self._hosted[rank].set()
+        self._watchers[rank] = self.helper(self._watch(rank, handle))
+
+    def _unwatch(self, rank: int) -> None:
+        watcher = self._watchers.pop(rank, None)
+        if watcher is not None:
+            watcher.cancel()
+
+    async def _watch(self, rank: int, handle: Any) -> None:
+        """Rank ``rank``'s host ``handle`` died: before the rank runs, the start-up gives
+        it another; after, it is a failure (unless replaced meanwhile)."""
+        await self.fabric.watch(handle)
+        if self.handles[rank] is not handle or rank in self._respawning:
+            return
+        if not self._watching:
+            self._lost_at_start[rank] = handle
+            return
+        self.fail(rank, "its process died")
+
+    def helper(self, coro) -> asyncio.Task:
+        """Run ``coro`` in the background until the run ends."""
+        task = asyncio.ensure_future(coro)
+        self._helpers.add(task)
+        task.add_done_callback(self._helpers.discard)
+        return task
 
     def unstarted(self) -> set[int]:
         """Ranks given a new host in this recovery (or an aborted one) and not started
@@ -210,8 +338,7 @@ class Coordinator:
             self.start_rank(rank, None if self.restore is None else
                             {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n,
                              "line": self.start})
-        work = [self._kill_later(k) for k in self.kills
-                if k.time_s is not None and k.incarnation == 0]
+        work = []
         if self.heartbeat_interval_s:
             work.append(self._heartbeats())
         if self.progress is not None:
@@ -219,7 +346,8 @@ class Coordinator:
         service = getattr(self.policy, "service", None)
         if service is not None:
             work.append(service())
-        self._helpers.update(asyncio.ensure_future(w) for w in work)
+        for w in work:
+            self.helper(w)
         self._watching = True
         try:
             while len(self._done) < self.n or self._failed:
@@ -232,16 +360,19 @@ class Coordinator:
                                              return_when=asyncio.FIRST_COMPLETED)
                 waker.cancel()
                 for task in sorted((t for t in done if t in self._runs), key=self._runs.get):
+                    rank = self._runs[task]
                     error = self._finished(task)
                     if error is not None:
                         await self._collect()
                         raise error
+                    if rank in self._done:
+                        await self._strike(rank, "finished")
         finally:
             self._watching = False
             for task in sorted(self._runs, key=self._runs.get):
                 task.cancel()  # a rank that dies after the run ended (a lost job's) is moot:
                 task.add_done_callback(_consume)  # its death is nobody's to take
-            for task in self._helpers:
+            for task in list(self._helpers):
                 task.cancel()
         return self._results
 
@@ -264,6 +395,10 @@ class Coordinator:
     def fail(self, rank: int, reason: str) -> None:
         """Rank ``rank`` (its current incarnation) is failed: arbitrate it."""
         if rank in self._failed:
+            return
+        if rank in self._done and (self.policy is None or len(self._done) == self.n):
+            # its result is in hand and no recovery can need it again
+            self.events.record("lost_after_return", rank=rank, reason=reason)
             return
         killed = [e for e in self.reports if e.rank == rank and e.kind == "killed"]
         detail = {"reason": reason, "incarnation": self.incarnations[rank]}
@@ -296,12 +431,17 @@ class Coordinator:
         self.events.record("recovery_start", round=round_no, failed=sorted(failed))
         self._drop_runs(failed)  # their deaths are known
         self._round = round_no
+        self._round_failed = failed
         await self.phase("start")
         try:
             await self.policy.recover(failed)
-        except NewFailure as more:
+        except (NewFailure, RankDied) as exc:
+            more = exc if isinstance(exc, NewFailure) else NewFailure({exc.rank})
             for rank in sorted(more.ranks - failed):
                 self.fail(rank, "failed during recovery")
+            if self.part_levels is None:  # (levels that keep parts rescued theirs first)
+                for rank in sorted(self._fresh - self._failed):  # its old life was stopped
+                    self.fail(rank, "given a new host in a round cut short: it holds no state")
             self.events.record("recovery_restart", round=round_no, failed=sorted(self._failed))
             return
         except RankFailed:
@@ -323,11 +463,40 @@ class Coordinator:
         strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``); the
         timeline records it, so reports can time each phase."""
         self.events.record("recovery_phase", round=self._round, phase=name)
-        for kill in self.kills:
-            if kill.recovery_round == self._round and kill.recovery_phase == name:
+        for i, kill in enumerate(self.kills):
+            if (kill.recovery_round == self._round and kill.recovery_phase == name
+                    and i not in self._fired):
+                self._fired.add(i)
                 self.events.record("killed", rank=kill.rank, how=self.kill_method,
                                    during_recovery=self._round, phase=name)
                 await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+
+    async def _strike(self, rank: int, moment: str) -> None:
+        """Chaos: kill rank ``rank``'s current host if a kill is planned at ``moment``
+        of its current life (``Kill(rank, moment=...)``)."""
+        for i, kill in enumerate(self.kills):
+            if (kill.rank == rank and kill.moment == moment and i not in self._fired
+                    and kill.incarnation == self.incarnations[rank]):
+                self._fired.add(i)
+                ev = self.events.record("killed", rank=rank, how=self.kill_method,
+                                        moment=moment)
+                self.reports.append(ev)
+                await self.fabric.kill(self.handles[rank], self.kill_method)
+                return  # one death per host (another kill at this moment takes the next)
+
+    async def _strike_all(self, moment: str) -> None:
+        await asyncio.gather(*(self._strike(rank, moment) for rank in range(self.n)))
+
+    async def strike_spare(self, index: int | None, moment: str, spare: Any) -> None:
+        """Chaos: kill spare number ``index`` if a kill is planned at ``moment`` of its
+        life (``Kill(spare=index, moment=...)``)."""
+        for i, kill in enumerate(self.kills):
+            if kill.spare == index and kill.moment == moment and i not in self._fired:
+                self._fired.add(i)
+                self.events.record("killed", spare=index, how=self.kill_method,
+                                   moment=moment)
+                await self.fabric.kill(spare, self.kill_method)
+                return
 
     async def call(self, rank: int, name: str, *args) -> Any:
         """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
@@ -345,46 +514,53 @@ class Coordinator:
             raise NewFailure({rank}) from None
 
     async def replace(self, rank: int) -> None:
-        """Promote a spare to be the next incarnation of ``rank`` and rewire everyone.
+        """Promote a spare to be the next incarnation of ``rank`` and rewire everyone
+        (a spare still starting is waited for).
 
         Raises:
             RankFailed: no spare is left.
         """
         if rank in self._fresh:
             return  # promoted in an earlier (aborted) round and still unused
-        if not self.spares:
+        spare = await self.pool.take()
+        if spare is None:
             raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
-        await self.respawn(rank, self.spares.pop(0))
+        await self.respawn(rank, spare)
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
-                           epoch=self.epochs[rank], spares_left=len(self.spares))
+                           epoch=self.epochs[rank], spares_left=len(self.pool))
+
+    @property
+    def spares(self) -> list:
+        """The warm spares ready now."""
+        return self.pool.ready
 
     async def respawn(self, rank: int, spare: Any = _ANY_SPARE, *,
                       stop_old: bool = True) -> Any:
-        """Make ``spare`` (default: a warm spare if one is left, else a new host) the next
+        """Make ``spare`` (default: a warm spare if one is ready, else a new host) the next
         incarnation of rank ``rank``; returns the old host. Its ``main()`` call is
         forgotten (that is not a failure) and it is stopped unless ``stop_old`` is False
         (a migration stops it once the new one runs). Peers learn the new host by
         ``rewire`` and the new epoch by a restore or ``Endpoint.set_peer_epoch``."""
         self._drop_runs({rank})
         old = self.handles[rank]
+        self._unwatch(rank)  # its death from now on is no failure
         self.incarnations[rank] += 1
         self.epochs[rank] = self.next_epoch()
         self._respawning.add(rank)  # its handle is the stopped old one until swapped
         try:
             if stop_old:
                 await self.fabric.kill(old, "ray.kill")
-            if spare is _ANY_SPARE and self.spares:
-                spare = self.spares.pop(0)
-            warm = spare is not _ANY_SPARE  # (a local fabric's spares are None placeholders)
-            if warm:
-                self.handles[rank] = await self.fabric.promote(spare, self.spec(rank))
-            else:
-                self.handles[rank] = await self.fabric.spawn(self.spec(rank))
+            if spare is _ANY_SPARE:
+                spare = self.pool.take_ready()
+            warm = spare is not None
+            await self._new_host(rank, spare)
         except RankDied:
             raise NewFailure({rank}) from None
         finally:
             self._respawning.discard(rank)
         self._fresh.add(rank)
+        if rank not in self._round_failed:  # its old life died as this round replaced it:
+            self._failed.discard(rank)  # moot, as the round restores it anyway
         self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], warm=warm)
         return old
@@ -392,13 +568,7 @@ class Coordinator:
     def refill_spares(self) -> None:
         """Start, in the background, warm spares for those used up, so that the next
         recovery finds them (``ft.run(spares=k)`` then means k at every recovery)."""
-        async def one():
-            try:
-                self.spares.append(await self.fabric.spawn_spare())
-            except RankDied:
-                pass  # a spare that cannot start is simply not there
-        for _ in range(self.n_spares - len(self.spares)):
-            self._helpers.add(asyncio.ensure_future(one()))
+        self.pool.fill()
 
     def restore_spec(self, snapshot: Any, notes: dict | None = None,
                      line: Any = _NO_LINE) -> dict:
@@ -459,8 +629,7 @@ class Coordinator:
         for task, rank in list(self._runs.items()):
             if rank in ranks:
                 del self._runs[task]
-                if task.done() and not task.cancelled():
-                    task.exception()  # consumed: nobody waits for it
+                task.add_done_callback(_consume)  # nobody waits for its outcome
                 task.cancel()
 
     def running(self, rank: int) -> bool:
@@ -470,7 +639,13 @@ class Coordinator:
 
     # ----------------------------------------------------------------- helpers
     async def _kill_later(self, kill: Kill) -> None:
+        """A kill ``kill.time_s`` seconds after the run started; a rank with no host yet
+        dies as soon as it has one. A hang or a stall waits until the ranks are wired
+        (heartbeats watch a run from then on)."""
         await self.fabric.sleep(kill.time_s)
+        await self._hosted[kill.rank].wait()
+        if self.kill_method in ("sigstop", "stall"):
+            await self.wired.wait()
         if self.kill_method == "stall":  # not a failure: the rank freezes, then goes on
             self.events.record("stalled", rank=kill.rank, at_s=kill.time_s, for_s=self.stall_s)
             await self.fabric.stall(self.handles[kill.rank], self.stall_s)
@@ -605,6 +780,19 @@ class Coordinator:
         result = RunResult(results, merge(logs), metrics, self.identity.run_id)
         result.trace_rows = [c["trace"] for c in self.collected if c["trace"] is not None]
         return result
+
+
+async def _all(aws: list) -> list:
+    """``asyncio.gather`` that stops the others when one fails: nothing goes on starting
+    hosts once the start-up gave up or starts again."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _consume(task: asyncio.Task) -> None:

@@ -46,6 +46,7 @@ class RankSpec:
     kill_iterations: tuple = ()
     incarnation: int = 0
     run: RunIdentity | None = None  # the run's identity: where its stored sets go
+    kill_at_return: bool = False  # chaos: die as main() returns, the result not handed over
 
 
 def ahead(position, line) -> bool:
@@ -86,6 +87,7 @@ class RankHost:
         self._installed: asyncio.Future | None = None
         self._ready: asyncio.Future | None = None
         self._started = False
+        self._die_at_return = spec.kill_at_return
 
     # ------------------------------------------------------------------- running
     async def run(self, args: tuple, kwargs: dict, restore: Any = None) -> dict:
@@ -127,6 +129,9 @@ class RankHost:
                     await self._install(handle, epoch)
                     continue
                 break
+            if self._die_at_return:
+                self._die_at_return = False
+                await self.die(moment="return")
             await obj.on_finish()
         except Killed:
             raise
@@ -200,10 +205,12 @@ class RankHost:
         if self._main is not None and not self._main.done():
             self._main.cancel()
 
-    async def die(self, iteration: int) -> None:
-        """Chaos: this rank's process dies now, at the top of ``iteration``; its last word
-        goes to the coordinator. Nothing (not even a pause) can cancel a planned death."""
-        event = self.ep.events.make("killed", how="chaos", iteration=iteration,
+    async def die(self, iteration: int | None = None, moment: str | None = None) -> None:
+        """Chaos: this rank's process dies now, at the top of ``iteration`` (or at
+        ``moment``: ``"return"``, as ``main()`` returns); its last word goes to the
+        coordinator. Nothing (not even a pause) can cancel a planned death."""
+        where = {"iteration": iteration} if moment is None else {"moment": moment}
+        event = self.ep.events.make("killed", how="chaos", **where,
                                     incarnation=self.spec.incarnation)
         try:
             await asyncio.shield(self.link.report_now(event))

@@ -8,7 +8,8 @@ kept in the result:
 * a planned kill that never fired (its iteration was past the end of the loop or after
   a ``break``, it named an incarnation that never lived or was already gone, the program
   has no ``iterations()`` loop, its time came after the end of the run, its recovery
-  round or phase never came): ``kill_tally`` matches the plan against the ``killed``
+  round or phase never came, its moment of a rank's or a spare's life never came):
+  ``kill_tally`` matches the plan against the ``killed``
   (and ``stalled``) events and says why each unfired one did not fire;
   ``RunResult.metrics`` has ``kills_planned``, ``kills_fired`` and ``kills_unfired``;
 * a rank restored past the top of its first loop with nothing registered: the rank
@@ -113,8 +114,13 @@ def kill_text(settings: dict) -> str:
 def _fired_by(kill: Kill, ev: Event) -> bool:
     """Whether event ``ev`` (a ``killed`` or ``stalled`` one) is ``kill`` firing."""
     d = ev.detail
+    if kill.spare is not None:
+        return d.get("spare") == kill.spare and d.get("moment") == kill.moment
     if ev.rank != kill.rank:
         return False
+    if kill.moment is not None:
+        return (ev.kind == "killed" and d.get("moment") == kill.moment
+                and d.get("incarnation", kill.incarnation) == kill.incarnation)
     if kill.recovery_round is not None:
         return (ev.kind == "killed" and d.get("during_recovery") == kill.recovery_round
                 and d.get("phase") == kill.recovery_phase)
@@ -128,6 +134,13 @@ def _fired_by(kill: Kill, ev: Event) -> bool:
 def _why_unfired(kill: Kill, events: list[Event]) -> str:
     """Why ``kill`` never fired, from the timeline."""
     r = kill.rank
+    if kill.spare is not None:
+        started = sum(1 for ev in events if ev.kind == "spare_ready")
+        return (f"spare {kill.spare} never reached moment {kill.moment!r} (the run made "
+                f"{started} spare(s) ready)")
+    if kill.moment is not None:
+        return (f"rank {r} (incarnation {kill.incarnation}) never reached moment "
+                f"{kill.moment!r} (that life never lived, or ended before it)")
     if kill.recovery_round is not None:
         rounds = {ev.detail["round"] for ev in events if ev.kind == "recovery_start"}
         if kill.recovery_round not in rounds:

@@ -18,8 +18,8 @@
   only when fewer than ``k`` of its ``k + m`` blocks (members and parity holders) survive.
   StandbyReplacement also ends the run when no standby rank is left (NR-MPI's ABORT: the
   spares are its resource, refilled in the background after each recovery); such a
-  give-up passes only if the timeline shows the spares used up (the last replacement
-  left none, or the run had none).
+  give-up passes only if the timeline shows the spares used up (every spare that became
+  ready was taken or died, or the run had none).
 * A multi-level stack names the level of every recovery, and never recovers at a level
   that cannot hold the loss, nor past one that surely can (:func:`level_problem`),
   judged from the failed ranks of each recovery and the rounds completed before it:
@@ -78,11 +78,13 @@ def failed_in_last_round(events) -> set[int]:
 
 
 def spares_used_up(events) -> bool:
-    """Whether the timeline shows no standby rank left at its end."""
-    left = [e.detail["spares_left"] for e in events if e.kind == "replaced"]
-    if left:
-        return left[-1] == 0
-    return any(e.kind == "run_start" and e.detail["spares"] == 0 for e in events)
+    """Whether the timeline shows no standby rank left at its end: every spare that
+    became ready (``spare_ready``) was taken (``spare_taken``: promoted, or dead as it
+    was) or died idle (``spare_lost``)."""
+    ready = sum(e.kind == "spare_ready" for e in events)
+    gone = sum(e.kind == "spare_taken" or (e.kind == "spare_lost"
+                                           and e.detail["moment"] == "idle") for e in events)
+    return ready == gone
 
 
 def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
@@ -117,7 +119,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
     """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
     about its recovery levels ("" if nothing)."""
     standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
-    failed, named, tried = set(), None, []
+    failed, lost, named, tried = set(), set(), None, []
     for e in events:
         d = e.detail
         if e.kind == "backup" and not failed:
@@ -130,21 +132,23 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
             tried.append(d["level"])
         elif e.kind == "recovery_level":
             named = d["level"]
+            lost = set(d["failed"])  # the round's own (a rank may die as it ends)
         elif e.kind == "recovery_end":
             if named is None:
                 return f"the recovery of ranks {sorted(failed)} names no level"
-            survivors = set(range(ranks)) - failed
+            survivors = set(range(ranks)) - lost
             rounds = sum(survivors <= done for done in standby_round.values())
-            can = _levels_holding(failed, levels, ranks, options, backed_up=rounds >= 2)
+            can = _levels_holding(lost, levels, ranks, options, backed_up=rounds >= 2)
             if can.get(named) is False:
-                return (f"level {named} recovered ranks {sorted(failed)}, which it cannot "
+                return (f"level {named} recovered ranks {sorted(lost)}, which it cannot "
                         f"hold")
             cheaper = levels[:levels.index(named)]
             sure = [lv for lv in cheaper if can.get(lv)]
             if sure:
-                return (f"level {named} recovered ranks {sorted(failed)}, but the cheaper "
+                return (f"level {named} recovered ranks {sorted(lost)}, but the cheaper "
                         f"level {sure[0]} holds them (it tried {tried or 'nothing'})")
-            standby_round, failed, named, tried = {}, set(), None, []
+            # a rank found failed during the round but not in it is the next round's
+            standby_round, failed, named, tried = {}, failed - lost, None, []
     return ""
 
 

@@ -338,7 +338,12 @@ def add_chaos(sub) -> None:
     g.add_argument("--address", default=None, help="a Ray cluster's address")
     g.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="per run")
     g.add_argument("--kill", action="append", default=[], metavar="RANK:ITERATION")
-    g.add_argument("--kill-at", action="append", default=[], metavar="RANK:SECONDS")
+    g.add_argument("--kill-at", action="append", default=[], metavar="RANK:SECONDS",
+                   help="seconds from the start of the run (start-up and wiring included)")
+    g.add_argument("--moment-kill", action="append", default=[], metavar="RANK:MOMENT",
+                   help="a kill at start, wire, return or finished")
+    g.add_argument("--spare-kill", action="append", default=[], metavar="SPARE:MOMENT",
+                   help="the i-th spare's death: starting, idle or promoted")
     g.add_argument("--random-kills", type=int, default=0, metavar="K")
     g.add_argument("--mtbf", type=float, default=None, metavar="SECONDS",
                    help="Poisson kills with this mean time between failures")

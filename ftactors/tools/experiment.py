@@ -21,7 +21,7 @@ MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
 TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "protocols",
             "schedules")
 SCHEDULE_KEYS = ("kill", "kill_at", "random_kills", "mtbf_s", "horizon_s", "method",
-                 "recovery_kills", "node_kills", "job_kill")
+                 "recovery_kills", "moment_kills", "spare_kills", "node_kills", "job_kill")
 #: the protocol options that set a checkpoint interval, and its unit
 INTERVAL_OPTIONS = {"checkpoint_interval": "iterations", "checkpoint_interval_s": "s",
                     "backup_interval": "iterations", "backup_interval_s": "s",
@@ -138,6 +138,10 @@ def experiment_from_flags(args) -> dict:
     if args.kill_at:
         schedule["kill_at"] = [parse_pair(s, "--kill-at", "RANK:SECONDS", float)
                                for s in args.kill_at]
+    for flag, key in (("moment_kill", "moment_kills"), ("spare_kill", "spare_kills")):
+        if getattr(args, flag):
+            schedule[key] = [parse_pair(s, f"--{flag.replace('_', '-')}", "INDEX:MOMENT", str)
+                             for s in getattr(args, flag)]
     if args.random_kills:
         schedule["random_kills"] = args.random_kills
     if args.mtbf is not None:
@@ -258,6 +262,9 @@ def _chaos(key: str, section: dict, seed: int, where: str) -> tuple[ft.Chaos, tu
         kills += [ft.Kill(int(k[0]), recovery_round=int(k[1]),
                           recovery_phase=str(k[2]) if len(k) > 2 else "start")
                   for k in spec.get("recovery_kills", ())]
+        kills += [ft.Kill(int(k[0]), moment=str(k[1])) for k in spec.get("moment_kills", ())]
+        kills += [ft.Kill(spare=int(k[0]), moment=str(k[1]))
+                  for k in spec.get("spare_kills", ())]
         node_kills = tuple((int(n), float(t)) for n, t in spec.get("node_kills", ()))
         chaos = ft.Chaos(kill=tuple(kills), kill_at=tuple(tuple(k) for k in spec.get("kill_at", ())),
                          random_kills=int(spec.get("random_kills", 0)),

@@ -5,7 +5,10 @@ point, each rank's channel to itself included (``Flood``: each message says who 
 it, in which iteration and which one, and the receiver checks it at once), each under a
 random failure schedule drawn from the run's seed: one to three kills at random ranks
 and iterations, biased towards checkpoint iterations (a kill at a checkpoint's safe
-point strikes during it), and sometimes a kill of another rank as recovery starts.
+point strikes during it), and sometimes a kill of another rank as recovery starts, at a
+moment no iteration reaches (a host starting, the wiring, ``main()`` returning, a rank
+that returned, a time from the start of the run) or of a spare (starting, idle, being
+promoted).
 Each run must pass these checks:
 
 * it ends (the simulator turns a run that can never progress into an error, so a lost
@@ -51,6 +54,7 @@ from ._simcheck_invariants import (hc3i_unbounded, level_problem, needless_give_
                                    part_level_problem)
 from ..protocols import ForcedCheckpointStorm
 from .apps_cli import protocol_arg
+from ..runtime._chaos import RANK_MOMENTS, SPARE_MOMENTS
 
 ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
 
@@ -190,9 +194,13 @@ def setups() -> dict[str, Setup]:
     }
 
 
-def schedule(seed: int, ranks: int) -> list[ft.Kill]:
+def schedule(seed: int, ranks: int, spares: int = 0, length_s: float = 0.0) -> list[ft.Kill]:
     """The failures of run ``seed``: 1-3 kills at (rank, iteration), a third of them at
-    checkpoint iterations, and in one run of four a kill as the first recovery starts."""
+    checkpoint iterations, and in one run of four a kill as the first recovery starts;
+    in one run of three a kill at a moment no iteration reaches (a host starting, the
+    wiring, ``main()`` returning, a returned rank) or at a time within the failure-free
+    run's ``length_s`` from its start; with ``spares``, in one run of four a spare's
+    death (starting, idle or being promoted)."""
     rng = random.Random(seed)
     kills = []
     for _ in range(rng.choice((1, 1, 2, 3))):
@@ -203,6 +211,14 @@ def schedule(seed: int, ranks: int) -> list[ft.Kill]:
         kills.append(ft.Kill(rng.randrange(ranks), iteration=it))
     if rng.random() < 0.25:
         kills.append(ft.Kill(rng.randrange(ranks), recovery_round=0))
+    if rng.random() < 1 / 3:
+        moment = rng.choice((*RANK_MOMENTS, "time"))
+        if moment == "time":
+            kills.append(ft.Kill(rng.randrange(ranks), time_s=rng.uniform(0, length_s)))
+        else:
+            kills.append(ft.Kill(rng.randrange(ranks), moment=moment))
+    if spares and rng.random() < 0.25:
+        kills.append(ft.Kill(spare=rng.randrange(spares), moment=rng.choice(SPARE_MOMENTS)))
     return kills
 
 
@@ -216,9 +232,10 @@ class Outcome:
     stormed: bool = False
 
 
-def check_run(cls, setup: Setup, seed: int, reference: list) -> Outcome:
-    """One seeded run of ``cls`` (the protocol mixed into Flood) and its checks."""
-    kills = schedule(seed, setup.ranks)
+def check_run(cls, setup: Setup, seed: int, reference: list, length_s: float = 0.0) -> Outcome:
+    """One seeded run of ``cls`` (the protocol mixed into Flood) and its checks
+    (``length_s``: the failure-free run's, for kills at a time)."""
+    kills = schedule(seed, setup.ranks, setup.spares, length_s)
     out = Outcome(seed, False, kills=kills)
     try:
         with warnings.catch_warnings():
@@ -315,16 +332,16 @@ def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
     setup = setups()[name]
     mixins = mixins or setup.mixins
     cls = type("".join(m.__name__ for m in mixins) + "Flood", (*mixins, Flood), {})
-    reference = [(x["digest"], x["total"]) for x in ft.run(
-        Flood, setup.ranks, transport="sim",
-        kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER}).results]
+    plain = ft.run(Flood, setup.ranks, transport="sim",
+                   kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER})
+    reference = [(x["digest"], x["total"]) for x in plain.results]
     outcomes = []
     with warnings.catch_warnings():
         # random schedules: a kill aimed at a life already gone, or a stack without
         # spares, is part of the draw; each run is judged by its own checks instead
         warnings.simplefilter("ignore", ft.FaultToleranceWarning)
         for k in range(runs):
-            outcomes.append(check_run(cls, setup, seed + k, reference))
+            outcomes.append(check_run(cls, setup, seed + k, reference, plain.metrics["wall_s"]))
             if progress is not None:
                 progress(outcomes)
     return outcomes

@@ -3,7 +3,8 @@
 Delivery is a callback scheduled on the event loop, never a direct call, so a send never
 runs receiver code inside the sender (as on a real network). Payloads are pickled like on
 any transport, so ranks never share objects. A killed rank stops at once and everything
-addressed to it is dropped. Used for fast tests of the protocol logic.
+addressed to it is dropped. Used for fast tests of the protocol logic. A spare is a
+placeholder (``LocalSpare``) that can die like any host: promoting a dead one fails.
 """
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ class LocalLink(Link):
         self.fabric.on_report(event)
 
 
+class LocalSpare:
+    """A spare in one process: only a promise, whose host is built at promotion."""
+
+    rank = None
+
+
 class LocalFabric:
     """In-process hosts, wired through the event loop."""
 
@@ -45,6 +52,7 @@ class LocalFabric:
         self.stalled: dict[int, float] = {}  # rank -> the end of its stall (clock)
         self.on_report = lambda event: None
         self._t0 = time.perf_counter()
+        self._gone: dict[object, asyncio.Future] = {}  # handle -> done when it dies
 
     def clock(self) -> float:
         return time.perf_counter() - self._t0
@@ -57,35 +65,64 @@ class LocalFabric:
 
     async def spawn(self, spec: RankSpec) -> RankHost:
         host = RankHost(spec, self.link_class(self, spec.rank),
-                        lambda: self._die_inside(spec.rank))
+                        lambda: self._die_inside(host))
         self.hosts[spec.rank] = host
         self.dead.discard(spec.rank)
         self.hung.discard(spec.rank)
         return host
 
-    async def spawn_spare(self, node: str | None = None) -> None:
+    async def spawn_spare(self, node: str | None = None) -> LocalSpare:
         """In one process a spare is only a promise: the host is built at promotion.
         There are no nodes here: ``node`` is accepted and ignored, so protocols that
         move ranks are testable in one process."""
+        return LocalSpare()
 
     async def promote(self, spare, spec: RankSpec) -> RankHost:
+        if self._dead(spare):
+            raise RankDied(spec.rank, "the spare died before it was promoted")
         return await self.spawn(spec)
 
-    async def call(self, host: RankHost, name: str, *args):
-        if host.spec.rank in self.dead or self.hosts.get(host.spec.rank) is not host:
+    def _dead(self, handle) -> bool:
+        gone = self._gone.get(handle)
+        return gone is not None and gone.done()
+
+    def _mark_dead(self, handle) -> None:
+        gone = self._gone.setdefault(handle, self.loop.create_future())
+        if not gone.done():
+            gone.set_result(None)
+
+    async def watch(self, handle) -> None:
+        """Return once ``handle`` (a host or a spare) is dead."""
+        gone = self._gone.setdefault(handle, self.loop.create_future())
+        await asyncio.shield(gone)
+
+    def _check(self, host) -> None:
+        """Raise ``RankDied`` for a host that is dead or no longer its rank's."""
+        if isinstance(host, LocalSpare):
+            if self._dead(host):
+                raise RankDied(-1, "the spare died")
+        elif self._dead(host) or self.hosts.get(host.spec.rank) is not host:
             raise RankDied(host.spec.rank, "gone")
+
+    async def call(self, host: RankHost, name: str, *args):
+        self._check(host)
         return await host.call(name, *args)
 
     async def ping(self, host: RankHost) -> None:
-        if host.spec.rank in self.dead or self.hosts.get(host.spec.rank) is not host:
-            raise RankDied(host.spec.rank, "gone")
+        self._check(host)
+        if isinstance(host, LocalSpare):
+            return
         while self.stalled.get(host.spec.rank, 0.0) > self.clock():
             await self.sleep(self.stalled[host.spec.rank] - self.clock())
         if host.spec.rank in self.hung:
             await asyncio.get_running_loop().create_future()  # never answers
 
     async def wire(self, handles: list[RankHost]) -> None:
-        """Local links look peers up at send time: nothing to hand out."""
+        """Local links look peers up at send time: nothing to hand out, but as on Ray a
+        host that died fails the wiring."""
+        await asyncio.sleep(0)  # a kill issued beside the wiring lands first, as a call's would
+        for host in handles:
+            self._check(host)
 
     def route(self, src: int, dst: int, envs: list[Envelope]) -> None:
         if src in self.dead or src in self.hung:
@@ -99,6 +136,7 @@ class LocalFabric:
 
     async def run(self, host: RankHost, args: tuple, kwargs: dict, restore=None) -> dict:
         rank = host.spec.rank
+        self._check(host)
         try:
             return await host.run(args, kwargs, restore)
         except Killed:
@@ -135,8 +173,10 @@ class LocalFabric:
         """Whether ``call_kept`` handles can still be fetched (in-process: always)."""
         return True
 
-    def _die_inside(self, rank: int) -> None:
-        self.dead.add(rank)
+    def _die_inside(self, host: RankHost) -> None:
+        if self.hosts.get(host.spec.rank) is host:
+            self.dead.add(host.spec.rank)
+        self._mark_dead(host)
         raise Killed()
 
     def process_state(self, host: RankHost) -> str | None:
@@ -154,9 +194,15 @@ class LocalFabric:
 
     async def kill(self, host: RankHost, method: str) -> None:
         """``sigstop`` leaves a hung rank: silent, but not reported dead (heartbeats must
-        find it); every other method kills it at once."""
+        find it); every other method kills it (or a spare) at once."""
+        if isinstance(host, LocalSpare):
+            if method != "sigstop":
+                self._mark_dead(host)
+            return
         if self.hosts.get(host.spec.rank) is host:
             (self.hung if method == "sigstop" else self.dead).add(host.spec.rank)
+        if method != "sigstop":
+            self._mark_dead(host)
         host.cancel_all()
 
     async def shutdown(self) -> None:

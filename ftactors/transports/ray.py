@@ -24,7 +24,10 @@ docs/ARCHITECTURE.md):
   An error inside a delivery is printed by the receiver, which is where Ray printed it
   before as an unhandled error of the call;
 * a killed actor's pending calls fail with ``ActorDiedError`` within milliseconds, which
-  the coordinator turns into a failure; actors are created with ``max_restarts=0`` and
+  the coordinator turns into a failure; every actor has one call that never answers
+  (``watch``), so the death of a spare or of a rank that has returned is seen as soon;
+  a death as an actor starts or is set up is a ``RankDied`` like any other (never a Ray
+  exception past this module); actors are created with ``max_restarts=0`` and
   calls with ``max_task_retries=0`` (a retried call would re-run from the start) because
   recovery is the framework's job;
 * buffers of 100 KiB and more are ``ray.put`` once by the sender and travel as references;
@@ -266,6 +269,12 @@ class RankActor:
     async def ping(self) -> None:
         """Answered by the event loop: a rank that cannot answer is hung."""
 
+    async def watch(self) -> None:
+        """Never answers: the caller's call fails when this process dies (how the
+        coordinator hears of the death of a spare, or of a rank that has returned, which
+        no other call is waiting on)."""
+        await asyncio.get_running_loop().create_future()
+
     async def worker_id(self) -> str:
         """The Ray worker id of this actor's process (Ray's death notices name it)."""
         return ray.get_runtime_context().get_worker_id()
@@ -398,7 +407,11 @@ class RayFabric:
         home = homes[spec.rank] if homes else None
         if home is not None and home not in self.nodes():
             home = None  # its node is gone: a replacement starts anywhere
-        return await self.promote(await self._start_actor(home), spec)
+        try:
+            actor = await self._start_actor(home)
+        except RankDied as died:
+            raise RankDied(spec.rank, died.reason) from None
+        return await self.promote(actor, spec)
 
     async def spawn_spare(self, node: str | None = None):
         """A spare: on Ray node ``node``, else on the next of the ``spare_nodes``
@@ -418,7 +431,10 @@ class RayFabric:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = self._cls.options(**options).remote()
         self.actors.append(actor)
-        self.worker_of[actor] = await actor.worker_id.remote()
+        try:
+            self.worker_of[actor] = await actor.worker_id.remote()
+        except RayActorError as exc:
+            raise RankDied(-1, f"could not start: {_death_reason(exc)}") from None
         return actor
 
     def _spare_home(self) -> str | None:
@@ -434,13 +450,13 @@ class RayFabric:
         self.rank_of[actor] = spec.rank
         worker = self.worker_of.get(actor)
         self._rank_worker[spec.rank] = worker
-        if spec.kill_iterations and worker is not None:
+        if (spec.kill_iterations or spec.kill_at_return) and worker is not None:
             DEATH_NOTICES.doomed(worker)
         try:
             pid, node, self.endpoints[actor] = await actor.setup.remote(
                 cloudpickle.dumps((spec, sources)), self.inbox, self._plane, self._t0)
         except RayActorError as exc:
-            raise RankDied(spec.rank, f"could not start: {exc}") from None
+            raise RankDied(spec.rank, f"could not start: {_death_reason(exc)}") from None
         if node == ray.get_runtime_context().get_node_id():
             self.local_pid[actor] = pid
         return actor
@@ -470,6 +486,13 @@ class RayFabric:
 
     async def ping(self, handle) -> None:
         await self._ask(handle, "ping")
+
+    async def watch(self, handle) -> None:
+        """Return once ``handle``'s actor (a rank or a spare) is dead."""
+        try:
+            await self._ask(handle, "watch")
+        except RankDied:
+            return
 
     async def wire(self, handles: list) -> None:
         """Hand every rank its peers' actors and direct endpoints (a changed endpoint

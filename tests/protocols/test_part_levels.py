@@ -9,7 +9,7 @@ import ftactors as ft
 from ftactors.protocols import DDVPiggyback, GroupCoordination, StandbyReplacement
 from ftactors.protocols._hc3i_storm import ForcedCheckpointStorm
 
-from .programs import Heat1D
+from .programs import Flood, Heat1D
 from .test_rs_backup import assert_same, reference
 
 # Spares are beside the point of these refusals and levels; the warning is tested in
@@ -108,3 +108,19 @@ def test_backup_is_refused_when_standby_keeps_parts():
 
     with pytest.raises(ft.RankError, match="backup\\(\\) takes a global round"):
         ft.run(Explicit, ranks=2, transport="local", **GROUPS)
+
+
+def test_a_cluster_respawned_by_a_round_cut_short_restarts_too():
+    """The cascade respawns cluster after cluster; the third spare dies as it is
+    promoted, cutting the round short with ranks on new hosts that never started. The
+    next round restarts their clusters too (it asked them for their DDVs: they had no
+    protocol state at all)."""
+    from ftactors.tools.simcheck import ITERATIONS, PER_PEER, setups
+    setup = setups()["standby+hc3i"]
+    cls = type("StandbyHc3iFlood", (*setup.mixins, Flood), {})
+    kwargs = {"iterations": ITERATIONS, "per_peer": PER_PEER}
+    r = ft.run(cls, setup.ranks, transport="sim", seed=114, spares=setup.spares, kwargs=kwargs,
+               chaos=ft.Chaos(kill=[ft.Kill(5, iteration=6), ft.Kill(spare=2, moment="promoted")]),
+               sim_jitter_s=2e-5, **setup.options)
+    assert r.events_of("recovery_restart")
+    assert r.results == ft.run(Flood, setup.ranks, transport="sim", kwargs=kwargs).results

@@ -218,6 +218,38 @@ def test_migration_while_messages_flow(mover, flood_reference):
     assert [e.rank for e in r.events_of("respawned")] == [mover]
 
 
+@pytest.mark.parametrize("dies", ["starting", "promoted"])
+def test_a_move_whose_new_actor_dies_is_refused_or_recovered(dies, flood_reference):
+    """The target actor dies as it starts (the rank never stopped: the move is refused,
+    the run goes on) or as it is set up (the rank had stopped: a failure, every rank
+    restarts from the last checkpoint); either way ``run.migrate`` raises a
+    ProtocolError, never the fabric's own exception, and the answer is right."""
+    from ftactors.transports.local import LocalFabric
+    from ftactors.runtime._deaths import RankDied
+
+    async def go():
+        run = await ft.launch(RFFlood, 5, transport="local", kwargs=dict(FLOOD, iterations=40))
+        fabric = run._c.fabric
+        if dies == "starting":
+            async def spawn_spare(node=None):
+                raise RankDied(-1, "could not start")
+            fabric.spawn_spare = spawn_spare
+        else:
+            async def promote(spare, spec):
+                raise RankDied(spec.rank, "could not start")
+            fabric.promote = promote
+        with pytest.raises(ft.ProtocolError):
+            await run.migrate(2)
+        if dies == "promoted":
+            fabric.promote = LocalFabric.promote.__get__(fabric)  # the recovery's are fine
+        return await run
+
+    reference = ft.run(Flood, 5, transport="local", kwargs=dict(FLOOD, iterations=40)).results
+    r = asyncio.run(go())
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in reference]
+    assert bool(r.events_of("rollback")) == (dies == "promoted")
+
+
 def test_migration_then_failure_rolls_back_every_rank():
     reference = ft.run(Heat1D, 4, transport="local", kwargs={"iterations": 300}).results
 

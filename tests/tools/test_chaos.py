@@ -202,3 +202,32 @@ def test_failure_metrics_from_a_timeline():
     assert m["recover_s"] == pytest.approx(1.0)
     assert json.loads(m["phases_json"]) == pytest.approx(
         {"detect": 0.75, "start->restore_chosen": 0.5, "restore_chosen->end": 0.5})
+
+
+def test_schedules_strike_start_up_returned_ranks_and_spares(tmp_path):
+    exp = experiment(matrix={"app": ["stencil"], "protocol": ["standby"], "ranks": [4],
+                             "schedule": ["moments"], "seed": [3]},
+                     schedules={"moments": {"kill": [[1, 5]],
+                                            "moment_kills": [[2, "wire"], [0, "return"]],
+                                            "spare_kills": [[0, "idle"]]}})
+    rows = run(exp, tmp_path / "res")
+    assert [(r["outcome"], r["kills"]) for r in rows] == [("verified", 4)]
+    events = pq.read_table(next((tmp_path / "res" / "events").iterdir())).to_pylist()
+    kinds = [e["kind"] for e in events]
+    assert "start_failed" in kinds and "spare_lost" in kinds
+
+
+def test_flags_strike_moments_and_spares(tmp_path, capsys):
+    code = main(["chaos", "--transport", "sim", "--app", "stencil", "--protocol", "standby",
+                 "--spares", "1", "--ranks", "4", "--kill", "1:3", "--moment-kill", "2:wire",
+                 "--spare-kill", "0:idle", "--out", str(tmp_path / "res")])
+    assert code == 0, capsys.readouterr()
+    rows = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()
+    assert [(r["verified"], r["kills"]) for r in rows] == [(True, 3)]
+
+
+def test_a_schedule_names_a_moment_chaos_knows():
+    with pytest.raises(ExperimentError) as err:
+        experiment_from_dict(experiment(schedules={"one": {"moment_kills": [[1, "lunch"]]},
+                                                   "in-recovery": {}}))
+    assert "Kill moment must be one of start, wire, return, finished" in str(err.value)

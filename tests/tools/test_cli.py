@@ -37,6 +37,7 @@ SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a sm
     "bench footprint": "test_footprint_bench_json",
     "bench levels": "test_bench_levels_quick",
     "bench parts": "test_bench_parts_quick",
+    "bench deaths": "test_bench_deaths_quick_json",
     "chaos": "test_flags_make_a_one_schedule_experiment",
     "report": "test_cli_writes_to_out_and_caps_timelines",
     "advise": "test_cli",

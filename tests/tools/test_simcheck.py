@@ -85,11 +85,18 @@ def test_a_give_up_is_judged_by_the_failed_ranks_and_the_copies_placement():
     assert "before any backup" in standby([_ev("failure_detected", 1),
                                            _ev("failure_detected", 4)])
     no_spare = "rank 5 failed: no spare left to replace it"
-    assert standby([_ev("replaced", 3, spares_left=0), _ev("failure_detected", 5)],
+    ready = [_ev("spare_ready", spare=0), _ev("spare_ready", spare=1)]
+    assert standby([*ready, _ev("spare_taken", spare=0, spares_left=1),
+                    _ev("spare_taken", spare=1, spares_left=0), _ev("failure_detected", 5)],
                    no_spare) == ""
     assert standby([_ev("run_start", spares=0), _ev("failure_detected", 5)], no_spare) == ""
-    assert "shows one" in standby([_ev("run_start", spares=2), _ev("replaced", 3, spares_left=1),
+    assert "shows one" in standby([_ev("run_start", spares=2), *ready,
+                                   _ev("spare_taken", spare=0, spares_left=1),
                                    _ev("failure_detected", 5)], no_spare)
+    # a spare that died while it waited is not one left
+    assert standby([*ready, _ev("spare_taken", spare=0, spares_left=1),
+                    _ev("spare_lost", spare=1, moment="idle"), _ev("failure_detected", 5)],
+                   no_spare) == ""
     rs = setups()["rs"].options  # 8 ranks, groups of 2 on virtual nodes of 2 ranks
     from ftactors.protocols.rs_placement import place, virtual_nodes
     placement = place(virtual_nodes(8, 2), 2)
@@ -151,7 +158,7 @@ def test_stack_levels_are_judged_from_the_failed_ranks_and_completed_rounds():
     def round_(failed, *tried, level):
         return [*(_ev("failure_detected", r) for r in failed),
                 *(_ev("level_exhausted", level=lv) for lv in tried),
-                _ev("recovery_level", level=level), _ev("recovery_end")]
+                _ev("recovery_level", level=level, failed=list(failed)), _ev("recovery_end")]
     # 8 ranks: rank 2's partner is 6; RS group 0 is ranks 0 and 2
     assert judge(*round_([3], level="standby")) == ""
     assert judge(*round_([2, 6], "standby", level="rs")) == ""
@@ -167,6 +174,12 @@ def test_stack_levels_are_judged_from_the_failed_ranks_and_completed_rounds():
     assert "cheaper level standby holds them" in judge(
         _ev("replaced", 5, spares_left=0), *round_([3], "standby", level="rs"))
     assert "names no level" in judge(_ev("failure_detected", 3), _ev("recovery_end"))
+    # rank 6 dies as the round of rank 2 ends (not in it): the next round is its own
+    assert judge(_ev("failure_detected", 2), _ev("failure_detected", 6),
+                 _ev("recovery_level", level="standby", failed=[2]), _ev("recovery_end"),
+                 _ev("level_exhausted", level="standby"), _ev("level_exhausted", level="rs"),
+                 _ev("recovery_level", level="ready_flush", failed=[6]),
+                 _ev("recovery_end")) == ""
     assert "the last level (ready_flush) gave up" in judge(
         _ev("failure_detected", 3), _ev("level_exhausted", level="ready_flush"))
 
