@@ -5,6 +5,8 @@ recovered with the failure-free answer or ends in ``ft.RankFailed`` naming the r
 never a transport's or the coordinator's own exception."""
 import asyncio
 
+import warnings
+
 import pytest
 
 import ftactors as ft
@@ -160,13 +162,19 @@ def test_only_rank_failed_escapes_a_run_struck_at_every_moment(fast, name):
     naming ranks of the run; no other exception type reaches the caller."""
     for kills in [MOMENTS] + [[k] for k in MOMENTS]:
         try:
-            r = run(name, fast, kills)
+            with warnings.catch_warnings():
+                # all at once, some strike a life an earlier one ended (rank 2 dies at
+                # iteration 4 before it can die as it returns): those are told unfired
+                warnings.simplefilter("ignore" if len(kills) > 1 else "error",
+                                      ft.KillNotFiredWarning)
+                r = run(name, fast, kills)
         except ft.RankFailed as exc:
             assert type(exc) is ft.RankFailed
             assert exc.ranks and set(exc.ranks) <= set(range(4))
             assert name == "none", f"{name} gave up on {kills}: {exc}"
         else:
             assert norms(r) == reference()
+            assert len(kills) > 1 or r.metrics["kills_unfired"] == []
 
 
 class StandbyFlush(StandbyReplacement, ReadyMessageFlush, Heat1D):
@@ -187,6 +195,7 @@ def test_ranks_given_new_hosts_in_a_round_cut_short_count_as_failed(fast):
     assert any("round cut short" in e.detail["reason"] for e in r.events_of("failure_detected"))
 
 
+@pytest.mark.filterwarnings("ignore::ftactors.protocols.ForcedCheckpointStorm")  # Flood: every step
 def test_a_rank_that_dies_as_its_round_respawns_it_is_not_failed_again():
     """DDVPiggyback restarts rank 1's whole cluster; rank 0, in it, dies as the round
     starts. The round gives it a new life anyway, so that death is moot: a second round
