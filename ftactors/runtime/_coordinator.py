@@ -151,6 +151,8 @@ class Coordinator:
         self._results: list = [None] * ranks
         self._done: set[int] = set()
         self._failed: set[int] = set()
+        self._failed_life: dict[int, int] = {}  # rank -> the incarnation found failed
+        self._failed_again: set[int] = set()  # failed again, on the host a round gave them
         self._fresh: set[int] = set()  # replaced, not started yet
         self._respawning: set[int] = set()  # between a new incarnation number and its host
         self._wake = asyncio.Event()
@@ -395,7 +397,11 @@ class Coordinator:
     def fail(self, rank: int, reason: str) -> None:
         """Rank ``rank`` (its current incarnation) is failed: arbitrate it."""
         if rank in self._failed:
-            return
+            if self._failed_life.get(rank) == self.incarnations[rank]:
+                return
+            # the new host the round under way gave it died too: a failure of its own,
+            # which must outlive the end of that round (``_recover``)
+            self._failed_again.add(rank)
         if rank in self._done and (self.policy is None or len(self._done) == self.n):
             # its result is in hand and no recovery can need it again
             self.events.record("lost_after_return", rank=rank, reason=reason)
@@ -406,6 +412,7 @@ class Coordinator:
             detail["detection_s"] = self.fabric.clock() - killed[-1].time
         self.events.record("failure_detected", rank=rank, **detail)
         self._failed.add(rank)
+        self._failed_life[rank] = self.incarnations[rank]
         self._fresh.discard(rank)
         self._done.discard(rank)
         self._wake.set()
@@ -442,12 +449,14 @@ class Coordinator:
             if self.part_levels is None:  # (levels that keep parts rescued theirs first)
                 for rank in sorted(self._fresh - self._failed):  # its old life was stopped
                     self.fail(rank, "given a new host in a round cut short: it holds no state")
+            self._failed_again.clear()  # still failed: the next round takes them
             self.events.record("recovery_restart", round=round_no, failed=sorted(self._failed))
             return
         except RankFailed:
             await self._collect()
             raise
-        self._failed -= failed
+        self._failed = (self._failed - failed) | self._failed_again
+        self._failed_again.clear()
         self.events.record("recovery_end", round=round_no)
         await self.collect_events()  # so a rank that dies later does not take them along
 

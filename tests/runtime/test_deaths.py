@@ -209,3 +209,23 @@ def test_a_rank_that_dies_as_its_round_respawns_it_is_not_failed_again():
                sim_jitter_s=2e-5, **setup.options)
     assert r.metrics["recoveries"] == 1
     assert r.results == ft.run(Flood, setup.ranks, transport="sim", kwargs=kwargs).results
+
+
+def test_a_new_host_that_dies_before_its_round_ends_is_failed_again():
+    """Rank 3 dies as recovery round 0 starts; round 1 gives it a new host, which a time
+    kill strikes before round 1 ends. That death was dropped (rank 3 was still in the
+    round's failed set) and the run stalled with rank 3's host dead (sim-check rs seed
+    5298): it is a failure of its own, recovered by the next round."""
+    from ftactors.tools.simcheck import ITERATIONS, PER_PEER, Flood, setups
+    setup = setups()["rs"]
+    cls = type("RSFlood", (*setup.mixins, Flood), {})
+    kwargs = {"iterations": ITERATIONS, "per_peer": PER_PEER}
+    kills = [ft.Kill(6, iteration=3), ft.Kill(3, recovery_round=0),
+             ft.Kill(3, time_s=0.00027301427297440585)]
+    r = ft.run(cls, setup.ranks, transport="sim", seed=5298, spares=setup.spares,
+               kwargs=kwargs, chaos=ft.Chaos(kill=kills), timeout_s=60, sim_jitter_s=2e-5,
+               **setup.options)
+    plain = ft.run(Flood, setup.ranks, transport="sim", kwargs=kwargs)
+    assert [x["digest"] for x in r.results] == [x["digest"] for x in plain.results]
+    assert [e.detail["incarnation"] for e in r.events_of("failure_detected")
+            if e.rank == 3] == [0, 1]
