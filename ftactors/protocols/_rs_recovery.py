@@ -91,8 +91,8 @@ def choose_recovery(placement: Placement, failed: set[int], inventories: dict) -
     index, round)]}`` with complete parity blocks only.
 
     Raises:
-        Undecodable: some parity block was completed (a round was committed) yet no
-            round is decodable in every group.
+        Undecodable: a round was committed (``_committed``) yet no round is decodable
+            in every group.
     """
     rounds = sorted({tuple(r) for inv in inventories.values() for r in inv["own"]},
                     reverse=True)
@@ -103,10 +103,25 @@ def choose_recovery(placement: Placement, failed: set[int], inventories: dict) -
             return plan
         if first_failure is None:
             first_failure = bad
-    if any(inv["held"] for inv in inventories.values()):
+    if _committed(placement, inventories):
         raise Undecodable(first_failure or list(range(len(placement.groups))),
                           rounds[0] if rounds else None)
-    return Plan(None)  # nothing was ever committed: the start of the run
+    return Plan(None)  # no round was ever committed: the start of the run
+
+
+def _committed(placement: Placement, inventories: dict) -> bool:
+    """Whether the survivors show a round whose encoding completed in every group: each
+    group's parity of that round is held, complete, by a live holder, or no holder of it
+    lives to say. A failure during the first round's encoding leaves a group whose live
+    holders hold none of its parity: nothing was committed, and the start of the run is
+    the line, not a loss beyond repair."""
+    done: dict[tuple, set] = {}
+    for inv in inventories.values():
+        for g, _, rnd in inv["held"]:
+            done.setdefault(tuple(rnd), set()).add(g)
+    silent = {g for g in range(len(placement.groups))
+              if not any(placement.holder(g, j) in inventories for j in range(placement.m(g)))}
+    return any(len(gs | silent) == len(placement.groups) for gs in done.values())
 
 
 def _plan_round(placement: Placement, round_id: tuple, inventories: dict):

@@ -110,6 +110,11 @@ def test_plan_beyond_reach_and_before_any_commit():
     assert info.value.groups == [0] and info.value.round == a
     no_parity = {r: inv([a]) for r in range(8) if r not in dead}  # first encoding cut short
     assert choose_recovery(p, dead, no_parity) == Plan(None)
+    # rank 6 dies as the first round is encoded: the other groups' parity is complete,
+    # G1's live holders hold none of it, so no round was committed (sim-check rs 5724)
+    cut = {r: inv([a], [(g, j, a) for g, j in p.held_by(r) if g != 1])
+           for r in range(8) if r != 6}
+    assert choose_recovery(p, {6}, cut) == Plan(None)
 
 
 # ---------------------------------------------------------------- failure-free
