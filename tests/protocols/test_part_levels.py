@@ -110,6 +110,7 @@ def test_backup_is_refused_when_standby_keeps_parts():
         ft.run(Explicit, ranks=2, transport="local", **GROUPS)
 
 
+@pytest.mark.filterwarnings("ignore::ftactors.protocols.ForcedCheckpointStorm")  # Flood: every step
 def test_a_cluster_respawned_by_a_round_cut_short_restarts_too():
     """The cascade respawns cluster after cluster; the third spare dies as it is
     promoted, cutting the round short with ranks on new hosts that never started. The

@@ -15,7 +15,6 @@ from ftactors.tools.cli import main
 
 pytestmark = pytest.mark.ray
 
-TRIALS = 2
 LENGTH_S = 6.0  # about a failure-free CG S run on 4 Ray ranks here, start-up included
 
 
@@ -32,7 +31,9 @@ def test_a_sigkill_from_outside_at_any_moment_gives_the_failure_free_answer(
     cls = type("".join(m.__name__ for m in mixins) + "CG", (*mixins, CG), {})
     seed = sorted(protocols()).index(name)
     rng = random.Random(seed)
-    for delay in delays(TRIALS, LENGTH_S, seed):
+    # one trial per stack (the suite's budget; the bench makes 12): in the first second
+    # for every other stack, anywhere in the run for the others
+    for delay in delays(2, LENGTH_S, seed)[seed % 2:][:1]:
         outcome, hit = trial(cls, 4, delay, rng, kwargs={"problem_class": "S"},
                              spares=spares, timeout_s=180, **options)
         assert not isinstance(outcome, Exception), (
@@ -44,8 +45,8 @@ def test_a_sigkill_from_outside_at_any_moment_gives_the_failure_free_answer(
 def test_bench_deaths_quick_json(ray_session, tmp_path, capsys):
     """ReadyMessageFlush through ``ftactors bench deaths`` (its smoke test too)."""
     out = tmp_path / "deaths.json"
-    code = main(["bench", "deaths", "--class", "S", "--trials", str(TRIALS), "--protocols",
+    code = main(["bench", "deaths", "--class", "S", "--trials", "1", "--protocols",
                  "ready-flush", "--length-s", str(LENGTH_S), "--json", str(out)])
     assert code == 0, capsys.readouterr().out
     got = json.loads(out.read_text())["protocols"]["ready-flush"]
-    assert got["verified"] == got["trials"] == TRIALS
+    assert got["verified"] == got["trials"] == 1
