@@ -199,7 +199,8 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
             if lost:
                 return (f"the parts of ranks {lost} came from partner copies whose holders "
                         f"failed in that recovery ({sorted(failed)})")
-            short = _undecodable_units(units, failed, parity)
+            short = _undecodable_units(units, failed, parity,
+                                       {r for r, s in sources.items() if s != "rs"})
             decoded = sorted(r for r in failed if sources.get(r) == "rs"
                              and units.group_of(r) in short)
             if decoded:
@@ -213,13 +214,17 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
     return ""
 
 
-def _undecodable_units(units, failed: set[int], parity: int | None) -> set[int]:
-    """Units whose members and parity holders outside ``failed`` are fewer than ``k``."""
+def _undecodable_units(units, failed: set[int], parity: int | None,
+                       restored: set[int] = frozenset()) -> set[int]:
+    """Units with fewer than ``k`` blocks left: members outside ``failed`` or whose part
+    a cheaper level ``restored`` (a partner copy is a data block too), and parity
+    holders outside ``failed``."""
     from ftactors.protocols._rs_parts import unit_code, unit_holder
     short = set()
     for g, members in enumerate(units.groups):
         k, m = unit_code(units, g, parity)
-        blocks = [*members, *(unit_holder(units, g, j) for j in range(m))]
-        if sum(x not in failed for x in blocks) < k:
+        data = sum(x not in failed or x in restored for x in members)
+        held = sum(unit_holder(units, g, j) not in failed for j in range(m))
+        if data + held < k:
             short.add(g)
     return short

@@ -229,3 +229,13 @@ def test_rs_parts_are_judged_from_the_units_and_the_parity_blocks():
         [2, 4, 5], {2: "rs", 3: "rs"}, "rs")
     assert "mixed two executions' encodings" in judge(
         [2], {2: "rs"}, "rs", _ev("rs_parity_mixed", 4, group=1, position=(0, 3), parity=0))
+    # rs+standby+groups seed 48: a partner copy restored rank 4's part, a data block that
+    # the decoding of rank 5's uses beside the one parity block left (rank 0's)
+    three = setups()["rs+standby+groups"]
+    assert three.levels == ["standby", "rs", "groups"] and units(three).groups[2] == (4, 5)
+    events = [*(_ev("failure_detected", r) for r in (1, 4, 5)),
+              _ev("part_sources", sources={4: "standby", 5: "rs"}),
+              _ev("recovery_level", level="rs"), _ev("recovery_end")]
+    assert part_level_problem(events, three.levels, units(three)) == ""
+    events[3] = _ev("part_sources", sources={4: "rs", 5: "rs"})
+    assert "kept fewer than k" in part_level_problem(events, three.levels, units(three))
