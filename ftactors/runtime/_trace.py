@@ -35,9 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 __all__ = ["TRACE_SCHEMA", "TRAFFIC_COLUMNS", "TraceBuffer", "write_trace", "read_trace",
            "read_traffic", "plot_trace"]
@@ -257,6 +254,11 @@ def plot_trace(path_or_table, out_png, *, title=None, max_messages=20000) -> Non
     Raises:
         ValueError: see :func:`read_trace`; also if ``max_messages < 1``.
     """
+    # drawn here only: every rank process imports this module (TraceBuffer, through
+    # ftactors itself), and matplotlib at import time cost each one ~0.3 s of its start
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     if max_messages < 1:
         raise ValueError(f"max_messages must be at least 1, got {max_messages}")
     if isinstance(path_or_table, pa.Table):
@@ -355,6 +357,7 @@ def _draw_messages(ax, shown: pa.Table, t0: float, scale: float, counts: dict[st
     Rarer kinds are drawn on top and more opaque, so a few control messages stay
     visible among thousands of application messages.
     """
+    from matplotlib.lines import Line2D
     others = sorted(k for k in counts if k not in _KIND_COLORS)
     kinds = [k for k in _KIND_COLORS if k in counts] + others
     kind_col = shown["kind"].to_numpy(zero_copy_only=False)
