@@ -24,21 +24,46 @@ def transport(request):
     return request.param
 
 
-def _wait_heavy(item) -> int:
-    """0 for a module of real-Ray tests, 1 for a test on the ray transport, 2 otherwise."""
-    if any(m.name == "ray" for m in item.getparent(pytest.Module).own_markers):
-        return 0
+SECONDS = {
+    "tests/transports/test_deaths_ray.py": 90, "tests/protocols/test_ready_flush_ray.py": 130,
+    "tests/protocols/test_standby_ray.py": 125, "tests/facade/test_conformance.py": 80,
+    "tests/protocols/test_stacks_ray.py": 90, "tests/protocols/test_rs_backup_cluster.py": 90,
+    "tests/tools/test_job_submit.py": 75, "tests/protocols/test_ready_flush_cluster.py": 73,
+    "tests/tools/test_chaos_nodes.py": 64, "tests/protocols/test_ddv_piggyback_ray.py": 49,
+    "tests/tools/test_cli.py": 48, "tests/transports/test_direct_ray.py": 40,
+    "tests/tools/test_simcheck.py": 39, "tests/protocols/test_shared_store.py": 35,
+    "tests/tools/bench/test_bench_smoke.py": 35, "tests/transports/test_ray_driver.py": 32,
+}
+"""Seconds each of the longest modules took in a full run of the suite (worker time,
+--durations=0, Nov 2026): the order in which they start. Stale figures only change
+the order, never what runs."""
+
+
+def _seconds(item) -> float:
+    """How long ``item``'s module is expected to take: its figure in ``SECONDS``, else a
+    guess from what it waits on (a module of real-Ray tests, a test on the ray
+    transport, or neither)."""
+    module = item.getparent(pytest.Module)
+    path = os.path.relpath(str(module.path), os.path.dirname(os.path.dirname(__file__)))
+    if path in SECONDS:
+        return SECONDS[path]
+    if any(m.name == "ray" for m in module.own_markers):
+        return 30
     if item.get_closest_marker("ray") or item.get_closest_marker("slow") or "[ray" in item.nodeid:
-        return 1
-    return 2
+        return 10
+    return 0
 
 
 def pytest_collection_modifyitems(items):
-    """Run the modules that mostly wait on Ray first.
+    """Start the longest modules first.
 
     Under ``pytest -n N --dist loadfile`` (the README's test command) files go to the
-    workers in collection order; a cluster test that starts last would leave the other
-    workers idle while it waits, so the waiting starts first and overlaps the rest.
-    Within a weight the collection order is kept (the sort is stable).
+    workers in collection order as they ask for more; a long module that starts last
+    leaves the other workers idle while it finishes (the last CI spent its final three
+    minutes on two such modules), so the longest start first (LPT order) and the short
+    ones fill in. Within a module the collection order is kept (the sort is stable).
     """
-    items.sort(key=_wait_heavy)
+    seconds = {}
+    for item in items:
+        seconds.setdefault(item.getparent(pytest.Module).nodeid, _seconds(item))
+    items.sort(key=lambda item: -seconds[item.getparent(pytest.Module).nodeid])
