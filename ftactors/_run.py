@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import numbers
-from typing import Any
+import textwrap
 
 from .runtime import _notices
 from .runtime._chaos import Chaos
@@ -17,65 +17,21 @@ from .runtime._checkpoints import find_resumable
 from .runtime._coordinator import Coordinator, RunResult
 from .base._errors import ConfigError, ProtocolError
 from .runtime._identity import new_identity
+from .protocols import PROTOCOLS
+from .runtime._options import OWN_ROUNDS, check_options, options_text, with_role
 from .runtime._protocol import parts_lead, protocol_classes
 from .runtime._rank import check_rank_class
 from .runtime._trace import write_trace
 
 TRANSPORTS = ("ray", "local", "sim")
-DATA_PLANES = ("direct", "ray")
-COLLECTIVES = ("auto", "tree", "doubling")
-RAY_OPTIONS = ("data_plane", "rank_num_cpus", "rank_nodes", "spare_nodes")
-"""Options that only the ``ray`` transport has a meaning for: given on another transport
-they are refused (taken and ignored, they would promise what the run does not do)."""
-
-CORE_OPTIONS = {
-    "heartbeat_interval_s": "seconds between heartbeats to every rank (default 1 on Ray, "
-                            "off elsewhere)",
-    "heartbeat_timeout_s": "a rank silent this long is declared hung and killed (default "
-                           "10; longer while round trips are slow: 4x the slowest recent one)",
-    "progress": "callable(positions) called every progress_interval_s with each rank's "
-                "(loop, iteration) position",
-    "progress_interval_s": "seconds between progress reports (default 1)",
-    "data_plane": "Ray: 'direct' (default: rank-to-rank sockets, Unix on one node, TCP "
-                  "across nodes) or 'ray' (every batch an actor call)",
-    "collectives": "allreduce/allgather schedule: 'auto' (default: recursive doubling on "
-                   "power-of-two communicators of Ray's direct plane, binomial trees "
-                   "elsewhere), 'tree' or 'doubling' (same bits either way)",
-    "rank_num_cpus": "Ray: CPUs reserved per rank actor (default 0: ranks share the cores)",
-    "rank_nodes": "Ray: the node id each rank starts on (a list, one per rank; a rank "
-                  "whose node is gone starts anywhere)",
-    "spare_nodes": "Ray: the node ids spares start on, used in turn (a spare whose node is "
-                   "gone starts anywhere; default anywhere)",
-    "sim_latency_s": "sim: per-message latency (s)",
-    "sim_bandwidth_Bps": "sim: link bandwidth (bytes/s)",
-    "sim_jitter_s": "sim: uniform random extra delay per batch (s), from the seed",
-    "sim_send_overhead_s": "sim: a sender's time per message on the wire, one at a time "
-                           "(s; default 0)",
-    "sim_sites": "sim: a partition of the ranks into sites (lists of ranks); links between "
-                 "sites use the sim_wide_* settings",
-    "sim_wide_latency_s": "sim: latency between sites (s; default sim_latency_s)",
-    "sim_wide_bandwidth_Bps": "sim: bandwidth between sites (bytes/s; default "
-                              "sim_bandwidth_Bps)",
-    "restart_from_any": "with restart_from: resume from the newest set even when its "
-                        "program, arguments, stack or state-shaping options differ from "
-                        "this job's (a deliberate change; the rank count must match). "
-                        "Default False: only a set of this job's fingerprint",
-}
-
-
-def _known_options(rank_cls) -> dict[str, str]:
-    known = dict(CORE_OPTIONS)
-    for proto in protocol_classes(rank_cls):
-        known.update(getattr(proto, "ft_options", {}))
-    return known
 
 
 def _check_part_mode(rank_cls, options: dict) -> None:
-    """Refuse a level's own-round options in a stack where it keeps another protocol's
-    parts instead (``Protocol.hands_parts``)."""
+    """Refuse a level's own-round options (role ``OWN_ROUNDS``) in a stack where it keeps
+    another protocol's parts instead (``Protocol.hands_parts``)."""
     lead = parts_lead(rank_cls)
     for p in protocol_classes(rank_cls) if lead is not None else ():
-        own = [name for name in p.part_mode_ignores if name in options]
+        own = [name for name in with_role([p], OWN_ROUNDS) if name in options]
         if own:
             raise ConfigError(
                 f"option(s) {', '.join(own)} set {p.__name__}'s own rounds, which it does "
@@ -97,34 +53,18 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
             f"(add StandbyReplacement)")
     if timeout_s is not None and timeout_s <= 0:
         raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
-    known = _known_options(rank_cls)
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    check_options(protocol_classes(rank_cls), options, transport)
     _check_part_mode(rank_cls, options)
-    ray_only = [name for name in RAY_OPTIONS if name in options]
-    if ray_only and transport != "ray":
-        raise ConfigError(f"option(s) {', '.join(ray_only)} apply to the ray transport only; "
-                          f"transport {transport!r} has no Ray actors or data plane to set")
     homes = options.get("rank_nodes")
-    if homes is not None and (not isinstance(homes, (list, tuple)) or len(homes) != ranks):
+    if homes is not None and len(homes) != ranks:
         raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "
                           f"got {homes!r}")
-    if options.get("data_plane", "direct") not in DATA_PLANES:
-        raise ConfigError(f"data_plane must be one of {', '.join(DATA_PLANES)}, "
-                          f"got {options['data_plane']!r}")
-    if options.get("collectives", "auto") not in COLLECTIVES:
-        raise ConfigError(f"collectives must be one of {', '.join(COLLECTIVES)}, "
-                          f"got {options['collectives']!r}")
     spare_homes = options.get("spare_nodes")
-    if spare_homes is not None and (not isinstance(spare_homes, (list, tuple)) or not spare_homes):
+    if spare_homes is not None and not spare_homes:
         raise ConfigError(f"spare_nodes must list at least one Ray node id, got {spare_homes!r}")
     for proto in protocol_classes(rank_cls):
         proto.check_options(options)
         proto.check_stack_options(rank_cls, options)
-    if not isinstance(options.get("restart_from_any", False), bool):
-        raise ConfigError(f"restart_from_any must be True or False, "
-                          f"got {options['restart_from_any']!r}")
     if chaos is not None and not isinstance(chaos, Chaos):
         raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
     return chaos.plan(ranks) if chaos is not None else []
@@ -241,20 +181,54 @@ class Run:
         raise ProtocolError("the run ended before the request was served")
 
 
-async def launch(rank_cls, ranks: int, **kw: Any) -> Run:
+async def launch(rank_cls, ranks: int, *, args=(), kwargs=None, transport="ray",
+                 address=None, spares=0, seed=0, chaos=None, timeout_s=None, trace=None,
+                 restart_from=None, **options) -> Run:
     """Start a job like ``run_async`` (same arguments) and return at once with a ``Run``
     handle to talk to it. Not for ``transport="sim"`` (its virtual clock runs the job in
     a loop of its own): there, ranks request checkpoints themselves."""
-    if kw.get("transport") == "sim":
+    if transport == "sim":
         raise ConfigError("ft.launch does not drive the sim transport; use ft.run and "
                           "checkpoint options or self.request_checkpoint()")
-    job = _prepare(rank_cls, ranks, **kw)
+    job = _prepare(rank_cls, ranks, args=args, kwargs=kwargs, transport=transport,
+                   address=address, spares=spares, seed=seed, chaos=chaos,
+                   timeout_s=timeout_s, trace=trace, restart_from=restart_from, **options)
     c = job.coordinator()
     return Run(c, asyncio.ensure_future(job(c)))
 
 
-async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
-    """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's result.
+async def run_async(rank_cls, ranks: int, *, args=(), kwargs=None, transport="ray",
+                    address=None, spares=0, seed=0, chaos=None, timeout_s=None, trace=None,
+                    restart_from=None, **options) -> RunResult:
+    job = _prepare(rank_cls, ranks, args=args, kwargs=kwargs, transport=transport,
+                   address=address, spares=spares, seed=seed, chaos=chaos,
+                   timeout_s=timeout_s, trace=trace, restart_from=restart_from, **options)
+    if transport == "sim":
+        from .transports._simloop import run_virtual
+        return await asyncio.to_thread(run_virtual, job)
+    return await job()
+
+
+def run(rank_cls, ranks: int, *, args=(), kwargs=None, transport="ray", address=None,
+        spares=0, seed=0, chaos=None, timeout_s=None, trace=None, restart_from=None,
+        **options) -> RunResult:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("ft.run() was called inside a running event loop; "
+                           "use 'await ft.run_async(...)'")
+    job = _prepare(rank_cls, ranks, args=args, kwargs=kwargs, transport=transport,
+                   address=address, spares=spares, seed=seed, chaos=chaos,
+                   timeout_s=timeout_s, trace=trace, restart_from=restart_from, **options)
+    if transport == "sim":
+        from .transports._simloop import run_virtual
+        return run_virtual(job)
+    return asyncio.run(job())
+
+
+_RUN_DOC = """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's result.
 
     Keyword arguments (all optional):
         args, kwargs: passed to every rank's ``main()``.
@@ -271,7 +245,11 @@ async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
             rank starts from the newest complete set of this job's fingerprint (program,
             ranks, arguments, stack: a restart after the job was lost); with the option
             ``restart_from_any=True``, from the newest set of this rank count.
-        **options: settings of the core (``CORE_OPTIONS``) and of the protocols in the stack.
+        **options: the core's options, and those of the protocols in ``rank_cls``'s
+            stack (an option of a protocol not in the stack is refused), each declared
+            once (``runtime/_options``; ``ftactors options [STACK]`` lists them too):
+
+{options}
 
     Raises:
         ConfigError: bad arguments (nothing was started), or ``restart_from`` holds no
@@ -287,24 +265,7 @@ async def run_async(rank_cls, ranks: int, **kw: Any) -> RunResult:
             that never fired, a rank restored with nothing registered, a protocol that
             never checkpoints, no spares): see ``runtime/_notices``.
     """
-    job = _prepare(rank_cls, ranks, **kw)
-    if kw.get("transport") == "sim":
-        from .transports._simloop import run_virtual
-        return await asyncio.to_thread(run_virtual, job)
-    return await job()
-
-
-def run(rank_cls, ranks: int, **kw: Any) -> RunResult:
-    """Synchronous ``run_async`` (see there); not callable inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError("ft.run() was called inside a running event loop; "
-                           "use 'await ft.run_async(...)'")
-    job = _prepare(rank_cls, ranks, **kw)
-    if kw.get("transport") == "sim":
-        from .transports._simloop import run_virtual
-        return run_virtual(job)
-    return asyncio.run(job())
+_RUN_DOC = _RUN_DOC.format(options=textwrap.indent(options_text(PROTOCOLS, width=76), " " * 12))
+run_async.__doc__ = _RUN_DOC
+run.__doc__ = ("Synchronous ``run_async`` (not callable inside a running event loop): "
+               + _RUN_DOC[0].lower() + _RUN_DOC[1:])

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 
 from ftactors.base._errors import ConfigError
 from ftactors.runtime._coordinator import NewFailure
+from ftactors.runtime._options import INTERVAL, Option, with_role
 from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
 
 from ._multilevel import FailureKind, Level, Plan, optimal_plan
@@ -92,17 +93,18 @@ class LevelPlanWarning(UserWarning):
     costs measured and the MTBFs given: every level checkpoints at every iteration."""
 
 
-OWN_INTERVALS = ("backup_interval", "backup_interval_s", "rs_interval", "rs_interval_s",
-                 "checkpoint_interval", "checkpoint_interval_s", "mtbf_s")
-OPTIONS = {
-    "level_intervals": "\"auto\": plan the intervals of every level of the stack together "
-                       "from the costs measured in the run and level_mtbf_s",
-    "level_mtbf_s": "with level_intervals=\"auto\": {LEVEL or KIND@LEVEL: seconds}, the "
-                    "MTBF of the failures each level is the lowest to recover "
-                    "(LEVEL: standby, rs, ready-flush)",
-    "level_restart_s": "with level_intervals=\"auto\": {LEVEL: seconds}, a level's "
-                       "recovery time (default: measured in the run, else estimated)",
-}
+OPTIONS = (
+    Option("level_intervals", str, None, "\"auto\": plan the intervals of every level of "
+           "the stack together from the costs measured in the run and level_mtbf_s",
+           choices=(AUTO,)),
+    Option("level_mtbf_s", dict, None, "with level_intervals=\"auto\": {LEVEL or "
+           "KIND@LEVEL: seconds}, the MTBF of the failures each level is the lowest to "
+           "recover (LEVEL: standby, rs, ready-flush)", "s"),
+    Option("level_restart_s", dict, None, "with level_intervals=\"auto\": {LEVEL: "
+           "seconds}, a level's recovery time (default: measured in the run, else "
+           "estimated)", "s"),
+)
+"""The options of every level this module plans (its ``PlannedLevel`` protocols take them)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def settings(stack: type, options: dict) -> Settings | None:
             too; ``level_mtbf_s`` or ``level_restart_s`` without it; a stack whose
             consistency protocol hands its parts to the levels.
     """
-    mode, mtbf, restart = (options.get(k) for k in OPTIONS)
+    mode, mtbf, restart = (options.get(o.name) for o in OPTIONS)
     if mode is None:
         given = [k for k in ("level_mtbf_s", "level_restart_s") if options.get(k) is not None]
         if given:
@@ -131,7 +133,9 @@ def settings(stack: type, options: dict) -> Settings | None:
         return None
     if mode != AUTO:
         raise ConfigError(f"level_intervals must be {AUTO!r}, got {mode!r}")
-    own = [k for k in OWN_INTERVALS if options.get(k) is not None]
+    levels = sorted((p for p in protocol_classes(stack) if issubclass(p, PlannedLevel)),
+                    key=lambda p: p.level_cost)
+    own = [k for k in with_role(levels, INTERVAL) if options.get(k) is not None]
     if own:
         raise ConfigError(f"level_intervals={AUTO!r} chooses every level's interval: drop "
                           f"{', '.join(own)}")
@@ -140,8 +144,6 @@ def settings(stack: type, options: dict) -> Settings | None:
         raise ConfigError(f"level_intervals={AUTO!r} plans levels that take rounds of their "
                           f"own; with {lead.__name__} the levels keep its parts, made at its "
                           f"own checkpoints")
-    levels = sorted((p for p in protocol_classes(stack) if issubclass(p, PlannedLevel)),
-                    key=lambda p: p.level_cost)
     names = tuple(p.protocol_name for p in levels)
     if not isinstance(mtbf, dict) or not mtbf:
         raise ConfigError(f"level_intervals={AUTO!r} needs level_mtbf_s: the mean time "
@@ -180,24 +182,6 @@ def _seconds(value, what: str, positive: bool) -> float:
         raise ConfigError(f"{what} must be a number of seconds {'> 0' if positive else '>= 0'}, "
                           f"got {value!r}")
     return float(value)
-
-
-def parse_level_seconds(texts: list[str], flag: str) -> dict:
-    """``["KIND@LEVEL=S", "LEVEL=S"]`` from a repeated command-line flag as a dict.
-
-    Raises:
-        ValueError: an item without ``=`` or a value that is not a number.
-    """
-    out = {}
-    for text in texts:
-        key, eq, value = text.rpartition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            eq = ""
-        if not (eq and key.strip()):
-            raise ValueError(f"{flag} takes [KIND@]LEVEL=SECONDS, got {text!r}")
-    return out
 
 
 # ------------------------------------------------------------------------ rank side

@@ -129,12 +129,14 @@ ranks of a cluster the cascade restarts are rescued before they stop
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.base._errors import ProtocolError
+from ftactors.runtime._options import INTERVAL, NONE, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from . import _ddv
@@ -226,19 +228,22 @@ class DDVPiggyback(Protocol):
     level_cost = 3
     uses_spares = True
     hands_parts = True
-    state_options = ("clusters",)  # a DDV has an entry per cluster, logs cross them
-    ft_options = {
-        "clusters": "cluster definition: 'node' (by Ray node; one node: the default group "
-                    "policy), a group policy or file (see protocols/groups.py)",
-        "clc_interval_s": "seconds between unforced CLCs: a number, or {cluster: seconds} "
-                          "(default: only forced CLCs)",
-        "gc_interval_s": "seconds between garbage collections (default: none on a timer)",
-        "gc_clcs_max": "a garbage collection starts when a cluster stores more CLCs than "
-                       f"this (default {GC_CLCS_MAX}; None: not on commits)",
-        "log_bytes_max": "a rank whose log passes this many bytes asks for a garbage "
-                         "collection (default: never)",
-        "ddv_transitive": "piggyback the whole DDV, not only the SN (default False)",
-    }
+    OPTIONS = (
+        # a DDV has an entry per cluster, and logs cross them: they shape the state
+        Option("clusters", (str, os.PathLike, list, Groups), NODE, "cluster definition: "
+               "'node' (by Ray node; one node: the default group policy), a group policy, "
+               "file or list (see protocols/groups.py)", roles=(STATE,)),
+        Option("clc_interval_s", (float, dict), None, "seconds between unforced CLCs: a "
+               "number, or {cluster: seconds} (default: only forced CLCs)", "s",
+               roles=(INTERVAL,)),
+        Option("gc_interval_s", float, None, "seconds between garbage collections "
+               "(default: none on a timer)", "s"),
+        Option("gc_clcs_max", (int, NONE), GC_CLCS_MAX, "a garbage collection starts when "
+               "a cluster stores more CLCs than this (None: not on commits)"),
+        Option("log_bytes_max", float, None, "a rank whose log passes this many bytes asks "
+               "for a garbage collection (default: never)", "bytes"),
+        Option("ddv_transitive", bool, False, "piggyback the whole DDV, not only the SN"),
+    )
 
     @classmethod
     def check_options(cls, options: dict) -> None:

@@ -80,6 +80,7 @@ checks that bound). Measured by ``ftactors bench footprint``.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,7 @@ from typing import Any
 from ftactors.runtime._checkpoints import position_index
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.base._errors import ConfigError
+from ftactors.runtime._options import INTERVAL, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from ._flush import Flush
@@ -143,13 +145,15 @@ class GroupCoordination(Protocol):
     uses_spares = True
     needs_safe_points = True
     hands_parts = True
-    state_options = ("groups",)  # the logs kept and the cuts taken follow the groups
-    ft_options = {
-        "groups": "group definition: a JSON/YAML file, or one / single / fixed:K / "
-                  "trace:PATH (default: groups of ceil(sqrt(n)) consecutive ranks)",
-        "group_checkpoint_interval": "iterations between a group's checkpoints: an int, "
-                                     "or {group index: int} (default: never)",
-    }
+    OPTIONS = (
+        # the logs kept and the cuts taken follow the groups: they shape the state
+        Option("groups", (str, os.PathLike, list, Groups), None, "group definition: a "
+               "JSON/YAML file, or one / single / fixed:K / trace:PATH, or a list of groups "
+               "(default: groups of ceil(sqrt(n)) consecutive ranks)", roles=(STATE,)),
+        Option("group_checkpoint_interval", (int, dict), None, "iterations between a "
+               "group's checkpoints: an int, or {group index: int} (default: never)",
+               "iterations", roles=(INTERVAL,)),
+    )
 
     @classmethod
     def check_options(cls, options: dict) -> None:

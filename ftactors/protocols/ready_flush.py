@@ -86,6 +86,7 @@ from ftactors.runtime._checkpoints import (load_own, position_index, prune_sets,
                                            store_part)
 from ftactors.base._errors import ConfigError, ProtocolError
 from ftactors.base._warnings import NoCheckpointWarning
+from ftactors.runtime._options import INTERVAL, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 from ftactors.base._storage import open_store
 
@@ -169,18 +170,20 @@ class ReadyMessageFlush(PlannedLevel):
     level_cost = 3
     uses_spares = True
     needs_safe_points = True
-    ft_options = {
-        "checkpoint_interval": "take a checkpoint every k iterations of every loop, or "
-                               "\"auto\": Daly's interval from the measured checkpoint "
-                               "cost and mtbf_s",
-        "checkpoint_interval_s": "the coordinator requests a checkpoint this often (s)",
-        "mtbf_s": "the job's mean time between failures (s), for checkpoint_interval=\"auto\"",
-        "checkpoint_storage": "object (object store, owned by the coordinator), stable "
-                              "(checkpoint_dir) or both (default object)",
-        "checkpoint_dir": "directory or pyarrow URI of stable checkpoints "
-                          "(default ./ftactors-checkpoints)",
-        **PLAN_OPTIONS,
-    }
+    OPTIONS = (
+        Option("checkpoint_interval", (int, str), None, "take a checkpoint every k "
+               "iterations of every loop, or \"auto\": Daly's interval from the measured "
+               "checkpoint cost and mtbf_s", "iterations", roles=(INTERVAL,)),
+        Option("checkpoint_interval_s", float, None, "the coordinator requests a checkpoint "
+               "this often", "s", roles=(INTERVAL,)),
+        Option("mtbf_s", float, None, "the job's mean time between failures, for "
+               "checkpoint_interval=\"auto\"", "s", roles=(INTERVAL,)),
+        Option("checkpoint_storage", str, "object", "object (object store, owned by the "
+               "coordinator), stable (checkpoint_dir) or both", choices=STORAGES),
+        Option("checkpoint_dir", str, None, "directory or pyarrow URI of stable checkpoints "
+               "(default ./ftactors-checkpoints)"),
+        *PLAN_OPTIONS,
+    )
 
     @classmethod
     def check_options(cls, options: dict) -> None:

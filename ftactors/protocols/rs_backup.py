@@ -114,6 +114,7 @@ import numpy as np
 
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
+from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
 from ftactors.runtime._protocol import LEVEL, parts_lead
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode, partial_products, xor_into
@@ -207,23 +208,30 @@ class RSBackup(PlannedLevel):
     level_cost = 2
     uses_spares = True
     needs_safe_points = True
-    ft_options = {
-        "rs_group_size": "ranks per encoding group, on different nodes (default 4)",
-        "rs_parity": "parity blocks per group (default: as many as members, m = k)",
-        "rs_interval": "iterations between encoded checkpoints (default 5)",
-        "rs_interval_s": "seconds between encoded checkpoints, about (overrides "
-                         "rs_interval; rank 0 turns it into iterations)",
-        "rs_block_bytes": "z: bytes of each block of the star encoding (default 1 MiB)",
-        "rs_ranks_per_node": "virtual topology: rank r on node r // this (default: the "
-                             "transport's nodes; one rank per node if there is one node)",
-        "rs_interleave": "interleave the sectors' groups on the ring (default True)",
-        "rs_stable_store": "also write every round to this directory or pyarrow URI (slow "
-                           "recovery; ft.run(restart_from=...) restarts from it)",
-        "rs_stable_parity": "also write the parity blocks to rs_stable_store",
-        **PLAN_OPTIONS,
-    }
-    part_mode_ignores = ("rs_interval", "rs_interval_s", "rs_group_size", "rs_ranks_per_node", "rs_interleave",
-                         "rs_stable_store", "rs_stable_parity")
+    OPTIONS = (
+        Option("rs_group_size", int, 4, "ranks per encoding group, on different nodes",
+               roles=(OWN_ROUNDS,)),
+        Option("rs_parity", int, None, "parity blocks per group (default: as many as "
+               "members, m = k)"),
+        Option("rs_interval", int, 5, "iterations between encoded checkpoints",
+               "iterations", roles=(INTERVAL, OWN_ROUNDS)),
+        Option("rs_interval_s", float, None, "seconds between encoded checkpoints, about "
+               "(overrides rs_interval; rank 0 turns it into iterations)", "s",
+               roles=(INTERVAL, OWN_ROUNDS)),
+        Option("rs_block_bytes", int, 1 << 20, "z: bytes of each block of the star "
+               "encoding", "bytes"),
+        Option("rs_ranks_per_node", int, None, "virtual topology: rank r on node r // this "
+               "(default: the transport's nodes; one rank per node if there is one node)",
+               roles=(OWN_ROUNDS,)),
+        Option("rs_interleave", bool, True, "interleave the sectors' groups on the ring",
+               roles=(OWN_ROUNDS,)),
+        Option("rs_stable_store", str, None, "also write every round to this directory or "
+               "pyarrow URI (slow recovery; ft.run(restart_from=...) restarts from it)",
+               roles=(OWN_ROUNDS,)),
+        Option("rs_stable_parity", bool, False, "also write the parity blocks to "
+               "rs_stable_store", roles=(OWN_ROUNDS,)),
+        *PLAN_OPTIONS,
+    )
 
     @classmethod
     def check_options(cls, options: dict) -> None:

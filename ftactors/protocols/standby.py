@@ -81,6 +81,7 @@ from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._errors import ProtocolError, RankFailed
 from ftactors.base._warnings import NoSparesWarning
+from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
 from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
 from ftactors.base._storage import open_store
 
@@ -256,19 +257,22 @@ class StandbyReplacement(PlannedLevel):
     level_cost = 1
     uses_spares = True
     needs_safe_points = True
-    part_mode_ignores = ("backup_interval", "backup_interval_s", "stable_store")
     backup_interval: ClassVar[int] = 5
     """Iterations between backups (NR_Need_backup)."""
     backup_interval_s: ClassVar[float | None] = None
     """If set, back up about this often instead, in seconds (rank 0 decides)."""
-    ft_options = {
-        "backup_interval": "iterations between partner backups (overrides the class value)",
-        "backup_interval_s": "seconds between partner backups (overrides backup_interval)",
-        "stable_store": "also write every backup round to this directory or pyarrow URI "
-                        "as a checkpoint set (ft.run(restart_from=...) restarts from it); "
-                        "round k's set is sealed at backup k+1 (the last one at the end)",
-        **PLAN_OPTIONS,
-    }
+    OPTIONS = (
+        Option("backup_interval", int, 5, "iterations between partner backups (overrides "
+               "the class value)", "iterations", roles=(INTERVAL, OWN_ROUNDS)),
+        Option("backup_interval_s", float, None, "seconds between partner backups, about "
+               "(overrides backup_interval; rank 0 turns it into iterations)", "s",
+               roles=(INTERVAL, OWN_ROUNDS)),
+        Option("stable_store", str, None, "also write every backup round to this directory "
+               "or pyarrow URI as a checkpoint set (ft.run(restart_from=...) restarts from "
+               "it); round k's set is sealed at backup k+1 (the last one at the end)",
+               roles=(OWN_ROUNDS,)),
+        *PLAN_OPTIONS,
+    )
 
     @classmethod
     def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:

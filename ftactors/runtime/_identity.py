@@ -13,8 +13,8 @@ manifest, and a *fingerprint* of what its state is a state of:
 - ``ranks``: the rank count (a set holds one part per rank);
 - ``args``: a digest of the pickled ``args`` and ``kwargs`` of ``main()``;
 - ``stack``: the protocol names, outermost first (each protocol's state is in every part);
-- ``options``: the options that shape the state a snapshot holds (``Protocol.state_options``:
-  GroupCoordination's groups, DDVPiggyback's clusters), by value.
+- ``options``: the options that shape the state a snapshot holds (the ``STATE`` role of
+  ``runtime/_options``: GroupCoordination's groups, DDVPiggyback's clusters), by value.
 
 Inside a run, recovery reads only the run's own folder and sets whose manifest names its
 run id (``_checkpoints.load_own``). ``ft.run(restart_from=DIR)`` resumes a lost job, a run
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import cloudpickle
 
+from ._options import STATE, with_role
 from ._protocol import protocol_classes
 
 OPTION_TEXT_MAX = 80
@@ -67,8 +68,7 @@ def new_identity(rank_cls: type, ranks: int, args: tuple, kwargs: dict,
 def fingerprint(rank_cls: type, ranks: int, args: tuple, kwargs: dict, options: dict) -> dict:
     """What a run's state is a state of (see the module docstring)."""
     protos = protocol_classes(rank_cls)
-    shaping = sorted({name for p in protos for name in getattr(p, "state_options", ())
-                      if name in options})
+    shaping = sorted(name for name in with_role(protos, STATE) if name in options)
     return {"program": f"{rank_cls.__module__}.{rank_cls.__qualname__}",
             "ranks": int(ranks),
             "args": _digest((tuple(args), sorted(dict(kwargs).items()))),

@@ -78,13 +78,11 @@ class Protocol:
     by each unit on its own: it hands every part to the stack's levels (``on_part``), and
     its recovery finds the parts it restores at the cheapest level that holds them
     (``runtime/_escalation.PartLevels``); the levels take no cuts of their own."""
-    part_mode_ignores: ClassVar[tuple[str, ...]] = ()
-    """Options that set this level's own rounds: refused in a stack whose consistency
-    protocol ``hands_parts`` (the level takes no rounds there)."""
-    state_options: ClassVar[tuple[str, ...]] = ()
-    """Options whose value shapes the state a snapshot holds (a snapshot taken under one
-    value is wrong under another): part of the run's fingerprint (``_identity``), so
-    ``restart_from`` refuses a set taken under another value."""
+    OPTIONS: ClassVar[tuple] = ()
+    """This protocol's ``ft.run`` options, each a ``runtime._options.Option`` (name, type,
+    default, unit, meaning, transports, roles): validation, ``help(ft.run)``, ``ftactors
+    options``, the command-line flags, the experiment keys and the README table are made
+    from them. A subclass that refines a protocol extends its parent's tuple."""
     needs_safe_points: ClassVar[bool] = False
     """Whether this protocol checkpoints only at safe points (``iterations()`` loops): a
     run whose ranks never offer one is told that nothing was checkpointed
@@ -95,8 +93,9 @@ class Protocol:
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        """Raise ConfigError for a bad value of one of this protocol's ``ft_options``
-        (called by ``ft.run`` before anything starts)."""
+        """Raise ConfigError for a bad value of one of this protocol's ``OPTIONS`` that
+        its declared type and choices let pass (a range, a pair that goes together;
+        called by ``ft.run`` before anything starts, after those checks)."""
 
     @classmethod
     def check_stack_options(cls, stack: type, options: dict) -> None:
