@@ -42,8 +42,9 @@ class LockResult(ft.Rank):
     (dict(ranks=2, transport="ray", spare_nodes=[]),
      "spare_nodes must list at least one Ray node id"),
     (dict(ranks=2, transport="ray", spare_nodes="node-a"),
-     "spare_nodes must list at least one Ray node id"),
-    (dict(ranks=2, transport="ray", data_plane="carrier-pigeon"), "data_plane must be one of"),
+     "spare_nodes must be of type list, got 'node-a'"),
+    (dict(ranks=2, transport="ray", data_plane="carrier-pigeon"),
+     "data_plane must be 'direct' or 'ray', got 'carrier-pigeon'"),
 ])
 def test_bad_run_arguments_fail_before_start(bad, match):
     with pytest.raises(ft.ConfigError, match=match):

@@ -120,7 +120,7 @@ def settings(stack: type, options: dict) -> Settings | None:
     """The auto plan settings of ``stack`` with ``options``; None: not asked for.
 
     Raises:
-        ConfigError: ``level_intervals`` not "auto"; its MTBFs missing, naming no level of
+        ConfigError: its MTBFs missing, naming no level of
             the stack, not positive; a level with no MTBF; a level's own interval given
             too; ``level_mtbf_s`` or ``level_restart_s`` without it; a stack whose
             consistency protocol hands its parts to the levels.
@@ -131,8 +131,6 @@ def settings(stack: type, options: dict) -> Settings | None:
         if given:
             raise ConfigError(f"{', '.join(given)} only apply with level_intervals={AUTO!r}")
         return None
-    if mode != AUTO:
-        raise ConfigError(f"level_intervals must be {AUTO!r}, got {mode!r}")
     levels = sorted((p for p in protocol_classes(stack) if issubclass(p, PlannedLevel)),
                     key=lambda p: p.level_cost)
     own = [k for k in with_role(levels, INTERVAL) if options.get(k) is not None]

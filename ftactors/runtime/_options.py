@@ -93,11 +93,11 @@ class Option:
             return
         if self.choices:
             if isinstance(value, bool) or value not in self.choices:
-                raise ConfigError(f"{self.name} must be one of "
-                                  f"{', '.join(map(repr, self.choices))}, got {value!r}")
+                raise ConfigError(f"{self.name} must be {' or '.join(map(repr, self.choices))}"
+                                  f", got {value!r}")
             return
         if not any(_is(value, t) for t in self.types):
-            raise ConfigError(f"{self.name} must be {self.type_text}, got {value!r}")
+            raise ConfigError(f"{self.name} must be of type {self.type_text}, got {value!r}")
 
     @property
     def type_text(self) -> str:
@@ -139,7 +139,7 @@ class Option:
                     return {_scalar(key): _scalar(value)}
         forms = [("KEY=VALUE" if t is dict else "A,B" if t is list else t.__name__)
                  for t in self.types if t not in (NONE, Callable, bool)]
-        raise argparse.ArgumentTypeError(f"{self.flag} takes {' or '.join(forms)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"takes {' or '.join(forms)}, got {text!r}")
 
 
 def _is(value, t) -> bool:
@@ -272,14 +272,30 @@ def add_option_flags(parser: argparse.ArgumentParser, protocols: dict[str, type]
         g = parser.add_argument_group(title)
         for o in options:
             help_ = o.doc.replace("%", "%%") + (f" (default {o.default!r})"
-                                                if o.default is not None else "")
+                                                if o.default is not None else "") + (
+                "; repeat for more pairs" if dict in o.types else "")
             if bool in o.types:
                 g.add_argument(o.flag, dest=_dest(o), default=None,
                                action=argparse.BooleanOptionalAction, help=help_)
             else:
                 g.add_argument(o.flag, dest=_dest(o), default=None, type=o.from_text,
-                               action=_Merge, metavar=o.unit.upper() or o.name.upper(),
-                               help=help_)
+                               action=_Merge, metavar=_metavar(o), help=help_)
+
+
+def _metavar(o: Option) -> str:
+    """What ``from_text`` reads, in declared order up to text (which takes anything)."""
+    if o.choices:
+        return "|".join(map(str, o.choices))
+    words = []
+    for t in o.types:
+        if t in (int, float):
+            words.append(o.unit.upper() or ("INT" if t is int else "NUMBER"))
+        elif t in (dict, list):
+            words.append("KEY=VALUE" if t is dict else "A,B")
+        elif t is str:
+            words.append("TEXT")
+            break
+    return "|".join(dict.fromkeys(words))
 
 
 def _dest(option: Option) -> str:

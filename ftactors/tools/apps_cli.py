@@ -17,9 +17,9 @@ import argparse
 import importlib
 import sys
 
-from ..protocols._level_plan import parse_level_seconds
+from ..runtime._options import add_option_flags, option_values
 from ..runtime._protocol import stack_refusal
-from ._common import progress_printer, write_json
+from ._common import write_json
 
 APPS = ("cg", "hpl", "stencil", "coupled")
 
@@ -98,77 +98,14 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spares", type=int, default=0, help="standby ranks (StandbyReplacement)")
     p.add_argument("--kill", action="append", default=[], metavar="RANK:ITERATION",
                    help="SIGKILL RANK at the top of ITERATION (repeatable)")
-    g = p.add_argument_group("checkpoints (--protocol ready-flush)")
-    g.add_argument("--checkpoint-interval", type=_every, default=None, metavar="K|auto",
-                   help="checkpoint every K iterations, or auto: Daly's interval from the "
-                        "measured checkpoint cost and --mtbf")
-    g.add_argument("--checkpoint-interval-s", type=float, default=None, metavar="SECONDS",
-                   help="request a checkpoint this often")
-    g.add_argument("--mtbf", type=float, default=None, metavar="SECONDS",
-                   help="the job's mean time between failures (--checkpoint-interval auto)")
-    g.add_argument("--checkpoint-storage", choices=("object", "stable", "both"), default=None,
-                   help="object store, stable storage (--checkpoint-dir) or both")
-    g.add_argument("--checkpoint-dir", default=None, metavar="DIR_OR_URI",
-                   help="stable checkpoints here (default ./ftactors-checkpoints)")
-    g.add_argument("--restart-from", default=None, metavar="DIR_OR_URI",
+    p.add_argument("--restart-from", default=None, metavar="DIR_OR_URI",
                    help="start from the newest complete checkpoint there of this job (same "
                         "app, settings, ranks and protocols: a lost job)")
-    g.add_argument("--restart-from-any", action="store_true",
-                   help="with --restart-from: take the newest set of this rank count even "
-                        "if the app's settings or the protocols differ (a deliberate change)")
-    g.add_argument("--migrate", action="append", default=[], metavar="RANK@SECONDS[:NODE]",
+    p.add_argument("--migrate", action="append", default=[], metavar="RANK@SECONDS[:NODE]",
                    help="move RANK to another node (NODE id; default: another live node) "
-                        "SECONDS after the start (repeatable; Ray)")
-    g = p.add_argument_group("group checkpoints (--protocol groups)")
-    g.add_argument("--groups", default=None, metavar="SPEC",
-                   help="a group definition (JSON/YAML file) or one, single, fixed:K, "
-                        "trace:PATH (default: groups of ceil(sqrt(ranks)))")
-    g.add_argument("--group-checkpoint-interval", type=int, default=None, metavar="K",
-                   help="every group checkpoints every K iterations")
-    g = p.add_argument_group("cluster checkpoints (--protocol hc3i)")
-    g.add_argument("--clusters", default=None, metavar="SPEC",
-                   help="node (by Ray node, the default), or a group definition or policy")
-    g.add_argument("--clc-interval-s", type=float, default=None, metavar="SECONDS",
-                   help="unforced CLC interval of every cluster (default: forced CLCs only)")
-    g.add_argument("--gc-interval-s", type=float, default=None, metavar="SECONDS",
-                   help="garbage collection of CLCs and logs this often")
-    g.add_argument("--ddv-transitive", action="store_true", default=None,
-                   help="piggyback the whole DDV, not only the SN")
-    g = p.add_argument_group("partner copies (--protocol standby)")
-    g.add_argument("--backup-interval", type=int, default=None, metavar="K",
-                   help="back up to the partner every K iterations (default 5)")
-    g.add_argument("--backup-interval-s", type=float, default=None, metavar="SECONDS",
-                   help="back up about this often instead")
-    g = p.add_argument_group("Reed-Solomon encoded checkpoints (--protocol rs)")
-    g.add_argument("--rs-interval", type=int, default=None, metavar="K",
-                   help="encode a checkpoint every K iterations (default 5)")
-    g.add_argument("--rs-interval-s", type=float, default=None, metavar="SECONDS",
-                   help="encode a checkpoint about this often instead")
-    g.add_argument("--rs-group-size", type=int, default=None, metavar="N",
-                   help="ranks per encoding group (default 4)")
-    g.add_argument("--rs-ranks-per-node", type=int, default=None, metavar="N",
-                   help="virtual topology: rank r on node r // N (default: the real nodes)")
-    g = p.add_argument_group("every level's interval planned together (a stack of standby, "
-                             "rs, ready-flush)")
-    g.add_argument("--level-intervals", choices=("auto",), default=None,
-                   help="auto: plan the intervals of every level from the costs measured "
-                        "in the run and --level-mtbf (instead of each level's own flags)")
-    g.add_argument("--level-mtbf", action="append", default=None, metavar="[KIND@]LEVEL=S",
-                   help="the MTBF of the failures LEVEL is the lowest to recover (once per "
-                        "failure kind; LEVEL: standby, rs, ready-flush)")
-    g.add_argument("--level-restart", action="append", default=None, metavar="LEVEL=S",
-                   help="a level's recovery time (default: measured in the run, else "
-                        "estimated as its checkpoint cost)")
-
-
-def _every(text: str) -> int | str:
-    """``--checkpoint-interval``: an int, or "auto" (checked with the other options)."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"K (iterations) or auto, got {text!r}") from None
+                        "SECONDS after the start (repeatable; Ray; --protocol ready-flush)")
+    from ftactors.protocols import PROTOCOLS
+    add_option_flags(p, PROTOCOLS)
 
 
 def parse_pair(spec: str, flag: str, form: str, kind=int) -> list:
@@ -200,53 +137,15 @@ def _parse_moves(specs: list[str]) -> list[tuple[int, float, str | None]]:
     return moves
 
 
-LEVELS = ("standby", "rs", "ready-flush")
-"""The protocols whose intervals ``--level-intervals auto`` plans."""
-
-#: ``run`` flags that set a protocol's ft.run option: flag -> (option, protocol(s) taking it)
-PROTOCOL_FLAGS = {
-    "--checkpoint-interval": ("checkpoint_interval", "ready-flush"),
-    "--checkpoint-interval-s": ("checkpoint_interval_s", "ready-flush"),
-    "--mtbf": ("mtbf_s", "ready-flush"),
-    "--checkpoint-storage": ("checkpoint_storage", "ready-flush"),
-    "--checkpoint-dir": ("checkpoint_dir", "ready-flush"),
-    "--groups": ("groups", "groups"),
-    "--group-checkpoint-interval": ("group_checkpoint_interval", "groups"),
-    "--clusters": ("clusters", "hc3i"),
-    "--clc-interval-s": ("clc_interval_s", "hc3i"),
-    "--gc-interval-s": ("gc_interval_s", "hc3i"),
-    "--ddv-transitive": ("ddv_transitive", "hc3i"),
-    "--backup-interval": ("backup_interval", "standby"),
-    "--backup-interval-s": ("backup_interval_s", "standby"),
-    "--rs-interval": ("rs_interval", "rs"),
-    "--rs-interval-s": ("rs_interval_s", "rs"),
-    "--rs-group-size": ("rs_group_size", "rs"),
-    "--rs-ranks-per-node": ("rs_ranks_per_node", "rs"),
-    "--level-intervals": ("level_intervals", LEVELS),
-    "--level-mtbf": ("level_mtbf_s", LEVELS),
-    "--level-restart": ("level_restart_s", LEVELS),
-}
-#: flags whose repeated LEVEL=SECONDS values make one dict option
-LEVEL_SECONDS = ("--level-mtbf", "--level-restart")
-
-
 def _protocol_options(args) -> dict:
-    """ft.run options from the protocol flags that were given; each flag's protocol must
-    be in the stack (the options of every protocol in a stack are taken together)."""
+    """ft.run options from the option flags that were given; a protocol's flag needs that
+    protocol in the stack (the options of every protocol in a stack are taken together)."""
+    from ftactors.protocols import PROTOCOLS
     names = stack_names(args.protocol)
-    options, missing = {}, []
-    for flag, (option, protocol) in PROTOCOL_FLAGS.items():
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is None:
-            continue
-        options[option] = parse_level_seconds(value, flag) if flag in LEVEL_SECONDS else value
-        wanted = (protocol,) if isinstance(protocol, str) else protocol
-        if not set(wanted) & set(names):
-            missing.append(f"{flag} needs {' or '.join(wanted)} in --protocol")
+    options = option_values(args, PROTOCOLS, names)
     if args.migrate and "ready-flush" not in names:
-        missing.append("--migrate needs ready-flush in --protocol")
-    if missing:
-        raise ValueError(f"{'; '.join(missing)} (got --protocol {args.protocol})")
+        raise ValueError(f"--migrate needs ready-flush in --protocol (got --protocol "
+                         f"{args.protocol})")
     return options
 
 
@@ -309,8 +208,8 @@ def _cmd_run(args) -> int:
           + (f", spares={args.spares}, kills={kills}" if kills or args.spares else ""), flush=True)
     kw = dict(ranks=args.ranks, kwargs=kwargs, transport=args.transport, address=args.address,
               seed=args.seed, timeout_s=args.timeout, trace=args.trace, spares=args.spares,
-              chaos=chaos, restart_from=args.restart_from, progress=progress_printer(),
-              **({"restart_from_any": True} if args.restart_from_any else {}), **options)
+              chaos=chaos, restart_from=args.restart_from,
+              **{"progress": sys.stderr.isatty(), **options})
     try:
         if moves:
             import asyncio

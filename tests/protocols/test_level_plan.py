@@ -6,7 +6,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols import LevelPlanWarning, ReadyMessageFlush, StandbyReplacement
-from ftactors.protocols._level_plan import FIRST, parse_level_seconds
+from ftactors.protocols._level_plan import FIRST
 from ftactors.protocols._multilevel import FailureKind, Level, optimal_plan
 
 from .programs import Heat1D
@@ -187,13 +187,6 @@ def test_an_mtbf_for_a_level_outside_the_stack_names_the_stacks_levels(tmp_path)
     with pytest.raises(ft.ConfigError, match=r"'rs' is not a level of this stack \(its "
                                              r"levels: standby, ready_flush\)"):
         run(PartnerStable, tmp_path, level_mtbf_s={"standby": 1, "ready-flush": 9, "rs": 3})
-
-
-def test_level_seconds_from_the_command_line():
-    assert parse_level_seconds(["node@rs=60", "standby=5"], "--level-mtbf") == {
-        "node@rs": 60.0, "standby": 5.0}
-    with pytest.raises(ValueError, match=r"--level-mtbf takes \[KIND@\]LEVEL=SECONDS"):
-        parse_level_seconds(["standby:5"], "--level-mtbf")
 
 
 def test_the_single_level_auto_of_ready_flush_still_works(tmp_path):

@@ -269,8 +269,8 @@ def test_a_job_kill_after_the_end_is_an_error_row_not_a_resume(tmp_path):
 
 
 # ------------------------------------------------------------- auto level intervals
-AUTO = ["--level-intervals", "auto", "--level-mtbf", "process@standby=0.05",
-        "--level-mtbf", "pair@rs=0.5", "--level-mtbf", "job@ready-flush=5"]
+AUTO = ["--level-intervals", "auto", "--level-mtbf-s", "process@standby=0.05",
+        "--level-mtbf-s", "pair@rs=0.5", "--level-mtbf-s", "job@ready-flush=5"]
 
 
 def test_run_plans_every_level_together_and_prints_each_plan(capsys, tmp_path):
@@ -288,10 +288,10 @@ def test_run_plans_every_level_together_and_prints_each_plan(capsys, tmp_path):
     (["--protocol", "standby+ready-flush", "--checkpoint-storage", "stable", *AUTO],
      "'rs' is not a level of this stack"),
     (["--protocol", "groups", "--level-intervals", "auto"],
-     "--level-intervals needs standby or rs or ready-flush in --protocol"),
-    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf", "standby:5"],
-     r"--level-mtbf takes \[KIND@\]LEVEL=SECONDS"),
-    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf", "standby=5",
+     "--level-intervals needs standby or ready-flush or rs in --protocol"),
+    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf-s", "standby:5"],
+     r"--level-mtbf-s: takes KEY=VALUE, got 'standby:5'"),
+    (["--protocol", "standby", "--level-intervals", "auto", "--level-mtbf-s", "standby=5",
       "--backup-interval", "3"], "drop backup_interval"),
 ])
 def test_run_refuses_bad_auto_flags_with_exit_2(capsys, argv, message):
