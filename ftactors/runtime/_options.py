@@ -3,8 +3,8 @@
 An option is an ``Option`` record: its name, the Python type(s) a value may have, its
 default, its unit, what it means, the transports it applies to and its roles in a stack.
 The core's options are ``CORE_OPTIONS`` (here); a protocol's are its class's ``OPTIONS``
-tuple, in its own module (a subclass that refines a protocol extends its parent's:
-``OPTIONS = (*RSBackup.OPTIONS, Option(...))``). From those declarations alone come:
+tuple, in its own module (a subclass that refines a protocol names it again and extends
+its parent's: ``protocol_name = "rs"; OPTIONS = (*RSBackup.OPTIONS, Option(...))``). From those declarations alone come:
 
 * validation (``check_options``): unknown names, types, choices, transports, and the
   refusals of the roles below;
@@ -312,13 +312,15 @@ class _Merge(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def option_values(args: argparse.Namespace, protocols: dict[str, type],
-                  stack: list[str]) -> dict:
-    """The options whose flags were given, as ``ft.run`` takes them.
+def option_values(args: argparse.Namespace, protocols: dict[str, type], stack: list[str],
+                  *, refuse: bool = True) -> dict:
+    """The options whose flags (``add_option_flags``) were given, as ``ft.run`` takes
+    them, for the stack of command-line names ``stack``; ``refuse=False`` leaves out
+    those of protocols not in it.
 
     Raises:
-        ValueError: a protocol's flag without that protocol in ``stack`` (command-line
-            names), naming the flag and the protocols that take it.
+        ValueError: (``refuse``) a protocol's flag without that protocol in ``stack``,
+            naming the flag and the protocols that take it.
     """
     names = {p.protocol_name: n for n, p in protocols.items()}
     values, missing = {}, []
@@ -326,11 +328,12 @@ def option_values(args: argparse.Namespace, protocols: dict[str, type],
         value = getattr(args, _dest(option), None)
         if value is None:
             continue
-        values[option.name] = value
         wanted = [names[o] for o in owners]
         if wanted and not set(wanted) & set(stack):
             missing.append(f"{option.flag} needs {' or '.join(wanted)} in --protocol")
-    if missing:
+            continue
+        values[option.name] = value
+    if missing and refuse:
         raise ValueError(f"{'; '.join(missing)} (got --protocol {'+'.join(stack) or 'none'})")
     return values
 

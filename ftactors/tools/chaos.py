@@ -25,12 +25,15 @@ import pyarrow.parquet as pq
 import ftactors as ft
 from ..base._storage import open_filesystem
 from ..runtime._notices import kill_text
+from ..runtime._options import add_option_flags
 from .apps_cli import app_module, protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
                          experiment_from_flags, load_experiment)
 from .report import write_report
 from .run_metrics import RESULT_SCHEMA, UNTESTED, events_table, failure_metrics
 
+#: options the runner sets itself: each run's progress, a job kill's restart
+CHAOS_SETS = ("progress", "progress_interval_s", "restart_from_any")
 #: the keys of an app's summary record that are timings, not the answer
 TIMING_KEYS = ("time_s", "mops", "gflops")
 
@@ -349,6 +352,8 @@ def add_chaos(sub) -> None:
                    help="Poisson kills with this mean time between failures")
     g.add_argument("--horizon", type=float, default=None, metavar="SECONDS",
                    help="window of random and Poisson kills (default 10)")
+    from ftactors.protocols import PROTOCOLS  # each stack takes the flags of its protocols
+    add_option_flags(p, PROTOCOLS, skip=CHAOS_SETS)
     p.set_defaults(func=_cmd_chaos)
 
 

@@ -17,6 +17,7 @@ from .advise import add_advise
 from .apps_cli import add_demo, add_run
 from .bench import add_bench
 from .chaos import add_chaos
+from .options import add_options
 from .report import add_report
 from .simcheck import add_sim_check
 from .submit import add_submit
@@ -114,7 +115,7 @@ def _add_groups(sub) -> None:
 # ---------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     return command_parser(add_run, add_demo, add_bench, _add_trace, _add_groups, add_advise,
-                          add_sim_check, add_chaos, add_submit, add_report)
+                          add_sim_check, add_chaos, add_submit, add_report, add_options)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import ftactors as ft
 from .._run import _prepare
+from ..runtime._options import INTERVAL, option_values, with_role
+from ..runtime._protocol import protocol_classes
 from .apps_cli import APPS, app_module, parse_pair, protocol_stack, stack_names
 
 MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
@@ -22,11 +24,6 @@ TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "prot
             "schedules")
 SCHEDULE_KEYS = ("kill", "kill_at", "random_kills", "mtbf_s", "horizon_s", "method",
                  "recovery_kills", "moment_kills", "spare_kills", "node_kills", "job_kill")
-#: the protocol options that set a checkpoint interval, and its unit
-INTERVAL_OPTIONS = {"checkpoint_interval": "iterations", "checkpoint_interval_s": "s",
-                    "backup_interval": "iterations", "backup_interval_s": "s",
-                    "group_checkpoint_interval": "iterations",
-                    "rs_interval": "iterations", "rs_interval_s": "s", "clc_interval_s": "s"}
 
 
 class ExperimentError(ValueError):
@@ -148,8 +145,13 @@ def experiment_from_flags(args) -> dict:
         schedule["mtbf_s"] = args.mtbf
     if args.horizon is not None:
         schedule["horizon_s"] = args.horizon
-    protocols = {p: ({"spares": args.spares} if args.spares else {})
-                 for p in _csv(args.protocol)}
+    from ftactors.protocols import PROTOCOLS
+    stacks = _csv(args.protocol)
+    everywhere = [n for p in stacks for n in stack_names(p)]
+    option_values(args, PROTOCOLS, everywhere)  # a flag no stack takes is refused
+    protocols = {p: {**({"spares": args.spares} if args.spares else {}),
+                     **option_values(args, PROTOCOLS, stack_names(p), refuse=False)}
+                 for p in stacks}
     return {"name": args.name, "transport": args.transport,
             "cluster": {"address": args.address} if args.address else "local",
             "timeout_s": args.timeout,
@@ -349,13 +351,22 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
                  chaos=chaos, **options)  # checks everything, starts nothing
     except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
         raise ExperimentError(f"{here}: {exc}") from None
-    interval = next(((options[k], unit) for k, unit in INTERVAL_OPTIONS.items()
-                     if isinstance(options.get(k), numbers.Real)), (None, ""))
+    interval = run_interval(cls, options)
     if "auto" in (options.get("level_intervals"), options.get("checkpoint_interval")):
         interval = (None, "auto")  # chosen as the run goes (level_intervals_chosen events)
     return RunSpec(run_id, app, protocol, ranks, schedule, seed, stack, kwargs, options,
                    spares, chaos, node_kills, resume_from,
                    None if interval[0] is None else float(interval[0]), interval[1])
+
+
+def run_interval(cls: type, options: dict) -> tuple:
+    """``(value, unit)``: the checkpoint interval a run is plotted against, the first
+    number among the options given that set one (role ``INTERVAL``), the costliest
+    level's first; ``(None, "")``: none."""
+    protocols = sorted(protocol_classes(cls), key=lambda p: -p.level_cost)
+    units = {o.name: o.unit for p in protocols for o in p.OPTIONS}
+    return next(((options[k], units[k]) for k in with_role(protocols, INTERVAL)
+                 if isinstance(options.get(k), numbers.Real)), (None, ""))
 
 
 def _csv(text) -> list[str]:

@@ -1,0 +1,37 @@
+"""``ftactors options [STACK]``: every option ``ft.run`` takes (the core's, and those of
+the protocols in STACK, or of every protocol), as declared (``runtime/_options``): type,
+unit, default, where it applies, meaning. ``ftactors run`` and ``ftactors chaos`` take
+each as ``--NAME`` (``_`` written ``-``), an experiment's ``protocols:`` entry as a key.
+"""
+from __future__ import annotations
+
+import sys
+
+from ..runtime._options import options_text
+from .apps_cli import protocol_stack, stack_names
+
+
+def add_options(sub) -> None:
+    p = sub.add_parser("options", help="list the options of ft.run (of a protocol stack)",
+                       description="The options of ft.run: the core's and each protocol's "
+                                   "(flags of ftactors run/chaos: --NAME with - for _).")
+    p.add_argument("stack", nargs="?", default=None, metavar="STACK",
+                   help="a protocol or stack (rs+standby): only its protocols' options "
+                        "beside the core's (default: every protocol's)")
+    p.set_defaults(func=_cmd_options)
+
+
+def _cmd_options(args) -> int:
+    import ftactors as ft
+    from ftactors.protocols import PROTOCOLS
+    if args.stack is None:
+        shown = PROTOCOLS
+    else:
+        try:
+            protocol_stack(ft.Rank, args.stack)
+        except ValueError as exc:
+            print(f"ftactors options: {exc}", file=sys.stderr)
+            return 2
+        shown = {n: PROTOCOLS[n] for n in stack_names(args.stack)}
+    print(options_text(shown))
+    return 0
