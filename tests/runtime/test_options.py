@@ -116,3 +116,12 @@ def test_an_option_added_by_a_subclass_is_found_everywhere(monkeypatch, tmp_path
     assert cli.main(["options", "rs"]) == 0
     out = capsys.readouterr().out
     assert "rs_fancy_s (float, s; default None; rs):\n    a fancy new interval" in out
+
+
+def test_the_listing_of_a_stack_shows_its_protocols_options_only(capsys):
+    assert cli.main(["options", "standby+ready-flush"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint_interval (int | str, iterations; default None; ready-flush (interval))" in out
+    assert "backup_interval (" in out and "rs_interval (" not in out and "heartbeat_timeout_s" in out
+    assert cli.main(["options", "ready-flush+groups"]) == 2
+    assert "a stack takes one consistency protocol" in capsys.readouterr().err

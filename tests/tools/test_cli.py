@@ -45,6 +45,7 @@ SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a sm
     "groups": "test_cli_suggest_prints_and_writes_a_loadable_definition",
     "sim-check": "test_cli",
     "submit": "test_submit_to_a_bad_address_exits_2",
+    "options": "test_an_option_added_by_a_subclass_is_found_everywhere",
 }
 
 
