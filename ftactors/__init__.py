@@ -14,6 +14,7 @@ from .base._warnings import (FaultToleranceWarning, KillNotFiredWarning, NoCheck
                              NoSparesWarning, NothingRegisteredWarning)
 from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, PROD, REPLACE,
                           SUM, Op)
+from .runtime._progress import Progress
 from .runtime._protocol import Protocol
 from .runtime._rank import Rank
 from .facade._request import (Request, Status, testall, testany, testsome, waitall, waitany,
@@ -28,7 +29,7 @@ __all__ = [
     "CheckpointCorrupted", "Communicator", "ConfigError", "Envelope", "Event", "FTError",
     "FaultToleranceWarning", "JobLost", "Kill", "KillNotFiredWarning", "LAND", "LOR", "MAX",
     "MAXLOC", "MIN", "MINLOC", "NO_OP", "NoCheckpointWarning", "NoSparesWarning",
-    "NothingRegisteredWarning", "Op", "PROC_NULL", "PROD", "Protocol", "ProtocolError",
+    "NothingRegisteredWarning", "Op", "PROC_NULL", "PROD", "Progress", "Protocol", "ProtocolError",
     "REPLACE", "Rank", "RankError", "RankFailed", "Request", "Run", "RunResult", "SUCCESS",
     "SUM", "Status", "TAG_UB", "UNDEFINED", "compute_dims", "launch", "run", "run_async",
     "testall", "testany", "testsome", "waitall", "waitany", "waitsome",

@@ -53,8 +53,8 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
             f"(add StandbyReplacement)")
     if timeout_s is not None and timeout_s <= 0:
         raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
-    check_options(protocol_classes(rank_cls), options, transport)
     _check_part_mode(rank_cls, options)
+    check_options(protocol_classes(rank_cls), options, transport)
     homes = options.get("rank_nodes")
     if homes is not None and len(homes) != ranks:
         raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "

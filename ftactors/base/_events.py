@@ -9,6 +9,12 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 
+CHECKPOINT_KINDS = ("checkpoint", "backup", "group_checkpoint", "rs_checkpoint",
+                    "hc3i_initiate")
+"""The events that mark a stored recovery point, by protocol (a run's checkpoints are
+counted from them, whatever a protocol calls its checkpoints)."""
+
+
 class Event(NamedTuple):
     """One record: ``time`` in seconds, ``kind`` a short name (``"start"``,
     ``"checkpoint"``, ``"failure"``, ...), ``rank`` (-1 for the coordinator) and
@@ -30,6 +36,10 @@ class EventLog:
         self._clock = clock
         self.rank = rank
         self.events: list[Event] = []
+        self.counts: dict[str, int] = {}
+        """Events recorded so far by kind (``drain`` keeps them): progress reports."""
+        self.on_record: Callable[[Event], None] | None = None
+        """Called with each event recorded (the coordinator's progress reports)."""
 
     def make(self, kind: str, rank: int | None = None, **detail: Any) -> Event:
         """An event stamped now, not kept here (to hand to someone else)."""
@@ -38,6 +48,9 @@ class EventLog:
     def record(self, kind: str, rank: int | None = None, **detail: Any) -> Event:
         ev = self.make(kind, rank, **detail)
         self.events.append(ev)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if self.on_record is not None:
+            self.on_record(ev)
         return ev
 
     def drain(self) -> list[Event]:

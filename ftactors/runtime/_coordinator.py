@@ -50,6 +50,7 @@ from ..engine._endpoint import blank_snapshot
 from ._host import RankSpec, ahead
 from ._identity import RunIdentity
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
+from ._progress import Printer, Reporter
 from ._protocol import parts_lead, protocol_classes
 from ._spares import SparePool
 
@@ -126,14 +127,19 @@ class Coordinator:
         self.reached = start  # the newest position this run is known to have stored
         self.trace = trace
         self.options = dict(options)
-        self.progress = self.options.pop("progress", None)
-        self.progress_interval_s = float(self.options.pop("progress_interval_s", 1.0))
+        progress = self.options.pop("progress", False)
+        interval_s = float(self.options.pop("progress_interval_s", 1.0))
         default_hb = 1.0 if fabric.name == "ray" else None  # only real processes hang
         hb = self.options.get("heartbeat_interval_s", default_hb)
         self.heartbeat_interval_s = None if hb is None else float(hb)
         self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s", 10.0))
         self.liveness = Liveness(self.heartbeat_timeout_s)
         self.events = EventLog(fabric.clock)
+        self.reporter = None  # progress reports (runtime/_progress)
+        if progress:
+            self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
+                                     fabric.clock)
+            self.events.on_record = self.reporter.on_event
         self.handles: list[Any] = [None] * ranks
         self.pool = SparePool(self, spares)
         self._hosted = [asyncio.Event() for _ in range(ranks)]  # set once a rank has a host
@@ -209,6 +215,8 @@ class Coordinator:
         finally:
             for task in list(self._helpers):
                 task.cancel()
+            if self.reporter is not None:
+                self.reporter.finish()
             await fabric.shutdown()
         return self._result(results, fabric.clock() - t0)
 
@@ -343,8 +351,8 @@ class Coordinator:
         work = []
         if self.heartbeat_interval_s:
             work.append(self._heartbeats())
-        if self.progress is not None:
-            work.append(self._report_progress())
+        if self.reporter is not None:
+            work.append(self.reporter.service(self.fabric, self.handles))
         service = getattr(self.policy, "service", None)
         if service is not None:
             work.append(service())
@@ -748,14 +756,6 @@ class Coordinator:
             self.events.record("hint_checked", rank=rank, alive=True)
         if self.incarnations[rank] == incarnation:
             self.liveness.answered(rank, self.fabric.clock())
-
-    async def _report_progress(self) -> None:
-        """Poll every rank's safe-point position and hand them to the progress callback."""
-        while True:
-            await self.fabric.sleep(self.progress_interval_s)
-            positions = await asyncio.gather(
-                *(self.fabric.progress(h) for h in self.handles), return_exceptions=True)
-            self.progress([None if isinstance(p, BaseException) else p for p in positions])
 
     async def _collect(self) -> None:
         """Gather events, traces and counters from every live host (best effort)."""

@@ -25,6 +25,7 @@ import cloudpickle
 from ..facade._comm import Communicator
 from ..engine._endpoint import Endpoint, Link
 from ..base._errors import ProtocolError
+from ..base._events import CHECKPOINT_KINDS
 from ._identity import RunIdentity
 from ._protocol import protocol_classes
 from ._trace import TraceBuffer
@@ -265,8 +266,10 @@ class RankHost:
             "stats": self.ep.stats(),
         }
 
-    def progress(self) -> tuple | None:
-        return self.ep.position
+    def progress(self) -> tuple:
+        """``(position, {checkpoint kind: events recorded})``: for progress reports."""
+        counts = self.ep.events.counts
+        return self.ep.position, {k: counts[k] for k in CHECKPOINT_KINDS if k in counts}
 
     def cancel_all(self) -> None:
         for task in list(self._tasks):

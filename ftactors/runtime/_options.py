@@ -97,7 +97,8 @@ class Option:
                                   f", got {value!r}")
             return
         if not any(_is(value, t) for t in self.types):
-            raise ConfigError(f"{self.name} must be of type {self.type_text}, got {value!r}")
+            what = "True or False" if self.types == (bool,) else f"of type {self.type_text}"
+            raise ConfigError(f"{self.name} must be {what}, got {value!r}")
 
     @property
     def type_text(self) -> str:
@@ -166,7 +167,9 @@ def _scalar(text: str):
 
 
 def _sim(name, doc, unit="", type_=float, default=None):
-    return Option(name, type_, default, doc, unit, transports=("sim",))
+    """A setting of the sim's network model: taken and ignored by the other transports
+    (one set of options serves a body run on every transport; it promises nothing there)."""
+    return Option(name, type_, default, f"sim: {doc}", unit)
 
 
 def _ray(name, type_, default, doc, unit="", choices=()):

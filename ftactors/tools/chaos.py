@@ -11,6 +11,7 @@ a local ``ray.cluster_utils.Cluster`` without grace while the run goes.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -76,8 +77,9 @@ def same_answer(record: dict, reference: dict) -> tuple[bool, bool]:
 class _Place:
     """Where runs go: the Ray address, and for a local multi-node cluster its workers."""
 
-    def __init__(self, exp: Experiment):
+    def __init__(self, exp: Experiment, progress=None):
         self.exp = exp
+        self.progress = progress  # RunsLine: each protocol run's reports go there
         self.address = exp.cluster.address
         self.cluster = None
         self.workers: list = []
@@ -102,8 +104,8 @@ class _Place:
 
 
 @contextlib.contextmanager
-def _placed(exp: Experiment):
-    place = _Place(exp)
+def _placed(exp: Experiment, progress=None):
+    place = _Place(exp, progress)
     if exp.cluster.kind != "nodes":
         yield place
         return
@@ -126,13 +128,15 @@ def _placed(exp: Experiment):
 
 
 async def _execute(cls, spec: RunSpec, exp: Experiment, place: _Place, *, chaos=None,
-                   options=None, spares=0):
+                   options=None, spares=0, shown=True):
     """One run: (result or None, error or None, wall seconds (virtual on sim), events
-    of node kills)."""
+    of node kills). ``shown``: its progress goes to ``place.progress`` (if any)."""
     options = dict(spec.options if options is None else options)
     if place.workers:
         options.setdefault("rank_nodes", place.rank_nodes(spec.ranks))
         options.setdefault("spare_nodes", [place.head])  # node kills spare the spares
+    if place.progress is not None and shown:
+        options["progress"] = place.progress
     kw = dict(kwargs=spec.app_kwargs, transport=exp.transport, address=place.address,
               seed=spec.seed, spares=spares, chaos=chaos, timeout_s=exp.timeout_s, **options)
     extra = []
@@ -219,7 +223,8 @@ def _outcome(exc) -> str:
 async def _baseline(spec: RunSpec, exp: Experiment, place: _Place) -> dict:
     """The failure-free bare app: its answer and wall time."""
     mod = app_module(spec.app)
-    result, exc, wall, _ = await _execute(mod.RANK_CLASS, spec, exp, place, options={})
+    result, exc, wall, _ = await _execute(mod.RANK_CLASS, spec, exp, place, options={},
+                                          shown=False)
     if exc is not None:
         raise RuntimeError(f"the failure-free {spec.app} on {spec.ranks} ranks failed: {exc}")
     verified, _, record = mod.summarize(result)
@@ -261,9 +266,11 @@ async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
     return row, events
 
 
-async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) -> list[dict]:
+async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print,
+                         progress: RunsLine | None = None) -> list[dict]:
     """Run ``exp`` (or only the run ids in ``only``) and write its results to ``out``;
-    returns the rows. ``echo`` gets a line per run as it ends."""
+    returns the rows. ``echo`` gets a line per run as it ends; ``progress`` (None: none)
+    shows the runs done and verified and where the current one is."""
     import yaml
     runs = [s for s in exp.runs if only is None or s.run_id in only]
     if only is not None and len(runs) != len(set(only)):
@@ -273,7 +280,7 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) ->
     store = ResultsDir(out)
     store.write_text("experiment.yaml", yaml.safe_dump(exp.source, sort_keys=False))
     rows, baselines = [], {}
-    with _placed(exp) as place:
+    with _placed(exp, progress) as place:
         if exp.transport == "ray":  # start Ray now, not inside the first baseline's time
             from ..transports.ray import ensure_ray
             ensure_ray(place.address)
@@ -282,8 +289,12 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) ->
             if key not in baselines:
                 baselines[key] = await _baseline(spec, exp, place)
             replay = f"ftactors chaos {out}/experiment.yaml --only {spec.run_id} --out {out}-replay"
+            if progress is not None:
+                progress.started(k, len(runs), spec, rows)
             row, events = await run_one(spec, exp, place, baselines[key], replay)
             rows.append(row)
+            if progress is not None:
+                progress.ended(rows)
             store.write_table(row["events_path"], events_table(events))
             store.write_table("results.parquet", pa.Table.from_pylist(rows, RESULT_SCHEMA))
             echo(f"  [{k}/{len(runs)}] {spec.run_id} {spec.app} x {spec.protocol} x "
@@ -292,6 +303,55 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print) ->
                  + (f" ({row['levels']})" if row["levels"] else "") + ", "
                  f"{row['wall_s']:.3g} s (x{row['overhead']:.2f})")
     return rows
+
+
+class RunsLine:
+    """``ftactors chaos``'s progress on stderr: the runs done and verified, the run under
+    way and where it is (its ``ft.Progress`` reports). On a terminal one line redrawn in
+    place; elsewhere a line per run ended and per failure or recovery."""
+
+    def __init__(self, out=None):
+        self.out = out if out is not None else sys.stderr
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self.head = self.current = self.run = ""
+
+    def started(self, k: int, total: int, spec: RunSpec, rows: list[dict]) -> None:
+        verified = sum(r["verified"] for r in rows)
+        self.run = spec.run_id
+        self.head = (f"[run {k}/{total}, {verified} of {len(rows)} verified] {spec.run_id} "
+                     f"{spec.app} x {spec.protocol} x {spec.ranks} ranks x {spec.schedule} "
+                     f"x seed {spec.seed}")
+        self.current = "starting"
+        self._draw()
+
+    def __call__(self, p) -> None:
+        """A report of the run under way (``ft.run(progress=...)``)."""
+        for line in p.news:
+            self.clear()
+            self.out.write(f"  {self.run}: {line}\n")
+        self.current = p.status()
+        self._draw()
+
+    def ended(self, rows: list[dict]) -> None:
+        verified = sum(r["verified"] for r in rows)
+        self.head, self.current = f"[{len(rows)} run(s) done, {verified} verified]", ""
+        if self.tty:
+            self._draw()
+        else:
+            self.out.write(self.head + "\n")
+            self.out.flush()
+
+    def clear(self) -> None:
+        """Take the line away (before a line of one's own on the same terminal)."""
+        if self.tty:
+            self.out.write("\r\033[K")
+            self.out.flush()
+
+    def _draw(self) -> None:
+        if self.tty:
+            self.out.write("\r\033[K" + self.head + (f": {self.current}" if self.current
+                                                      else ""))
+            self.out.flush()
 
 
 def unfired_text(unfired: list[dict]) -> str:
@@ -329,6 +389,9 @@ def add_chaos(sub) -> None:
     p.add_argument("--only", default=None, metavar="RUN_ID[,RUN_ID]",
                    help="run only these cells of the matrix (replay)")
     p.add_argument("--report", action="store_true", help="write the report when done")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show the runs done and verified and where the current run is, on "
+                        "stderr (default: on a terminal only)")
     g = p.add_argument_group("an experiment from flags (without a file)")
     g.add_argument("--name", default="flags")
     g.add_argument("--app", default="cg", help="app(s), comma-separated")
@@ -365,8 +428,17 @@ def _cmd_chaos(args) -> int:
         out = args.out or f"chaos-results/{exp.name}"
         print(f"chaos {exp.name}: {len(exp.runs if only is None else only)} run(s) on "
               f"{exp.transport} ({exp.cluster.label}), results in {out}", flush=True)
-        rows = asyncio.run(run_experiment(exp, out, only=only,
-                                          echo=lambda line: print(line, flush=True)))
+        shown = sys.stderr.isatty() if args.progress is None else args.progress
+        line = RunsLine() if shown else None
+
+        def echo(text: str) -> None:
+            if line is not None:
+                line.clear()
+            print(text, flush=True)
+
+        rows = asyncio.run(run_experiment(exp, out, only=only, echo=echo, progress=line))
+        if line is not None:
+            line.clear()
     except (ExperimentError, ValueError) as exc:
         print(f"ftactors chaos: {exc}", file=sys.stderr)
         return 2

@@ -15,9 +15,8 @@ from statistics import fmean
 
 import pyarrow as pa
 
-#: the events that mark a stored recovery point, by protocol
-CHECKPOINT_KINDS = ("checkpoint", "backup", "group_checkpoint", "rs_checkpoint",
-                    "hc3i_initiate")
+from ..base._events import CHECKPOINT_KINDS
+
 
 
 def timeline_start(events) -> float:
