@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from ..runtime._options import options_text
+from ..runtime._options import options_table, options_text
 from .apps_cli import protocol_stack, stack_names
 
 
@@ -18,6 +18,9 @@ def add_options(sub) -> None:
     p.add_argument("stack", nargs="?", default=None, metavar="STACK",
                    help="a protocol or stack (rs+standby): only its protocols' options "
                         "beside the core's (default: every protocol's)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the README's options table instead (made from the same "
+                        "declarations; tests/runtime/test_options.py keeps the README equal)")
     p.set_defaults(func=_cmd_options)
 
 
@@ -33,5 +36,8 @@ def _cmd_options(args) -> int:
             print(f"ftactors options: {exc}", file=sys.stderr)
             return 2
         shown = {n: PROTOCOLS[n] for n in stack_names(args.stack)}
-    print(options_text(shown))
+    if args.markdown:
+        sys.stdout.write(options_table(shown))
+    else:
+        print(options_text(shown))
     return 0

@@ -16,7 +16,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 BEGIN, END = "<!-- options table: begin -->\n", "<!-- options table: end -->"
 
 
-def test_the_readme_holds_exactly_the_table_made_from_the_declarations():
+def test_the_readme_holds_exactly_the_table_made_from_the_declarations(capsys):
+    """After adding an option, ``ftactors options --markdown`` prints the new table."""
+    assert cli.main(["options", "--markdown"]) == 0
+    assert capsys.readouterr().out == options_table(PROTOCOLS)
     text = README.read_text()
     assert text.count(BEGIN) == text.count(END) == 1
     assert text.split(BEGIN)[1].split(END)[0] == options_table(PROTOCOLS)
