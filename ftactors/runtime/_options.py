@@ -132,7 +132,10 @@ class Option:
             if t is list:
                 if text.lstrip().startswith("["):
                     import yaml
-                    return yaml.safe_load(text)
+                    try:
+                        return yaml.safe_load(text)
+                    except yaml.YAMLError:
+                        continue
                 return [_scalar(v) for v in text.split(",") if v.strip()]
             if t is dict:
                 key, eq, value = text.rpartition("=")
@@ -217,12 +220,20 @@ CORE_OPTIONS: tuple[Option, ...] = (
 
 def stack_options(protocols) -> dict[str, tuple[Option, tuple[str, ...]]]:
     """``{name: (option, protocol names that take it)}``: the core's options (no
-    protocol) then those of ``protocols`` (classes, in order)."""
+    protocol) then those of ``protocols`` (classes, in order); an option shared by
+    several protocols (the level plan's) is one declaration.
+
+    Raises:
+        TypeError: two declarations of one name.
+    """
     out = {o.name: (o, ()) for o in CORE_OPTIONS}
     for p in protocols:
         for o in p.OPTIONS:
-            had = out.get(o.name, (o, ()))
-            out[o.name] = (o, (*had[1], p.protocol_name))
+            had, owners = out.get(o.name, (o, ()))
+            if had is not o:  # one name, two meanings: which would a value set?
+                raise TypeError(f"{p.__name__} declares option {o.name!r}, which "
+                                f"{', '.join(owners) or 'the core'} declares too")
+            out[o.name] = (o, (*owners, p.protocol_name))
     return out
 
 
@@ -244,7 +255,8 @@ def check_options(protocols, options: dict, transport: str) -> None:
         option.check(value)
         if option.transports and transport not in option.transports:
             elsewhere.setdefault(" or ".join(option.transports), []).append(name)
-    for where, names in elsewhere.items():
+    if elsewhere:
+        where, names = next(iter(elsewhere.items()))
         raise ConfigError(f"option(s) {', '.join(names)} apply to the {where} transport only; "
                           f"transport {transport!r} has nothing they set")
 

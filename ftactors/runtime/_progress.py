@@ -156,7 +156,8 @@ class Printer:
         self.last = None
 
     def __call__(self, p: Progress) -> None:
-        status, stamp = p.status(), f"[{p.time_s:7.1f}s] "
+        status = p.status()
+        stamp = f"[{p.time_s:7.1f}s] " if p.time_s >= 1 else f"[{p.time_s:7.4f}s] "
         for line in p.news:
             self._line(stamp + line)
         if self.tty:

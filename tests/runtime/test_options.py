@@ -128,3 +128,16 @@ def test_the_listing_of_a_stack_shows_its_protocols_options_only(capsys):
     assert "backup_interval (" in out and "rs_interval (" not in out and "heartbeat_timeout_s" in out
     assert cli.main(["options", "ready-flush+groups"]) == 2
     assert "a stack takes one consistency protocol" in capsys.readouterr().err
+
+
+def test_a_name_declared_twice_is_refused():
+    class Shadow(RSBackup):
+        protocol_name = RSBackup.protocol_name
+        OPTIONS = (*RSBackup.OPTIONS, Option("progress", int, 0, "a second meaning"))
+
+    class R(Shadow, ft.Rank):
+        async def main(self):
+            return 0
+    with pytest.raises(TypeError, match="Shadow declares option 'progress', which the core "
+                                        "declares too"):
+        ft.run(R, 2, transport="local")
