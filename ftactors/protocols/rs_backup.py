@@ -83,7 +83,7 @@ flight from the old lives are dropped by channel epochs), so a key made again af
 rollback starts a fresh parity block; one that would take a block twice anyway is
 spoiled, never used (``rs_parity_mixed``). A restored rank learns its part's key from
 the restore notes and keeps it again. The options of our own rounds
-(``part_mode_ignores``) are refused in such stacks.
+(role ``OWN_ROUNDS`` in ``OPTIONS``) are refused in such stacks.
 
 *Deviations.* Checkpoints stay in memory (no SSD tier, IV.D). Placement is fixed for the
 run by rank number: a replacement may start on another node than the rank it replaces.
