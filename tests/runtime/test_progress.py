@@ -108,3 +108,16 @@ def test_chaos_shows_the_runs_done_and_verified(tmp_path):
     assert lines[-1] == "[2 run(s) done, 2 verified]"
     assert "[1 run(s) done, 1 verified]" in lines
     assert any(line.startswith("  r000: rank 1 failure detected") for line in lines)
+
+
+def test_ftactors_chaos_with_progress_and_option_flags(capsys, tmp_path):
+    code = main(["chaos", "--app", "stencil", "--protocol", "standby", "--spares", "1",
+                 "--ranks", "4", "--kill", "1:5", "--seeds", "0,1", "--transport", "local",
+                 "--backup-interval", "2", "--out", str(tmp_path / "res"), "--progress"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "2 of 2 run(s) verified" in out
+    assert "[1 run(s) done, 1 verified]\n" in err and "[2 run(s) done, 2 verified]\n" in err
+    assert "  r001: rank 1 failure detected" in err
+    import yaml
+    source = yaml.safe_load((tmp_path / "res" / "experiment.yaml").read_text())
+    assert source["protocols"]["standby"] == {"spares": 1, "backup_interval": 2}
