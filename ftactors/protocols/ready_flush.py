@@ -180,7 +180,7 @@ class ReadyMessageFlush(PlannedLevel):
                "checkpoint_interval=\"auto\"", "s", roles=(INTERVAL,)),
         Option("checkpoint_storage", str, "object", "object (object store, owned by the "
                "coordinator), stable (checkpoint_dir) or both", choices=STORAGES),
-        Option("checkpoint_dir", str, None, "directory or pyarrow URI of stable checkpoints "
+        Option("checkpoint_dir", (str, os.PathLike), None, "directory or pyarrow URI of stable checkpoints "
                "(default ./ftactors-checkpoints)"),
         *PLAN_OPTIONS,
     )

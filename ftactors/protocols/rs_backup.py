@@ -106,6 +106,7 @@ memory) of the newest ``PART_KEEP`` (3) checkpoints per unit. No message log. Me
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,7 +226,7 @@ class RSBackup(PlannedLevel):
                roles=(OWN_ROUNDS,)),
         Option("rs_interleave", bool, True, "interleave the sectors' groups on the ring",
                roles=(OWN_ROUNDS,)),
-        Option("rs_stable_store", str, None, "also write every round to this directory or "
+        Option("rs_stable_store", (str, os.PathLike), None, "also write every round to this directory or "
                "pyarrow URI (slow recovery; ft.run(restart_from=...) restarts from it)",
                roles=(OWN_ROUNDS,)),
         Option("rs_stable_parity", bool, False, "also write the parity blocks to "

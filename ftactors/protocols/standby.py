@@ -72,6 +72,7 @@ unit is smaller); the driver holds the copies it pulled only until the round end
 from __future__ import annotations
 
 import asyncio
+import os
 import enum
 import time
 from dataclasses import dataclass, field
@@ -267,7 +268,7 @@ class StandbyReplacement(PlannedLevel):
         Option("backup_interval_s", float, None, "seconds between partner backups, about "
                "(overrides backup_interval; rank 0 turns it into iterations)", "s",
                roles=(INTERVAL, OWN_ROUNDS)),
-        Option("stable_store", str, None, "also write every backup round to this directory "
+        Option("stable_store", (str, os.PathLike), None, "also write every backup round to this directory "
                "or pyarrow URI as a checkpoint set (ft.run(restart_from=...) restarts from "
                "it); round k's set is sealed at backup k+1 (the last one at the end)",
                roles=(OWN_ROUNDS,)),
