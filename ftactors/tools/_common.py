@@ -1,4 +1,4 @@
-"""What the subcommands share: the ``ftactors`` parser, JSON results, progress lines.
+"""What the subcommands share: the ``ftactors`` parser, JSON results.
 
 Every subcommand module registers itself with an ``add_*(sub)`` function; ``cli``
 assembles them all, and ``ftactors submit``'s job side assembles only ``chaos``. Nothing
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from typing import Callable
 
 
@@ -28,21 +26,6 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse ``argv`` and run the chosen subcommand's handler; its exit code."""
     args = parser.parse_args(argv)
     return args.func(args)
-
-
-def progress_printer(out=sys.stderr):
-    """A ``progress=`` callback that prints the slowest and fastest rank's iteration."""
-    t0 = time.time()
-
-    def show(positions):
-        known = [p for p in positions if p is not None]
-        if not known:
-            return
-        lo, hi = min(known), max(known)
-        print(f"  [{time.time() - t0:6.1f}s] iteration {lo[1]}"
-              + (f"..{hi[1]}" if hi != lo else "") + f" (loop {lo[0]})", file=out, flush=True)
-
-    return show
 
 
 def write_json(path: str | None, data: dict) -> None:
