@@ -50,6 +50,7 @@ from ..engine._endpoint import blank_snapshot
 from ._host import RankSpec, ahead
 from ._identity import RunIdentity
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
+from ._options import core_default
 from ._progress import Printer, Reporter
 from ._protocol import parts_lead, protocol_classes
 from ._spares import SparePool
@@ -128,11 +129,13 @@ class Coordinator:
         self.trace = trace
         self.options = dict(options)
         progress = self.options.pop("progress", False)
-        interval_s = float(self.options.pop("progress_interval_s", 1.0))
+        interval_s = float(self.options.pop("progress_interval_s",
+                                            core_default("progress_interval_s")))
         default_hb = 1.0 if fabric.name == "ray" else None  # only real processes hang
         hb = self.options.get("heartbeat_interval_s", default_hb)
         self.heartbeat_interval_s = None if hb is None else float(hb)
-        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s", 10.0))
+        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
+                                                          core_default("heartbeat_timeout_s")))
         self.liveness = Liveness(self.heartbeat_timeout_s)
         self.events = EventLog(fabric.clock)
         self.reporter = None  # progress reports (runtime/_progress)

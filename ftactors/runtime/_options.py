@@ -201,9 +201,10 @@ CORE_OPTIONS: tuple[Option, ...] = (
                                    "whose node is gone starts anywhere)"),
     _ray("spare_nodes", list, None, "the node ids spares start on, used in turn (a spare "
                                     "whose node is gone starts anywhere; default anywhere)"),
-    _sim("sim_latency_s", "per-message latency", "s"),
-    _sim("sim_bandwidth_Bps", "link bandwidth", "B/s"),
-    _sim("sim_jitter_s", "uniform random extra delay per batch, from the seed", "s"),
+    _sim("sim_latency_s", "per-message latency", "s", default=5e-6),
+    _sim("sim_bandwidth_Bps", "link bandwidth", "B/s", default=1e9),
+    _sim("sim_jitter_s", "uniform random extra delay per batch, from the seed", "s",
+         default=5e-6),
     _sim("sim_send_overhead_s", "a sender's time per message on the wire, one at a time",
          "s", default=0.0),
     _sim("sim_sites", "a partition of the ranks into sites (lists of ranks); links between "
@@ -216,6 +217,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
            "arguments, stack or state-shaping options differ from this job's (a deliberate "
            "change; the rank count must match)"),
 )
+
+
+def core_default(name: str):
+    """The declared default of the core's option ``name``."""
+    return next(o.default for o in CORE_OPTIONS if o.name == name)
 
 
 def stack_options(protocols) -> dict[str, tuple[Option, tuple[str, ...]]]:

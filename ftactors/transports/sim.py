@@ -21,10 +21,11 @@ import asyncio
 import random
 
 from ..engine._envelope import Envelope
+from ..runtime._options import CORE_OPTIONS
 from .local import LocalFabric, LocalLink
 
-DEFAULTS = {"sim_latency_s": 5e-6, "sim_bandwidth_Bps": 1e9, "sim_jitter_s": 5e-6,
-            "sim_send_overhead_s": 0.0}
+DEFAULTS = {o.name: o.default for o in CORE_OPTIONS if o.name.startswith("sim_")}
+"""The network model's settings when not given (declared in ``runtime/_options``)."""
 
 
 class SimLink(LocalLink):

@@ -70,14 +70,17 @@ def test_on_a_terminal_one_line_is_redrawn_in_place():
             return True
     out = Tty()
     show = Printer(out)
-    show(Progress(0.5, ((0, 3), (0, 4)), {"backup": 1}))
-    show(Progress(0.9, ((0, 5), (0, 5)), {"backup": 2}, 1, 0, ("rank 1 failure detected",)))
-    show(Progress(1.2, ((0, 9), (0, 9)), {"backup": 3}, 1, 1, (), done=True))
+    show(Progress(1.5, ((0, 3), (0, 4)), {"backup": 1}))
+    show(Progress(2.9, ((0, 5), (0, 5)), {"backup": 2}, 1, 0, ("rank 1 failure detected",)))
+    show(Progress(3.2, ((0, 9), (0, 9)), {"backup": 3}, 1, 1, (), done=True))
+    show(Progress(0.0123, (), {}, 0, 0, ()))  # sim: virtual times are small
     text = out.getvalue()
-    assert text.startswith("\r\033[K[    0.5s] iteration 3..4 (loop 0); 1 checkpoint(s)")
-    assert "\r\033[K[    0.9s] rank 1 failure detected\n" in text
-    assert text.endswith("done: iteration 9 (loop 0); 3 checkpoint(s) (backup 3); "
-                         "1 failure(s), 1 recover(ies)\n")
+    assert text.startswith("\r\033[K[    1.5s] iteration 3..4 (loop 0); 1 checkpoint(s)")
+    assert "\r\033[K[    2.9s] rank 1 failure detected\n" in text
+    assert ("done: iteration 9 (loop 0); 3 checkpoint(s) (backup 3); "
+            "1 failure(s), 1 recover(ies)\n") in text
+    assert text.endswith("\r\033[K[ 0.0123s] starting; 0 checkpoint(s); 0 failure(s), "
+                         "0 recover(ies)")
 
 
 @pytest.mark.parametrize("flag, shown", [([], False), (["--progress"], True)])
