@@ -256,9 +256,9 @@ async def _requested_launch(args, transport: str, n: int, count: int) -> tuple:
     seen = {"min": -1}
     moved = asyncio.Event()
 
-    def progress(positions):
-        its = [p[1] if p is not None else -1 for p in positions]
-        seen["min"] = min(its)
+    def progress(report: ft.Progress):
+        its = [p[1] if p is not None else -1 for p in report.positions]
+        seen["min"] = min(its, default=-1)
         moved.set()
 
     async def reach(iteration):
