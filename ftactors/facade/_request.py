@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Iterable, Sequence
 
+from ._buffers import dtype_of
 from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
 
 
@@ -65,9 +66,12 @@ class Status:
     def Set_error(self, error: int) -> None:
         self.error = error
 
-    def Get_count(self) -> int:
-        """Bytes of the pickled payload (the object API has no datatypes)."""
-        return self.count
+    def Get_count(self, datatype=None) -> int:
+        """Bytes received (a buffer receive: of its entries; an object receive or probe:
+        of the pickled payload); with a datatype, whole entries of it."""
+        return self.count if datatype is None else self.count // dtype_of(datatype).itemsize
+
+    Get_elements = Get_count
 
     def Is_cancelled(self) -> bool:
         return self.cancelled
