@@ -21,8 +21,8 @@ from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP,
                           SUM, Op)
 from .runtime._protocol import Protocol
 from .runtime._rank import Rank
-from .facade._request import (Request, Status, testall, testany, testsome, waitall, waitany,
-                              waitsome)
+from .facade._request import (Prequest, Request, Status, testall, testany, testsome, waitall,
+                              waitany, waitsome)
 from .facade._topology import CART, compute_dims
 from ._run import Run, launch, run, run_async
 
@@ -36,10 +36,10 @@ __all__ = [
     "INT64_T", "INT8_T", "IN_PLACE", "JobLost", "Kill", "KillNotFiredWarning", "LAND",
     "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP",
     "NoCheckpointWarning", "NoSparesWarning", "NothingRegisteredWarning", "Op", "PROC_NULL",
-    "PROD", "Protocol", "ProtocolError", "REPLACE", "Rank", "RankError", "RankFailed",
-    "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM", "Status",
-    "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED", "UNSIGNED",
-    "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
+    "PROD", "Prequest", "Protocol", "ProtocolError", "REPLACE", "Rank", "RankError",
+    "RankFailed", "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
+    "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
+    "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
     "compute_dims", "launch", "run", "run_async", "testall", "testany", "testsome",
     "waitall", "waitany", "waitsome",
 ]

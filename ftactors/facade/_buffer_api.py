@@ -25,7 +25,7 @@ from . import _collectives as coll
 from ._buffers import (blocks_of, deliver, even_blocks, in_place, message, same_memory,
                        vector)
 from ._ops import SUM
-from ._request import Request, Status
+from ._request import Prequest, Request, Status
 from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 
@@ -104,6 +104,19 @@ class BufferAPI:
                           recvtag: int = ANY_TAG) -> Request:
         self.isend(self._outgoing(buf, dest), dest, sendtag)
         return self.Irecv(buf, source, recvtag)
+
+    def Send_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+        """A persistent ``Isend``: each ``Start()`` sends what ``buf`` holds then."""
+        return Prequest(lambda: self.Isend(buf, dest, tag))
+
+    Bsend_init = Rsend_init = Send_init
+
+    def Ssend_init(self, buf, dest: int, tag: int = 0) -> Prequest:
+        return Prequest(lambda: self.Issend(buf, dest, tag))
+
+    def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        """A persistent ``Irecv``: each ``Start()`` posts one receive into ``buf``."""
+        return Prequest(lambda: self.Irecv(buf, source, tag))
 
     # ------------------------------------------------------------- collectives
     def _bcast_buf(self, buf, root):

@@ -43,22 +43,25 @@ async def _communicator(world, variant: str):
 class Conformance(ft.Rank):
     """Runs every ``test*`` method of ``case`` on each of ``variants``; returns
     ``{(variant, method): None | ("skip", reason) | ("fail", traceback)}``. A barrier
-    between methods keeps the ranks in step."""
+    between methods keeps the ranks in step. ``case`` may be a tuple of cases, run one
+    after the other in one job (keys ``(variant, "Case.method")``): what keeps Ray cheap."""
 
-    async def main(self, case: type, variants=VARIANTS, names=None):
+    async def main(self, case, variants=VARIANTS, names=None):
         out = {}
-        names = methods(case) if names is None else names
+        cases = case if isinstance(case, tuple) else (case,)
         for variant in variants:
             comm = await _communicator(self.comm, variant)
-            for name in names:
-                try:
-                    await getattr(case(comm), name)()
-                    out[(variant, name)] = None
-                except unittest.SkipTest as skip:
-                    out[(variant, name)] = ("skip", str(skip))
-                except Exception:
-                    out[(variant, name)] = ("fail", traceback.format_exc())
-                await self.comm.barrier()
+            for one in cases:
+                for name in methods(one) if names is None else names:
+                    key = (variant, name if one is case else f"{one.__name__}.{name}")
+                    try:
+                        await getattr(one(comm), name)()
+                        out[key] = None
+                    except unittest.SkipTest as skip:
+                        out[key] = ("skip", str(skip))
+                    except Exception:
+                        out[key] = ("fail", traceback.format_exc())
+                    await self.comm.barrier()
         return out
 
 
@@ -86,7 +89,7 @@ def check(case: type, transport: str, ranks: int, variant: str, method: str,
     """Pass, skip or fail as ``case.method`` did on ``variant`` (one run per ``case``,
     transport and size, shared by its methods)."""
     import pytest
-    key = (case, transport, ranks)
+    key = (case, transport, ranks, tuple(variants))
     if key not in _outcomes:
         _outcomes[key] = outcomes(case, transport, ranks, variants)
     outcome = _outcomes[key][(variant, method)]
