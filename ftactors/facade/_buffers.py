@@ -5,7 +5,8 @@ Theory of operation: a buffer message names memory the program owns. mpi4py acce
 ``buf``, ``[buf, type]``, ``[buf, count]``, ``[buf, (count, displ)]``, ``[buf, count,
 type]``, ``[buf, count, displ, type]`` (``message``) and, for the v-collectives,
 ``[buf, counts]``, ``[buf, (counts, displs)]``, ``[buf, counts, displs, type]`` with
-counts and displacements in entries of the type (``vector``). Here each becomes a
+counts and displacements in entries of the type (``vector``); ``[buf, counts, displs]``
+(no type) is taken too. Here each becomes a
 1-D numpy view of the entries the message covers, in the buffer's own memory, so a send
 packs just those entries (``engine._payload``: the array goes in the payload as a numpy
 array; 100 KiB and more out of band) and a receive copies what arrived into them
@@ -175,19 +176,26 @@ def _index(value, what: str) -> int:
     return int(value)
 
 
+def _is_type(value) -> bool:
+    return isinstance(value, (Datatype, str, np.dtype, type))
+
+
 def _unpack(msg, vector: bool):
-    """``(buf, count(s), displ(s), type)`` from mpi4py's message forms."""
+    """``(buf, count(s), displ(s), type)`` from mpi4py's message forms, and
+    ``[buf, count(s), displ(s)]`` (a third item that is not a type)."""
     count = displ = datatype = None
     if isinstance(msg, (list, tuple)):
         if len(msg) == 2:
             buf, count = msg
-            if isinstance(count, (Datatype, str, np.dtype, type)):
+            if _is_type(count):
                 count, datatype = None, count
             elif isinstance(count, tuple) or (isinstance(count, list) and not vector):
                 count, displ = count
         elif len(msg) == 3:
             buf, count, datatype = msg
-            if isinstance(count, tuple) or (isinstance(count, list) and not vector):
+            if not _is_type(datatype):
+                displ, datatype = datatype, None
+            elif isinstance(count, tuple) or (isinstance(count, list) and not vector):
                 count, displ = count
         elif len(msg) == 4:
             buf, count, displ, datatype = msg
