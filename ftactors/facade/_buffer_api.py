@@ -24,7 +24,7 @@ import numpy as np
 from . import _collectives as coll
 from ._buffers import (blocks_of, deliver, even_blocks, in_place, message, same_memory,
                        vector)
-from ._ops import SUM
+from ._ops import MAXLOC, MINLOC, SUM, check_op
 from ._request import Prequest, Request, Status
 from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
@@ -260,6 +260,20 @@ class BufferAPI:
         return self._icollective(self._alltoall_buf(sendbuf, recvbuf, True, "Alltoallv"))
 
     # --------------------------------------------------------------- reductions
+    @staticmethod
+    def _array_op(op, what: str):
+        """``op`` checked for elementwise use on arrays.
+
+        Raises:
+            ValueError: MAXLOC / MINLOC, which need MPI's pair datatypes (use the
+                lowercase reductions on ``(value, index)`` pairs).
+        """
+        if op is MAXLOC or op is MINLOC:
+            raise ValueError(f"{what}: {op!r} needs pair datatypes, which the buffer API "
+                             f"does not have; reduce (value, index) pairs with the "
+                             f"lowercase methods")
+        return check_op(op)
+
     def _operands(self, sendbuf, recvbuf, what: str):
         """``(operand, into)`` of a reduction whose result lands in ``recvbuf``:
         ``ft.IN_PLACE`` (or the receive buffer itself) makes ``recvbuf`` the operand."""
@@ -273,7 +287,7 @@ class BufferAPI:
         return data, into
 
     def _reduce_buf(self, sendbuf, recvbuf, op, root):
-        root = self._root(root)
+        root, op = self._root(root), self._array_op(op, "Reduce")
         if self.rank == root:
             data, into = self._operands(sendbuf, recvbuf, "Reduce")
         else:
@@ -294,6 +308,7 @@ class BufferAPI:
         return self._icollective(self._reduce_buf(sendbuf, recvbuf, op, root))
 
     def _allreduce_buf(self, sendbuf, recvbuf, op, scan=None):
+        op = self._array_op(op, "Allreduce" if scan is None else "Scan")
         data, into = self._operands(sendbuf, recvbuf, "Allreduce" if scan is None else "Scan")
 
         async def run(comm):
@@ -333,7 +348,7 @@ class BufferAPI:
         each rank's entries (None: ``Reduce_scatter_block``'s equal blocks, or
         ``Reduce_scatter`` asking every rank for its receive count)."""
         what = "Reduce_scatter_block" if block else "Reduce_scatter"
-        n = self.size
+        op, n = self._array_op(op, what), self.size
         inplace = in_place(sendbuf) or same_memory(message(sendbuf), message(recvbuf))
         if inplace:
             data = message(recvbuf, True, n) if block else message(recvbuf, writable=True)
