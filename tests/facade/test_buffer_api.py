@@ -227,3 +227,16 @@ def test_buffers_survive_a_kill_under_every_protocol(transport, protocol):
 @functools.cache
 def _reference():
     return run(Buffers, "sim", ranks=4, args=(8,)).results
+
+
+@pytest.mark.ray
+def test_buffers_survive_a_sigkill_on_ray(ray_session):
+    """What only Ray shows: a real process death in a program whose large Bcast travels
+    through the object store (put there by the root that owns it), a spare taking the
+    dead rank's place and the survivors rolled back: the failure-free bits."""
+    setup = setups()["standby"]
+    cls = type("Buffers_standby", (*setup.mixins, Buffers), {})
+    r = run(cls, "ray", ranks=4, args=(8,), spares=1, chaos=ft.Chaos(kill=[(1, 5)]),
+            **setup.options)
+    assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
+    assert r.results == _reference()
