@@ -1,8 +1,9 @@
 """The mpi4py-style communicator: point-to-point, probes, collectives, split and dup, and
 Cartesian communicators (``Cartcomm``).
 
-Method names, argument names and defaults follow mpi4py's lowercase (pickle-based) API;
-every method that can wait is ``async``. Ranks given to and returned by a communicator
+Method names, argument names and defaults follow mpi4py's lowercase (pickle-based) API,
+and its uppercase buffer API through the ``BufferAPI`` mixin (``_buffer_api``); every
+method that can wait is ``async``. Ranks given to and returned by a communicator
 are communicator ranks; the envelopes underneath carry world ranks.
 
 Each communicator has two matching contexts: one for point-to-point messages and one for
