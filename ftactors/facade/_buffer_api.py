@@ -65,18 +65,33 @@ class BufferAPI:
             return None, status
         return finish
 
+    def _recv_args(self, buf, source, tag):
+        """``(world source, tag, entries to fill)`` of a buffer receive (no buffer is read
+        for PROC_NULL: None)."""
+        src, tag = self._source(source), self._recv_tag(tag)
+        return src, tag, None if src == PROC_NULL else message(buf, writable=True)
+
+    async def _recv_now(self, src: int, tag: int, into, status: Status | None) -> None:
+        """A blocking receive into ``into`` (the lowercase ``recv``'s path, which a
+        forced snapshot taken while it waits accounts for)."""
+        if into is None:
+            st = Status.of(PROC_NULL, ANY_TAG)
+        else:
+            st = self._into(into, "Recv")(await self._ep.receive(self._ctx, src, tag))[1]
+        if status is not None:
+            status._fill(st)
+
     async def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG,
                    status: Status | None = None) -> None:
         """Receive a message into ``buf`` (it may be shorter than the buffer: the front
         is filled; a longer one is an error, as MPI's truncation)."""
-        await self.Irecv(buf, source, tag).wait(status)
+        await self._recv_now(*self._recv_args(buf, source, tag), status)
 
     def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Nonblocking ``Recv``: the entries land in ``buf`` as the message is matched."""
-        src, tag = self._source(source), self._recv_tag(tag)
-        if src == PROC_NULL:
+        src, tag, into = self._recv_args(buf, source, tag)
+        if into is None:
             return self._done(None, Status.of(PROC_NULL, ANY_TAG))
-        into = message(buf, writable=True)
         return self._receive_request(self._ep.receive_later(self._ctx, src, tag),
                                      self._into(into, "Recv"))
 
@@ -85,7 +100,9 @@ class BufferAPI:
                        status: Status | None = None) -> None:
         """Send ``sendbuf`` and receive into ``recvbuf`` at once (no deadlock when every
         rank does it)."""
-        await self.Isendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag).wait(status)
+        receive = self._recv_args(recvbuf, source, recvtag)
+        self.isend(self._outgoing(sendbuf, dest), dest, sendtag)
+        await self._recv_now(*receive, status)
 
     def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
                   source: int = ANY_SOURCE, recvtag: int = ANY_TAG) -> Request:
@@ -98,7 +115,9 @@ class BufferAPI:
                                status: Status | None = None) -> None:
         """Send ``buf`` and receive into it: what it held is packed before anything
         arrives."""
-        await self.Isendrecv_replace(buf, dest, sendtag, source, recvtag).wait(status)
+        receive = self._recv_args(buf, source, recvtag)
+        self.isend(self._outgoing(buf, dest), dest, sendtag)
+        await self._recv_now(*receive, status)
 
     def Isendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                           recvtag: int = ANY_TAG) -> Request:
