@@ -386,22 +386,29 @@ class BufferAPI:
         if block and not inplace:
             counts = [into.size] * n
 
-        async def run(comm):
-            nonlocal counts
-            if counts is None:
-                counts = await coll.allgather(comm, into.size)
+        def target_of(counts: list[int], rank: int) -> np.ndarray:
+            """Where this rank's block of the result lands, once the counts are checked."""
             if sum(counts) != data.size:
                 raise ValueError(f"{what}: the send buffer has {data.size} entries, the "
                                  f"counts {counts} add up to {sum(counts)}")
-            target = data[:counts[comm.rank]] if inplace else into
-            if target.size != counts[comm.rank]:
+            target = data[:counts[rank]] if inplace else into
+            if target.size != counts[rank]:
                 raise ValueError(f"{what}: the receive buffer holds {target.size} entries, "
-                                 f"this rank's count is {counts[comm.rank]}")
+                                 f"this rank's count is {counts[rank]}")
+            return target
+
+        target = None if counts is None else target_of(counts, self.rank)
+
+        async def run(comm):
+            sizes, lands = counts, target
+            if sizes is None:
+                sizes = await coll.allgather(comm, into.size)
+                lands = target_of(sizes, comm.rank)
             total = await coll.reduce(comm, data.copy(), op, 0)
-            starts = np.cumsum([0, *counts])
+            starts = np.cumsum([0, *sizes])
             pieces = None if total is None else [total[starts[i]:starts[i + 1]]
                                                  for i in range(n)]
-            target[...] = await coll.scatter(comm, pieces, 0)
+            lands[...] = await coll.scatter(comm, pieces, 0)
         return run
 
     async def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM) -> None:
