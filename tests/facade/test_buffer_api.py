@@ -91,6 +91,8 @@ class BadArguments(ft.Rank):
         await attempt("allreduce_sizes", lambda: comm.Allreduce(np.zeros(3), np.zeros(4)))
         await attempt("gather_split", lambda: comm.Gather(np.zeros(2), np.zeros(5), root=r))
         await attempt("reduce_local", lambda: ft.SUM.Reduce_local(np.zeros(2), np.zeros(3)))
+        await attempt("reduce_scatter", lambda: comm.Reduce_scatter(np.zeros(5), np.zeros(2),
+                                                                    [2, 2]))
         await attempt("maxloc", lambda: comm.Allreduce(np.zeros(2), np.zeros(2), ft.MAXLOC))
         return out
 
@@ -113,6 +115,7 @@ def test_bad_arguments_raise_clear_errors(transport):
         assert out["allreduce_sizes"][0] == "ValueError" and "differ" in out["allreduce_sizes"][1]
         assert out["gather_split"][0] == "ValueError" and "2 blocks" in out["gather_split"][1]
         assert out["reduce_local"][0] == "ValueError"
+        assert out["reduce_scatter"][0] == "ValueError" and "add up to 4" in out["reduce_scatter"][1]
         assert out["maxloc"][0] == "ValueError" and "pair datatypes" in out["maxloc"][1]
 
 
