@@ -2,7 +2,8 @@
 
 Each module here is one mpi4py test file (``test/test_p2p_obj.py`` -> ``p2p_obj.py``):
 its test class's methods, made ``async``, with the changes the facade needs and nothing
-else. ``tests/facade/test_mpi4py_*.py`` run them on every transport.
+else; the buffer tests loop over numpy's types through ``arrayimpl.py`` (mpi4py's helper
+cut down to numpy). ``tests/facade/test_mpi4py_*.py`` run them on every transport.
 
 The rules of translation (the README's "Differences from mpi4py" lists why):
 ``recv``/``irecv``/``sendrecv`` take no ``buf``; waits are awaited; a polling loop
@@ -10,7 +11,7 @@ The rules of translation (the README's "Differences from mpi4py" lists why):
 (``await asyncio.sleep(1e-4)``: on sim a positive sleep, or the virtual clock never
 moves), since ``test`` never waits; ``Dup()`` is ``await
 comm.dup()`` and nothing is freed; ``COMM_SELF`` is a communicator of one rank made by
-``split``. A test that needs what the facade leaves out (the buffer API, info objects,
+``split``. A test that needs what the facade leaves out (derived datatypes, info objects,
 mpi4py's internals) calls ``self.skipTest`` with the reason, so it shows as skipped.
 """
 from __future__ import annotations
