@@ -3,6 +3,11 @@
 Public names live here; the modules behind them are private (``_x.py``).
 """
 from .runtime._chaos import Chaos, Kill
+from .facade._buffers import (
+    BYTE, CHAR, SIGNED_CHAR, SHORT, INT, LONG, LONG_LONG, UNSIGNED_CHAR, UNSIGNED_SHORT,
+    UNSIGNED, UNSIGNED_LONG, UNSIGNED_LONG_LONG, FLOAT, DOUBLE, LONG_DOUBLE, C_BOOL,
+    C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX, INT8_T, INT16_T, INT32_T,
+    INT64_T, UINT8_T, UINT16_T, UINT32_T, UINT64_T, IN_PLACE, Datatype)
 from .facade._comm import Cartcomm, Communicator
 from .engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, SUCCESS, TAG_UB, UNDEFINED
 from .runtime._coordinator import RunResult
@@ -17,20 +22,25 @@ from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP,
 from .runtime._progress import Progress
 from .runtime._protocol import Protocol
 from .runtime._rank import Rank
-from .facade._request import (Request, Status, testall, testany, testsome, waitall, waitany,
-                              waitsome)
+from .facade._request import (Prequest, Request, Status, testall, testany, testsome, waitall,
+                              waitany, waitsome)
 from .facade._topology import CART, compute_dims
 from ._run import Run, launch, run, run_async
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ANY_SOURCE", "ANY_TAG", "APP", "BAND", "BOR", "CART", "CTRL", "Cartcomm", "Chaos",
-    "CheckpointCorrupted", "Communicator", "ConfigError", "Envelope", "Event", "FTError",
-    "FaultToleranceWarning", "JobLost", "Kill", "KillNotFiredWarning", "LAND", "LOR", "MAX",
-    "MAXLOC", "MIN", "MINLOC", "NO_OP", "NoCheckpointWarning", "NoSparesWarning",
-    "NothingRegisteredWarning", "Op", "PROC_NULL", "PROD", "Progress", "Protocol", "ProtocolError",
-    "REPLACE", "Rank", "RankError", "RankFailed", "Request", "Run", "RunResult", "SUCCESS",
-    "SUM", "Status", "TAG_UB", "UNDEFINED", "compute_dims", "launch", "run", "run_async",
-    "testall", "testany", "testsome", "waitall", "waitany", "waitsome",
+    "ANY_SOURCE", "ANY_TAG", "APP", "BAND", "BOR", "BYTE", "CART", "CHAR", "CTRL", "C_BOOL",
+    "C_DOUBLE_COMPLEX", "C_FLOAT_COMPLEX", "C_LONG_DOUBLE_COMPLEX", "Cartcomm", "Chaos",
+    "CheckpointCorrupted", "Communicator", "ConfigError", "DOUBLE", "Datatype", "Envelope",
+    "Event", "FLOAT", "FTError", "FaultToleranceWarning", "INT", "INT16_T", "INT32_T",
+    "INT64_T", "INT8_T", "IN_PLACE", "JobLost", "Kill", "KillNotFiredWarning", "LAND",
+    "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP",
+    "NoCheckpointWarning", "NoSparesWarning", "NothingRegisteredWarning", "Op", "PROC_NULL",
+    "PROD", "Prequest", "Progress", "Protocol", "ProtocolError", "REPLACE", "Rank", "RankError",
+    "RankFailed", "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
+    "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
+    "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
+    "compute_dims", "launch", "run", "run_async", "testall", "testany", "testsome",
+    "waitall", "waitany", "waitsome",
 ]

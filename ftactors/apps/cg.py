@@ -9,8 +9,8 @@ steps (``_npb_cg.power_step_async``, the same code the serial kernel runs) with:
 
 * ``dot``: the local partial inner product, summed over ranks with ``allreduce`` (the
   facade folds in rank order, so the result is the same on every run);
-* ``matvec``: ``allgather`` of the row blocks of ``p`` into the full vector, then the
-  local rows of ``A p``.
+* ``matvec``: ``Allgatherv`` of the row blocks of ``p`` (one count per rank) into a
+  full vector the rank keeps, then the local rows of ``A p``.
 
 Layout: row blocks rather than NPB's 2-D process grid. NPB's 2-D layout needs a
 power-of-two number of ranks and pays off when many ranks make the ``O(n)`` vector
@@ -18,7 +18,7 @@ exchange per rank the bottleneck; here ranks are a handful of actors, the row-bl
 layout works for any rank count, each rank's rows of ``A p`` are bit-identical to the
 serial kernel's (the same ``csr_matvec`` on the same rows), and only the reduction order
 of the dot products differs from a single process (on one rank the run is bit-identical
-to ``_npb_cg.cg_serial``). The price is one ``allgather`` of ``n`` doubles per
+to ``_npb_cg.cg_serial``). The price is one ``Allgatherv`` of ``n`` doubles per
 matrix-vector product.
 
 Fault tolerance: the outer loop runs through ``self.iterations(niter)``, a safe point
@@ -68,8 +68,12 @@ class CG(ft.Rank):
         rows = npb.row_block(npb.make_matrix(cls), lo, hi)
         block = npb.CSRMatrix(rows.rowptr, rows.colidx.copy(), rows.values.copy(), rows.n)
 
+        counts = [b - a for a, b in (row_range(cls.na, r, self.size) for r in range(self.size))]
+        p_full = np.empty(cls.na)
+
         async def matvec(p_local):
-            return npb.csr_matvec(block, np.concatenate(await comm.allgather(p_local)))
+            await comm.Allgatherv(p_local, [p_full, counts])
+            return npb.csr_matvec(block, p_full)
 
         async def dot(a, b):
             return await comm.allreduce(float(np.dot(a, b)))

@@ -97,13 +97,14 @@ class Coupled(ft.Rank):
         mine, other = layouts[module], layouts[1 - module]
         east = module == 0
         peers = interface_peers(mine, mcomm.rank, other, east)
+        neighbours = [ft.PROC_NULL if p is None else p for p in mine.neighbours(mcomm.rank)]
         bounds = mine.bounds(mcomm.rank)
         self.register("u", None if self.restored else mine.initial(mcomm.rank))
         t0 = time.perf_counter()
         async for it in self.iterations(iterations):
             if it and it % couple_every == 0:
                 await couple(self.comm, self.u, bounds[0], peers, offsets[1 - module], east)
-            await exchange_halos(mcomm, mine, self.u)
+            await exchange_halos(mcomm, neighbours, self.u)
             self.u[1:-1, 1:-1] = ref.jacobi_step(self.u)
         seconds = time.perf_counter() - t0
         reference = ((lambda: coupled_serial(ny, nx, nx_left, iterations, couple_every))

@@ -1,8 +1,9 @@
 """The mpi4py-style communicator: point-to-point, probes, collectives, split and dup, and
 Cartesian communicators (``Cartcomm``).
 
-Method names, argument names and defaults follow mpi4py's lowercase (pickle-based) API;
-every method that can wait is ``async``. Ranks given to and returned by a communicator
+Method names, argument names and defaults follow mpi4py's lowercase (pickle-based) API,
+and its uppercase buffer API through the ``BufferAPI`` mixin (``_buffer_api``); every
+method that can wait is ``async``. Ranks given to and returned by a communicator
 are communicator ranks; the envelopes underneath carry world ranks.
 
 Each communicator has two matching contexts: one for point-to-point messages and one for
@@ -33,14 +34,16 @@ from . import _collectives as coll
 from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED
 from ..engine._envelope import COLLECTIVE_SUFFIX, Envelope
 from ..engine._synchronous import Synchronous
+from ._buffer_api import BufferAPI
 from ._ops import SUM
 from ..engine._payload import Payload, unpack
 from ._request import Request, Status
 from ._topology import CART, CartTopology
 
 
-class Communicator:
-    """A group of ranks that exchange messages; see mpi4py's ``Comm``."""
+class Communicator(BufferAPI):
+    """A group of ranks that exchange messages; see mpi4py's ``Comm``. The lowercase
+    methods move Python objects, the uppercase ones (``BufferAPI``) numpy buffers."""
 
     def __init__(self, endpoint, comm_id: str, group: tuple[int, ...]):
         self._ep = endpoint
@@ -187,10 +190,17 @@ class Communicator:
         src, tag = self._source(source), self._recv_tag(tag)
         if src == PROC_NULL:
             return self._done(None, Status.of(PROC_NULL, ANY_TAG))
-        fut = self._ep.receive_later(self._ctx, src, tag)
-        received = _Once(self._received)
-        # matched: acknowledge a synchronous send now, not when the program looks
-        fut.add_done_callback(lambda f: f.cancelled() or received(f.result()))
+        return self._receive_request(self._ep.receive_later(self._ctx, src, tag),
+                                     self._received)
+
+    @staticmethod
+    def _receive_request(fut: asyncio.Future, finish) -> Request:
+        """The request of a posted receive: ``finish(envelope)`` runs as soon as a
+        message matches (a synchronous send is acknowledged then, not when the program
+        looks; a buffer receive fills its buffer then); an error it raises comes out of
+        the request's wait or test."""
+        received = _Once(finish)
+        fut.add_done_callback(lambda f: f.cancelled() or received.prime(f.result()))
         return Request(fut, received, cancellable=True)
 
     async def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0,
@@ -226,6 +236,8 @@ class Communicator:
         if status is not None:
             status._fill(st)
         return True
+
+    Probe, Iprobe = probe, iprobe
 
     # ------------------------------------------- collective plumbing (internal)
     def _csend(self, obj_or_payload: Any, dest: int, tag: int) -> Payload:
@@ -263,6 +275,8 @@ class Communicator:
     async def barrier(self) -> None:
         """Wait until every rank of the communicator has called barrier."""
         await self._collective(coll.barrier)
+
+    Barrier = barrier
 
     async def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Root's ``obj`` on every rank (packed once, forwarded along a binomial tree)."""
@@ -305,6 +319,8 @@ class Communicator:
     def ibarrier(self) -> Request:
         """Nonblocking ``barrier``: the request completes once every rank has called it."""
         return self._icollective(coll.barrier)
+
+    Ibarrier = ibarrier
 
     def ibcast(self, obj: Any = None, root: int = 0) -> Request:
         return self._icollective(coll.bcast, obj, self._root(root))
@@ -363,6 +379,8 @@ class Communicator:
         """A communicator with the same ranks and its own matching contexts (collective;
         no message is needed since every member derives the same id)."""
         return Communicator(self._ep, f"{self.id}.{self._next_child()}d", self.group)
+
+    Split, Dup = split, dup
 
     def _next_child(self) -> int:
         self._derived += 1
@@ -457,18 +475,29 @@ def _is(value, sentinel: int) -> bool:
 
 
 class _Once:
-    """``fn(arg)`` computed on the first call and returned again on every later one."""
+    """``fn(arg)`` computed on the first call and returned (or raised) again on every
+    later one."""
 
     __slots__ = ("_fn", "_result")
 
     def __init__(self, fn):
         self._fn = fn
-        self._result = None
+        self._result: tuple | None = None  # (True, value) or (False, exception)
+
+    def prime(self, arg) -> None:
+        """Compute now, keeping an error for the call that asks for the result."""
+        if self._result is None:
+            try:
+                self._result = (True, self._fn(arg))
+            except Exception as exc:  # whatever the finish raises goes to the program
+                self._result = (False, exc)
 
     def __call__(self, arg):
-        if self._result is None:
-            self._result = self._fn(arg)
-        return self._result
+        self.prime(arg)
+        ok, value = self._result
+        if not ok:
+            raise value
+        return value
 
 
 def _sent(_) -> tuple[None, Status]:

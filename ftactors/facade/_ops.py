@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._buffers import message
+
 
 @dataclass(frozen=True)
 class Op:
@@ -29,6 +31,15 @@ class Op:
 
     def __repr__(self):
         return f"ft.{self.name}"
+
+    def Reduce_local(self, inbuf, inoutbuf) -> None:
+        """``inoutbuf = inbuf op inoutbuf``, elementwise on two buffers (mpi4py's
+        ``Op.Reduce_local``).
+
+        Raises:
+            ValueError: the buffers differ in entries or dtype.
+        """
+        reduce_local(self, inbuf, inoutbuf)
 
     def __reduce__(self):
         return (_op_by_name, (self.name,))
@@ -76,6 +87,15 @@ _OPS = {op.name: op for op in (SUM, PROD, MIN, MAX, LAND, LOR, BAND, BOR, MAXLOC
 
 def _op_by_name(name: str) -> Op:
     return _OPS[name]
+
+
+def reduce_local(op, inbuf, inoutbuf) -> None:
+    """``inoutbuf = op(inbuf, inoutbuf)`` on two buffer messages of equal entries."""
+    a, b = message(inbuf), message(inoutbuf, writable=True)
+    if a.size != b.size or a.dtype != b.dtype:
+        raise ValueError(f"Reduce_local: the buffers differ ({a.size} x {a.dtype} and "
+                         f"{b.size} x {b.dtype})")
+    b[...] = check_op(op)(a, b)
 
 
 def check_op(op) -> Callable[[Any, Any], Any]:

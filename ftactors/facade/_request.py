@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Iterable, Sequence
 
+from ._buffers import dtype_of
 from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
 
 
@@ -65,9 +66,12 @@ class Status:
     def Set_error(self, error: int) -> None:
         self.error = error
 
-    def Get_count(self) -> int:
-        """Bytes of the pickled payload (the object API has no datatypes)."""
-        return self.count
+    def Get_count(self, datatype=None) -> int:
+        """Bytes received (a buffer receive: of its entries; an object receive or probe:
+        of the pickled payload); with a datatype, whole entries of it."""
+        return self.count if datatype is None else self.count // dtype_of(datatype).itemsize
+
+    Get_elements = Get_count
 
     def Is_cancelled(self) -> bool:
         return self.cancelled
@@ -156,6 +160,8 @@ class Request:
         """Forget the request (it becomes false); the operation itself goes on."""
         self._active = False
 
+    Cancel = cancel
+
     # mpi4py's uppercase request calls (no values: flags and indices)
     async def Wait(self, status: Status | None = None) -> bool:
         await self.wait(status)
@@ -224,6 +230,46 @@ class Request:
         return testsome(requests, statuses)[0]
 
 
+class Prequest(Request):
+    """A persistent request (``Send_init``, ``Recv_init``, ...): each ``Start()`` runs the
+    operation once more with the arguments given at init (a send reads its buffer at each
+    start). Inactive until started and again once completed, it stays a request (true)
+    until ``Free()``, as in MPI."""
+
+    __slots__ = ("_start", "_freed")
+
+    def __init__(self, start: Callable[[], Request]):
+        super().__init__()
+        self._start = start
+        self._freed = False
+
+    def __bool__(self) -> bool:
+        return not self._freed
+
+    def Start(self) -> None:
+        """Begin the operation again.
+
+        Raises:
+            ValueError: the request is active (started and not completed) or freed.
+        """
+        if self._active or self._freed:
+            raise ValueError(f"Start on a persistent request that is "
+                             f"{'freed' if self._freed else 'still active'}")
+        run = self._start()
+        self._future, self._finish, self._cancellable = run._future, run._finish, run._cancellable
+        self._active, self._value, self._status = run._active, None, Status()
+
+    @staticmethod
+    def Startall(requests: Iterable["Prequest"]) -> None:
+        for req in requests:
+            req.Start()
+
+    def Free(self) -> None:
+        """Release the request (it becomes false); an operation under way goes on."""
+        self._active = False
+        self._freed = True
+
+
 def _statuses_for(statuses, n: int) -> list | None:
     """Statuses to fill for ``n`` requests (mpi4py's rule): a list is grown with empty
     statuses to ``n`` entries; another sequence is filled as far as it goes; None stays
@@ -259,7 +305,7 @@ def testany(requests: Sequence[Request], status: Status | None = None):
     """``(index, True, value)`` completing the first done active request;
     ``(UNDEFINED, True, None)`` when none is active; ``(UNDEFINED, False, None)`` when none
     is done yet."""
-    active = [i for i, req in enumerate(requests) if req]
+    active = [i for i, req in enumerate(requests) if req._active]
     if not active:
         if status is not None:
             status._fill(Status())
@@ -275,7 +321,7 @@ async def waitany(requests: Sequence[Request], status: Status | None = None):
     ``(UNDEFINED, None)`` when none is active."""
     index, flag, value = testany(requests, status)
     if not flag:
-        await asyncio.wait([req._future for req in requests if req],
+        await asyncio.wait([req._future for req in requests if req._active],
                            return_when=asyncio.FIRST_COMPLETED)
         index, flag, value = testany(requests, status)
     return index, value
@@ -285,9 +331,9 @@ def testsome(requests: Sequence[Request], statuses: list | None = None):
     """``(indices, values)`` of the active requests done now, completed (both empty when
     none is); ``(None, None)`` when none is active. A status per index is appended to
     ``statuses``."""
-    if not any(requests):
+    if not any(req._active for req in requests):
         return None, None
-    indices = [i for i, req in enumerate(requests) if req and req._ready()]
+    indices = [i for i, req in enumerate(requests) if req._active and req._ready()]
     values = []
     for i in indices:
         st = Status()
@@ -299,7 +345,7 @@ def testsome(requests: Sequence[Request], statuses: list | None = None):
 
 async def waitsome(requests: Sequence[Request], statuses: list | None = None):
     """``testsome`` after waiting until at least one active request is done."""
-    active = [req._future for req in requests if req]
+    active = [req._future for req in requests if req._active]
     if active and not any(f.done() for f in active):
         await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
     return testsome(requests, statuses)

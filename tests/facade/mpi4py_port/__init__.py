@@ -2,7 +2,8 @@
 
 Each module here is one mpi4py test file (``test/test_p2p_obj.py`` -> ``p2p_obj.py``):
 its test class's methods, made ``async``, with the changes the facade needs and nothing
-else. ``tests/facade/test_mpi4py_*.py`` run them on every transport.
+else; the buffer tests loop over numpy's types through ``arrayimpl.py`` (mpi4py's helper
+cut down to numpy). ``tests/facade/test_mpi4py_*.py`` run them on every transport.
 
 The rules of translation (the README's "Differences from mpi4py" lists why):
 ``recv``/``irecv``/``sendrecv`` take no ``buf``; waits are awaited; a polling loop
@@ -10,7 +11,7 @@ The rules of translation (the README's "Differences from mpi4py" lists why):
 (``await asyncio.sleep(1e-4)``: on sim a positive sleep, or the virtual clock never
 moves), since ``test`` never waits; ``Dup()`` is ``await
 comm.dup()`` and nothing is freed; ``COMM_SELF`` is a communicator of one rank made by
-``split``. A test that needs what the facade leaves out (the buffer API, info objects,
+``split``. A test that needs what the facade leaves out (derived datatypes, info objects,
 mpi4py's internals) calls ``self.skipTest`` with the reason, so it shows as skipped.
 """
 from __future__ import annotations
@@ -43,22 +44,25 @@ async def _communicator(world, variant: str):
 class Conformance(ft.Rank):
     """Runs every ``test*`` method of ``case`` on each of ``variants``; returns
     ``{(variant, method): None | ("skip", reason) | ("fail", traceback)}``. A barrier
-    between methods keeps the ranks in step."""
+    between methods keeps the ranks in step. ``case`` may be a tuple of cases, run one
+    after the other in one job (keys ``(variant, "Case.method")``): what keeps Ray cheap."""
 
-    async def main(self, case: type, variants=VARIANTS, names=None):
+    async def main(self, case, variants=VARIANTS, names=None):
         out = {}
-        names = methods(case) if names is None else names
+        cases = case if isinstance(case, tuple) else (case,)
         for variant in variants:
             comm = await _communicator(self.comm, variant)
-            for name in names:
-                try:
-                    await getattr(case(comm), name)()
-                    out[(variant, name)] = None
-                except unittest.SkipTest as skip:
-                    out[(variant, name)] = ("skip", str(skip))
-                except Exception:
-                    out[(variant, name)] = ("fail", traceback.format_exc())
-                await self.comm.barrier()
+            for one in cases:
+                for name in methods(one) if names is None else names:
+                    key = (variant, name if one is case else f"{one.__name__}.{name}")
+                    try:
+                        await getattr(one(comm), name)()
+                        out[key] = None
+                    except unittest.SkipTest as skip:
+                        out[key] = ("skip", str(skip))
+                    except Exception:
+                        out[key] = ("fail", traceback.format_exc())
+                    await self.comm.barrier()
         return out
 
 
@@ -86,7 +90,7 @@ def check(case: type, transport: str, ranks: int, variant: str, method: str,
     """Pass, skip or fail as ``case.method`` did on ``variant`` (one run per ``case``,
     transport and size, shared by its methods)."""
     import pytest
-    key = (case, transport, ranks)
+    key = (case, transport, ranks, tuple(variants))
     if key not in _outcomes:
         _outcomes[key] = outcomes(case, transport, ranks, variants)
     outcome = _outcomes[key][(variant, method)]
