@@ -13,9 +13,9 @@ import pytest
 
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
-from ftactors.transports._direct import (HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES, ROWS,
-                                          Counters, Listener, Peers, RunSecret, encode,
-                                          secure_run_dir)
+from ftactors.transports._direct import (COUNT, HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES,
+                                          ROWS, SESSION_BYTES, WINDOW_BYTES, Counters, Listener,
+                                          Peers, RunSecret, encode, secure_run_dir)
 
 
 def _env(i: int, piggyback=None) -> Envelope:
@@ -43,9 +43,10 @@ async def _until(cond, timeout_s=5.0, show=None):
 async def _handshake(reader, writer, secret: RunSecret) -> None:
     """A well-behaved client's handshake (to send bad frames after it)."""
     theirs = await reader.readexactly(NONCE_BYTES)
-    mine = os.urandom(NONCE_BYTES)
+    mine = os.urandom(NONCE_BYTES) + os.urandom(SESSION_BYTES)
     writer.write(mine + secret.mac(b"client", theirs, mine))
-    assert await reader.readexactly(MAC_BYTES) == secret.mac(b"server", mine, theirs)
+    count = await reader.readexactly(COUNT.size)
+    assert await reader.readexactly(MAC_BYTES) == secret.mac(b"server", mine + count, theirs)
 
 
 def _frame(envs) -> bytes:
@@ -142,7 +143,8 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
         wrong = RunSecret()
         r, w = await asyncio.open_unix_connection(endpoint.path)
         theirs = await r.readexactly(NONCE_BYTES)
-        w.write(b"n" * NONCE_BYTES + wrong.mac(b"client", theirs, b"n" * NONCE_BYTES)
+        mine = b"n" * (NONCE_BYTES + SESSION_BYTES)
+        w.write(mine + wrong.mac(b"client", theirs, mine)
                 + HEADER.pack(len(evil), ROWS) + evil)
         await _until(lambda: c.auth_failed == 2)
         assert await r.read() == b""  # dropped without the listener's proof
@@ -198,7 +200,7 @@ def test_rewire_to_a_new_endpoint_closes_the_old_connection(tmp_path):
         assert len(got_old) == 1
         new.close()
         await asyncio.sleep(0.05)
-        gone = Peers(secret, "node-a", old.counters)
+        gone = Peers(secret, "node-a", old.counters, reconnect_s=0.1)
         gone.wire([None, new_ep])  # its socket file is removed: the connect fails
         gone.send(1, *encode([_env(2)], True))
         await _until(lambda: old.counters.dropped_sends == 1)
@@ -262,28 +264,30 @@ class _SlowReader:
 
 def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path):
     """Backpressure: a flood to a peer that reads slower than it is written holds at most
-    the high-water mark plus one frame unsent (the sender awaits ``congested``, as
-    ``comm.send`` does), and every frame arrives, in order, intact."""
+    the high-water mark plus one frame unsent, and a window plus one frame unacknowledged
+    (the sender awaits ``congested``, as ``comm.send`` does), and every frame arrives, in
+    order, intact."""
     frames, blob = 400, bytes(range(256)) * 128  # 32 KiB per frame: 12.5 MiB in all
 
     reader = _SlowReader(tmp_path, RunSecret(), delay_s=0.002)
 
     async def body(peers):
-        waits, peak, size = 0, 0, 0
+        waits, peak, peak_unacked, size = 0, 0, 0, 0
         for i in range(frames):
             kind, frame = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
             size = max(size, HEADER.size + len(frame))
             assert peers.send(1, kind, frame)
             conn = peers.conns[1]
-            held = conn.transport.get_write_buffer_size() if conn.ready else conn.queued
-            peak = max(peak, held)
+            if conn.ready:  # what the kernel has not taken
+                peak = max(peak, conn.wire.transport.get_write_buffer_size())
+            peak_unacked = max(peak_unacked, conn.unacked)
             waiting = peers.congested(1)
             if waiting is not None:
                 waits += 1
                 await waiting
                 assert not conn.congested()
         assert waits > 0 and peers.counters.throttled == waits  # the reader was slower
-        assert peak <= HIGH_WATER_BYTES + size
+        assert peak <= HIGH_WATER_BYTES + size and peak_unacked <= WINDOW_BYTES + size
         await _until(lambda: len(reader.got) == frames, timeout_s=60)
         assert [e.app_seq for e in reader.got] == list(range(frames))
         assert all(unpack(e.payload) == (e.app_seq, blob) for e in reader.got)
