@@ -399,8 +399,8 @@ class _Wire(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         if not self.proven.done():
             self.proven.set_result(None)
-        elif self.out.wire is self:
-            self.out.on_lost()
+        else:
+            self.out.on_lost(self)
 
 
 class _Outbound:
@@ -444,8 +444,12 @@ class _Outbound:
             return
         self.frames.append(frame)
         self.unacked += len(frame)
-        if self.wire is not None:
-            self.wire.transport.write(frame)  # may pause_writing
+        wire = self.wire
+        if wire is not None:
+            if wire.transport.is_closing():  # lost; connection_lost is on its way
+                self.on_lost(wire)
+            else:
+                wire.transport.write(frame)  # may pause_writing
         if self.unacked > WINDOW_BYTES or len(self.frames) > WINDOW_FRAMES:
             self.writable.clear()
 
@@ -477,8 +481,10 @@ class _Outbound:
         if not self.writable.is_set():
             self.update()
 
-    def on_lost(self) -> None:
-        """The connection ended without ``close``: connect again and resend."""
+    def on_lost(self, wire: _Wire) -> None:
+        """Connection ``wire`` ended without ``close``: connect again and resend."""
+        if self.wire is not wire or self.closed:
+            return
         self.wire = None
         self.paused = False
         self.written = self.base + len(self.frames)
@@ -489,8 +495,10 @@ class _Outbound:
         """Chaos: end the connection now (as a reset would); with ``until`` (loop time),
         connect again no earlier (a partition)."""
         self.blocked_until = max(self.blocked_until, until)
-        if self.wire is not None:
-            self.wire.transport.abort()  # connection_lost: on_lost
+        wire = self.wire
+        if wire is not None:
+            wire.transport.abort()
+            self.on_lost(wire)
 
     async def _connect(self) -> None:
         """Connect (again) until proven, with backoff; a failed attempt is a hint that

@@ -318,3 +318,98 @@ def test_a_sender_waiting_on_a_peer_that_stopped_reading_goes_on_when_it_is_repl
         assert peers.congested(1) is None and not peers.send(1, *encode([_env(2)], True))
 
     reader.drive(body)
+
+
+@pytest.mark.parametrize("kib", [0, 512], ids=["small", "large"])
+def test_a_dropped_connection_loses_no_frame(tmp_path, kib):
+    """Connections cut again and again (from either side, in the middle of frames of a
+    few bytes or of half a MiB) between two live ranks: every frame arrives once, in
+    order; the sender reconnected and resent, and never hinted that its peer was gone."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        lost = []
+        peers = Peers(secret, "node-a", Counters(), lost.append)
+        peers.wire([None, endpoint])
+        blob = bytes(kib << 10)
+        peers.send(1, *encode([_env(0)], True))
+        sent = 1
+        for cut in range(12):
+            await _until(lambda: peers.counters.reconnects == cut and peers.conns[1].ready,
+                         show=lambda: (cut, peers.counters.as_dict(), listener.counters.as_dict()))
+            for _ in range(20):
+                peers.send(1, *encode([Envelope(APP, 0, 1, "w", 0, sent, pack((sent, blob)),
+                                                seq=sent)], True))
+                sent += 1
+                waiting = peers.congested(1)
+                if waiting is not None:
+                    await waiting
+            await asyncio.sleep(0)  # part of it on the wire
+            if cut % 2:
+                listener.disconnect()  # the receiving side's connection resets
+            else:
+                peers.disconnect()
+        await _until(lambda: len(got) == sent, timeout_s=20, show=peers.counters.as_dict)
+        assert [e.app_seq for e in got] == list(range(sent))
+        assert all(unpack(e.payload) == (e.app_seq, blob) for e in got[1:])
+        c = peers.counters
+        assert c.reconnects == 12 and c.resent > 0 and c.dropped_sends == 0
+        assert lost == []
+        peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+def test_a_partition_holds_senders_within_the_window_and_heals(tmp_path):
+    """While a peer cannot be reached (a partition), its sender keeps sending until a
+    window is unacknowledged, then waits (backpressure, not loss); a failed attempt hints
+    the peer may be gone; once the partition ends everything arrives."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        lost = []
+        peers = Peers(secret, "node-a", Counters(), lost.append)
+        peers.wire([None, endpoint])
+        blob = bytes(64 << 10)
+        peers.send(1, *encode([_env(0)], True))
+        await _until(lambda: len(got) == 1)
+        peers.disconnect([1], seconds=0.5)
+        sent = 1
+        while not peers.conns[1].congested():
+            peers.send(1, *encode([Envelope(APP, 0, 1, "w", 0, sent, pack(blob), seq=sent)], True))
+            sent += 1
+        conn = peers.conns[1]
+        assert WINDOW_BYTES < conn.unacked <= WINDOW_BYTES + (65 << 10)
+        assert len(got) == 1 and not conn.ready
+        await asyncio.wait_for(peers.congested(1), 10)
+        await _until(lambda: len(got) == sent)
+        assert [e.app_seq for e in got] == list(range(sent))
+        assert lost == [1] and peers.counters.reconnects == 1
+        peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+def test_a_reconnecting_stranger_is_dropped_before_its_frames_are_read(tmp_path):
+    """A reconnection proves the secret like a first connection: a peer that claims a
+    live sender's session without the secret is dropped, and the session goes on."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a", Counters())
+        peers.wire([None, endpoint])
+        peers.send(1, *encode([_env(0)], True))
+        await _until(lambda: len(got) == 1)
+        session = peers.conns[1].session
+        r, w = await asyncio.open_unix_connection(endpoint.path)
+        theirs = await r.readexactly(NONCE_BYTES)
+        mine = os.urandom(NONCE_BYTES) + session
+        w.write(mine + RunSecret().mac(b"client", theirs, mine) + _frame([_env(99)]))
+        await _until(lambda: listener.counters.auth_failed == 1)
+        peers.send(1, *encode([_env(1)], True))
+        await _until(lambda: len(got) == 2)
+        assert [e.app_seq for e in got] == [0, 1]
+        w.close()
+        peers.close()
+        listener.close()
+    asyncio.run(body())
