@@ -2,7 +2,7 @@
 
 Public names live here; the modules behind them are private (``_x.py``).
 """
-from .runtime._chaos import Chaos, Kill
+from .runtime._chaos import Chaos, Kill, Partition
 from .facade._comm import Cartcomm, Communicator
 from .engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, SUCCESS, TAG_UB, UNDEFINED
 from .runtime._coordinator import RunResult
@@ -28,7 +28,7 @@ __all__ = [
     "CheckpointCorrupted", "Communicator", "ConfigError", "Envelope", "Event", "FTError",
     "FaultToleranceWarning", "JobLost", "Kill", "KillNotFiredWarning", "LAND", "LOR", "MAX",
     "MAXLOC", "MIN", "MINLOC", "NO_OP", "NoCheckpointWarning", "NoSparesWarning",
-    "NothingRegisteredWarning", "Op", "PROC_NULL", "PROD", "Protocol", "ProtocolError",
+    "NothingRegisteredWarning", "Op", "PROC_NULL", "PROD", "Partition", "Protocol", "ProtocolError",
     "REPLACE", "Rank", "RankError", "RankFailed", "Request", "Run", "RunResult", "SUCCESS",
     "SUM", "Status", "TAG_UB", "UNDEFINED", "compute_dims", "launch", "run", "run_async",
     "testall", "testany", "testsome", "waitall", "waitany", "waitsome",

@@ -162,6 +162,7 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
             stall_s=chaos.stall_s if chaos is not None else 0.0,
             job_lost_at=chaos.job_lost_at if chaos is not None else None,
+            partitions=chaos.partitions if chaos is not None else (),
             spares=spares, trace=trace is not None, options=options, identity=identity,
             restore=restore, start=start)
 
