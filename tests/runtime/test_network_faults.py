@@ -2,6 +2,8 @@
 the channels lose nothing, under every protocol and stack sim-check knows, and nobody is
 declared failed. The sockets themselves are checked in
 ``tests/transports/test_direct_plane.py``; CG on Ray in ``test_network_faults_ray.py``."""
+from functools import lru_cache
+
 import numpy as np
 import pytest
 
@@ -64,12 +66,24 @@ def test_disconnects_and_a_partition_lose_nothing(transport):
     assert [e.detail["ranks"] for e in r.events_of("partitioned")] == [[0, 1]]
 
 
+@lru_cache
+def _failure_free(ranks: int) -> list:
+    """``Mixed``'s results (a protocol changes nothing in a run without failures)."""
+    return _run(Mixed, "sim", ranks=ranks, **SHORT).results
+
+
+SHORT = {"iterations": 6, "kib": 32}
+SHORT_CUTS = [(1, 1), (2, 2), (1, 3), (0, 4), (3, 4)]
+SHORT_CUTS_AT = [(1, 0.0002), (2, 0.0004), (0, 0.0006)]
+
+
+# DDVPiggyback's clusters talk at every step here: storms are this program's, by design
+@pytest.mark.filterwarnings("ignore::ftactors.protocols.ForcedCheckpointStorm")
 @pytest.mark.parametrize("protocol", sorted(setups()))
 def test_every_protocol_loses_nothing_through_disconnects(protocol):
     setup = setups()[protocol]
     cls = type(f"Mixed_{protocol}", (*setup.mixins, Mixed), {})
-    kw = dict(ranks=setup.ranks, kib=64, spares=setup.spares, **setup.options)
-    expected = _run(cls, "sim", **kw).results
-    r = _run(cls, "sim", ft.Chaos(kill=CUTS, kill_at=CUTS_AT, method="disconnect",
-                                  partitions=[((1,), 0.0, 0.01)]), **kw)
-    _assert_lost_nothing(r, expected, "sim")
+    r = _run(cls, "sim", ft.Chaos(kill=SHORT_CUTS, kill_at=SHORT_CUTS_AT, method="disconnect",
+                                  partitions=[((1,), 0.0003, 0.0002)]),
+             ranks=setup.ranks, spares=setup.spares, **SHORT, **setup.options)
+    _assert_lost_nothing(r, _failure_free(setup.ranks), "sim")
