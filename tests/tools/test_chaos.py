@@ -228,8 +228,9 @@ def test_flags_strike_moments_and_spares(tmp_path, capsys):
 
 def test_flags_make_network_faults(tmp_path, capsys):
     """``--method disconnect`` and ``--partition``: the run verifies, nobody failed."""
-    code = main(["chaos", "--transport", "sim", "--app", "stencil", "--protocol", "ready-flush",
-                 "--ranks", "4", "--kill", "1:3", "--kill", "2:5", "--method", "disconnect",
+    code = main(["chaos", "--transport", "sim", "--app", "stencil", "--protocol", "standby",
+                 "--spares", "1", "--ranks", "4", "--kill", "1:3", "--kill", "2:5",
+                 "--method", "disconnect",
                  "--partition", "0,1:0.0001:0.001", "--out", str(tmp_path / "res")])
     assert code == 0, capsys.readouterr()
     rows = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()
