@@ -5,16 +5,18 @@ store); envelope batches between ranks travel on sockets that the ranks open to 
 other: a Unix domain socket when both ends run on one node, TCP on the node's address
 otherwise. Nothing here knows Ray: a rank's ``Listener`` is started where its actor
 lives, the coordinator hands every rank the listeners' ``DirectEndpoint``s when it wires
-them, and ``Peers`` opens one outbound connection per peer on first use.
+them, and ``Peers`` opens one outbound channel per peer on first use.
 
 Theory of operation
 -------------------
 A connection is one-way: the connecting rank sends frames, the listening rank reads
-them. Before a single frame byte is read, the connecting side proves it holds the run's
-secret (made by the driver, handed to ranks at start, never printed): the listener sends
-a random nonce, the client answers with its own nonce and an HMAC-SHA256 over both, and
-the listener answers with an HMAC over them in the other order, so a client also knows it
-reached the run's rank before it sends anything. A connection that sends anything else,
+them (and sends back only acknowledgements). Before a single frame byte is read, the
+connecting side proves it holds the run's secret (made by the driver, handed to ranks at
+start, never printed): the listener sends a random nonce, the client answers with its own
+nonce, its channel's session id and an HMAC-SHA256 over them and the listener's nonce, and
+the listener answers with how many frames of that session it has delivered and an HMAC
+over all of it in the other order, so a client also knows it reached the run's rank
+before it sends anything. A connection that sends anything else,
 nothing within ``AUTH_TIMEOUT_S``, a frame longer than ``MAX_FRAME_BYTES``, stops in the
 middle of a frame, or a frame that does not decode, is closed and counted (``Counters``);
 nothing it sent reaches the rank.
@@ -28,18 +30,35 @@ and the channel layer puts both paths back in order.
 A new incarnation in a new process gets a new endpoint; when a rewire changes a peer's
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
 as a Ray call to a dead actor would be (the channel layer treats that traffic as stale
-anyway). A connection that cannot be made (the peer's process is gone) drops its queue
-the same way; the coordinator, not this module, decides that a rank failed. Such a
-connection, or one the peer's side closed, is a *hint* that the peer may be gone:
-``Peers`` hands it to ``on_lost(dst)`` (the rank tells the coordinator, which checks).
+anyway); the coordinator, not this module, decides that a rank failed.
+
+A connection between two live ranks may close on its own (a reset, an idle timeout, a
+NIC flap; ``Chaos(method="disconnect")`` and ``Partition`` make them): that loses no
+frame. A channel (``_Outbound``) numbers its frames and keeps those the listener has not
+acknowledged; the listener acknowledges cumulatively (the count of frames of the session
+it has delivered) once it has delivered a quarter window of bytes or frames since the
+last acknowledgement, or ``ACK_DELAY_S`` after the first it has not (one 8-byte write per
+quarter window or per 50 ms: nothing on the hot path but a few additions). A channel
+whose connection ends connects again with backoff, through the same handshake; the
+listener's count in its proof says where to resume, and the frames after it are written
+again, in order (an older connection of the session, if the listener still holds it, is
+dropped unread first, so no frame is delivered twice). A connection attempt that fails
+(the peer's process may be gone) is a *hint*: ``Peers`` hands it to ``on_lost(dst)`` (the
+rank tells the coordinator, which checks); after ``RECONNECT_S`` of failed attempts the
+channel drops its frames and is closed, as for a rewire. A restored rank is a new
+incarnation: in a new process it has a new endpoint (the rewire drops what was kept for
+the old one, whose traffic the channel layer would drop as stale anyway); restored in
+place it keeps its endpoint, and whatever is resent to or from it carries the old epochs
+and is dropped as stale by the channel layer, as the protocols' replay expects.
 
 Backpressure: a sender that writes faster than its peer reads (the peer's loop is busy
-computing, its process stopped) must not buffer without bound. Each connection has a
-high-water mark (``HIGH_WATER_BYTES`` of frames the kernel has not taken yet, or queued
-before the handshake); above it the connection is *congested* until the transport has
-drained to a quarter of the mark, and ``Peers.congested`` gives the sender something to
-await meanwhile (``comm.send`` awaits it). Nothing is dropped or reordered by waiting: a
-frame is queued or written whole, in order, either way.
+computing, its process stopped, the network is down) must not buffer without bound. A
+channel is *congested* while its connection holds more than ``HIGH_WATER_BYTES`` the
+kernel has not taken (until the transport has drained to a quarter of the mark), or while
+more than ``WINDOW_BYTES`` or ``WINDOW_FRAMES`` are unacknowledged (connected or not);
+``Peers.congested`` gives the sender something to await meanwhile (``comm.send`` awaits
+it). Nothing is dropped or reordered by waiting: a frame is kept or written whole, in
+order, either way.
 """
 from __future__ import annotations
 

@@ -184,7 +184,8 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
 
 def test_rewire_to_a_new_endpoint_closes_the_old_connection(tmp_path):
     """A new incarnation's endpoint replaces the old one: the old connection is closed
-    and later frames reach only the new listener; a peer that is gone drops its frames."""
+    and later frames reach only the new listener; a peer that cannot be reached is
+    hinted at once and its frames dropped after the reconnection bound."""
     async def body():
         secret = RunSecret()
         old, old_ep, got_old = await _listening(tmp_path / "a", secret)
@@ -200,10 +201,14 @@ def test_rewire_to_a_new_endpoint_closes_the_old_connection(tmp_path):
         assert len(got_old) == 1
         new.close()
         await asyncio.sleep(0.05)
-        gone = Peers(secret, "node-a", old.counters, reconnect_s=0.1)
+        hints = []
+        gone = Peers(secret, "node-a", old.counters, hints.append, reconnect_s=0.1)
         gone.wire([None, new_ep])  # its socket file is removed: the connect fails
         gone.send(1, *encode([_env(2)], True))
-        await _until(lambda: old.counters.dropped_sends == 1)
+        await _until(lambda: hints == [1])  # at the first failed attempt
+        assert old.counters.dropped_sends == 0  # kept while it tries again, ...
+        await _until(lambda: old.counters.dropped_sends == 1)  # ... dropped after the bound
+        assert gone.conns[1].closed
         peers.close()
         old.close()
     asyncio.run(body())
