@@ -127,6 +127,10 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
                           f"got {options['restart_from_any']!r}")
     if chaos is not None and not isinstance(chaos, Chaos):
         raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
+    if (chaos is not None and (chaos.method == "disconnect" or chaos.partitions)
+            and transport == "ray" and options.get("data_plane", "direct") != "direct"):
+        raise ConfigError("network faults (method='disconnect', partitions) strike the direct "
+                          "data plane's connections: data_plane='ray' has none")
     return chaos.plan(ranks) if chaos is not None else []
 
 

@@ -66,6 +66,17 @@ def test_disconnects_and_a_partition_lose_nothing(transport):
     assert [e.detail["ranks"] for e in r.events_of("partitioned")] == [[0, 1]]
 
 
+def test_network_faults_are_checked():
+    with pytest.raises(ValueError, match="a Partition takes"):
+        ft.Partition((0,), 1.0, 0.0)
+    with pytest.raises(ValueError, match="cuts some of ranks 0..3 off"):
+        _run(Mixed, "local", ft.Chaos(partitions=[((0, 1, 2, 3), 0.0, 1.0)]))
+    with pytest.raises(ValueError, match="a kill at a moment"):
+        ft.Chaos(kill=[ft.Kill(1, moment="wire")], method="disconnect")
+    with pytest.raises(ft.ConfigError, match="data_plane='ray' has none"):
+        _run(Mixed, "ray", ft.Chaos(kill=[(1, 2)], method="disconnect"), data_plane="ray")
+
+
 @lru_cache
 def _failure_free(ranks: int) -> list:
     """``Mixed``'s results (a protocol changes nothing in a run without failures)."""
