@@ -2,7 +2,7 @@
 
 Public names live here; the modules behind them are private (``_x.py``).
 """
-from .runtime._chaos import Chaos, Kill
+from .runtime._chaos import Chaos, Kill, Partition
 from .facade._buffers import (
     BYTE, CHAR, SIGNED_CHAR, SHORT, INT, LONG, LONG_LONG, UNSIGNED_CHAR, UNSIGNED_SHORT,
     UNSIGNED, UNSIGNED_LONG, UNSIGNED_LONG_LONG, FLOAT, DOUBLE, LONG_DOUBLE, C_BOOL,
@@ -37,7 +37,7 @@ __all__ = [
     "INT64_T", "INT8_T", "IN_PLACE", "JobLost", "Kill", "KillNotFiredWarning", "LAND",
     "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP",
     "NoCheckpointWarning", "NoSparesWarning", "NothingRegisteredWarning", "Op", "PROC_NULL",
-    "PROD", "Prequest", "Progress", "Protocol", "ProtocolError", "REPLACE", "Rank", "RankError",
+    "PROD", "Partition", "Prequest", "Progress", "Protocol", "ProtocolError", "REPLACE", "Rank", "RankError",
     "RankFailed", "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
     "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
     "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",

@@ -67,6 +67,10 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
         proto.check_stack_options(rank_cls, options)
     if chaos is not None and not isinstance(chaos, Chaos):
         raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
+    if (chaos is not None and (chaos.method == "disconnect" or chaos.partitions)
+            and transport == "ray" and options.get("data_plane", "direct") != "direct"):
+        raise ConfigError("network faults (method='disconnect', partitions) strike the direct "
+                          "data plane's connections: data_plane='ray' has none")
     return chaos.plan(ranks) if chaos is not None else []
 
 
@@ -102,6 +106,7 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
             kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
             stall_s=chaos.stall_s if chaos is not None else 0.0,
             job_lost_at=chaos.job_lost_at if chaos is not None else None,
+            partitions=chaos.partitions if chaos is not None else (),
             spares=spares, trace=trace is not None, options=options, identity=identity,
             restore=restore, start=start)
 

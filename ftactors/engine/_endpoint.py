@@ -94,6 +94,10 @@ class Link:
         """Tell the coordinator (an event that must outlive this rank)."""
         raise NotImplementedError
 
+    def cut(self, peers: list[int] | None, seconds: float) -> None:
+        """Chaos: end this rank's connections with ``peers`` (None: every peer), as a
+        network fault would; none is made again for ``seconds``. Default: nothing to cut."""
+
     async def report_now(self, event) -> None:
         """``report`` and wait until the coordinator has it (before dying)."""
         self.report(event)
@@ -159,6 +163,8 @@ class Endpoint:
         self.spawn: Callable[[Any], asyncio.Task] | None = None
         self.kill_iterations: set[int] = set()
         self.die: Callable[[], Any] | None = None
+        self.disconnect_iterations: set[int] = set()
+        self.disconnect: Callable[[int], None] | None = None
 
     # ---------------------------------------------------------------- sending
     def pack(self, obj: Any, dst: int | None = None) -> Payload:

@@ -11,13 +11,19 @@ Kills at a *moment* strike where no iteration can: a rank's host as it starts
 coordinator holds its result (``"finished"``); and spares (``Kill(spare=i, ...)``, the
 i-th spare the run starts, refills included) as they start (``"starting"``), once they
 wait (``"idle"``) or as they are promoted (``"promoted"``).
+
+Network faults strike live ranks and kill nobody: ``method="disconnect"`` turns each kill
+into the loss of every direct connection of that rank at that iteration or time (a reset,
+a NIC flap), and ``Partition`` cuts a set of ranks off the others for some seconds. The
+channels must lose nothing through them (``transports/_direct``), and the coordinator must
+not declare any rank failed.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 
-KILL_METHODS = ("sigkill", "ray.kill", "sigstop", "stall")
+KILL_METHODS = ("sigkill", "ray.kill", "sigstop", "stall", "disconnect")
 RANK_MOMENTS = ("start", "wire", "return", "finished")
 """Moments of a rank's life a ``Kill(rank, moment=...)`` strikes (module docstring)."""
 SPARE_MOMENTS = ("starting", "idle", "promoted")
@@ -68,6 +74,23 @@ class Kill:
 
 
 @dataclass(frozen=True)
+class Partition:
+    """A network fault: ``ranks`` cannot reach the other ranks, nor be reached by them,
+    from ``time_s`` seconds after the run started (once the ranks are wired) for
+    ``seconds``; connections among ``ranks``, and among the others, stay up."""
+
+    ranks: tuple
+    time_s: float
+    seconds: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "ranks", tuple(sorted({int(r) for r in self.ranks})))
+        if not self.ranks or self.time_s < 0 or self.seconds <= 0:
+            raise ValueError(f"a Partition takes some ranks, a time >= 0 and seconds > 0, "
+                             f"got {self!r}")
+
+
+@dataclass(frozen=True)
 class Chaos:
     """A failure plan for ``ft.run(chaos=...)``.
 
@@ -86,12 +109,16 @@ class Chaos:
             or ``"stall"`` (not a failure: the process freezes for ``stall_s`` seconds and
             goes on, as a paging or starved one does; time kills only). On ``local`` and
             ``sim`` a stalled rank's answers to heartbeats wait out the stall.
+            ``"disconnect"`` is not a failure either: every direct connection of the
+            rank closes at that iteration or time, and the channels reconnect and resend.
         stall_s: how long a ``"stall"`` lasts (seconds).
         job_lost_at: the whole job is lost at the top of this iteration (of the first
             loop that reaches it), as when its driver or its whole allocation goes:
             every rank (whatever its incarnation) dies there and the coordinator gives
             up without a recovery; ``ft.run`` raises ``ft.JobLost``. Stable checkpoint
             sets written before stay: ``ft.run(restart_from=...)`` resumes from them.
+        partitions: ``Partition`` records, or ``(ranks, time_s, seconds)`` tuples:
+            network partitions that heal (module docstring).
         seed: the seed of every random draw; printed with any failure so it can be replayed.
     """
 
@@ -104,6 +131,7 @@ class Chaos:
     stall_s: float = 5.0
     seed: int = 0
     job_lost_at: int | None = None
+    partitions: tuple = ()
     kills: tuple = field(init=False, default=())
 
     def __post_init__(self):
@@ -123,17 +151,23 @@ class Chaos:
         kills = [k if isinstance(k, Kill) else Kill(int(k[0]), iteration=int(k[1]))
                  for k in self.kill]
         kills += [Kill(int(r), time_s=float(t)) for r, t in self.kill_at]
-        if self.method in ("sigstop", "stall") and any(k.moment is not None for k in kills):
-            raise ValueError(f"method {self.method!r} is for timed kills; a kill at a moment "
-                             f"is a death (sigkill or ray.kill)")
+        if self.method in ("sigstop", "stall", "disconnect") and any(
+                k.moment is not None or k.recovery_round is not None or k.rank is None
+                for k in kills):
+            raise ValueError(f"method {self.method!r} strikes ranks at an iteration or a time; "
+                             f"a kill at a moment, a spare or a recovery round is a death "
+                             f"(sigkill or ray.kill)")
         object.__setattr__(self, "kills", tuple(kills))
+        object.__setattr__(self, "partitions", tuple(
+            p if isinstance(p, Partition) else Partition(tuple(p[0]), float(p[1]), float(p[2]))
+            for p in self.partitions))
 
     def plan(self, ranks: int) -> list[Kill]:
         """All kills for a run of ``ranks`` ranks, random ones drawn from ``seed``.
 
         Raises:
             ValueError: a kill names a rank that does not exist, or a negative time or
-                iteration.
+                iteration; a partition names such a rank, or every rank.
         """
         for k in self.kills:
             if k.rank is None:
@@ -144,6 +178,10 @@ class Chaos:
                 raise ValueError(f"chaos kill of rank {k.rank} at negative iteration {k.iteration}")
             if k.time_s is not None and k.time_s < 0:
                 raise ValueError(f"chaos kill of rank {k.rank} at negative time {k.time_s}")
+        for p in self.partitions:
+            if p.ranks[0] < 0 or p.ranks[-1] >= ranks or len(p.ranks) == ranks:
+                raise ValueError(f"a partition cuts some of ranks 0..{ranks - 1} off the "
+                                 f"others, got ranks {list(p.ranks)}")
         rng = random.Random(self.seed)
         out = list(self.kills)
         out += [Kill(rng.randrange(ranks), time_s=rng.uniform(0, self.horizon_s))

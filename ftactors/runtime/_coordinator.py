@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _notices
-from ._chaos import Kill
+from ._chaos import Kill, Partition
 from ._deaths import RankDied
 from ._escalation import Escalation, PartLevels
 from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
@@ -109,7 +109,7 @@ class Coordinator:
 
     def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
                  kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
-                 job_lost_at: int | None = None, spares: int = 0,
+                 job_lost_at: int | None = None, partitions: tuple = (), spares: int = 0,
                  trace: bool, options: dict, identity: RunIdentity,
                  restore: list[bytes] | None = None, start: tuple | None = None):
         self.fabric = fabric
@@ -121,6 +121,7 @@ class Coordinator:
         self.kill_method = kill_method
         self.stall_s = stall_s
         self.job_lost_at = job_lost_at
+        self.partitions = partitions
         self.n_spares = spares
         self.restore = restore
         self.identity = identity
@@ -177,13 +178,16 @@ class Coordinator:
         inc = self.incarnations[rank]
         its = tuple(k.iteration for k in self.kills
                     if k.rank == rank and k.iteration is not None and k.incarnation == inc)
+        cuts = ()
+        if self.kill_method == "disconnect":  # network faults: nobody dies there
+            its, cuts = (), its
         if self.job_lost_at is not None:
             its += (self.job_lost_at,)  # every incarnation dies with the job
         at_return = any(k.rank == rank and k.moment == "return" and k.incarnation == inc
                         for k in self.kills)
         return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
                         self.options, its, inc, run=self.identity,
-                        kill_at_return=at_return)
+                        kill_at_return=at_return, disconnect_iterations=cuts)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -194,9 +198,13 @@ class Coordinator:
         self.events.record("run_start", ranks=self.n, spares=self.n_spares,
                            transport=fabric.name)
         try:
+            if self.kill_method == "disconnect" or self.partitions:
+                fabric.track_wires()
             for k in self.kills:  # seconds from now: start-up and wiring can be struck
                 if k.time_s is not None and k.incarnation == 0:
                     self.helper(self._kill_later(k))
+            for p in self.partitions:
+                self.helper(self._partition_later(p))
             self.pool.fill()
             try:
                 await self._start()
@@ -664,8 +672,15 @@ class Coordinator:
         (heartbeats watch a run from then on)."""
         await self.fabric.sleep(kill.time_s)
         await self._hosted[kill.rank].wait()
-        if self.kill_method in ("sigstop", "stall"):
+        if self.kill_method in ("sigstop", "stall", "disconnect"):
             await self.wired.wait()
+        if self.kill_method == "disconnect":  # not a failure: the rank's connections close
+            self.events.record("disconnected", rank=kill.rank, at_s=kill.time_s)
+            try:
+                await self.fabric.cut(self.handles[kill.rank], None, 0.0)
+            except RankDied:
+                pass  # it died meanwhile (of something else): nothing left to cut
+            return
         if self.kill_method == "stall":  # not a failure: the rank freezes, then goes on
             self.events.record("stalled", rank=kill.rank, at_s=kill.time_s, for_s=self.stall_s)
             await self.fabric.stall(self.handles[kill.rank], self.stall_s)
@@ -673,6 +688,20 @@ class Coordinator:
         ev = self.events.record("killed", rank=kill.rank, how=self.kill_method, at_s=kill.time_s)
         self.reports.append(ev)
         await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+
+    async def _partition_later(self, p: Partition) -> None:
+        """Chaos: ranks ``p.ranks`` and the others cannot reach each other for
+        ``p.seconds``, from ``p.time_s`` after the run started (once wired). Not a
+        failure: no rank is told, the channels wait and resend."""
+        await self.fabric.sleep(p.time_s)
+        await self.wired.wait()
+        self.events.record("partitioned", ranks=list(p.ranks), at_s=p.time_s, for_s=p.seconds)
+        inside = set(p.ranks)
+        outside = [r for r in range(self.n) if r not in inside]
+        await asyncio.gather(*(
+            self.fabric.cut(self.handles[r], outside if r in inside else list(p.ranks), p.seconds)
+            for r in range(self.n) if r not in self._failed and self.handles[r] is not None),
+            return_exceptions=True)  # a rank that died meanwhile is not cut off
 
     def _on_report(self, event: Event) -> None:
         """An event a rank posted to the coordinator (its own kill, a checkpoint part for

@@ -48,6 +48,7 @@ class RankSpec:
     incarnation: int = 0
     run: RunIdentity | None = None  # the run's identity: where its stored sets go
     kill_at_return: bool = False  # chaos: die as main() returns, the result not handed over
+    disconnect_iterations: tuple = ()  # chaos: this rank's connections close there
 
 
 def ahead(position, line) -> bool:
@@ -79,6 +80,8 @@ class RankHost:
         self.ep.spawn = self.spawn
         self.ep.kill_iterations = set(spec.kill_iterations)
         self.ep.die = self.die
+        self.ep.disconnect_iterations = set(spec.disconnect_iterations)
+        self.ep.disconnect = self.disconnect
         self.obj.ft = self.ep
         self.obj.comm = Communicator(self.ep, WORLD, tuple(range(spec.size)))
         self._main: asyncio.Task | None = None
@@ -217,6 +220,13 @@ class RankHost:
             await asyncio.shield(self.link.report_now(event))
         finally:
             self._die()
+
+    def disconnect(self, iteration: int) -> None:
+        """Chaos: every direct connection of this rank closes now, at the top of
+        ``iteration`` (a network fault, not a death: the channels reconnect)."""
+        self.link.report(self.ep.events.make("disconnected", how="chaos", iteration=iteration,
+                                             incarnation=self.spec.incarnation))
+        self.link.cut(None, 0.0)
 
     # ------------------------------------------------------- coordinator calls
     async def call(self, name: str, *args) -> Any:

@@ -82,7 +82,7 @@ def kill_tally(kills: list[Kill], events: list[Event]) -> dict[str, list[dict]]:
     """``kills_planned``, ``kills_fired`` (each a kill's settings) and ``kills_unfired``
     (``{"kill": settings, "why": reason}``), matching each planned kill to the event of
     its firing (each event fires one kill)."""
-    strikes = [ev for ev in events if ev.kind in ("killed", "stalled")]
+    strikes = [ev for ev in events if ev.kind in ("killed", "stalled", "disconnected")]
     planned, fired, unfired = [], [], []
     for kill in kills:
         settings = describe(kill)
@@ -112,7 +112,8 @@ def kill_text(settings: dict) -> str:
 
 
 def _fired_by(kill: Kill, ev: Event) -> bool:
-    """Whether event ``ev`` (a ``killed`` or ``stalled`` one) is ``kill`` firing."""
+    """Whether event ``ev`` (a ``killed``, ``stalled`` or ``disconnected`` one) is
+    ``kill`` firing."""
     d = ev.detail
     if kill.spare is not None:
         return d.get("spare") == kill.spare and d.get("moment") == kill.moment
@@ -126,7 +127,7 @@ def _fired_by(kill: Kill, ev: Event) -> bool:
                 and d.get("phase") == kill.recovery_phase)
     if kill.time_s is not None:
         return d.get("at_s") == kill.time_s
-    return (ev.kind == "killed" and d.get("how") == "chaos"
+    return (ev.kind in ("killed", "disconnected") and d.get("how") == "chaos"
             and d.get("iteration") == kill.iteration
             and d.get("incarnation", 0) == kill.incarnation)
 

@@ -96,6 +96,9 @@ class SafePoints:
         if i in ft.kill_iterations:  # chaos strikes before the safe point is offered
             ft.kill_iterations.discard(i)
             await ft.die(i)
+        if i in ft.disconnect_iterations:
+            ft.disconnect_iterations.discard(i)
+            ft.disconnect(i)
         ft.at_safe_point(i)
         await self._rank.on_safe_point(i)
         return i

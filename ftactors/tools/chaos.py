@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 import ftactors as ft
 from ..base._storage import open_filesystem
+from ..runtime._chaos import KILL_METHODS
 from ..runtime._notices import kill_text
 from ..runtime._options import add_option_flags
 from .apps_cli import app_module, protocol_stack
@@ -415,6 +416,12 @@ def add_chaos(sub) -> None:
                    help="Poisson kills with this mean time between failures")
     g.add_argument("--horizon", type=float, default=None, metavar="SECONDS",
                    help="window of random and Poisson kills (default 10)")
+    g.add_argument("--method", default=None, choices=KILL_METHODS,
+                   help="how kills strike (default sigkill); disconnect: a network fault, "
+                        "the rank's direct connections close")
+    g.add_argument("--partition", action="append", default=[],
+                   metavar="RANK[,RANK...]:SECONDS:FOR_SECONDS",
+                   help="cut these ranks off the others at SECONDS for FOR_SECONDS")
     from ftactors.protocols import PROTOCOLS  # each stack takes the flags of its protocols
     add_option_flags(p, PROTOCOLS, skip=CHAOS_SETS)
     p.set_defaults(func=_cmd_chaos)

@@ -23,7 +23,8 @@ MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
 TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "protocols",
             "schedules")
 SCHEDULE_KEYS = ("kill", "kill_at", "random_kills", "mtbf_s", "horizon_s", "method",
-                 "recovery_kills", "moment_kills", "spare_kills", "node_kills", "job_kill")
+                 "recovery_kills", "moment_kills", "spare_kills", "node_kills", "job_kill",
+                 "partitions")
 
 
 class ExperimentError(ValueError):
@@ -145,6 +146,10 @@ def experiment_from_flags(args) -> dict:
         schedule["mtbf_s"] = args.mtbf
     if args.horizon is not None:
         schedule["horizon_s"] = args.horizon
+    if args.method is not None:
+        schedule["method"] = args.method
+    if args.partition:
+        schedule["partitions"] = [parse_partition(s) for s in args.partition]
     from ftactors.protocols import PROTOCOLS
     stacks = _csv(args.protocol)
     everywhere = [n for p in stacks for n in stack_names(p)]
@@ -159,6 +164,21 @@ def experiment_from_flags(args) -> dict:
                        "ranks": [int(r) for r in _csv(args.ranks)], "schedule": ["flags"],
                        "seed": [int(s) for s in _csv(args.seeds)]},
             "protocols": protocols, "schedules": {"flags": schedule}}
+
+
+def parse_partition(spec: str) -> list:
+    """``"RANK[,RANK...]:SECONDS:FOR_SECONDS"`` (``--partition``) as ``[ranks, time_s,
+    seconds]``, a ``partitions:`` entry of a schedule.
+
+    Raises:
+        ValueError: ``spec`` is not of that form.
+    """
+    try:
+        ranks, at, seconds = spec.split(":")
+        return [[int(r) for r in ranks.split(",")], float(at), float(seconds)]
+    except ValueError:
+        raise ValueError(f"--partition takes RANK[,RANK...]:SECONDS:FOR_SECONDS, "
+                         f"got {spec!r}") from None
 
 
 # ------------------------------------------------------------------------ pieces
@@ -272,7 +292,8 @@ def _chaos(key: str, section: dict, seed: int, where: str) -> tuple[ft.Chaos, tu
                          random_kills=int(spec.get("random_kills", 0)),
                          mtbf_s=spec.get("mtbf_s"), horizon_s=float(spec.get("horizon_s", 10.0)),
                          method=spec.get("method", "sigkill"), seed=seed,
-                         job_lost_at=_job_kill(spec.get("job_kill")))
+                         job_lost_at=_job_kill(spec.get("job_kill")),
+                         partitions=tuple(tuple(p) for p in spec.get("partitions", ())))
     except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise ExperimentError(f"{where}: schedules.{key}: {exc}") from None
     return chaos, node_kills

@@ -8,13 +8,16 @@ and iterations, biased towards checkpoint iterations (a kill at a checkpoint's s
 point strikes during it), and sometimes a kill of another rank as recovery starts, at a
 moment no iteration reaches (a host starting, the wiring, ``main()`` returning, a rank
 that returned, a time from the start of the run) or of a spare (starting, idle, being
-promoted).
+promoted). Network faults are drawn too (``network_faults``): in one run of five the
+kills at iterations and times are disconnects instead (nobody dies), and in one run of
+four a set of ranks is cut off the others for a while.
 Each run must pass these checks:
 
 * it ends (the simulator turns a run that can never progress into an error, so a lost
   message is caught, not waited for);
 * no message lost, duplicated or out of channel order: Flood fails at the first wrong
   message, and the digests and totals equal the failure-free run's;
+* a run whose kills are all disconnects declares no rank failed;
 * no duplicate dropped by any receiver, for the protocols whose recovery lines are exact
   cuts (``exact`` below): a duplicate there means an orphan message, one a restored
   state holds as received that its sender's restored state had not sent;
@@ -222,6 +225,21 @@ def schedule(seed: int, ranks: int, spares: int = 0, length_s: float = 0.0) -> l
     return kills
 
 
+def network_faults(seed: int, ranks: int, length_s: float) -> tuple[str, list]:
+    """The network faults of run ``seed`` (drawn apart from ``schedule``'s, which stays
+    the same): the kills' method (``"disconnect"`` in one run of five: its kills close
+    connections instead), and in one run of four a partition of some of the ranks at a
+    time within the failure-free run's ``length_s``, for up to a quarter of it."""
+    rng = random.Random(f"network {seed}")
+    method = "disconnect" if rng.random() < 0.2 else "sigkill"
+    partitions = []
+    if length_s > 0 and rng.random() < 0.25:
+        cut = rng.sample(range(ranks), rng.randrange(1, ranks))
+        partitions.append(ft.Partition(tuple(cut), rng.uniform(0, length_s),
+                                       rng.uniform(0.01, 0.25) * length_s))
+    return method, partitions
+
+
 @dataclass
 class Outcome:
     seed: int
@@ -230,19 +248,25 @@ class Outcome:
     problem: str = ""
     kills: list = field(default_factory=list)
     stormed: bool = False
+    network: str = ""  # the run's network faults, if any
 
 
 def check_run(cls, setup: Setup, seed: int, reference: list, length_s: float = 0.0) -> Outcome:
     """One seeded run of ``cls`` (the protocol mixed into Flood) and its checks
     (``length_s``: the failure-free run's, for kills at a time)."""
     kills = schedule(seed, setup.ranks, setup.spares, length_s)
-    out = Outcome(seed, False, kills=kills)
+    method, partitions = network_faults(seed, setup.ranks, length_s)
+    if method == "disconnect":
+        kills = [k for k in kills if k.iteration is not None or k.time_s is not None]
+    out = Outcome(seed, False, kills=kills, network=", ".join(
+        [f"kills are {method}s"] * (method == "disconnect") + [repr(p) for p in partitions]))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ForcedCheckpointStorm)  # counted (docstring)
             r = ft.run(cls, setup.ranks, transport="sim", seed=seed, spares=setup.spares,
                        kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER},
-                       chaos=ft.Chaos(kill=kills), timeout_s=600, sim_jitter_s=2e-5,
+                       chaos=ft.Chaos(kill=kills, method=method, partitions=partitions),
+                       timeout_s=600, sim_jitter_s=2e-5,
                        **setup.options)
     except TimeoutError:
         out.problem = ("the run stalled: nothing could progress until the time limit "
@@ -262,6 +286,8 @@ def check_run(cls, setup: Setup, seed: int, reference: list, length_s: float = 0
     out.stormed = bool(r.events_of("hc3i_storm"))
     if [(x["digest"], x["total"]) for x in r.results] != reference:
         out.problem = "the results differ from the failure-free run's"
+    elif method == "disconnect" and r.metrics["failures"]:
+        out.problem = f"{r.metrics['failures']} rank(s) declared failed for network faults"
     elif setup.exact and r.metrics["duplicates_dropped"]:
         out.problem = (f"{r.metrics['duplicates_dropped']} duplicate(s) dropped: a recovery "
                        "line held a message its sender had not sent (an orphan)")
@@ -387,7 +413,8 @@ def _cmd_sim_check(args) -> int:
     gave_up = sum(o.gave_up and o.ok for o in outcomes)
     stormed = sum(o.stormed for o in outcomes)
     for o in failed:
-        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}\n  replay: ftactors "
+        network = f"\n  network faults: {o.network}" if o.network else ""
+        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}{network}\n  replay: ftactors "
               f"sim-check --protocol {args.protocol} --runs 1 --seed {o.seed}")
     print(f"sim-check {args.protocol}: {len(outcomes) - len(failed)} of {len(outcomes)} runs "
           f"passed ({gave_up} gave up correctly: data lost beyond repair, or no spare "

@@ -5,16 +5,18 @@ store); envelope batches between ranks travel on sockets that the ranks open to 
 other: a Unix domain socket when both ends run on one node, TCP on the node's address
 otherwise. Nothing here knows Ray: a rank's ``Listener`` is started where its actor
 lives, the coordinator hands every rank the listeners' ``DirectEndpoint``s when it wires
-them, and ``Peers`` opens one outbound connection per peer on first use.
+them, and ``Peers`` opens one outbound channel per peer on first use.
 
 Theory of operation
 -------------------
 A connection is one-way: the connecting rank sends frames, the listening rank reads
-them. Before a single frame byte is read, the connecting side proves it holds the run's
-secret (made by the driver, handed to ranks at start, never printed): the listener sends
-a random nonce, the client answers with its own nonce and an HMAC-SHA256 over both, and
-the listener answers with an HMAC over them in the other order, so a client also knows it
-reached the run's rank before it sends anything. A connection that sends anything else,
+them (and sends back only acknowledgements). Before a single frame byte is read, the
+connecting side proves it holds the run's secret (made by the driver, handed to ranks at
+start, never printed): the listener sends a random nonce, the client answers with its own
+nonce, its channel's session id and an HMAC-SHA256 over them and the listener's nonce, and
+the listener answers with how many frames of that session it has delivered and an HMAC
+over all of it in the other order, so a client also knows it reached the run's rank
+before it sends anything. A connection that sends anything else,
 nothing within ``AUTH_TIMEOUT_S``, a frame longer than ``MAX_FRAME_BYTES``, stops in the
 middle of a frame, or a frame that does not decode, is closed and counted (``Counters``);
 nothing it sent reaches the rank.
@@ -28,18 +30,35 @@ and the channel layer puts both paths back in order.
 A new incarnation in a new process gets a new endpoint; when a rewire changes a peer's
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
 as a Ray call to a dead actor would be (the channel layer treats that traffic as stale
-anyway). A connection that cannot be made (the peer's process is gone) drops its queue
-the same way; the coordinator, not this module, decides that a rank failed. Such a
-connection, or one the peer's side closed, is a *hint* that the peer may be gone:
-``Peers`` hands it to ``on_lost(dst)`` (the rank tells the coordinator, which checks).
+anyway); the coordinator, not this module, decides that a rank failed.
+
+A connection between two live ranks may close on its own (a reset, an idle timeout, a
+NIC flap; ``Chaos(method="disconnect")`` and ``Partition`` make them): that loses no
+frame. A channel (``_Outbound``) numbers its frames and keeps those the listener has not
+acknowledged; the listener acknowledges cumulatively (the count of frames of the session
+it has delivered) once it has delivered a quarter window of bytes or frames since the
+last acknowledgement, or ``ACK_DELAY_S`` after the first it has not (one 8-byte write per
+quarter window or per 50 ms: nothing on the hot path but a few additions). A channel
+whose connection ends connects again with backoff, through the same handshake; the
+listener's count in its proof says where to resume, and the frames after it are written
+again, in order (an older connection of the session, if the listener still holds it, is
+dropped unread first, so no frame is delivered twice). A connection attempt that fails
+(the peer's process may be gone) is a *hint*: ``Peers`` hands it to ``on_lost(dst)`` (the
+rank tells the coordinator, which checks); after ``RECONNECT_S`` of failed attempts the
+channel drops its frames and is closed, as for a rewire. A restored rank is a new
+incarnation: in a new process it has a new endpoint (the rewire drops what was kept for
+the old one, whose traffic the channel layer would drop as stale anyway); restored in
+place it keeps its endpoint, and whatever is resent to or from it carries the old epochs
+and is dropped as stale by the channel layer, as the protocols' replay expects.
 
 Backpressure: a sender that writes faster than its peer reads (the peer's loop is busy
-computing, its process stopped) must not buffer without bound. Each connection has a
-high-water mark (``HIGH_WATER_BYTES`` of frames the kernel has not taken yet, or queued
-before the handshake); above it the connection is *congested* until the transport has
-drained to a quarter of the mark, and ``Peers.congested`` gives the sender something to
-await meanwhile (``comm.send`` awaits it). Nothing is dropped or reordered by waiting: a
-frame is queued or written whole, in order, either way.
+computing, its process stopped, the network is down) must not buffer without bound. A
+channel is *congested* while its connection holds more than ``HIGH_WATER_BYTES`` the
+kernel has not taken (until the transport has drained to a quarter of the mark), or while
+more than ``WINDOW_BYTES`` or ``WINDOW_FRAMES`` are unacknowledged (connected or not);
+``Peers.congested`` gives the sender something to await meanwhile (``comm.send`` awaits
+it). Nothing is dropped or reordered by waiting: a frame is kept or written whole, in
+order, either way.
 """
 from __future__ import annotations
 
@@ -51,6 +70,7 @@ import pickle
 import secrets
 import stat
 import struct
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -69,7 +89,24 @@ MAX_FRAME_BYTES = 256 << 20
 """Longest frame a listener accepts; a sender routes a longer batch another way."""
 HIGH_WATER_BYTES = 1 << 20
 """Bytes a connection may hold unsent before its sender waits (a quarter: it goes on)."""
+COUNT = struct.Struct("!Q")
+"""A number of frames: the listener's resume point in its proof, and its acknowledgements."""
+WINDOW_BYTES = 4 << 20
+"""Bytes of frames a sender keeps unacknowledged before it waits (bounded memory)."""
+WINDOW_FRAMES = 1024
+"""Frames a sender keeps unacknowledged before it waits."""
+ACK_BYTES = WINDOW_BYTES // 4
+ACK_FRAMES = WINDOW_FRAMES // 4
+"""A listener acknowledges once it has delivered this many bytes or frames since its last
+acknowledgement, ..."""
+ACK_DELAY_S = 0.05
+"""... or this long after the first frame it has not acknowledged (a trickle)."""
+RECONNECT_S = 30.0
+"""A channel whose connection cannot be made again this long drops its frames."""
+BACKOFF_S = (0.005, 0.5)
+"""The first and the longest wait between two connection attempts."""
 NONCE_BYTES = 32
+SESSION_BYTES = 16
 MAC_BYTES = 32
 AUTH_TIMEOUT_S = 5.0
 """A connection that has not proved the secret this long after it opened is closed."""
@@ -108,7 +145,7 @@ class Counters:
     """What a rank's listener accepted and refused (see the module docstring)."""
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
-              "truncated", "bad_frame", "dropped_sends", "throttled")
+              "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects", "resent")
 
     def __init__(self):
         for name in self.FIELDS:
@@ -132,8 +169,19 @@ def secure_run_dir(path: str) -> str:
 
 
 # ---------------------------------------------------------------------- listening side
+class _Session:
+    """What a listener knows of one sender's channel: the frames it has delivered, and
+    the connection they come on now."""
+
+    __slots__ = ("count", "conn")
+
+    def __init__(self):
+        self.count = 0
+        self.conn: "_Inbound | None" = None
+
+
 class _Inbound(asyncio.Protocol):
-    """One accepted connection: the handshake, then frames to ``deliver``."""
+    """One accepted connection: the handshake, then frames to ``deliver``, acknowledged."""
 
     def __init__(self, listener: "Listener", tcp: bool):
         self.listener = listener
@@ -145,6 +193,10 @@ class _Inbound(asyncio.Protocol):
         self.transport = None
         self.nonce = secrets.token_bytes(NONCE_BYTES)
         self.timer = None
+        self.session: _Session | None = None
+        self.unacked = 0  # frames delivered and not yet acknowledged
+        self.unacked_bytes = 0
+        self.ack_timer = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -159,34 +211,47 @@ class _Inbound(asyncio.Protocol):
         if not self.authed:
             self._refuse("auth_timeout")
 
-    def _refuse(self, reason: str) -> None:
+    def _refuse(self, reason: str | None) -> None:
         """Close the connection unread from here on; count it once under ``reason``."""
         if not self.refused:
             self.refused = True
-            setattr(self.counters, reason, getattr(self.counters, reason) + 1)
+            if reason is not None:
+                setattr(self.counters, reason, getattr(self.counters, reason) + 1)
         self.buf = bytearray()
         self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
         buf = self.buf
         buf += data
         if not self.authed:
-            if len(buf) < NONCE_BYTES + MAC_BYTES:
+            proof = NONCE_BYTES + SESSION_BYTES
+            if len(buf) < proof + MAC_BYTES:
                 return
-            theirs, mac = bytes(buf[:NONCE_BYTES]), bytes(buf[NONCE_BYTES:NONCE_BYTES + MAC_BYTES])
+            theirs, mac = bytes(buf[:proof]), bytes(buf[proof:proof + MAC_BYTES])
             secret = self.listener.secret
             if not hmac.compare_digest(mac, secret.mac(b"client", self.nonce, theirs)):
                 self._refuse("auth_failed")
                 return
             self.authed = True
             self.timer.cancel()
-            del buf[:NONCE_BYTES + MAC_BYTES]
-            self.transport.write(secret.mac(b"server", theirs, self.nonce))
+            del buf[:proof + MAC_BYTES]
+            session = self.listener.sessions.get(theirs[NONCE_BYTES:])
+            if session is None:
+                session = self.listener.sessions[theirs[NONCE_BYTES:]] = _Session()
+            if session.conn is not None:  # the sender gave up on it: what it still holds is sent again
+                session.conn._refuse(None)
+            self.session = session
+            session.conn = self
+            count = COUNT.pack(session.count)
+            self.transport.write(count + secret.mac(b"server", theirs + count, self.nonce))
         self._frames(buf)
 
     def _frames(self, buf: bytearray) -> None:
         pos, end = 0, len(buf)
         deliver = self.listener.deliver
+        session = self.session
         while end - pos >= HEADER.size:
             size, kind = HEADER.unpack_from(buf, pos)
             if size > self.listener.max_frame_bytes:
@@ -203,19 +268,42 @@ class _Inbound(asyncio.Protocol):
                 return
             pos = start + size
             self.counters.frames += 1
+            session.count += 1
+            self.unacked += 1
+            self.unacked_bytes += pos - start
             deliver(envs)
+            if self.refused:  # closed by what the frame did (a chaos disconnect)
+                return
         if pos:
             del buf[:pos]
+            if self.unacked >= ACK_FRAMES or self.unacked_bytes >= ACK_BYTES:
+                self._ack()
+            elif self.ack_timer is None:
+                self.ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_S, self._ack)
+
+    def _ack(self) -> None:
+        """Tell the sender how many frames of its session were delivered."""
+        if self.ack_timer is not None:
+            self.ack_timer.cancel()
+            self.ack_timer = None
+        if not self.refused and self.unacked:
+            self.unacked = self.unacked_bytes = 0
+            self.transport.write(COUNT.pack(self.session.count))
 
     def connection_lost(self, exc) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        if self.ack_timer is not None:
+            self.ack_timer.cancel()
         if not self.refused:
             if not self.authed:  # gone before it proved the secret
                 self._refuse("auth_failed")
             elif self.buf:  # gone in the middle of a frame
                 self._refuse("truncated")
+        self.refused = True
         self.buf = bytearray()
+        if self.session is not None and self.session.conn is self:
+            self.session.conn = None
         self.listener.inbound.discard(self)
 
 
@@ -233,6 +321,7 @@ class Listener:
         self.max_frame_bytes = max_frame_bytes
         self.counters = Counters()
         self.inbound: set[_Inbound] = set()
+        self.sessions: dict[bytes, _Session] = {}  # a sender's session id -> its channel
         self.servers: list = []
         self.endpoint: DirectEndpoint | None = None
 
@@ -252,6 +341,12 @@ class Listener:
         self.endpoint = DirectEndpoint(node, path, host, port)
         return self.endpoint
 
+    def disconnect(self) -> None:
+        """Chaos: end every accepted connection, as a network fault would (their
+        senders connect again and resend what was lost)."""
+        for conn in list(self.inbound):
+            conn.transport.abort()
+
     def close(self) -> None:
         for server in self.servers:
             server.close()
@@ -265,120 +360,254 @@ class Listener:
 
 
 # ----------------------------------------------------------------------- sending side
-class _Outbound(asyncio.Protocol):
-    """The connection to one peer endpoint: frames queue until the handshake is done."""
+class _Wire(asyncio.Protocol):
+    """One connection of an ``_Outbound``: the handshake, then the listener's
+    acknowledgements. ``proven`` gets the listener's resume point once it has proved the
+    secret, or None when the connection failed first."""
 
-    def __init__(self, secret: RunSecret, counters: Counters, lost: Callable[[], None]):
-        self.secret = secret
-        self.counters = counters
-        self.lost = lost  # called once if the connection ends without our close()
-        self.queue: list[bytes] | None = []
-        self.queued = 0  # bytes in the queue
+    def __init__(self, out: "_Outbound"):
+        self.out = out
         self.transport = None
         self.buf = b""
         self.nonce = secrets.token_bytes(NONCE_BYTES)
         self.theirs: bytes | None = None  # the listener's nonce
-        self.ready = False
+        self.proven = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=HIGH_WATER_BYTES)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data
+        if self.proven.done():  # acknowledgements: only the newest counts
+            whole = len(buf) - len(buf) % COUNT.size
+            if whole:
+                if self.out.wire is self:
+                    self.out.on_ack(COUNT.unpack_from(buf, whole - COUNT.size)[0])
+                buf = buf[whole:]
+            self.buf = buf
+            return
+        out = self.out
+        if self.theirs is None and len(buf) >= NONCE_BYTES:
+            self.theirs, buf = buf[:NONCE_BYTES], buf[NONCE_BYTES:]
+            self.transport.write(self.nonce + out.session
+                                 + out.secret.mac(b"client", self.theirs, self.nonce + out.session))
+        self.buf = buf
+        if self.theirs is not None and len(buf) >= COUNT.size + MAC_BYTES:
+            count = buf[:COUNT.size]
+            proof = buf[COUNT.size:COUNT.size + MAC_BYTES]
+            self.buf = buf[COUNT.size + MAC_BYTES:]
+            if not hmac.compare_digest(proof, out.secret.mac(
+                    b"server", self.nonce + out.session + count, self.theirs)):
+                out.counters.auth_failed += 1
+                self.transport.abort()
+                self.proven.set_result(None)
+                return
+            self.proven.set_result(COUNT.unpack(count)[0])
+
+    def pause_writing(self) -> None:
+        if self.out.wire is self:
+            self.out.paused = True
+            self.out.writable.clear()
+
+    def resume_writing(self) -> None:
+        if self.out.wire is self:
+            self.out.paused = False
+            self.out.update()
+
+    def connection_lost(self, exc) -> None:
+        if not self.proven.done():
+            self.proven.set_result(None)
+        else:
+            self.out.on_lost(self)
+
+
+class _Outbound:
+    """The channel to one peer endpoint, over as many connections as it takes.
+
+    Frames are numbered from 0 in the order they are written; ``frames`` keeps those from
+    ``base`` on, which the listener has not acknowledged. A connection that ends without
+    ``close`` is made again (with backoff, ``reconnect_s`` at most); the listener's proof
+    says how many frames of this session (``session``) it has delivered, and the rest are
+    written again. Nothing is dropped unless ``close`` drops it (a rewire, the end, or no
+    connection within ``reconnect_s``)."""
+
+    def __init__(self, peers: "Peers", dst: int, endpoint: DirectEndpoint):
+        self.secret = peers.secret
+        self.counters = peers.counters
+        self.lost = lambda: peers.on_lost(dst)  # a hint: the peer may be gone
+        self.endpoint = endpoint
+        self.local = endpoint.node == peers.node
+        self.reconnect_s = peers.reconnect_s
+        self.session = secrets.token_bytes(SESSION_BYTES)
+        self.frames: deque[bytes] = deque()
+        self.base = 0  # the number of frames[0]
+        self.unacked = 0  # bytes in frames
+        self.written = 0  # frames numbered below this went on a connection that was lost
+        self.connections = 0
+        self.wire: _Wire | None = None  # the proven connection frames go on
         self.closed = False
-        self.paused = False  # the transport holds more than the high-water mark
+        self.paused = False  # the wire's transport holds more than the high-water mark
+        self.blocked_until = peers.blocked.get(dst, 0.0)  # chaos: partitioned until (loop time)
         self.writable = asyncio.Event()
         self.writable.set()
+        self.task = asyncio.ensure_future(self._connect())
+
+    @property
+    def ready(self) -> bool:
+        return self.wire is not None
 
     def write(self, frame: bytes) -> None:
-        if self.ready:
-            self.transport.write(frame)  # may pause_writing
-        elif self.closed:
+        if self.closed:
             self.counters.dropped_sends += 1
-        else:
-            self.queue.append(frame)
-            self.queued += len(frame)
-            if self.queued > HIGH_WATER_BYTES:
-                self.writable.clear()
+            return
+        self.frames.append(frame)
+        self.unacked += len(frame)
+        wire = self.wire
+        if wire is not None:
+            if wire.transport.is_closing():  # lost; connection_lost is on its way
+                self.on_lost(wire)
+            else:
+                wire.transport.write(frame)  # may pause_writing
+        if self.unacked > WINDOW_BYTES or len(self.frames) > WINDOW_FRAMES:
+            self.writable.clear()
 
     def congested(self) -> bool:
-        """Whether the sender should wait before it writes more (see ``drained``)."""
-        return not self.closed and (self.paused or self.queued > HIGH_WATER_BYTES)
+        """Whether the sender should wait before it writes more: the kernel holds more
+        than the high-water mark, or the peer has not acknowledged a window's worth."""
+        return not self.closed and (self.paused or self.unacked > WINDOW_BYTES
+                                    or len(self.frames) > WINDOW_FRAMES)
 
     async def drained(self) -> None:
-        """Return once the connection takes frames again (or is closed: they drop)."""
+        """Return once the channel takes frames again (or is closed: they drop)."""
         self.counters.throttled += 1
         while self.congested():
             await self.writable.wait()
 
-    def pause_writing(self) -> None:
-        self.paused = True
-        self.writable.clear()
+    def update(self) -> None:
+        """Let waiting senders go on unless the channel is congested."""
+        if self.congested():
+            self.writable.clear()
+        else:
+            self.writable.set()
 
-    def resume_writing(self) -> None:
-        self.paused = False
-        self.writable.set()
+    def on_ack(self, count: int) -> None:
+        """The listener has delivered frames numbered below ``count``: forget them."""
+        frames = self.frames
+        for _ in range(min(count - self.base, len(frames))):
+            self.unacked -= len(frames.popleft())
+        self.base = max(self.base, count)
+        if not self.writable.is_set():
+            self.update()
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        if self.closed:  # closed (a rewire, the end) while it was being opened
-            transport.abort()
+    def on_lost(self, wire: _Wire) -> None:
+        """Connection ``wire`` ended without ``close``: connect again and resend."""
+        if self.wire is not wire or self.closed:
             return
-        transport.set_write_buffer_limits(high=HIGH_WATER_BYTES)
+        self.wire = None
+        self.paused = False
+        self.written = self.base + len(self.frames)
+        self.task = asyncio.ensure_future(self._connect())
+        self.update()
 
-    def data_received(self, data: bytes) -> None:
-        if self.ready:
-            return  # a listener sends nothing after its proof
-        self.buf += data
-        if self.theirs is None and len(self.buf) >= NONCE_BYTES:
-            self.theirs, self.buf = self.buf[:NONCE_BYTES], self.buf[NONCE_BYTES:]
-            self.transport.write(self.nonce + self.secret.mac(b"client", self.theirs, self.nonce))
-        if self.theirs is not None and len(self.buf) >= MAC_BYTES:
-            if not hmac.compare_digest(self.buf[:MAC_BYTES],
-                                       self.secret.mac(b"server", self.nonce, self.theirs)):
-                self.counters.auth_failed += 1
+    def disconnect(self, until: float = 0.0) -> None:
+        """Chaos: end the connection now (as a reset would); with ``until`` (loop time),
+        connect again no earlier (a partition)."""
+        self.blocked_until = max(self.blocked_until, until)
+        wire = self.wire
+        if wire is not None:
+            wire.transport.abort()
+            self.on_lost(wire)
+
+    async def _connect(self) -> None:
+        """Connect (again) until proven, with backoff; a failed attempt is a hint that
+        the peer is gone, and ``reconnect_s`` of them close the channel."""
+        loop = asyncio.get_running_loop()
+        delay, deadline = BACKOFF_S[0], None
+        while not self.closed:
+            if await self._attempt():
+                return
+            if deadline is None:
+                deadline = loop.time() + self.reconnect_s
+                self.lost()
+            if loop.time() >= deadline:
                 self.close()
                 return
-            self.ready = True
-            queue, self.queue, self.queued = self.queue, None, 0
-            if queue:
-                self.transport.writelines(queue)  # may pause_writing
-            if not self.paused:
-                self.writable.set()
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, BACKOFF_S[1])
 
-    def connection_lost(self, exc) -> None:
-        self.gone()
-
-    def gone(self) -> None:
-        """The connection failed or the peer's side closed it: a hint, then closed."""
-        if not self.closed:
-            self.close()
-            self.lost()
+    async def _attempt(self) -> bool:
+        """One connection and handshake; True once proven (or closed meanwhile)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.blocked_until:
+            return False
+        wire = _Wire(self)
+        endpoint = self.endpoint
+        try:
+            if self.local:
+                await loop.create_unix_connection(lambda: wire, endpoint.path)
+            else:
+                await loop.create_connection(lambda: wire, endpoint.host, endpoint.port)
+            resume = await asyncio.wait_for(asyncio.shield(wire.proven), AUTH_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError):
+            resume = None
+        except BaseException:  # cancelled by close()
+            if wire.transport is not None:
+                wire.transport.abort()
+            raise
+        if resume is None or self.closed or loop.time() < self.blocked_until:
+            if wire.transport is not None:
+                wire.transport.abort()
+            return self.closed
+        self.on_ack(resume)
+        if self.connections:
+            self.counters.reconnects += 1
+            self.counters.resent += max(0, self.written - resume)
+        self.connections += 1
+        self.wire = wire
+        if self.frames:
+            wire.transport.writelines(self.frames)  # may pause_writing
+        self.update()
+        return True
 
     def close(self) -> None:
-        """No more sends: what is queued is dropped (the peer is gone or replaced)."""
-        if self.queue:
-            self.counters.dropped_sends += len(self.queue)
-        self.queue = None
-        self.queued = 0
-        self.ready = False
+        """No more sends: what was never written is dropped (the peer is gone or
+        replaced)."""
+        if self.closed:
+            return
         self.closed = True
+        if self.wire is None:
+            self.counters.dropped_sends += self.base + len(self.frames) - max(self.written, self.base)
+        self.frames.clear()
+        self.unacked = 0
+        if self.wire is not None:
+            self.wire.transport.abort()
+            self.wire = None
+        if self.task is not asyncio.current_task():
+            self.task.cancel()
         self.writable.set()  # a waiting sender goes on; its frames drop
-        if self.transport is not None:
-            self.transport.abort()
 
 
 class Peers:
-    """A rank's outbound connections, one per peer endpoint, opened on first use.
+    """A rank's outbound channels, one per peer endpoint, opened on first use.
 
-    ``on_lost(dst)`` is called when the connection to ``dst`` could not be made or was
-    closed by the other side (not by ``wire`` or ``close``): maybe ``dst`` is gone."""
+    ``on_lost(dst)`` is called when a connection to ``dst`` could not be made (maybe
+    ``dst`` is gone); ``reconnect_s`` later the channel gives up and drops its frames."""
 
     def __init__(self, secret: RunSecret, node: str, counters: Counters,
-                 on_lost: Callable[[int], None] = lambda dst: None):
+                 on_lost: Callable[[int], None] = lambda dst: None, *,
+                 reconnect_s: float = RECONNECT_S):
         self.secret = secret
         self.node = node
         self.counters = counters
         self.on_lost = on_lost
+        self.reconnect_s = reconnect_s
         self.endpoints: list[DirectEndpoint | None] = []
         self.conns: dict[int, _Outbound] = {}
+        self.blocked: dict[int, float] = {}  # chaos: peer -> partitioned until (loop time)
 
     def wire(self, endpoints: list[DirectEndpoint | None]) -> None:
-        """Take the peers' endpoints; close connections to endpoints that changed."""
+        """Take the peers' endpoints; close channels to endpoints that changed."""
         for dst, conn in list(self.conns.items()):
             if dst >= len(endpoints) or endpoints[dst] != self.endpoints[dst]:
                 conn.close()
@@ -392,28 +621,28 @@ class Peers:
             return False
         conn = self.conns.get(dst)
         if conn is None:
-            conn = self.conns[dst] = self._open(dst, self.endpoints[dst])
+            conn = self.conns[dst] = _Outbound(self, dst, self.endpoints[dst])
         conn.write(HEADER.pack(len(body), kind) + body)
         return True
 
     def congested(self, dst: int):
-        """None when the connection to ``dst`` takes more frames now; else an awaitable
+        """None when the channel to ``dst`` takes more frames now; else an awaitable
         that completes once it does (the sender writes faster than ``dst`` reads)."""
         conn = self.conns.get(dst)
         if conn is None or not conn.congested():
             return None
         return conn.drained()
 
-    def _open(self, dst: int, endpoint: DirectEndpoint) -> _Outbound:
-        conn = _Outbound(self.secret, self.counters, lambda: self.on_lost(dst))
-        loop = asyncio.get_running_loop()
-        if endpoint.node == self.node:
-            opening = loop.create_unix_connection(lambda: conn, endpoint.path)
-        else:
-            opening = loop.create_connection(lambda: conn, endpoint.host, endpoint.port)
-        task = asyncio.ensure_future(opening)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or conn.gone())
-        return conn
+    def disconnect(self, dsts=None, seconds: float = 0.0) -> None:
+        """Chaos: end the connections to ``dsts`` (default: every peer) as a network
+        fault would; with ``seconds``, none is made again before then (a partition)."""
+        until = asyncio.get_running_loop().time() + seconds if seconds > 0 else 0.0
+        for dst in (self.conns if dsts is None else dsts):
+            if until:
+                self.blocked[dst] = max(self.blocked.get(dst, 0.0), until)
+            conn = self.conns.get(dst)
+            if conn is not None:
+                conn.disconnect(until)
 
     def close(self) -> None:
         for conn in self.conns.values():

@@ -5,6 +5,13 @@ runs receiver code inside the sender (as on a real network). Payloads are pickle
 any transport, so ranks never share objects. A killed rank stops at once and everything
 addressed to it is dropped. Used for fast tests of the protocol logic. A spare is a
 placeholder (``LocalSpare``) that can die like any host: promoting a dead one fails.
+
+Network faults (``Chaos(method="disconnect")``, ``Partition``) are modelled on a *wire*
+per pair of ranks, as the direct data plane behaves on Ray (``_direct``): a cut wire loses
+the batches in flight on it and holds those sent after, then connects again (at once here,
+after a handshake's round trips on ``sim``, when the partition ends) and sends them all,
+in order. A sender whose wire is down holds a window's worth at most, then waits. A new
+incarnation of a rank gets new wires: nothing is resent to a dead one.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from ..runtime._coordinator import RankDied
 from ..engine._endpoint import Link
 from ..engine._envelope import Envelope
 from ..runtime._host import Killed, RankHost, RankSpec
+from ._direct import WINDOW_BYTES
 
 
 class LocalLink(Link):
@@ -30,6 +38,29 @@ class LocalLink(Link):
 
     def report(self, event) -> None:
         self.fabric.on_report(event)
+
+    def congested(self, dst: int):
+        return None if self.fabric.wires is None else self.fabric.held_back(self.rank, dst)
+
+    def cut(self, peers: list[int] | None, seconds: float) -> None:
+        self.fabric.cut_wires(self.rank, peers, seconds)
+
+
+class _Wire:
+    """The model of one direct connection ``src -> dst`` (module docstring)."""
+
+    __slots__ = ("inflight", "waiting", "waiting_bytes", "lost", "down", "up_at", "token",
+                 "drained")
+
+    def __init__(self):
+        self.inflight: dict[int, list[Envelope]] = {}  # id(batch) -> batch on its way
+        self.waiting: list[list[Envelope]] = []  # lost in flight or sent while down
+        self.waiting_bytes = 0
+        self.lost = 0  # batches of ``waiting`` that were on the wire when it was cut
+        self.down = False
+        self.up_at = 0.0  # loop time before which it does not connect again
+        self.token = 0  # the cut whose reconnection is scheduled
+        self.drained: asyncio.Future | None = None  # a sender waiting for the reconnection
 
 
 class LocalSpare:
@@ -53,6 +84,9 @@ class LocalFabric:
         self.on_report = lambda event: None
         self._t0 = time.perf_counter()
         self._gone: dict[object, asyncio.Future] = {}  # handle -> done when it dies
+        self.wires: dict[tuple[int, int], _Wire] | None = None  # with network faults only
+        self.wire_counts: dict[int, list[int]] = {}  # sender -> [reconnects, resent]
+        self.reconnect_delay_s = 0.0
 
     def clock(self) -> float:
         return time.perf_counter() - self._t0
@@ -67,6 +101,9 @@ class LocalFabric:
         host = RankHost(spec, self.link_class(self, spec.rank),
                         lambda: self._die_inside(host))
         self.hosts[spec.rank] = host
+        if self.wires:  # a new incarnation: nothing is resent to or from the old one
+            for pair in [p for p in self.wires if spec.rank in p]:
+                self._release(self.wires.pop(pair))
         self.dead.discard(spec.rank)
         self.hung.discard(spec.rank)
         return host
@@ -127,12 +164,93 @@ class LocalFabric:
     def route(self, src: int, dst: int, envs: list[Envelope]) -> None:
         if src in self.dead or src in self.hung:
             return
+        if self.wires is not None and self._held(src, dst, envs):
+            return
         self.loop.call_soon(self._arrive, dst, envs)
 
     def _arrive(self, dst: int, envs: list[Envelope]) -> None:
+        if self.wires is not None:
+            wire = self.wires.get((envs[0].src, dst))
+            if wire is not None and wire.inflight.pop(id(envs), None) is None:
+                return  # lost with its connection: sent again when it is back
         host = self.hosts.get(dst)
         if host is not None and dst not in self.dead and dst not in self.hung:
             host.ep.deliver(envs)
+
+    # ---------------------------------------------------------- network faults
+    def track_wires(self) -> None:
+        """Network faults are planned: model a wire per pair of ranks from now on."""
+        self.wires = {}
+
+    def _wire(self, src: int, dst: int) -> _Wire:
+        wire = self.wires.get((src, dst))
+        if wire is None:
+            wire = self.wires[(src, dst)] = _Wire()
+        return wire
+
+    def _held(self, src: int, dst: int, envs: list[Envelope]) -> bool:
+        """Note ``envs`` on its wire; True when the wire is down (held until it is up)."""
+        wire = self._wire(src, dst)
+        if wire.down:
+            wire.waiting.append(envs)
+            wire.waiting_bytes += sum(e.payload.nbytes for e in envs)
+            return True
+        wire.inflight[id(envs)] = envs
+        return False
+
+    def held_back(self, src: int, dst: int):
+        """What a sender waits on while its wire to ``dst`` is down and holds more than a
+        window (backpressure, not loss); else None."""
+        wire = self.wires.get((src, dst))
+        if wire is None or not wire.down or wire.waiting_bytes <= WINDOW_BYTES:
+            return None
+        if wire.drained is None:
+            wire.drained = self.loop.create_future()
+        return asyncio.shield(wire.drained)
+
+    async def cut(self, host: RankHost, peers: list[int] | None, seconds: float) -> None:
+        self._check(host)
+        self.cut_wires(host.spec.rank, peers, seconds)
+
+    def cut_wires(self, rank: int, peers: list[int] | None, seconds: float) -> None:
+        """Chaos: cut the wires from ``rank`` to ``peers`` (None: every wire to or from
+        ``rank``); they connect again ``seconds`` later at the earliest."""
+        if peers is None:
+            pairs = [p for p in self.wires if rank in p]
+        else:
+            pairs = [(rank, peer) for peer in peers if peer != rank]
+        up_at = self.loop.time() + max(seconds, self.reconnect_delay_s)
+        for src, dst in pairs:
+            wire = self._wire(src, dst)
+            if not wire.down:
+                wire.down = True
+                wire.lost = len(wire.inflight)
+                wire.waiting[:0] = wire.inflight.values()
+                wire.waiting_bytes += sum(e.payload.nbytes for envs in wire.inflight.values()
+                                          for e in envs)
+                wire.inflight.clear()
+            wire.up_at = max(wire.up_at, up_at)
+            wire.token += 1
+            self.loop.call_later(wire.up_at - self.loop.time(), self._reconnect, src, dst,
+                                 wire, wire.token)
+
+    def _reconnect(self, src: int, dst: int, wire: _Wire, token: int) -> None:
+        """The wire is up again: what was lost or held on it is sent, in order."""
+        if token != wire.token or self.wires.get((src, dst)) is not wire:
+            return  # cut again since, or its rank is another incarnation now
+        counts = self.wire_counts.setdefault(src, [0, 0])
+        counts[0] += 1
+        counts[1] += wire.lost
+        waiting = wire.waiting
+        wire.waiting, wire.waiting_bytes, wire.lost, wire.down = [], 0, 0, False
+        for envs in waiting:
+            self.route(src, dst, list(envs))  # a new batch: the lost one may still land
+        self._release(wire)
+
+    def _release(self, wire: _Wire) -> None:
+        if wire.drained is not None:
+            wire.drained.set_result(None)
+            wire.drained = None
 
     async def run(self, host: RankHost, args: tuple, kwargs: dict, restore=None) -> dict:
         rank = host.spec.rank
@@ -151,7 +269,11 @@ class LocalFabric:
     async def collect(self, host: RankHost) -> dict:
         if host.spec.rank in self.dead:
             raise RankDied(host.spec.rank)
-        return host.collect()
+        out = host.collect()
+        if self.wires is not None:
+            reconnects, resent = self.wire_counts.get(host.spec.rank, (0, 0))
+            out["stats"]["direct"] = {"reconnects": reconnects, "resent": resent}
+        return out
 
     async def progress(self, host: RankHost):
         return host.progress()

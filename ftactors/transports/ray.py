@@ -84,6 +84,7 @@ class RayLink(Link):
         self.clock_zero = clock_zero  # the run's start (epoch seconds, the driver's)
         self.peers: list = []
         self.direct: Peers | None = None
+        self.listener: Listener | None = None
 
     @property
     def cheap_messages(self) -> bool:
@@ -98,6 +99,14 @@ class RayLink(Link):
 
     def congested(self, dst: int):
         return None if self.direct is None else self.direct.congested(dst)
+
+    def cut(self, peers: list[int] | None, seconds: float) -> None:
+        """Chaos: end the direct connections to ``peers`` (None: every connection, both
+        ways); the channels connect again after ``seconds`` and resend."""
+        if self.direct is not None:
+            self.direct.disconnect(peers, seconds)
+            if peers is None:
+                self.listener.disconnect()
 
     def put_large(self, view: memoryview):
         return ray.put(np.frombuffer(view, dtype=np.uint8))
@@ -224,6 +233,7 @@ class RankActor:
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
         self.link.direct = Peers(plane["secret"], node, self.listener.counters,
                                  self._peer_lost)
+        self.link.listener = self.listener
         return os.getpid(), node, endpoint
 
     def _peer_lost(self, dst: int) -> None:
@@ -316,6 +326,10 @@ class RankActor:
     def stop(self) -> None:
         """SIGSTOP this actor's own process (chaos: a hang only heartbeats can see)."""
         os.kill(os.getpid(), signal.SIGSTOP)
+
+    def cut(self, peers: list[int] | None, seconds: float) -> None:
+        """Chaos: a network fault on this rank's direct connections (``RayLink.cut``)."""
+        self.link.cut(peers, seconds)
 
     def stall(self, seconds: float) -> None:
         """Freeze this actor's process for ``seconds`` (chaos: a paging or starved
@@ -544,6 +558,13 @@ class RayFabric:
 
     async def stall(self, handle, seconds: float) -> None:
         handle.stall.remote(seconds)
+
+    def track_wires(self) -> None:
+        """Network faults are planned: the direct channels need nothing more."""
+
+    async def cut(self, handle, peers: list[int] | None, seconds: float) -> None:
+        """Chaos: a network fault on a rank's direct connections (``RayLink.cut``)."""
+        await self._ask(handle, "cut", peers, seconds)
 
     async def kill(self, handle, method: str) -> None:
         DEATH_NOTICES.expect(self.worker_of.get(handle))

@@ -14,6 +14,7 @@ cluster, Ethernet between them). Compute costs
 nothing in virtual time unless a rank sleeps (``await asyncio.sleep(t)`` is virtual).
 A restored rank pays for fetching its snapshot like for a message of that size (a
 replacement loads its image over the network), so recoveries take virtual time too.
+Network faults cut wires as on ``local``; a wire connects again after three latencies.
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ class SimFabric(LocalFabric):
         self.wide_latency_s = float(options.get("sim_wide_latency_s", self.latency_s))
         self.wide_bandwidth = float(options.get("sim_wide_bandwidth_Bps", self.bandwidth))
         self.rng = random.Random(seed)
+        self.reconnect_delay_s = 3 * self.latency_s  # a handshake's round trips
 
     def clock(self) -> float:
         return self.loop.time()
@@ -63,6 +65,8 @@ class SimFabric(LocalFabric):
 
     def route(self, src: int, dst: int, envs: list[Envelope]) -> None:
         if src in self.dead:
+            return
+        if self.wires is not None and self._held(src, dst, envs):
             return
         nbytes = sum(e.payload.nbytes for e in envs)
         latency, bandwidth = self.latency_s, self.bandwidth

@@ -11,7 +11,7 @@ import yaml
 import ftactors as ft
 from ftactors.tools.chaos import run_experiment, same_answer
 from ftactors.tools.cli import main
-from ftactors.tools.experiment import ExperimentError, experiment_from_dict
+from ftactors.tools.experiment import ExperimentError, experiment_from_dict, parse_partition
 from ftactors.tools.run_metrics import failure_metrics
 
 STENCIL = {"ny": 24, "nx": 24, "iterations": 12}
@@ -224,6 +224,22 @@ def test_flags_strike_moments_and_spares(tmp_path, capsys):
     assert code == 0, capsys.readouterr()
     rows = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()
     assert [(r["verified"], r["kills"]) for r in rows] == [(True, 3)]
+
+
+def test_flags_make_network_faults(tmp_path, capsys):
+    """``--method disconnect`` and ``--partition``: the run verifies, nobody failed."""
+    code = main(["chaos", "--transport", "sim", "--app", "stencil", "--protocol", "standby",
+                 "--spares", "1", "--ranks", "4", "--kill", "1:3", "--kill", "2:5",
+                 "--method", "disconnect",
+                 "--partition", "0,1:0.0001:0.001", "--out", str(tmp_path / "res")])
+    assert code == 0, capsys.readouterr()
+    rows = pq.read_table(tmp_path / "res" / "results.parquet").to_pylist()
+    assert [(r["verified"], r["kills"], r["failures"]) for r in rows] == [(True, 0, 0)]
+    events = pq.read_table(next((tmp_path / "res" / "events").iterdir())).to_pylist()
+    assert [e["kind"] for e in events].count("disconnected") == 2
+    assert "partitioned" in [e["kind"] for e in events]
+    with pytest.raises(ValueError, match="--partition takes"):
+        parse_partition("0,1:2")
 
 
 def test_a_schedule_names_a_moment_chaos_knows():

@@ -7,7 +7,8 @@ from ftactors.tools import cli
 from ftactors.protocols import (GroupCoordination, ReadyMessageFlush, RSBackup,
                                 StandbyReplacement)
 from ftactors.runtime._escalation import LevelExhausted
-from ftactors.tools.simcheck import schedule, setups, sim_check
+from ftactors.tools.simcheck import network_faults, schedule, setups, sim_check
+from ftactors.transports.local import LocalFabric
 
 
 @pytest.mark.parametrize("name", sorted(setups()))
@@ -47,6 +48,24 @@ def test_schedules_are_seeded_and_cover_checkpoints_and_recovery():
     assert any(k.recovery_round == 0 for p in plans for k in p)
     assert any(k.iteration is not None and k.iteration % 3 == 0 for p in plans for k in p)
     assert {len([k for k in p if k.iteration is not None]) for p in plans} == {1, 2, 3}
+
+
+def test_network_faults_are_drawn_and_a_wire_that_loses_frames_is_caught(monkeypatch):
+    draws = [network_faults(seed, 6, 0.01) for seed in range(40)]
+    assert draws == [network_faults(seed, 6, 0.01) for seed in range(40)]
+    assert any(method == "disconnect" for method, _ in draws)
+    assert any(partitions for _, partitions in draws)
+    seed = next(s for s, (method, _) in enumerate(draws) if method == "disconnect")
+    # broken on purpose: a wire that comes back up without what it lost or held
+    real = LocalFabric._reconnect
+
+    def forgets(self, src, dst, wire, token):
+        wire.waiting.clear()
+        real(self, src, dst, wire, token)
+
+    monkeypatch.setattr(LocalFabric, "_reconnect", forgets)
+    (out,) = sim_check("ready-flush", 1, seed)
+    assert not out.ok and "disconnects" in out.network and "stalled" in out.problem
 
 
 def test_cli(capsys):

@@ -13,9 +13,9 @@ import pytest
 
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
-from ftactors.transports._direct import (HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES, ROWS,
-                                          Counters, Listener, Peers, RunSecret, encode,
-                                          secure_run_dir)
+from ftactors.transports._direct import (COUNT, HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES,
+                                          ROWS, SESSION_BYTES, WINDOW_BYTES, Counters, Listener,
+                                          Peers, RunSecret, encode, secure_run_dir)
 
 
 def _env(i: int, piggyback=None) -> Envelope:
@@ -43,9 +43,10 @@ async def _until(cond, timeout_s=5.0, show=None):
 async def _handshake(reader, writer, secret: RunSecret) -> None:
     """A well-behaved client's handshake (to send bad frames after it)."""
     theirs = await reader.readexactly(NONCE_BYTES)
-    mine = os.urandom(NONCE_BYTES)
+    mine = os.urandom(NONCE_BYTES) + os.urandom(SESSION_BYTES)
     writer.write(mine + secret.mac(b"client", theirs, mine))
-    assert await reader.readexactly(MAC_BYTES) == secret.mac(b"server", mine, theirs)
+    count = await reader.readexactly(COUNT.size)
+    assert await reader.readexactly(MAC_BYTES) == secret.mac(b"server", mine + count, theirs)
 
 
 def _frame(envs) -> bytes:
@@ -142,7 +143,8 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
         wrong = RunSecret()
         r, w = await asyncio.open_unix_connection(endpoint.path)
         theirs = await r.readexactly(NONCE_BYTES)
-        w.write(b"n" * NONCE_BYTES + wrong.mac(b"client", theirs, b"n" * NONCE_BYTES)
+        mine = b"n" * (NONCE_BYTES + SESSION_BYTES)
+        w.write(mine + wrong.mac(b"client", theirs, mine)
                 + HEADER.pack(len(evil), ROWS) + evil)
         await _until(lambda: c.auth_failed == 2)
         assert await r.read() == b""  # dropped without the listener's proof
@@ -182,7 +184,8 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
 
 def test_rewire_to_a_new_endpoint_closes_the_old_connection(tmp_path):
     """A new incarnation's endpoint replaces the old one: the old connection is closed
-    and later frames reach only the new listener; a peer that is gone drops its frames."""
+    and later frames reach only the new listener; a peer that cannot be reached is
+    hinted at once and its frames dropped after the reconnection bound."""
     async def body():
         secret = RunSecret()
         old, old_ep, got_old = await _listening(tmp_path / "a", secret)
@@ -198,10 +201,14 @@ def test_rewire_to_a_new_endpoint_closes_the_old_connection(tmp_path):
         assert len(got_old) == 1
         new.close()
         await asyncio.sleep(0.05)
-        gone = Peers(secret, "node-a", old.counters)
+        hints = []
+        gone = Peers(secret, "node-a", old.counters, hints.append, reconnect_s=0.1)
         gone.wire([None, new_ep])  # its socket file is removed: the connect fails
         gone.send(1, *encode([_env(2)], True))
-        await _until(lambda: old.counters.dropped_sends == 1)
+        await _until(lambda: hints == [1])  # at the first failed attempt
+        assert old.counters.dropped_sends == 0  # kept while it tries again, ...
+        await _until(lambda: old.counters.dropped_sends == 1)  # ... dropped after the bound
+        assert gone.conns[1].closed
         peers.close()
         old.close()
     asyncio.run(body())
@@ -262,28 +269,30 @@ class _SlowReader:
 
 def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path):
     """Backpressure: a flood to a peer that reads slower than it is written holds at most
-    the high-water mark plus one frame unsent (the sender awaits ``congested``, as
-    ``comm.send`` does), and every frame arrives, in order, intact."""
+    the high-water mark plus one frame unsent, and a window plus one frame unacknowledged
+    (the sender awaits ``congested``, as ``comm.send`` does), and every frame arrives, in
+    order, intact."""
     frames, blob = 400, bytes(range(256)) * 128  # 32 KiB per frame: 12.5 MiB in all
 
     reader = _SlowReader(tmp_path, RunSecret(), delay_s=0.002)
 
     async def body(peers):
-        waits, peak, size = 0, 0, 0
+        waits, peak, peak_unacked, size = 0, 0, 0, 0
         for i in range(frames):
             kind, frame = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
             size = max(size, HEADER.size + len(frame))
             assert peers.send(1, kind, frame)
             conn = peers.conns[1]
-            held = conn.transport.get_write_buffer_size() if conn.ready else conn.queued
-            peak = max(peak, held)
+            if conn.ready:  # what the kernel has not taken
+                peak = max(peak, conn.wire.transport.get_write_buffer_size())
+            peak_unacked = max(peak_unacked, conn.unacked)
             waiting = peers.congested(1)
             if waiting is not None:
                 waits += 1
                 await waiting
                 assert not conn.congested()
         assert waits > 0 and peers.counters.throttled == waits  # the reader was slower
-        assert peak <= HIGH_WATER_BYTES + size
+        assert peak <= HIGH_WATER_BYTES + size and peak_unacked <= WINDOW_BYTES + size
         await _until(lambda: len(reader.got) == frames, timeout_s=60)
         assert [e.app_seq for e in reader.got] == list(range(frames))
         assert all(unpack(e.payload) == (e.app_seq, blob) for e in reader.got)
@@ -314,3 +323,98 @@ def test_a_sender_waiting_on_a_peer_that_stopped_reading_goes_on_when_it_is_repl
         assert peers.congested(1) is None and not peers.send(1, *encode([_env(2)], True))
 
     reader.drive(body)
+
+
+@pytest.mark.parametrize("kib", [0, 512], ids=["small", "large"])
+def test_a_dropped_connection_loses_no_frame(tmp_path, kib):
+    """Connections cut again and again (from either side, in the middle of frames of a
+    few bytes or of half a MiB) between two live ranks: every frame arrives once, in
+    order; the sender reconnected and resent, and never hinted that its peer was gone."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        lost = []
+        peers = Peers(secret, "node-a", Counters(), lost.append)
+        peers.wire([None, endpoint])
+        blob = bytes(kib << 10)
+        peers.send(1, *encode([_env(0)], True))
+        sent = 1
+        for cut in range(12):
+            await _until(lambda: peers.counters.reconnects == cut and peers.conns[1].ready,
+                         show=lambda: (cut, peers.counters.as_dict(), listener.counters.as_dict()))
+            for _ in range(20):
+                peers.send(1, *encode([Envelope(APP, 0, 1, "w", 0, sent, pack((sent, blob)),
+                                                seq=sent)], True))
+                sent += 1
+                waiting = peers.congested(1)
+                if waiting is not None:
+                    await waiting
+            await asyncio.sleep(0)  # part of it on the wire
+            if cut % 2:
+                listener.disconnect()  # the receiving side's connection resets
+            else:
+                peers.disconnect()
+        await _until(lambda: len(got) == sent, timeout_s=20, show=peers.counters.as_dict)
+        assert [e.app_seq for e in got] == list(range(sent))
+        assert all(unpack(e.payload) == (e.app_seq, blob) for e in got[1:])
+        c = peers.counters
+        assert c.reconnects == 12 and c.resent > 0 and c.dropped_sends == 0
+        assert lost == []
+        peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+def test_a_partition_holds_senders_within_the_window_and_heals(tmp_path):
+    """While a peer cannot be reached (a partition), its sender keeps sending until a
+    window is unacknowledged, then waits (backpressure, not loss); a failed attempt hints
+    the peer may be gone; once the partition ends everything arrives."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        lost = []
+        peers = Peers(secret, "node-a", Counters(), lost.append)
+        peers.wire([None, endpoint])
+        blob = bytes(64 << 10)
+        peers.send(1, *encode([_env(0)], True))
+        await _until(lambda: len(got) == 1)
+        peers.disconnect([1], seconds=0.5)
+        sent = 1
+        while not peers.conns[1].congested():
+            peers.send(1, *encode([Envelope(APP, 0, 1, "w", 0, sent, pack(blob), seq=sent)], True))
+            sent += 1
+        conn = peers.conns[1]
+        assert WINDOW_BYTES < conn.unacked <= WINDOW_BYTES + (65 << 10)
+        assert len(got) == 1 and not conn.ready
+        await asyncio.wait_for(peers.congested(1), 10)
+        await _until(lambda: len(got) == sent)
+        assert [e.app_seq for e in got] == list(range(sent))
+        assert lost == [1] and peers.counters.reconnects == 1
+        peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+def test_a_reconnecting_stranger_is_dropped_before_its_frames_are_read(tmp_path):
+    """A reconnection proves the secret like a first connection: a peer that claims a
+    live sender's session without the secret is dropped, and the session goes on."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a", Counters())
+        peers.wire([None, endpoint])
+        peers.send(1, *encode([_env(0)], True))
+        await _until(lambda: len(got) == 1)
+        session = peers.conns[1].session
+        r, w = await asyncio.open_unix_connection(endpoint.path)
+        theirs = await r.readexactly(NONCE_BYTES)
+        mine = os.urandom(NONCE_BYTES) + session
+        w.write(mine + RunSecret().mac(b"client", theirs, mine) + _frame([_env(99)]))
+        await _until(lambda: listener.counters.auth_failed == 1)
+        peers.send(1, *encode([_env(1)], True))
+        await _until(lambda: len(got) == 2)
+        assert [e.app_seq for e in got] == [0, 1]
+        w.close()
+        peers.close()
+        listener.close()
+    asyncio.run(body())
