@@ -172,6 +172,12 @@ def run_dirs(root: str) -> list[str]:
         root) else []
 
 
+def new_sockets(root: str, before: list[str]) -> list[str]:
+    """The socket files under a node's temp root in run directories not in ``before``."""
+    return [os.path.join(root, d, f) for d in run_dirs(root) if d not in before
+            for f in os.listdir(os.path.join(root, d))]
+
+
 def listening(path: str) -> bool:
     """Whether a process accepts connections on the Unix socket ``path``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -191,8 +197,7 @@ def socket_check(nodes: NodeCluster, removed: str, before: dict[str, list[str]])
         if node != removed and new:
             left[node[:8]] = new
     gone_root = nodes.tmp.pop(removed)
-    socks = [os.path.join(gone_root, d, f) for d in run_dirs(gone_root)
-             for f in os.listdir(os.path.join(gone_root, d))]
+    socks = new_sockets(gone_root, before.get(removed, []))
     alive = [s for s in socks if listening(s)]
     shutil.rmtree(gone_root, ignore_errors=True)  # a lost machine takes its disk with it
     return {"left_on_survivors": left, "removed_sockets": len(socks),
@@ -224,6 +229,8 @@ async def run_cell(stack: list[str], app: str, nodes: NodeCluster, args, referen
     while await gate.count.remote() < args.ranks:
         await asyncio.sleep(0.05)
     lost = [r for r, home in enumerate(homes) if home == nodes.workers[args.remove].node_id]
+    at_gate = [len(new_sockets(nodes.tmp[w.node_id], before.get(w.node_id, [])))
+               for w in nodes.workers]
     removed = await asyncio.to_thread(nodes.remove, args.remove)
     await gate.release.remote()
     error, result = "", None
@@ -236,7 +243,8 @@ async def run_cell(stack: list[str], app: str, nodes: NodeCluster, args, referen
     nodes.replace(args.remove)
     shutil.rmtree(ckpt, ignore_errors=True)
     out = {"stack": "+".join(stack), "app": app, "lost_ranks": lost, "error": error,
-           "wall_s": wall, "sockets": socket_check(nodes, removed, before)}
+           "wall_s": wall, "sockets": {"at_gate": at_gate,
+                                       **socket_check(nodes, removed, before)}}
     if result is None:
         return {**out, "levels": [], "passed_over": [], "verified": False, "identical": False}
     ok, _, record = mod.summarize(result)
