@@ -2,12 +2,13 @@
 
 On a local multi-node Ray (``ray.cluster_utils.Cluster``: a head, which runs the driver
 and the spares, and ``--workers`` worker nodes running ``--ranks`` ranks in blocks,
-``rank_nodes``), each run removes worker ``--remove`` without grace (``remove_node(...,
+``rank_nodes``), each run removes worker ``--remove`` (or the cell's own workers, see
+``--cells``) without grace (``remove_node(...,
 allow_graceful=False)``: its raylet, object store and every process on it go at once)
 while every rank waits at iteration ``--gate`` of its first loop (a gate actor on the
 head, so the loss hits a known iteration whatever the load; the survivors go on when the
 node is gone). The cells are every stack of ``working_stacks`` (or ``--cells``) x CG
-class S and HPL; a fresh worker takes the removed one's place before the next cell.
+class S and HPL; fresh workers take the removed ones' places before the next cell.
 
 Each stack keeps its state where a lost node does not take it: partner copies on the
 rank half the job further on (standby, every 2 iterations), RS groups across nodes
@@ -148,16 +149,19 @@ class NodeCluster:
         per = -(-ranks // len(self.workers))
         return [self.workers[r // per].node_id for r in range(ranks)]
 
-    def remove(self, index: int) -> str:
-        """Remove worker ``index`` without grace; the removed node's id."""
-        node = self.workers[index]
-        self.cluster.remove_node(node, False)
-        return node.node_id
+    async def remove(self, indices: list[int]) -> list[str]:
+        """Remove the workers ``indices`` without grace, together (as far as threads
+        go); the removed nodes' ids."""
+        gone = [self.workers[i] for i in indices]
+        await asyncio.gather(*(asyncio.to_thread(self.cluster.remove_node, node, False)
+                               for node in gone))
+        return [node.node_id for node in gone]
 
-    def replace(self, index: int) -> None:
-        """Start a fresh worker in the place of worker ``index`` (in the main thread:
-        Ray's node start sets signal handlers)."""
-        self.workers[index] = self.add_worker()
+    def replace(self, indices: list[int]) -> None:
+        """Start fresh workers in the places of the workers ``indices`` (in the main
+        thread: Ray's node start sets signal handlers)."""
+        for i in indices:
+            self.workers[i] = self.add_worker()
         self.cluster.wait_for_nodes()
 
     def shutdown(self) -> None:
@@ -188,29 +192,30 @@ def listening(path: str) -> bool:
     return True
 
 
-def socket_check(nodes: NodeCluster, removed: str, before: dict[str, list[str]]) -> dict:
+def socket_check(nodes: NodeCluster, removed: list[str], before: dict[str, list[str]]) -> dict:
     """After a run: the run directories it left on surviving nodes (none expected), and
-    for the removed node its socket files and those still listening (none expected)."""
+    on the removed nodes the socket files and those still listening (none expected)."""
     left = {}
     for node, tmp in nodes.tmp.items():
         new = sorted(set(run_dirs(tmp)) - set(before.get(node, [])))
-        if node != removed and new:
+        if node not in removed and new:
             left[node[:8]] = new
-    gone_root = nodes.tmp.pop(removed)
-    socks = new_sockets(gone_root, before.get(removed, []))
+    gone = {node: nodes.tmp.pop(node) for node in removed}
+    socks = [s for node, root in gone.items() for s in new_sockets(root, before.get(node, []))]
     alive = [s for s in socks if listening(s)]
-    shutil.rmtree(gone_root, ignore_errors=True)  # a lost machine takes its disk with it
+    for root in gone.values():  # a lost machine takes its disk with it
+        shutil.rmtree(root, ignore_errors=True)
     return {"left_on_survivors": left, "removed_sockets": len(socks),
             "removed_listening": len(alive)}
 
 
-async def run_cell(stack: list[str], app: str, nodes: NodeCluster, args, reference: dict,
-                   head: str) -> dict:
-    """One stack x app with worker ``args.remove`` removed at the gate."""
+async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeCluster, args,
+                   reference: dict, head: str) -> dict:
+    """One stack x app with the workers ``remove`` removed at the gate."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     mod = app_module(app)
-    name = f"gate-{'+'.join(stack)}-{app}"
+    name = f"gate-{'+'.join(stack)}-{app}-{'+'.join(map(str, remove))}"
     cls = type(f"Gated{name.replace('-', '_').replace('+', '_')}",
                (Gated, protocol_stack(mod.RANK_CLASS, stack)),
                {"gate_name": name, "gate_at": args.gate, "__module__": __name__})
@@ -228,10 +233,11 @@ async def run_cell(stack: list[str], app: str, nodes: NodeCluster, args, referen
                           **stack_options(stack, ckpt))
     while await gate.count.remote() < args.ranks:
         await asyncio.sleep(0.05)
-    lost = [r for r, home in enumerate(homes) if home == nodes.workers[args.remove].node_id]
+    doomed = {nodes.workers[i].node_id for i in remove}
+    lost = [r for r, home in enumerate(homes) if home in doomed]
     at_gate = [len(new_sockets(nodes.tmp[w.node_id], before.get(w.node_id, [])))
                for w in nodes.workers]
-    removed = await asyncio.to_thread(nodes.remove, args.remove)
+    removed = await nodes.remove(remove)
     await gate.release.remote()
     error, result = "", None
     try:
@@ -240,25 +246,49 @@ async def run_cell(stack: list[str], app: str, nodes: NodeCluster, args, referen
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     wall = time.perf_counter() - t0
     ray.kill(gate)
-    nodes.replace(args.remove)
+    nodes.replace(remove)
     shutil.rmtree(ckpt, ignore_errors=True)
-    out = {"stack": "+".join(stack), "app": app, "lost_ranks": lost, "error": error,
+    out = {"stack": "+".join(stack), "app": app, "removed_workers": remove,
+           "lost_ranks": lost, "error": error,
            "wall_s": wall, "sockets": {"at_gate": at_gate,
                                        **socket_check(nodes, removed, before)}}
     if result is None:
         return {**out, "levels": [], "passed_over": [], "verified": False, "identical": False}
     ok, _, record = mod.summarize(result)
     close, identical = same_answer(record, reference[app])
+    levels = [e.detail["level"] for e in result.events_of("recovery_level")]
+    if len(stack) == 1 and result.metrics["recoveries"]:
+        levels = stack  # one protocol: its own recovery is the only level (no Escalation)
     return {**out, "verified": bool(ok and close), "identical": bool(identical),
-            "levels": [e.detail["level"] for e in result.events_of("recovery_level")],
+            "levels": levels,
             "passed_over": [[e.detail["level"], e.detail["reason"]]
                             for e in result.events_of("level_exhausted")],
             "part_sources": sorted({str(s) for e in result.events_of("part_sources")
                                     for s in e.detail["sources"].values()}),
-            "failed": sorted({r for e in result.events_of("recovery_level")
-                              for r in e.detail["failed"]}),
+            # ranks declared failed (a group or cluster restarted whole declares the
+            # first; the others' deaths are moot) and ranks given a new process
+            "detected": sorted({e.rank for e in result.events_of("failure_detected")}),
+            "replaced": sorted({e.rank for kind in ("replaced", "respawned")
+                                for e in result.events_of(kind)}),
             "recoveries": result.metrics["recoveries"],
-            "direct": result.metrics.get("direct")}
+            "direct": result.metrics.get("direct"), **rs_and_standby(result)}
+
+
+def rs_and_standby(result) -> dict:
+    """What RSBackup and StandbyReplacement did: RS groups and sectors over the nodes
+    (``placement``), parity rounds, the ranks decoded and from which blocks, where each
+    RS recovery read its blocks, partner copies made and the NR-MPI states passed."""
+    placement = result.events_of("rs_placement")
+    return {
+        "placement": placement[0].detail if placement else None,
+        "parity_blocks": len(result.events_of("rs_parity")),
+        "decoded": sorted(r for e in result.events_of("rs_decoded") for r in e.detail["ranks"]),
+        "decode_blocks": {str(e.detail["group"]): e.detail["blocks"]
+                          for e in result.events_of("rs_decoded")},
+        "rs_sources": [e.detail["source"] for e in result.events_of("rs_recovery")],
+        "partner_copies": sum(e.detail["partner"] is not None
+                              for e in result.events_of("backup")),
+        "nr_states": sorted({e.detail["state"] for e in result.events_of("nr_state")})}
 
 
 def level_text(cell: dict) -> str:
@@ -275,22 +305,27 @@ def socket_text(cell: dict) -> str:
         f" {s['removed_listening']} removed still listening" if s["removed_listening"] else "")
 
 
-def parse_cells(text: str | None) -> list[tuple[list[str], str]]:
-    """``--cells``: ``STACK:APP,...`` (``rs+standby:cg``); None: every working stack x
-    every app.
+def parse_cells(text: str | None, remove: int) -> list[tuple[list[str], str, list[int]]]:
+    """``--cells``: ``STACK:APP[:W+W...],...`` (``rs+standby:cg``, ``rs:hpl:0+2``: the
+    workers removed, default ``remove``); None: every working stack x every app.
 
     Raises:
-        ValueError: an unknown app or a cell not of the form STACK:APP.
+        ValueError: an unknown app or a cell not of the form STACK:APP[:W+W...].
     """
     from ftactors.protocols import PROTOCOLS
     if text is None:
-        return [(stack, app) for stack in working_stacks(PROTOCOLS) for app in APPS]
+        return [(stack, app, [remove]) for stack in working_stacks(PROTOCOLS) for app in APPS]
     cells = []
     for item in (c.strip() for c in text.split(",") if c.strip()):
-        stack, sep, app = item.rpartition(":")
-        if not sep or app not in APPS:
-            raise ValueError(f"--cells: {item!r} is not STACK:APP with APP in {sorted(APPS)}")
-        cells.append((stack.split("+"), app))
+        stack, app, *workers = item.split(":")
+        try:
+            gone = [int(w) for w in workers[0].split("+")] if workers else [remove]
+        except ValueError:
+            gone = []
+        if app not in APPS or len(workers) > 1 or not gone:
+            raise ValueError(f"--cells: {item!r} is not STACK:APP[:W+W...] with APP in "
+                             f"{sorted(APPS)}")
+        cells.append((stack.split("+"), app, gone))
     return cells
 
 
@@ -311,15 +346,16 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     try:
-        cells = parse_cells(args.cells)
-        for stack, _ in cells:
+        cells = parse_cells(args.cells, args.remove)
+        for stack, _, _ in cells:
             protocol_stack(app_module("cg").RANK_CLASS, stack)
     except ValueError as exc:
         return usage_error("nodes", str(exc))
-    if (args.workers < 2 or not 0 <= args.remove < args.workers or args.ranks < args.workers
-            or args.ranks % args.workers or args.gate < 1):
-        return usage_error("nodes", "needs --workers >= 2, 0 <= --remove < --workers, "
-                           "--ranks a multiple of --workers, --gate >= 1")
+    if (args.workers < 2 or args.ranks < args.workers or args.ranks % args.workers
+            or args.gate < 1 or any(not 0 <= w < args.workers or len(set(gone)) < len(gone)
+                                    for _, _, gone in cells for w in gone)):
+        return usage_error("nodes", "needs --workers >= 2, workers removed in 0..--workers-1 "
+                           "(each once per cell), --ranks a multiple of --workers, --gate >= 1")
     machine = machine_info()
     out = asyncio.run(_bench(args, cells))
     rows = [["stack", "app", "lost ranks", "level that recovered", "parts from",
@@ -345,7 +381,7 @@ async def _bench(args, cells) -> dict:
     import ray
     t_all = time.perf_counter()
     reference = {}
-    for app in sorted({app for _, app in cells}):
+    for app in sorted({app for _, app, _ in cells}):
         mod = app_module(app)
         result = await ft.run_async(mod.RANK_CLASS, args.ranks, transport="local",
                                     kwargs=APPS[app])
@@ -356,11 +392,11 @@ async def _bench(args, cells) -> dict:
         t0 = time.perf_counter()
         nodes.connect()
         out = {"cluster_start_s": time.perf_counter() - t0, "cells": [],
-               "ranks": args.ranks, "workers": args.workers, "remove": args.remove,
+               "ranks": args.ranks, "workers": args.workers,
                "gate": args.gate}
         head = ray.get_runtime_context().get_node_id()
-        for stack, app in cells:
-            cell = await run_cell(stack, app, nodes, args, reference, head)
+        for stack, app, remove in cells:
+            cell = await run_cell(stack, app, remove, nodes, args, reference, head)
             out["cells"].append(cell)
             print(f"  {cell['stack']} x {app}: {level_text(cell)}, verified {cell['verified']}"
                   f", identical {cell['identical']}, sockets {socket_text(cell)}, "
