@@ -60,6 +60,7 @@ def test_the_node_is_survived_by_the_expected_level_with_the_failure_free_answer
     assert cell["levels"] == [level] and cell["passed_over"] == []
     if stack.endswith(("groups", "hc3i")):  # the parts came from that level, not Ray's store
         assert cell["part_sources"] == [level]
+        assert {cell["rank_sources"][str(r)] for r in LOST[workers]} == {level}
     # the ranks on different nodes talked over TCP, unharmed by the loss
     direct = cell["direct"]
     assert direct["tcp_connections"] > 0 and direct["auth_failed"] == direct["bad_frame"] == 0

@@ -265,6 +265,9 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
                             for e in result.events_of("level_exhausted")],
             "part_sources": sorted({str(s) for e in result.events_of("part_sources")
                                     for s in e.detail["sources"].values()}),
+            # per restored rank, where its part came from (the last round's)
+            "rank_sources": {str(r): str(src) for e in result.events_of("part_sources")
+                             for r, src in e.detail["sources"].items()},
             # ranks declared failed (a group or cluster restarted whole declares the
             # first; the others' deaths are moot) and ranks given a new process
             "detected": sorted({e.rank for e in result.events_of("failure_detected")}),
@@ -295,6 +298,18 @@ def level_text(cell: dict) -> str:
     """The levels passed over, then the one that recovered (``standby>rs``)."""
     passed = [p[0] for p in cell.get("passed_over", [])]
     return ">".join(dict.fromkeys([*passed, *cell["levels"]])) or "-"
+
+
+def lost_sources(cell: dict) -> str:
+    """Where the lost ranks' parts came from, and the others' restored with them, where
+    the consistency protocol hands its parts to the levels (``-`` elsewhere)."""
+    by_rank = cell.get("rank_sources") or {}
+    if not by_rank:
+        return "-"
+    lost = {str(r) for r in cell["lost_ranks"]}
+    mine = sorted({by_rank[r] for r in lost if r in by_rank})
+    others = sorted({s for r, s in by_rank.items() if r not in lost})
+    return ",".join(mine) + (f" (others: {','.join(others)})" if others else "")
 
 
 def socket_text(cell: dict) -> str:
@@ -358,11 +373,11 @@ def main(args) -> int:
                            "(each once per cell), --ranks a multiple of --workers, --gate >= 1")
     machine = machine_info()
     out = asyncio.run(_bench(args, cells))
-    rows = [["stack", "app", "lost ranks", "level that recovered", "parts from",
+    rows = [["stack", "app", "lost ranks", "level that recovered", "lost ranks' parts from",
              "verified", "bit-identical", "sockets", "wall s"]]
     for c in out["cells"]:
         rows.append([c["stack"], c["app"], ",".join(map(str, c["lost_ranks"])), level_text(c),
-                     ",".join(c.get("part_sources", [])) or "-", str(c["verified"]),
+                     lost_sources(c), str(c["verified"]),
                      str(c["identical"]), socket_text(c), f"{c['wall_s']:.1f}"])
     print(table(rows, left=8))
     for c in out["cells"]:
