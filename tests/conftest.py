@@ -27,7 +27,7 @@ def transport(request):
 SECONDS = {
     "tests/transports/test_deaths_ray.py": 90, "tests/protocols/test_ready_flush_ray.py": 130,
     "tests/protocols/test_standby_ray.py": 125, "tests/facade/test_conformance.py": 80,
-    "tests/protocols/test_stacks_ray.py": 90, "tests/protocols/test_rs_backup_cluster.py": 90,
+    "tests/protocols/test_stacks_ray.py": 90, "tests/protocols/test_stacks_nodes.py": 140,
     "tests/tools/test_job_submit.py": 75, "tests/protocols/test_ready_flush_cluster.py": 73,
     "tests/tools/test_chaos_nodes.py": 64, "tests/protocols/test_ddv_piggyback_ray.py": 49,
     "tests/tools/test_cli.py": 48, "tests/transports/test_direct_ray.py": 40,

@@ -218,8 +218,9 @@ class RankActor:
         """Become the rank of ``spec_blob`` (its ``RankSpec`` and the source lines of the
         user code shipped by value, ``_sources``) in a run that started at
         ``clock_zero``; returns this process's id, its Ray node and, with ``plane``
-        (``{"secret", "run_dir"}``), where it listens for direct channels (a
-        ``DirectEndpoint``; else None)."""
+        (``{"secret", "run_name"}``), where it listens for direct channels (a
+        ``DirectEndpoint``, its socket in ``run_dir(run_name)`` on this node; else
+        None)."""
         spec, sources = cloudpickle.loads(spec_blob)
         _sources.install(sources)
         self.link = RayLink(spec.rank, inbox, clock_zero)
@@ -229,7 +230,7 @@ class RankActor:
             return os.getpid(), node, None
         self.listener = Listener(plane["secret"], self._take)
         endpoint = await self.listener.start(
-            node, ray.util.get_node_ip_address(), plane["run_dir"],
+            node, ray.util.get_node_ip_address(), run_dir(plane["run_name"]),
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
         self.link.direct = Peers(plane["secret"], node, self.listener.counters,
                                  self._peer_lost)
@@ -257,7 +258,7 @@ class RankActor:
     async def run(self, args: tuple, kwargs: dict, restore=None) -> dict:
         return await self.host.run(args, kwargs, restore)
 
-    async def close(self, run_dir: str) -> str:
+    async def close(self, run_name: str) -> str:
         """The run is over: close this actor's direct channels and remove the run's
         socket directory on its node (its own socket and those of ranks that died
         here); returns the node's id."""
@@ -265,7 +266,7 @@ class RankActor:
             self.link.direct.close()
         if self.listener is not None:
             self.listener.close()
-        _remove_dir(run_dir)
+        _remove_run_dir(run_name)
         return ray.get_runtime_context().get_node_id()
 
     async def call(self, name: str, args: tuple):
@@ -377,9 +378,7 @@ class RayFabric:
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
         self._plane: dict | None = None
         if options.get("data_plane", "direct") == "direct":
-            self._plane = {"secret": RunSecret(),
-                           "run_dir": os.path.join(tempfile.gettempdir(),
-                                                   f"ftactors-{secrets.token_hex(8)}")}
+            self._plane = {"secret": RunSecret(), "run_name": f"ftactors-{secrets.token_hex(8)}"}
 
     def clock(self) -> float:
         """Seconds since the run started, as on every transport (``RunResult``)."""
@@ -579,33 +578,34 @@ class RayFabric:
         if getattr(self, "_drain", None) is not None:
             self._drain.cancel()
         if self._plane is not None:
-            await self._remove_sockets(self._plane["run_dir"])
+            await self._remove_sockets(self._plane["run_name"])
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors.clear()
 
-    async def _remove_sockets(self, run_dir: str) -> None:
+    async def _remove_sockets(self, run_name: str) -> None:
         """Leave no socket file of the run on any node: every live actor (rank or spare)
         removes the run's socket directory on its node, and on a live node where a rank
         listened but no actor of the run is left, a task does."""
         async def close(actor):
-            return await asyncio.wait_for(actor.close.remote(run_dir), CLOSE_TIMEOUT_S)
+            return await asyncio.wait_for(actor.close.remote(run_name), CLOSE_TIMEOUT_S)
         answers = await asyncio.gather(*(close(a) for a in self.actors if a is not self.inbox),
                                        return_exceptions=True)
         done = {node for node in answers if isinstance(node, str)}
         used = {ep.node for ep in self.endpoints.values() if ep is not None}
-        await self._remove_dir_on(sorted((used - done) & set(self.nodes())), run_dir)
+        await self._remove_dir_on(sorted((used - done) & set(self.nodes())), run_name)
 
-    async def _remove_dir_on(self, nodes: list[str], path: str) -> None:
-        """Remove directory ``path`` on each of the Ray nodes ``nodes``: here for the
-        driver's own node, by a task on the others (a task needs a worker process, whose
+    async def _remove_dir_on(self, nodes: list[str], run_name: str) -> None:
+        """Remove the run's socket directory (``run_dir(run_name)``, each node's own) on
+        each of the Ray nodes ``nodes``: here for the driver's own node (whose temp root
+        the driver shares), by a task on the others (a task needs a worker process, whose
         start took more than ``CLOSE_TIMEOUT_S`` on a loaded machine)."""
         here = ray.get_runtime_context().get_node_id()
         if here in nodes:
-            _remove_dir(path)
-        remove = ray.remote(num_cpus=0, max_retries=0)(_remove_dir)
+            _remove_run_dir(run_name)
+        remove = ray.remote(num_cpus=0, max_retries=0)(_remove_run_dir)
         tasks = [remove.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node, soft=False)).remote(path) for node in nodes if node != here]
+            node, soft=False)).remote(run_name) for node in nodes if node != here]
         await asyncio.gather(*(asyncio.wait_for(t, CLOSE_TIMEOUT_S) for t in tasks),
                              return_exceptions=True)
 
@@ -614,8 +614,15 @@ CLOSE_TIMEOUT_S = 5.0
 """How long the end of a run waits for an actor or task to remove socket files."""
 
 
-def _remove_dir(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def run_dir(run_name: str) -> str:
+    """The run's socket directory on this node: ``run_name`` under the node's own temp
+    root (``tempfile.gettempdir()``: ``TMPDIR`` of the node's Ray processes), since nodes
+    need not share ``/tmp``, nor the driver's ``TMPDIR``."""
+    return os.path.join(tempfile.gettempdir(), run_name)
+
+
+def _remove_run_dir(run_name: str) -> None:
+    shutil.rmtree(run_dir(run_name), ignore_errors=True)
 
 
 def _death_reason(exc: Exception) -> str:
