@@ -14,19 +14,12 @@ file knows nothing about any app in particular:
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from ..protocols._level_plan import parse_level_seconds
 from ..runtime._protocol import stack_refusal
 from ._common import progress_printer, write_json
-
-APPS = ("cg", "hpl", "stencil", "coupled")
-
-
-def app_module(name: str):
-    """The module of app ``name`` (one of APPS): its rank class, parser and checks."""
-    return importlib.import_module(f"ftactors.apps.{name}")
+from .programs import APPS, app_module
 
 
 def stack_names(protocol) -> list[str]:
