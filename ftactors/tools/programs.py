@@ -7,7 +7,8 @@ An app is one of the shipped apps (``cg``, ``hpl``, ``stencil``, ``coupled``: th
 modules follow the contract of ``apps_cli``), or a program of the user's:
 ``package.module:Class`` (imported as Python would from the current directory) or
 ``path/to/file.py:Class`` (loaded from that file, registered in ``sys.modules`` under
-its stem so the Ray transport can ship it by value). The class must be an ``ft.Rank``
+its stem so the Ray transport can ship it by value; its folder goes on ``sys.path``, as
+for a script, so it may import its neighbours). The class must be an ``ft.Rank``
 subclass with ``async def main``; ``args`` and ``kwargs`` go to every rank's ``main()``.
 
 How a program's answer is judged (``Program.judge``), the same in every tool:
@@ -198,6 +199,8 @@ def _load_file(path: str, ref: str, what: str) -> ModuleType:
     for mod in list(sys.modules.values()):
         if getattr(mod, "__file__", None) == full:
             return mod
+    if os.path.dirname(full) not in sys.path:
+        sys.path.append(os.path.dirname(full))
     stem = os.path.splitext(os.path.basename(full))[0]
     name = stem if stem.isidentifier() and stem not in sys.modules else (
         f"ftactors_program_{abs(hash(full)):x}")
