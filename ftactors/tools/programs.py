@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import os
 import shlex
 import struct
@@ -139,8 +140,8 @@ def resolve(name: str, args=(), kwargs: dict | None = None, check: str | None = 
 
     Raises:
         ValueError: an unknown app, a missing file or module, no such class, a class that
-            is not an ``ft.Rank`` with ``async def main``, a check that cannot be found
-            or a check given for a shipped app.
+            is not an ``ft.Rank`` with ``async def main``, arguments its ``main()`` does
+            not take, a check that cannot be found or a check given for a shipped app.
     """
     kwargs = dict(kwargs or {})
     if not is_reference(name):
@@ -159,6 +160,10 @@ def resolve(name: str, args=(), kwargs: dict | None = None, check: str | None = 
     except TypeError:
         raise ValueError(f"{name}: {getattr(cls, '__qualname__', cls)!r} is not an ft.Rank "
                          f"subclass with 'async def main(self, ...)'") from None
+    try:
+        inspect.signature(cls.main).bind(None, *args, **kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{name}: main() does not take these arguments ({exc})") from None
     if check is not None:
         fn, check_name = _load(check, "check"), f"--check {check}"
         if not callable(fn):

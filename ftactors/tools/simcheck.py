@@ -506,7 +506,8 @@ def _cmd_sim_check(args) -> int:
         print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}\n  replay: ftactors "
               f"sim-check{what} --protocol {args.protocol} --runs 1 --seed {o.seed}"
               + "".join(f"\n  likely cause: {c}" for c in o.causes))
-    print(f"sim-check {args.app or 'Flood'} x {args.protocol}: {len(outcomes) - len(failed)} "
+    print(f"sim-check {f'{args.app} x ' if args.app else ''}{args.protocol}: "
+          f"{len(outcomes) - len(failed)} "
           f"of {len(outcomes)} runs passed ({gave_up} gave up correctly: data lost beyond "
           f"repair, or no spare left) in {time.perf_counter() - t0:.1f} s"
           + (f"; {stormed} stormed (forced CLCs: the program crosses clusters at every step)"
