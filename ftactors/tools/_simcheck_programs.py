@@ -8,15 +8,18 @@ transport): the iteration, whether this is the first safe point since ``main()``
 
 * the rank's attributes that the program's own code names (``self.x``) and that are not
   registered (``attrs``);
-* at the first safe point after entering ``main()``, the locals of the program's frame
-  (``locals``): what the code before the loop computed. Locals bound to a registered
-  object are left out (``register`` returns the objects the loop works on).
+* the locals of the program's frame that holds the loop (``locals``: name -> [object
+  id, digest]); at the first safe point after entering ``main()``, what the code before
+  the loop computed. Locals bound to a registered object are left out (``register``
+  returns the objects the loop works on).
 
 The diagnoses, each made only from facts of the runs:
 
 * ``unregistered_changes``: an attribute outside ``register`` whose digest changes between
-  two safe points of a failure-free run: after a restore it holds what the code before
-  the loop set, not the value at the checkpoint;
+  two safe points of a failure-free run, or a local that keeps its object but whose
+  contents change (an array or list updated in place): after a restore it holds what
+  the code before the loop set, not the value at the checkpoint. (A local rebound to a
+  new value every iteration is not reported: most are recomputed, not carried.);
 * ``preloop_differences``: a local of the code before the loop whose digest after a
   restore differs from the failure-free run's at that loop's first safe point, and does
   not differ between two failure-free runs of different seeds (a timer, say);
@@ -92,15 +95,14 @@ class Watch:
                  if n in self._watch_names and n not in registered}
         detail = {"iteration": iteration, "loop": self.ft.position[0] if self.ft.position
                   else 0, "restored": bool(self.restored), "entered": self._watch_entered,
-                  "attrs": {n: d for n, d in attrs.items() if d is not None}}
-        if self._watch_entered:
-            self._watch_entered = False
-            detail["locals"] = self._watch_locals(registered)
+                  "attrs": {n: d for n, d in attrs.items() if d is not None},
+                  "locals": self._watch_locals(registered)}
+        self._watch_entered = False
         self.event("watch", **detail)
         await super().on_safe_point(iteration)
 
     def _watch_locals(self, registered: set) -> dict:
-        """Digests of the locals of the program's frame that holds this safe point."""
+        """[object id, digest] of the locals of the program's frame at this safe point."""
         frame = sys._getframe(1)
         while frame is not None and frame.f_code not in self._watch_codes:
             frame = frame.f_back
@@ -113,7 +115,7 @@ class Watch:
                 continue
             d = digest(value)
             if d is not None:
-                out[name] = d
+                out[name] = [id(value), d]
         return out
 
 
@@ -122,19 +124,25 @@ def _watch_events(events) -> list:
 
 
 def unregistered_changes(events) -> dict[str, list[int]]:
-    """Attributes outside ``register`` that change between two safe points of one loop
-    of one rank's life (a failure-free run's events): name -> the iterations where."""
+    """State outside ``register`` that changes between two safe points of one loop of
+    one rank's life (a failure-free run's events): ``self.<name>`` for an attribute,
+    ``<name>`` for a local changed in place; -> the iterations where."""
     found: dict[str, list[int]] = {}
     last: dict = {}
     for e in _watch_events(events):
         d = e.detail
         key = (e.rank, d["loop"])
+        now = {**{f"self.{n}": v for n, v in d["attrs"].items()},
+               **{n: tuple(v) for n, v in d["locals"].items()}}
         before = last.get(key)
         if before is not None and not d["entered"]:
-            for name, value in d["attrs"].items():
-                if name in before and before[name] != value:
+            for name, value in now.items():
+                was = before.get(name)
+                if was is None or was == value:
+                    continue
+                if name.startswith("self.") or was[0] == value[0]:  # a local: same object
                     found.setdefault(name, []).append(d["iteration"])
-        last[key] = d["attrs"]
+        last[key] = now
     return found
 
 
@@ -143,7 +151,8 @@ def _first_locals(events) -> dict:
     out = {}
     for e in _watch_events(events):
         if e.detail["entered"]:
-            out.setdefault((e.rank, e.detail["loop"]), e.detail.get("locals", {}))
+            out.setdefault((e.rank, e.detail["loop"]),
+                           {n: v[1] for n, v in e.detail["locals"].items()})
     return out
 
 
@@ -158,7 +167,7 @@ def preloop_differences(events, reference, other) -> list[tuple[int, int, list[s
         if not (d["entered"] and d["restored"]):
             continue
         want, noise = ref.get((e.rank, d["loop"]), {}), alt.get((e.rank, d["loop"]), {})
-        names = sorted(n for n, v in d.get("locals", {}).items()
+        names = sorted(n for n, (_, v) in d["locals"].items()
                        if n in want and want[n] != v and noise.get(n) == want[n])
         if names:
             found.append((e.rank, d["iteration"], names))
@@ -176,10 +185,12 @@ def program_causes(cls: type, reference) -> list[str]:
     show, one line each."""
     lines = []
     for name, at in sorted(unregistered_changes(reference).items()):
-        lines.append(f"self.{name} changes between iterations (first at iteration {at[0]}) "
+        attr = name.removeprefix("self.")
+        lines.append(f"{name} changes between iterations (first at iteration {at[0]}) "
                      f"but is not registered: after a restore it holds what the code "
                      f"before the loop set, not its value at the checkpoint (register it: "
-                     f"self.register({name!r}, ...))")
+                     + (f"self.register({attr!r}, ...))" if attr != name else
+                        f"{name} = self.register({name!r}, ...), then use self.{name})"))
     wild = wildcard_receives(cls)
     if wild:
         lines.append(f"the program receives with {' and '.join(wild)}: which message "

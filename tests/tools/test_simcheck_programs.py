@@ -22,7 +22,8 @@ def _failed(outcomes):
 def test_an_attribute_outside_register_is_named_and_the_fix_is_not_blamed():
     buggy = resolve(os.path.join(EXAMPLES, "poisson_buggy.py:Poisson"), kwargs={"n": 10})
     fixed = resolve(os.path.join(EXAMPLES, "poisson.py:Poisson"), kwargs={"n": 10})
-    assert list(unregistered_changes(program_target(buggy, 4).reference[0])) == ["history"]
+    assert list(unregistered_changes(program_target(buggy, 4).reference[0])) == [
+        "self.history"]
     assert unregistered_changes(program_target(fixed, 4).reference[0]) == {}
     failed = _failed(sim_check("ready-flush", 4, 0, program=buggy, ranks=4))
     assert all(any("self.history changes between iterations" in c for c in o.causes)
@@ -47,9 +48,18 @@ def test_wildcard_receives_are_named_when_the_failure_free_answer_is_not_reprodu
     assert "likely cause: the program receives with ANY_SOURCE" in message
 
 
-def test_a_bug_without_a_diagnosis_still_fails_and_blames_nothing():
-    """A local carried across iterations is not watched (only attributes are)."""
+def test_a_local_changed_in_place_is_named_and_a_recomputed_one_is_not():
     failed = _failed(sim_check("ready-flush", 4, 0, program=resolve(f"{HERE}:Cached"),
+                               ranks=3))
+    for o in failed:
+        assert [c.split(" (first")[0] for c in o.causes] == ["acc changes between iterations"]
+        assert "acc = self.register('acc', ...), then use self.acc" in o.causes[0]
+
+
+def test_a_bug_without_a_diagnosis_still_fails_and_blames_nothing():
+    """A local rebound to a new value in each iteration is not reported (most are
+    recomputed, like a residual): carrying one across iterations fails unexplained."""
+    failed = _failed(sim_check("ready-flush", 4, 0, program=resolve(f"{HERE}:Rebound"),
                                ranks=3))
     assert all(o.causes == [] and "differ from the failure-free" in o.problem for o in failed)
 

@@ -68,14 +68,25 @@ class Arrival(ft.Rank):
 
 
 class Cached(ft.Rank):
-    """Bug: a local array, changed in every iteration, is neither an attribute nor
-    registered (the diagnosis it is not caught by: locals are not watched)."""
+    """Bug: a local array, changed in place in every iteration, is not registered."""
 
     async def main(self, iterations=8):
         acc = np.zeros(3)
         async for i in self.iterations(iterations):
             acc += await self.comm.allreduce(float(i))
         return acc.tolist()
+
+
+class Rebound(ft.Rank):
+    """Bug: a local number carried across iterations (rebound each time), not registered,
+    next to a recomputed one (``step``) that is fine."""
+
+    async def main(self, iterations=8):
+        count, step = 0.0, 0.0
+        async for i in self.iterations(iterations):
+            step = await self.comm.allreduce(float(i))
+            count = count + step
+        return count
 
 
 def not_a_rank():
