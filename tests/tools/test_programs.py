@@ -2,6 +2,7 @@
 run``, chaos experiments and sim-check, judged by its check or bit for bit against its
 failure-free run; and the README's example (``examples/``) run by all three."""
 import argparse
+import json
 import os
 import shlex
 
@@ -191,3 +192,20 @@ def test_run_a_program_file_on_ray(capsys, in_root, ray_session):
     assert cli.main(argv) == 0
     assert "VERIFICATION SUCCESSFUL (bit-identical)" in capsys.readouterr().out
 
+
+
+# footprint's standby runs keep no spares: nothing is killed (its docstring)
+@pytest.mark.filterwarnings("ignore::ftactors.NoSparesWarning")
+def test_bench_footprint_takes_a_program(capsys, in_root, tmp_path):
+    out = tmp_path / "footprint.json"
+    argv = ["bench", "footprint", "--transport", "sim", "--repetitions", "1", "--protocols",
+            "standby", "--apps", "examples/poisson.py:Poisson", "--kwarg", "n=10",
+            "--json", str(out)]
+    assert cli.main(argv) == 0
+    rows = {r["protocol"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["standby"]["app"] == "examples/poisson.py:Poisson"
+    assert rows["standby"]["verified"] and rows["standby"]["checkpoints"] > 0
+    argv[argv.index("examples/poisson.py:Poisson")] = "examples/poisson_buggy.py:Poisson"
+    assert cli.main(argv) == 0  # nothing is killed: the bug does not show
+    assert cli.main([*argv[:-2], "--kwarg", "m=1"]) == 2
+    assert "main() does not take these arguments" in capsys.readouterr().err
