@@ -339,8 +339,9 @@ def _cmd_run(args) -> int:
     except ValueError as exc:
         print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.app}: {args.ranks} ranks on {args.transport}, protocol {args.protocol}, "
-          + ", ".join([*map(repr, program.args), *(f'{k}={v}' for k, v in kwargs.items())])
+    settings = [*map(repr, program.args), *(f"{k}={v}" for k, v in kwargs.items())]
+    print(f"{args.app}: {args.ranks} ranks on {args.transport}, protocol {args.protocol}"
+          + "".join(f", {s}" for s in settings)
           + (f", spares={args.spares}, kills={kills}" if kills or args.spares else ""), flush=True)
     kw = dict(ranks=args.ranks, args=program.args, kwargs=kwargs, transport=args.transport,
               address=args.address, seed=args.seed, timeout_s=args.timeout, trace=args.trace,

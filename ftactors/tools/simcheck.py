@@ -59,6 +59,7 @@ from ..protocols import ForcedCheckpointStorm
 from .apps_cli import protocol_arg
 from .programs import add_program_arguments, program_from_args
 from ..runtime._chaos import RANK_MOMENTS, SPARE_MOMENTS
+from ..runtime._notices import describe, kill_text
 
 ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
 JITTER_S = 2e-5
@@ -503,7 +504,8 @@ def _cmd_sim_check(args) -> int:
     what = "" if program is None else f" --app {shlex.quote(args.app)}" + "".join(
         f" {a}" for a in program.argv()) + (f" --ranks {args.ranks}" if args.ranks else "")
     for o in failed:
-        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}\n  replay: ftactors "
+        kills = ", ".join(kill_text(describe(k)) for k in o.kills)
+        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {kills}\n  replay: ftactors "
               f"sim-check{what} --protocol {args.protocol} --runs 1 --seed {o.seed}"
               + "".join(f"\n  likely cause: {c}" for c in o.causes))
     print(f"sim-check {f'{args.app} x ' if args.app else ''}{args.protocol}: "
