@@ -141,18 +141,20 @@ def resolve(name: str, args=(), kwargs: dict | None = None, check: str | None = 
     Raises:
         ValueError: an unknown app, a missing file or module, no such class, a class that
             is not an ``ft.Rank`` with ``async def main``, arguments its ``main()`` does
-            not take, a check that cannot be found or a check given for a shipped app.
+            not take, a check that cannot be found or a check given for a shipped app
+            (which verifies itself; its ``args``/``kwargs`` are its ``main()``'s).
     """
     kwargs = dict(kwargs or {})
     if not is_reference(name):
         if name not in APPS:
             raise ValueError(f"unknown app {name!r}: one of {', '.join(APPS)}, or a program "
                              f"as {FORMS}")
-        if args or kwargs or check:
-            raise ValueError(f"{name} is a shipped app: its settings are its own options "
-                             f"(args, kwargs and check are for programs)")
+        if check:
+            raise ValueError(f"{name} is a shipped app: it verifies itself (--check is for "
+                             f"programs)")
         mod = app_module(name)
-        return Program(name, mod.RANK_CLASS, module=mod)
+        _check_arguments(name, mod.RANK_CLASS, args, kwargs)
+        return Program(name, mod.RANK_CLASS, tuple(args), kwargs, module=mod)
     cls = _load(name, "program")
     from ..runtime._rank import check_rank_class
     try:
@@ -160,10 +162,7 @@ def resolve(name: str, args=(), kwargs: dict | None = None, check: str | None = 
     except TypeError:
         raise ValueError(f"{name}: {getattr(cls, '__qualname__', cls)!r} is not an ft.Rank "
                          f"subclass with 'async def main(self, ...)'") from None
-    try:
-        inspect.signature(cls.main).bind(None, *args, **kwargs)
-    except TypeError as exc:
-        raise ValueError(f"{name}: main() does not take these arguments ({exc})") from None
+    _check_arguments(name, cls, args, kwargs)
     if check is not None:
         fn, check_name = _load(check, "check"), f"--check {check}"
         if not callable(fn):
@@ -175,6 +174,14 @@ def resolve(name: str, args=(), kwargs: dict | None = None, check: str | None = 
             raise ValueError(f"{name}: verify must be a staticmethod or classmethod "
                              f"verify(results, reference)")
     return Program(name, cls, tuple(args), kwargs, fn, check_name if fn else "")
+
+
+def _check_arguments(name: str, cls: type, args, kwargs: dict) -> None:
+    """Raise ValueError unless ``cls.main`` takes ``args`` and ``kwargs``."""
+    try:
+        inspect.signature(cls.main).bind(None, *args, **kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{name}: main() does not take these arguments ({exc})") from None
 
 
 def _load(ref: str, what: str):

@@ -44,7 +44,8 @@ def test_a_file_and_a_module_reference_resolve_to_the_class():
     (f"{HERE}:not_a_rank", {}, "'not_a_rank' is not an ft.Rank subclass"),
     ("no_such_package.mod:X", {}, "no module 'no_such_package.mod'"),
     ("cgx", {}, "unknown app 'cgx': one of cg, hpl, stencil, coupled, or a program as"),
-    ("cg", {"args": [1]}, "cg is a shipped app"),
+    ("cg", {"check": f"{HERE}:close"}, "cg is a shipped app: it verifies itself"),
+    ("stencil", {"kwargs": {"colour": 1}}, "stencil: main() does not take these arguments"),
     (f"{HERE}:Counter", {}, "main() does not take these arguments (missing a required"),
     (f"{HERE}:Noisy", {"check": f"{HERE}:missing"}, f"check '{HERE}:missing'"),
 ])

@@ -32,10 +32,9 @@ from __future__ import annotations
 import threading
 
 import ftactors as ft
-import dataclasses
-
 from ftactors.tools.apps_cli import protocol_stack, stack_names
-from ftactors.tools.programs import add_program_arguments, is_reference, program_from_args, resolve
+from ftactors.tools.programs import (add_program_arguments, is_reference, literal, parse_kwargs,
+                                     program_from_args, resolve)
 from ftactors.tools.run_metrics import failure_metrics
 
 from ._harness import add_repetitions, usage_error, write_results
@@ -146,15 +145,16 @@ def measure(program, protocol: str | None, args, reference=None) -> dict:
 
 
 def _program(app: str, args):
-    """The program ``--apps`` names: a shipped app with its problem, or a reference with
-    ``--arg``/``--kwarg``/``--check``."""
+    """The program ``--apps`` names with ``--arg``/``--kwarg``/``--check``: a reference,
+    or a shipped app on its problem (``--kwarg`` changes it)."""
     if is_reference(app):
         return program_from_args(app, args)
     problems = QUICK if args.quick else APPS
     if app not in problems:
         raise ValueError(f"no footprint problem for app {app!r}: {', '.join(problems)}, or "
                          f"a program (path/to/file.py:Class, package.module:Class)")
-    return dataclasses.replace(resolve(app), kwargs=problems[app])
+    return resolve(app, [literal(a) for a in args.arg],
+                   {**problems[app], **parse_kwargs(args.kwarg)}, args.check)
 
 
 def combine(runs: list[dict]) -> dict:
