@@ -170,9 +170,11 @@ def resolve(name: str, args=(), kwargs: dict | None = None, check: str | None = 
     else:
         fn = getattr(cls, "verify", None)
         check_name = f"{cls.__qualname__}.verify"
-        if fn is not None and not callable(fn):
+        static = next((vars(k)["verify"] for k in cls.__mro__ if "verify" in vars(k)), None)
+        if fn is not None and not isinstance(static, (staticmethod, classmethod)):
             raise ValueError(f"{name}: verify must be a staticmethod or classmethod "
-                             f"verify(results, reference)")
+                             f"verify(results, reference) (it runs in the driver, on "
+                             f"every rank's results, not on a rank)")
     return Program(name, cls, tuple(args), kwargs, fn, check_name if fn else "")
 
 

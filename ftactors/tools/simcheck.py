@@ -246,11 +246,11 @@ class Outcome:
 @dataclass
 class Target:
     """What runs under the protocol: Flood, or a user's program (``program``, watched).
-    ``wrong(results)`` says what is wrong with a run's answer ("" when it is right)."""
+    ``wrong(result)`` says what is wrong with a run's answer ("" when it is right)."""
 
     cls: type
     kwargs: dict
-    wrong: Callable[[list], str]
+    wrong: Callable[[Any], str]
     args: tuple = ()
     iterations: int = ITERATIONS
     length_s: float = 0.0
@@ -264,8 +264,8 @@ def flood_target(ranks: int) -> Target:
     plain = ft.run(Flood, ranks, transport="sim", kwargs=kwargs)
     reference = [(x["digest"], x["total"]) for x in plain.results]
 
-    def wrong(results):
-        return ("" if [(x["digest"], x["total"]) for x in results] == reference
+    def wrong(result):
+        return ("" if [(x["digest"], x["total"]) for x in result.results] == reference
                 else "the results differ from the failure-free run's")
     return Target(Flood, kwargs, wrong, length_s=plain.metrics["wall_s"])
 
@@ -303,7 +303,7 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
         out.events = list(getattr(exc, "events", []))
         return out
     out.stormed = bool(r.events_of("hc3i_storm"))
-    wrong = target.wrong(r.results)
+    wrong = target.wrong(r)
     if wrong:
         out.problem = wrong
     elif setup.exact and r.metrics["duplicates_dropped"]:
@@ -394,17 +394,10 @@ def program_target(program, ranks: int) -> Target:
     iterations = max((e.detail["iteration"] + 1 for e in runs[0].events_of("watch")),
                      default=0)
 
-    def wrong(results):
-        return program.judge(program.answer(_Results(results)), first).why
+    def wrong(result):
+        return program.judge(program.answer(result), first).why
     return Target(cls, program.kwargs, wrong, program.args, iterations,
                   runs[0].metrics["wall_s"], program, [r.events for r in runs])
-
-
-class _Results:
-    """A run's results where ``Program.answer`` expects a ``RunResult``."""
-
-    def __init__(self, results: list):
-        self.results = results
 
 
 def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,

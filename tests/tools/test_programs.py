@@ -40,13 +40,14 @@ def test_a_file_and_a_module_reference_resolve_to_the_class():
 
 @pytest.mark.parametrize("ref, kw, message", [
     ("no/such/file.py:X", {}, "no file 'no/such/file.py'"),
-    (f"{HERE}:Nope", {}, "has no 'Nope' (its ft.Rank classes: Arrival, Cached, Counter"),
+    (f"{HERE}:Nope", {}, "has no 'Nope' (its ft.Rank classes: Arrival, Cached, Counter, MethodVerify"),
     (f"{HERE}:not_a_rank", {}, "'not_a_rank' is not an ft.Rank subclass"),
     ("no_such_package.mod:X", {}, "no module 'no_such_package.mod'"),
     ("cgx", {}, "unknown app 'cgx': one of cg, hpl, stencil, coupled, or a program as"),
     ("cg", {"check": f"{HERE}:close"}, "cg is a shipped app: it verifies itself"),
     ("stencil", {"kwargs": {"colour": 1}}, "stencil: main() does not take these arguments"),
     (f"{HERE}:Counter", {}, "main() does not take these arguments (missing a required"),
+    (f"{HERE}:MethodVerify", {"args": [1]}, "verify must be a staticmethod or classmethod"),
     (f"{HERE}:Noisy", {"check": f"{HERE}:missing"}, f"check '{HERE}:missing'"),
 ])
 def test_bad_references_are_named(ref, kw, message):
