@@ -18,7 +18,6 @@ import math
 import sys
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
