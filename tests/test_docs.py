@@ -15,7 +15,8 @@ import ftactors
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "docs/ARCHITECTURE.md"]
 SOURCES = [*ROOT.glob("ftactors/**/*.py"), *ROOT.glob("tests/**/*.py"),
-           *ROOT.glob("cluster/**/*"), *ROOT.glob("experiments/*"), ROOT / "pyproject.toml",
+           *ROOT.glob("cluster/**/*"), *ROOT.glob("experiments/*"), *ROOT.glob("examples/*"),
+           ROOT / "pyproject.toml",
            ROOT / ".ci/run"]
 NOT_PATHS = ("/", "DIR", "RESULTS_DIR", "s3://", "~", "events/<", "ray://", "../shared/",
              "results.parquet", "experiment.yaml")

@@ -14,19 +14,13 @@ file knows nothing about any app in particular:
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from ..runtime._options import add_option_flags, option_values
 from ..runtime._protocol import stack_refusal
 from ._common import write_json
-
-APPS = ("cg", "hpl", "stencil", "coupled")
-
-
-def app_module(name: str):
-    """The module of app ``name`` (one of APPS): its rank class, parser and checks."""
-    return importlib.import_module(f"ftactors.apps.{name}")
+from .programs import (APPS, add_program_arguments, app_module, is_reference, program_from_args,
+                       resolve)
 
 
 def stack_names(protocol) -> list[str]:
@@ -169,9 +163,46 @@ async def _run_moving(cls, moves, **kw):
     return await run
 
 
+class _Programs(dict):
+    """The ``run`` subcommands by app name, where a program reference (``X:Class``) is a
+    subcommand too: its parser is made when it is named."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __contains__(self, name) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and is_reference(name))
+
+    def __missing__(self, name):
+        if not is_reference(name):
+            raise KeyError(name)
+        self[name] = self._make(name)
+        return self[name]
+
+
+class _AppAction(argparse._SubParsersAction):
+    """``ftactors run APP``: the shipped apps' subcommands, and any program reference."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._name_parser_map = self.choices = _Programs(self._program_parser)
+
+    def _program_parser(self, name: str) -> argparse.ArgumentParser:
+        ap = self._parser_class(prog=f"{self._prog_prefix} {name}")
+        _add_common(ap)
+        add_program_arguments(ap)
+        ap.set_defaults(func=_cmd_run, app_module=None)
+        return ap
+
+
 def add_run(sub) -> None:
-    p = sub.add_parser("run", help="run an app (cg, hpl, stencil, coupled) and verify it")
-    apps = p.add_subparsers(dest="app", required=True)
+    p = sub.add_parser("run", help="run an app (cg, hpl, stencil, coupled, or a program of "
+                                   "yours) and verify it")
+    apps = p.add_subparsers(dest="app", required=True, action=_AppAction, metavar="APP",
+                            help="cg, hpl, stencil, coupled, or a program: "
+                                 "package.module:Class or path/to/file.py:Class (then "
+                                 "--arg, --kwarg KEY=VALUE, --check MODULE:FUNCTION)")
     for name in APPS:
         mod = app_module(name)
         ap = apps.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0])
@@ -181,6 +212,8 @@ def add_run(sub) -> None:
 
 
 def _cmd_run(args) -> int:
+    import dataclasses
+
     import ftactors as ft
 
     mod = args.app_module
@@ -188,9 +221,11 @@ def _cmd_run(args) -> int:
         print(f"ftactors run {args.app}: --ranks must be >= 1, got {args.ranks}", file=sys.stderr)
         return 2
     try:
-        kwargs = mod.kwargs_from_args(args)
+        program = (program_from_args(args.app, args) if mod is None else
+                   dataclasses.replace(resolve(args.app), kwargs=mod.kwargs_from_args(args)))
+        kwargs = program.kwargs
         kills = _parse_kills(args.kill)
-        cls = protocol_stack(mod.RANK_CLASS, args.protocol)
+        cls = protocol_stack(program.cls, args.protocol)
         chaos = ft.Chaos(kill=kills) if kills else None
         if chaos is not None:
             chaos.plan(args.ranks)
@@ -203,12 +238,13 @@ def _cmd_run(args) -> int:
     except ValueError as exc:
         print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.app}: {args.ranks} ranks on {args.transport}, protocol {args.protocol}, "
-          f"{', '.join(f'{k}={v}' for k, v in kwargs.items())}"
+    settings = [*map(repr, program.args), *(f"{k}={v}" for k, v in kwargs.items())]
+    print(f"{args.app}: {args.ranks} ranks on {args.transport}, protocol {args.protocol}"
+          + "".join(f", {s}" for s in settings)
           + (f", spares={args.spares}, kills={kills}" if kills or args.spares else ""), flush=True)
-    kw = dict(ranks=args.ranks, kwargs=kwargs, transport=args.transport, address=args.address,
-              seed=args.seed, timeout_s=args.timeout, trace=args.trace, spares=args.spares,
-              chaos=chaos, restart_from=args.restart_from,
+    kw = dict(ranks=args.ranks, args=program.args, kwargs=kwargs, transport=args.transport,
+              address=args.address, seed=args.seed, timeout_s=args.timeout, trace=args.trace,
+              spares=args.spares, chaos=chaos, restart_from=args.restart_from,
               **{"progress": sys.stderr.isatty(), **options})
     try:
         if moves:
@@ -216,6 +252,9 @@ def _cmd_run(args) -> int:
             result = asyncio.run(_run_moving(cls, moves, **kw))
         else:
             result = ft.run(cls, **kw)
+        if mod is None:
+            verified, lines, record = _program_summary(program, result, args, stack_names(
+                args.protocol) or chaos is not None or args.restart_from)
     except ft.ConfigError as exc:
         print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
         return 2
@@ -237,13 +276,36 @@ def _cmd_run(args) -> int:
         print(f"  checkpoint interval auto: {len(chosen)} checkpoint(s) measured, the last "
               f"cost {d['cost_s']:.3g}s: Daly's interval {d['interval_s']:.3g}s for MTBF "
               f"{d['mtbf_s']:g}s")
-    verified, lines, record = mod.summarize(result)
+    if mod is not None:
+        verified, lines, record = mod.summarize(result)
     for line in lines:
         print(line)
     record.update(app=args.app, ranks=args.ranks, transport=args.transport,
                   protocol=args.protocol, verified=verified, metrics=result.metrics)
     write_json(args.json, record)
     return 0 if verified else 1
+
+
+def _program_summary(program, result, args, compare: bool) -> tuple[bool, list[str], dict]:
+    """``summarize`` for a program: its answer judged (``Program.judge``) against the
+    failure-free run, which is run now (bare, same ranks, transport and seed) when this
+    one had a protocol, kills or a restart, else is this run itself."""
+    import ftactors as ft
+    reference = result
+    if compare:
+        print("  the failure-free answer: the bare program, no failure ...", flush=True)
+        reference = ft.run(program.cls, args.ranks, args=program.args, kwargs=program.kwargs,
+                           transport=args.transport, address=args.address, seed=args.seed,
+                           timeout_s=args.timeout)
+    verdict = program.judge(program.answer(result), program.answer(reference)[1])
+    shown = repr(result.results[0]) if result.results else "nothing"
+    lines = [f"  rank 0 returned {shown[:200]}{'...' if len(shown) > 200 else ''}",
+             f"  checked by {program.checked_by}"
+             + ("" if compare else " (no failure in this run: it is its own reference)"),
+             "VERIFICATION SUCCESSFUL" + (" (bit-identical)" if verdict.identical else "")
+             if verdict.ok else f"VERIFICATION FAILED: {verdict.why}"]
+    return verdict.ok, lines, {"results": list(result.results), "identical": verdict.identical,
+                               "checked_by": program.checked_by}
 
 
 def level_plan_line(plan: dict) -> str:

@@ -1,8 +1,9 @@
 """``ftactors chaos``: run a matrix of failure experiments, verify and record every run.
 
-Each run is checked twice: by the app's own verification and against the failure-free
-answer of the bare app (same app, settings and ranks), which also gives the wall-time
-baseline the overhead is measured against, in the same experiment on the same machine.
+Each run is checked against the failure-free run of the bare app (same app, settings and
+ranks), as ``programs.Program.judge`` says: a shipped app by its own verification and
+that answer, a user's program (``--app path/to/file.py:Class``) by its check or bit for
+bit. The failure-free run also gives the wall-time baseline the overhead is measured against, in the same experiment on the same machine.
 Results go to a directory (or a pyarrow URI such as ``s3://...``): ``results.parquet``,
 one row per run, rewritten after every run so a long experiment that dies keeps what it
 measured; ``events/<run>.parquet``, each run's timeline; and ``experiment.yaml``, the
@@ -14,12 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
 import sys
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -28,16 +27,15 @@ from ..base._storage import open_filesystem
 from ..runtime._chaos import KILL_METHODS
 from ..runtime._notices import kill_text
 from ..runtime._options import add_option_flags
-from .apps_cli import app_module, protocol_stack
+from .apps_cli import protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
                          experiment_from_flags, load_experiment)
 from .report import write_report
+from .programs import add_program_arguments, same_answer  # noqa: F401 - where the tests and users found it
 from .run_metrics import RESULT_SCHEMA, UNTESTED, events_table, failure_metrics
 
 #: options the runner sets itself: each run's progress, a job kill's restart
 CHAOS_SETS = ("progress", "progress_interval_s", "restart_from_any")
-#: the keys of an app's summary record that are timings, not the answer
-TIMING_KEYS = ("time_s", "mops", "gflops")
 
 
 class ResultsDir:
@@ -54,24 +52,6 @@ class ResultsDir:
 
     def write_table(self, name: str, table: pa.Table) -> None:
         pq.write_table(table, f"{self.root}/{name}", filesystem=self.fs)
-
-
-def same_answer(record: dict, reference: dict) -> tuple[bool, bool]:
-    """(equal within 1e-9 relative, bit-identical): an app's answer against the
-    failure-free run's, timings left out."""
-    keys = sorted(set(record) | set(reference))
-    identical, close = True, True
-    for key in (k for k in keys if k not in TIMING_KEYS):
-        a, b = record.get(key), reference.get(key)
-        try:
-            same = bool(np.array_equal(np.asarray(a), np.asarray(b)))
-            near = same or bool(np.allclose(np.asarray(a, float), np.asarray(b, float),
-                                            rtol=1e-9, atol=0))
-        except (TypeError, ValueError):
-            same = near = a == b
-        identical &= same
-        close &= near
-    return close, identical
 
 
 # --------------------------------------------------------------------------- runs
@@ -138,7 +118,8 @@ async def _execute(cls, spec: RunSpec, exp: Experiment, place: _Place, *, chaos=
         options.setdefault("spare_nodes", [place.head])  # node kills spare the spares
     if place.progress is not None and shown:
         options["progress"] = place.progress
-    kw = dict(kwargs=spec.app_kwargs, transport=exp.transport, address=place.address,
+    kw = dict(args=spec.program.args, kwargs=spec.app_kwargs, transport=exp.transport,
+              address=place.address,
               seed=spec.seed, spares=spares, chaos=chaos, timeout_s=exp.timeout_s, **options)
     extra = []
     t0 = time.perf_counter()
@@ -222,43 +203,43 @@ def _outcome(exc) -> str:
 
 
 async def _baseline(spec: RunSpec, exp: Experiment, place: _Place) -> dict:
-    """The failure-free bare app: its answer and wall time."""
-    mod = app_module(spec.app)
-    result, exc, wall, _ = await _execute(mod.RANK_CLASS, spec, exp, place, options={},
+    """The failure-free bare program: its answer and wall time."""
+    program = spec.program
+    result, exc, wall, _ = await _execute(program.cls, spec, exp, place, options={},
                                           shown=False)
     if exc is not None:
         raise RuntimeError(f"the failure-free {spec.app} on {spec.ranks} ranks failed: {exc}")
-    verified, _, record = mod.summarize(result)
+    verified, answer = program.answer(result)
     if not verified:
         raise RuntimeError(f"the failure-free {spec.app} on {spec.ranks} ranks does not verify")
-    return {"record": record, "wall_s": wall}
+    return {"answer": answer, "wall_s": wall}
 
 
 async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
                   replay: str) -> tuple[dict, list]:
     """Run one cell of the matrix; its results row and timeline."""
-    mod = app_module(spec.app)
-    cls = protocol_stack(mod.RANK_CLASS, spec.stack)
+    program = spec.program
+    cls = protocol_stack(program.cls, spec.stack)
     if spec.resume_from is not None:
         result, exc, wall, events, resumed = await _lost_and_resumed(cls, spec, exp, place)
     else:
         result, exc, wall, extra = await _execute(cls, spec, exp, place, chaos=spec.chaos,
                                                   spares=spec.spares)
         events, resumed = _timeline(result, exc, extra), ""
-    outcome, verified, identical = _outcome(exc), False, False
+    outcome, verified, identical, why = _outcome(exc), False, False, ""
     unfired = [] if result is None else result.metrics.get("kills_unfired", [])
     if result is not None:
-        ok, _, record = mod.summarize(result)
-        close, identical = same_answer(record, baseline["record"])
-        verified = ok and close and not unfired
-        outcome = UNTESTED if ok and close and unfired else "verified" if verified else "wrong"
+        verdict = program.judge(program.answer(result), baseline["answer"])
+        identical, why = verdict.identical, verdict.why
+        verified = verdict.ok and not unfired
+        outcome = UNTESTED if verdict.ok and unfired else "verified" if verified else "wrong"
     row = {"experiment": exp.name, "run_id": spec.run_id, "app": spec.app,
            "protocol": spec.protocol, "schedule": spec.schedule, "ranks": spec.ranks,
            "seed": spec.seed, "transport": exp.transport, "cluster": exp.cluster.label,
            "interval": spec.interval, "interval_unit": spec.interval_unit,
            "outcome": outcome, "verified": verified, "identical": identical,
            "error": (f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}" if exc is not None
-                     else unfired_text(unfired) if unfired else ""),
+                     else unfired_text(unfired) if unfired else why),
            "kills_unfired": len(unfired),
            "wall_s": wall, "baseline_wall_s": baseline["wall_s"],
            "overhead": wall / baseline["wall_s"] if baseline["wall_s"] else None,
@@ -286,7 +267,7 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print,
             from ..transports.ray import ensure_ray
             ensure_ray(place.address)
         for k, spec in enumerate(runs, 1):
-            key = (spec.app, spec.ranks, json.dumps(spec.app_kwargs, sort_keys=True))
+            key = (spec.program.key, spec.ranks)
             if key not in baselines:
                 baselines[key] = await _baseline(spec, exp, place)
             replay = f"ftactors chaos {out}/experiment.yaml --only {spec.run_id} --out {out}-replay"
@@ -395,7 +376,10 @@ def add_chaos(sub) -> None:
                         "stderr (default: on a terminal only)")
     g = p.add_argument_group("an experiment from flags (without a file)")
     g.add_argument("--name", default="flags")
-    g.add_argument("--app", default="cg", help="app(s), comma-separated")
+    g.add_argument("--app", default="cg",
+                   help="app(s), comma-separated: cg, hpl, stencil, coupled, or programs as "
+                        "package.module:Class or path/to/file.py:Class")
+    add_program_arguments(g)
     g.add_argument("--protocol", default="standby",
                    help="protocol(s) or stacks (rs+standby), comma-separated")
     g.add_argument("--ranks", default="4", help="rank count(s), comma-separated")

@@ -9,15 +9,18 @@ See ``docs/ARCHITECTURE.md`` ("Chaos experiments") for the file format.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import numbers
 from dataclasses import dataclass, field
+from typing import Any
 
 import ftactors as ft
 from .._run import _prepare
 from ..runtime._options import INTERVAL, option_values, with_role
 from ..runtime._protocol import protocol_classes
 from .apps_cli import APPS, app_module, parse_pair, protocol_stack, stack_names
+from .programs import FORMS, Program, is_reference, literal, parse_kwargs, resolve
 
 MATRIX_AXES = ("app", "protocol", "ranks", "schedule", "seed")
 TOP_KEYS = ("name", "transport", "cluster", "timeout_s", "matrix", "apps", "protocols",
@@ -65,6 +68,7 @@ class RunSpec:
     resume_from: str | None = None  # a job kill: the stable store the next job resumes from
     interval: float | None = None
     interval_unit: str = ""
+    program: Any = None      # the app resolved (programs.Program), named as in the matrix
 
 
 @dataclass
@@ -157,13 +161,22 @@ def experiment_from_flags(args) -> dict:
     protocols = {p: {**({"spares": args.spares} if args.spares else {}),
                      **option_values(args, PROTOCOLS, stack_names(p), refuse=False)}
                  for p in stacks}
+    apps = {}
+    given = [getattr(args, "arg", []), getattr(args, "kwarg", []), getattr(args, "check", None)]
+    if any(given):  # every program named in --app takes them
+        program = {"args": [literal(a) for a in given[0]], "kwargs": parse_kwargs(given[1]),
+                   **({"check": given[2]} if given[2] else {})}
+        apps = {a: program for a in _csv(args.app) if is_reference(a)}
+        if not apps:
+            raise ExperimentError("--arg, --kwarg and --check are for programs "
+                                  "(--app package.module:Class or path/to/file.py:Class)")
     return {"name": args.name, "transport": args.transport,
             "cluster": {"address": args.address} if args.address else "local",
             "timeout_s": args.timeout,
             "matrix": {"app": _csv(args.app), "protocol": list(protocols),
                        "ranks": [int(r) for r in _csv(args.ranks)], "schedule": ["flags"],
                        "seed": [int(s) for s in _csv(args.seeds)]},
-            "protocols": protocols, "schedules": {"flags": schedule}}
+            "apps": apps, "protocols": protocols, "schedules": {"flags": schedule}}
 
 
 def parse_partition(spec: str) -> list:
@@ -225,11 +238,49 @@ def _cluster(spec, transport: str, where: str) -> ClusterSpec:
                           f"{{address: ADDRESS}}, got {spec!r}")
 
 
+PROGRAM_KEYS = ("program", "args", "kwargs", "check")
+"""The settings of a program's ``apps:`` entry."""
+
+
+def app_program(app: str, settings, ranks: int, where: str) -> Program:
+    """The program a matrix ``app`` names: a shipped app with its settings
+    (``app_kwargs``), or a program (``package.module:Class``, ``path/to/file.py:Class``,
+    or a name whose ``apps:`` entry has ``program:`` such a reference) with its ``args``
+    list, ``kwargs`` map and ``check`` (``module:function``). It keeps the name ``app``."""
+    if not isinstance(settings, dict):
+        raise ExperimentError(f"{where}: apps.{app} must be a mapping, got {settings!r}")
+    ref = settings.get("program", app)
+    if not is_reference(str(ref)):
+        if "program" in settings:
+            raise ExperimentError(f"{where}: apps.{app}.program must be a program "
+                                  f"(package.module:Class or path/to/file.py:Class), got {ref!r}")
+        kwargs = app_kwargs(app, settings, ranks, where)
+        return dataclasses.replace(_resolved(app, where), kwargs=kwargs)
+    _no_unknown(settings, PROGRAM_KEYS, f"{where}: apps.{app}")
+    args, kwargs = settings.get("args") or [], settings.get("kwargs") or {}
+    if not isinstance(args, list):
+        raise ExperimentError(f"{where}: apps.{app}.args must be a list, got {args!r}")
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) and k.isidentifier()
+                                               for k in kwargs):
+        raise ExperimentError(f"{where}: apps.{app}.kwargs must map argument names to "
+                              f"values, got {kwargs!r}")
+    return dataclasses.replace(_resolved(str(ref), where, args, kwargs, settings.get("check")),
+                               name=app)
+
+
+def _resolved(ref: str, where: str, *how) -> Program:
+    try:
+        return resolve(ref, *how)
+    except ValueError as exc:
+        raise ExperimentError(f"{where}: {exc}") from None
+
+
 def app_kwargs(app: str, settings: dict, ranks: int, where: str) -> dict:
     """``main()``'s kwargs for ``app`` from its settings (named like the options of
     ``ftactors run APP``, with ``_`` for ``-``), checked by the app itself."""
     if app not in APPS:
-        raise ExperimentError(f"{where}: unknown app {app!r}; known: {', '.join(APPS)}")
+        raise ExperimentError(f"{where}: unknown app {app!r}; known: {', '.join(APPS)}, or a "
+                              f"program as {FORMS}")
     mod = app_module(app)
     parser = argparse.ArgumentParser(prog=app, add_help=False)
     mod.add_arguments(parser)
@@ -353,7 +404,7 @@ def _kill(k) -> ft.Kill:
 def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport, cluster,
               where) -> RunSpec:
     here = f"{where} ({run_id}: {app} x {protocol} x {ranks} ranks x {schedule} x seed {seed})"
-    kwargs = app_kwargs(app, sections["apps"].get(app) or {}, ranks, here)
+    program = app_program(app, sections["apps"].get(app) or {}, ranks, here)
     stack, options, spares = _protocol(protocol, sections["protocols"], here)
     chaos, node_kills = _chaos(schedule, sections["schedules"], seed, here)
     resume_from = None
@@ -367,17 +418,17 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
             raise ExperimentError(f"{here}: node kill ({node}, {at}) needs a worker node "
                                   f"0..{cluster.nodes - 1} and a time >= 0")
     try:
-        cls = protocol_stack(app_module(app).RANK_CLASS, stack)
-        _prepare(cls, ranks, kwargs=kwargs, transport=transport, spares=spares, seed=seed,
-                 chaos=chaos, **options)  # checks everything, starts nothing
+        cls = protocol_stack(program.cls, stack)
+        _prepare(cls, ranks, args=program.args, kwargs=program.kwargs, transport=transport,
+                 spares=spares, seed=seed, chaos=chaos, **options)  # checks, starts nothing
     except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
         raise ExperimentError(f"{here}: {exc}") from None
     interval = run_interval(cls, options)
     if "auto" in (options.get("level_intervals"), options.get("checkpoint_interval")):
         interval = (None, "auto")  # chosen as the run goes (level_intervals_chosen events)
-    return RunSpec(run_id, app, protocol, ranks, schedule, seed, stack, kwargs, options,
+    return RunSpec(run_id, app, protocol, ranks, schedule, seed, stack, program.kwargs, options,
                    spares, chaos, node_kills, resume_from,
-                   None if interval[0] is None else float(interval[0]), interval[1])
+                   None if interval[0] is None else float(interval[0]), interval[1], program)
 
 
 def run_interval(cls: type, options: dict) -> tuple:

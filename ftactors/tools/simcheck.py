@@ -46,20 +46,27 @@ from __future__ import annotations
 
 import argparse
 import random
+import shlex
 import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import ftactors as ft
 
 from ._simcheck_invariants import (hc3i_unbounded, level_problem, needless_give_up,
                                    part_level_problem)
+from ._simcheck_programs import program_causes, run_causes, watched
 from ..protocols import ForcedCheckpointStorm
 from .apps_cli import protocol_arg
+from .programs import add_program_arguments, program_from_args
 from ..runtime._chaos import RANK_MOMENTS, SPARE_MOMENTS
+from ..runtime._notices import describe, kill_text
 
 ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
+JITTER_S = 2e-5
+"""Random delay of every message: the runs see many orders of arrival."""
 
 
 class Flood(ft.Rank):
@@ -197,20 +204,22 @@ def setups() -> dict[str, Setup]:
     }
 
 
-def schedule(seed: int, ranks: int, spares: int = 0, length_s: float = 0.0) -> list[ft.Kill]:
+def schedule(seed: int, ranks: int, spares: int = 0, length_s: float = 0.0,
+             iterations: int = ITERATIONS) -> list[ft.Kill]:
     """The failures of run ``seed``: 1-3 kills at (rank, iteration), a third of them at
     checkpoint iterations, and in one run of four a kill as the first recovery starts;
     in one run of three a kill at a moment no iteration reaches (a host starting, the
     wiring, ``main()`` returning, a returned rank) or at a time within the failure-free
     run's ``length_s`` from its start; with ``spares``, in one run of four a spare's
-    death (starting, idle or being promoted)."""
+    death (starting, idle or being promoted). ``iterations``: the safe points the
+    program offers (Flood's ``ITERATIONS``, or a user's program's failure-free count)."""
     rng = random.Random(seed)
     kills = []
     for _ in range(rng.choice((1, 1, 2, 3))):
-        if rng.random() < 1 / 3:
-            it = rng.choice(range(INTERVAL, ITERATIONS, INTERVAL))
+        if rng.random() < 1 / 3 and iterations > INTERVAL:
+            it = rng.choice(range(INTERVAL, iterations, INTERVAL))
         else:
-            it = rng.randrange(1, ITERATIONS)
+            it = rng.randrange(1, max(2, iterations))
         kills.append(ft.Kill(rng.randrange(ranks), iteration=it))
     if rng.random() < 0.25:
         kills.append(ft.Kill(rng.randrange(ranks), recovery_round=0))
@@ -249,28 +258,59 @@ class Outcome:
     kills: list = field(default_factory=list)
     stormed: bool = False
     network: str = ""  # the run's network faults, if any
+    events: list = field(default_factory=list)  # a failed run's timeline (a program's)
+    causes: list = field(default_factory=list)  # its likely causes, in the program's terms
 
 
-def check_run(cls, setup: Setup, seed: int, reference: list, length_s: float = 0.0) -> Outcome:
-    """One seeded run of ``cls`` (the protocol mixed into Flood) and its checks
-    (``length_s``: the failure-free run's, for kills at a time)."""
-    kills = schedule(seed, setup.ranks, setup.spares, length_s)
-    method, partitions = network_faults(seed, setup.ranks, length_s)
+@dataclass
+class Target:
+    """What runs under the protocol: Flood, or a user's program (``program``, watched).
+    ``wrong(result)`` says what is wrong with a run's answer ("" when it is right)."""
+
+    cls: type
+    kwargs: dict
+    wrong: Callable[[Any], str]
+    args: tuple = ()
+    iterations: int = ITERATIONS
+    length_s: float = 0.0
+    program: Any = None
+    reference: list = field(default_factory=list)  # failure-free timelines (a program's)
+
+
+def flood_target(ranks: int) -> Target:
+    """Flood and its failure-free digests."""
+    kwargs = {"iterations": ITERATIONS, "per_peer": PER_PEER}
+    plain = ft.run(Flood, ranks, transport="sim", kwargs=kwargs)
+    reference = [(x["digest"], x["total"]) for x in plain.results]
+
+    def wrong(result):
+        return ("" if [(x["digest"], x["total"]) for x in result.results] == reference
+                else "the results differ from the failure-free run's")
+    return Target(Flood, kwargs, wrong, length_s=plain.metrics["wall_s"])
+
+
+def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = None
+              ) -> Outcome:
+    """One seeded run of ``cls`` (the protocol mixed into the target's program) on
+    ``ranks`` (default the setup's) and its checks."""
+    ranks = ranks or setup.ranks
+    kills = schedule(seed, ranks, setup.spares, target.length_s, target.iterations)
+    method, partitions = network_faults(seed, ranks, target.length_s)
     if method == "disconnect":
         kills = [k for k in kills if k.iteration is not None or k.time_s is not None]
     out = Outcome(seed, False, kills=kills, network=", ".join(
         [f"kills are {method}s"] * (method == "disconnect") + [repr(p) for p in partitions]))
+    r = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ForcedCheckpointStorm)  # counted (docstring)
-            r = ft.run(cls, setup.ranks, transport="sim", seed=seed, spares=setup.spares,
-                       kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER},
-                       chaos=ft.Chaos(kill=kills, method=method, partitions=partitions),
-                       timeout_s=600, sim_jitter_s=2e-5,
-                       **setup.options)
-    except TimeoutError:
+            r = ft.run(cls, ranks, transport="sim", seed=seed, spares=setup.spares,
+                       args=target.args, kwargs=target.kwargs, chaos=ft.Chaos(kill=kills, method=method, partitions=partitions),
+                       timeout_s=600, sim_jitter_s=JITTER_S, **setup.options)
+    except TimeoutError as exc:
         out.problem = ("the run stalled: nothing could progress until the time limit "
                        "(a message lost, or a protocol waiting forever)")
+        out.events = list(getattr(exc, "events", []))
         return out
     except ft.RankFailed as exc:
         out.gave_up = True
@@ -279,13 +319,16 @@ def check_run(cls, setup: Setup, seed: int, reference: list, length_s: float = 0
         if out.problem and setup.may_give_up:
             out.problem += f" ({exc})"
         out.ok = not out.problem
+        out.events = [] if out.ok else list(exc.events)
         return out
     except Exception as exc:  # noqa: BLE001 - any error is the finding
         out.problem = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        out.events = list(getattr(exc, "events", []))
         return out
     out.stormed = bool(r.events_of("hc3i_storm"))
-    if [(x["digest"], x["total"]) for x in r.results] != reference:
-        out.problem = "the results differ from the failure-free run's"
+    wrong = target.wrong(r)
+    if wrong:
+        out.problem = wrong
     elif method == "disconnect" and r.metrics["failures"]:
         out.problem = f"{r.metrics['failures']} rank(s) declared failed for network faults"
     elif setup.exact and r.metrics["duplicates_dropped"]:
@@ -294,15 +337,16 @@ def check_run(cls, setup: Setup, seed: int, reference: list, length_s: float = 0
     elif setup.keeps_parts and part_level_problem(r.events, setup.levels, units(setup)):
         out.problem = part_level_problem(r.events, setup.levels, units(setup))
     elif (setup.levels and not setup.keeps_parts
-          and level_problem(r.events, setup.levels, setup.ranks, setup.options)):
-        out.problem = level_problem(r.events, setup.levels, setup.ranks, setup.options)
+          and level_problem(r.events, setup.levels, ranks, setup.options)):
+        out.problem = level_problem(r.events, setup.levels, ranks, setup.options)
     elif setup.bounded_log and _log_grew(r):
         out.problem = "a log grew past its bound (garbage collection)"
-    elif setup.bounded_clcs and hc3i_unbounded(r.events, setup.ranks,
-                                               _hc3i_log_bound(setup.ranks)):
-        out.problem = hc3i_unbounded(r.events, setup.ranks, _hc3i_log_bound(setup.ranks))
+    elif setup.bounded_clcs and hc3i_unbounded(r.events, ranks, _hc3i_log_bound(ranks)):
+        out.problem = hc3i_unbounded(r.events, ranks, _hc3i_log_bound(ranks))
     else:
         out.ok = True
+    if not out.ok and target.program is not None:
+        out.events = list(r.events)
     return out
 
 
@@ -350,36 +394,86 @@ def _log_grew(result) -> bool:
                for e in result.events_of("group_checkpoint_part"))
 
 
+def program_target(program, ranks: int) -> Target:
+    """A user's program (``programs.Program``), watched (``_simcheck_programs``): its
+    failure-free answer and timeline from two runs of different seeds, which must agree.
+
+    Raises:
+        ValueError: the two failure-free runs' answers differ (the program is not
+            deterministic: nothing to compare a failure's run with).
+    """
+    cls = watched(program.cls)
+    runs = [ft.run(cls, ranks, transport="sim", seed=seed, sim_jitter_s=JITTER_S,
+                   args=program.args, kwargs=program.kwargs) for seed in (0, 1)]
+    answers = [program.answer(r) for r in runs]
+    if not all(ok for ok, _ in answers):
+        raise ValueError(f"the failure-free {program.name} on {ranks} ranks does not verify")
+    first = answers[0][1]
+    same = program.judge(answers[1], first)
+    if not same.ok:
+        causes = program_causes(program.cls, runs[0].events)
+        raise ValueError(f"two failure-free runs of {program.name} (seeds 0 and 1, "
+                         f"messages delayed differently) give different answers: {same.why}."
+                         " Nothing to compare a failure's run with"
+                         + "".join(f"\n  likely cause: {c}" for c in causes))
+    iterations = max((e.detail["iteration"] + 1 for e in runs[0].events_of("watch")),
+                     default=0)
+
+    def wrong(result):
+        return program.judge(program.answer(result), first).why
+    return Target(cls, program.kwargs, wrong, program.args, iterations,
+                  runs[0].metrics["wall_s"], program, [r.events for r in runs])
+
+
 def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
-              progress=None) -> list[Outcome]:
+              progress=None, program=None, ranks: int | None = None) -> list[Outcome]:
     """``runs`` seeded runs (seeds ``seed`` .. ``seed + runs - 1``) of protocol or stack
     ``name`` (or ``mixins`` with ``name``'s settings: a test's deliberately broken
-    protocol)."""
+    protocol) mixed into Flood, or into ``program`` (a ``programs.Program``: the user's),
+    on ``ranks`` (default the setup's)."""
     setup = setups()[name]
     mixins = mixins or setup.mixins
-    cls = type("".join(m.__name__ for m in mixins) + "Flood", (*mixins, Flood), {})
-    plain = ft.run(Flood, setup.ranks, transport="sim",
-                   kwargs={"iterations": ITERATIONS, "per_peer": PER_PEER})
-    reference = [(x["digest"], x["total"]) for x in plain.results]
+    ranks = ranks or setup.ranks
+    target = flood_target(ranks) if program is None else program_target(program, ranks)
+    cls = type("".join(m.__name__ for m in mixins) + target.cls.__name__,
+               (*mixins, target.cls), {})
     outcomes = []
     with warnings.catch_warnings():
         # random schedules: a kill aimed at a life already gone, or a stack without
         # spares, is part of the draw; each run is judged by its own checks instead
         warnings.simplefilter("ignore", ft.FaultToleranceWarning)
         for k in range(runs):
-            outcomes.append(check_run(cls, setup, seed + k, reference, plain.metrics["wall_s"]))
+            outcome = check_run(cls, setup, seed + k, target, ranks)
+            if not outcome.ok and program is not None:
+                outcome.causes = likely_causes(target, outcome)
+            outcomes.append(outcome)
             if progress is not None:
                 progress(outcomes)
     return outcomes
 
 
+def likely_causes(target: Target, outcome: Outcome) -> list[str]:
+    """What a failed run of a user's program most likely did wrong, in the program's
+    terms (``_simcheck_programs``): the run's own findings, then the program's."""
+    return [*run_causes(outcome.events, *target.reference),
+            *program_causes(target.program.cls, target.reference[0])]
+
+
 def add_sim_check(sub) -> None:
     p = sub.add_parser("sim-check", help="seeded sim runs with random failures, checked",
-                       description=__doc__.split("\n\n")[1])
+                       description=__doc__.split("\n\n")[1] + " With --app, the program "
+                       "is yours instead of Flood: its answer is checked against its "
+                       "failure-free run, and a failed run names the likely cause.")
     p.add_argument("--protocol", required=True, type=_known_setup, metavar="NAME[+NAME...]",
                    help="the protocol or stack to check: " + ", ".join(setups()))
     p.add_argument("--runs", type=int, default=100, help="runs (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
+    p.add_argument("--app", default=None, metavar="PROGRAM",
+                   help="check your program (path/to/file.py:Class or package.module:Class, "
+                        "or a shipped app) instead of Flood")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="ranks (default: the protocol's setting, 6 or 8)")
+    add_program_arguments(p)
     p.set_defaults(func=_cmd_sim_check)
 
 
@@ -394,8 +488,16 @@ def _known_setup(text: str) -> str:
 
 
 def _cmd_sim_check(args) -> int:
-    if args.runs < 1:
-        print("ftactors sim-check: --runs must be >= 1", file=sys.stderr)
+    if args.runs < 1 or (args.ranks is not None and args.ranks < 1):
+        print("ftactors sim-check: --runs and --ranks must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        program = None if args.app is None else program_from_args(args.app, args)
+    except ValueError as exc:
+        print(f"ftactors sim-check: {exc}", file=sys.stderr)
+        return 2
+    if program is None and (args.arg or args.kwarg or args.check):
+        print("ftactors sim-check: --arg, --kwarg and --check need --app", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     last = [t0]
@@ -408,17 +510,27 @@ def _cmd_sim_check(args) -> int:
             print(f"  {len(outcomes)}/{args.runs} runs, {bad} failed, "
                   f"{now - t0:.0f} s", flush=True)
 
-    outcomes = sim_check(args.protocol, args.runs, args.seed, progress=progress)
+    try:
+        outcomes = sim_check(args.protocol, args.runs, args.seed, progress=progress,
+                             program=program, ranks=args.ranks)
+    except ValueError as exc:  # a program without a reproducible failure-free answer
+        print(f"ftactors sim-check: {exc}", file=sys.stderr)
+        return 1
     failed = [o for o in outcomes if not o.ok]
     gave_up = sum(o.gave_up and o.ok for o in outcomes)
     stormed = sum(o.stormed for o in outcomes)
+    what = "" if program is None else f" --app {shlex.quote(args.app)}" + "".join(
+        f" {a}" for a in program.argv()) + (f" --ranks {args.ranks}" if args.ranks else "")
     for o in failed:
+        kills = ", ".join(kill_text(describe(k)) for k in o.kills)
         network = f"\n  network faults: {o.network}" if o.network else ""
-        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {o.kills}{network}\n  replay: ftactors "
-              f"sim-check --protocol {args.protocol} --runs 1 --seed {o.seed}")
-    print(f"sim-check {args.protocol}: {len(outcomes) - len(failed)} of {len(outcomes)} runs "
-          f"passed ({gave_up} gave up correctly: data lost beyond repair, or no spare "
-          f"left) in {time.perf_counter() - t0:.1f} s"
-          + (f"; {stormed} stormed (forced CLCs: Flood crosses every cluster at every step)"
+        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {kills}{network}\n  replay: ftactors "
+              f"sim-check{what} --protocol {args.protocol} --runs 1 --seed {o.seed}"
+              + "".join(f"\n  likely cause: {c}" for c in o.causes))
+    print(f"sim-check {f'{args.app} x ' if args.app else ''}{args.protocol}: "
+          f"{len(outcomes) - len(failed)} "
+          f"of {len(outcomes)} runs passed ({gave_up} gave up correctly: data lost beyond "
+          f"repair, or no spare left) in {time.perf_counter() - t0:.1f} s"
+          + (f"; {stormed} stormed (forced CLCs: the program crosses clusters at every step)"
              if stormed else ""))
     return 1 if failed else 0

@@ -18,6 +18,11 @@ checkpointing every ``--every`` iterations (DDVPiggyback: an unforced CLC every
 * **logged**: bytes of messages kept in sender logs (GroupCoordination, DDVPiggyback);
 * **failures**: failures and hangs detected (all repeats): with nothing killed, 0.
 
+``--apps`` takes programs too (``examples/poisson.py:Poisson``, ``package.module:Class``,
+with ``--arg``/``--kwarg``): each run's answer is judged against the bare run's
+(``programs.Program.judge``: its check, else bit for bit), as a shipped app's is by its
+own verification and that answer.
+
 Targets (issue 19), for CG W: every protocol at most 1.5x the bare run, at most 512 MiB
 of peak object store above the bare run, and no failure reported. The command exits 1
 when a run failed to verify or reported a failure (performance is printed, not judged).
@@ -27,7 +32,9 @@ from __future__ import annotations
 import threading
 
 import ftactors as ft
-from ftactors.tools.apps_cli import app_module, protocol_stack, stack_names
+from ftactors.tools.apps_cli import protocol_stack, stack_names
+from ftactors.tools.programs import (add_program_arguments, is_reference, literal, parse_kwargs,
+                                     program_from_args, resolve)
 from ftactors.tools.run_metrics import failure_metrics
 
 from ._harness import add_repetitions, usage_error, write_results
@@ -55,7 +62,10 @@ def protocol_options(protocol: str, every: int, clc_interval_s: float) -> dict:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--apps", default=",".join(APPS), help="apps to run (cg,stencil,coupled)")
+    parser.add_argument("--apps", default=",".join(APPS),
+                        help="apps to run (cg,stencil,coupled), or programs "
+                             "(path/to/file.py:Class, package.module:Class)")
+    add_program_arguments(parser)
     parser.add_argument("--protocols", default=",".join(PROTOCOLS),
                         help="protocols or stacks (rs+standby), comma-separated")
     parser.add_argument("--ranks", type=int, default=4)
@@ -109,19 +119,20 @@ def _store_reader():
         get_state_from_address(address)).store_stats.object_store_bytes_used
 
 
-def measure(app: str, protocol: str | None, args) -> dict:
-    """One verified run of ``app`` under ``protocol`` (None: bare) and its footprint."""
-    mod = app_module(app)
+def measure(program, protocol: str | None, args, reference=None) -> dict:
+    """One run of ``program`` (``programs.Program``) under ``protocol`` (None: bare) and
+    its footprint; verified against ``reference`` (the bare run's answer; None: this is
+    the bare run, judged against itself). The row's ``answer`` is what is compared."""
     options = {} if protocol is None else protocol_options(protocol, args.every,
                                                            args.clc_interval_s)
-    cls = protocol_stack(mod.RANK_CLASS, protocol)
-    kwargs = (QUICK if args.quick else APPS)[app]
+    cls = protocol_stack(program.cls, protocol)
     with StorePeak(args.transport, args.sample_s) as store:
-        r = ft.run(cls, args.ranks, transport=args.transport, kwargs=kwargs, timeout_s=1800,
-                   **options)
-    verified = mod.summarize(r)[0]
+        r = ft.run(cls, args.ranks, transport=args.transport, args=program.args,
+                   kwargs=program.kwargs, timeout_s=1800, **options)
+    answer = program.answer(r)
+    verified = program.judge(answer, answer[1] if reference is None else reference).ok
     commits = r.events_of("hc3i_commit")
-    return {"app": app, "protocol": protocol or "none", "verified": bool(verified),
+    return {"app": program.name, "protocol": protocol or "none", "verified": bool(verified),
             "wall_s": r.metrics["wall_s"], "peak_store_bytes": store.peak,
             "checkpoints": failure_metrics(r.events)["checkpoints"] if not commits
             else len(commits),
@@ -130,7 +141,20 @@ def measure(app: str, protocol: str | None, args) -> dict:
             "failures": r.metrics["failures"] + len(r.events_of("hang_detected")),
             "failure_reasons": [e.detail.get("reason", e.kind) for e in r.events
                                 if e.kind in ("failure_detected", "hang_detected")],
-            "storms": len(r.events_of("hc3i_storm"))}
+            "storms": len(r.events_of("hc3i_storm")), "answer": answer[1]}
+
+
+def _program(app: str, args):
+    """The program ``--apps`` names with ``--arg``/``--kwarg``/``--check``: a reference,
+    or a shipped app on its problem (``--kwarg`` changes it)."""
+    if is_reference(app):
+        return program_from_args(app, args)
+    problems = QUICK if args.quick else APPS
+    if app not in problems:
+        raise ValueError(f"no footprint problem for app {app!r}: {', '.join(problems)}, or "
+                         f"a program (path/to/file.py:Class, package.module:Class)")
+    return resolve(app, [literal(a) for a in args.arg],
+                   {**problems[app], **parse_kwargs(args.kwarg)}, args.check)
 
 
 def combine(runs: list[dict]) -> dict:
@@ -138,6 +162,7 @@ def combine(runs: list[dict]) -> dict:
     peak store, every failure, and the counts of the median run."""
     runs = sorted(runs, key=lambda r: r["wall_s"])
     row = dict(runs[len(runs) // 2])
+    row.pop("answer")  # compared already (``measure``); not a figure
     row["wall_runs_s"] = [r["wall_s"] for r in runs]
     row["peak_store_bytes"] = max(r["peak_store_bytes"] for r in runs)
     row["failures"] = sum(r["failures"] for r in runs)
@@ -155,17 +180,20 @@ def main(args) -> int:
     try:
         for p in protocols:
             protocol_stack(ft.Rank, p)
-    except ValueError as exc:  # an unknown name or a refused stack
+        programs = [_program(app, args) for app in apps]
+    except ValueError as exc:  # an unknown name, a refused stack, a bad program
         return usage_error("footprint", str(exc))
     print(f"bench footprint: {', '.join(apps)} on {args.ranks} ranks ({args.transport}), "
           f"a checkpoint every {args.every} iterations (hc3i: a CLC every "
           f"{args.clc_interval_s:g} s), no failures, {args.repetitions} repetition(s)", flush=True)
     rows = []
-    for app in apps:
+    for program in programs:
+        app, reference = program.name, None
         runs: dict = {p: [] for p in [None, *protocols]}
         for k in range(args.repetitions):  # interleaved: the machine's load hits all alike
-            for p in runs:
-                runs[p].append(measure(app, p, args))
+            for p in runs:  # the bare run first: its answer is the reference
+                runs[p].append(measure(program, p, args, reference))
+                reference = runs[None][0]["answer"]
                 print(f"  {app} {p or 'none'} #{k + 1}: {runs[p][-1]['wall_s']:.1f} s",
                       flush=True)
         bare = combine(runs[None])
@@ -175,11 +203,12 @@ def main(args) -> int:
             row["store_above_bare"] = row["peak_store_bytes"] - bare["peak_store_bytes"]
             rows.append(row)
     w = max(12, *(len(r["protocol"]) for r in rows))
-    print(f"\n  {'app':8s} {'protocol':{w}s} {'wall s':>8s} {'x bare':>7s} {'peak store':>11s} "
+    a = max(8, *(len(r["app"]) for r in rows))
+    print(f"\n  {'app':{a}s} {'protocol':{w}s} {'wall s':>8s} {'x bare':>7s} {'peak store':>11s} "
           f"{'above bare':>11s} {'ckpts':>6s} {'forced':>7s} {'logged':>10s} {'failures':>8s} "
           f"{'ok':>3s}")
     for r in rows:
-        print(f"  {r['app']:8s} {r['protocol']:{w}s} {r['wall_s']:8.2f} {r['ratio']:7.2f} "
+        print(f"  {r['app']:{a}s} {r['protocol']:{w}s} {r['wall_s']:8.2f} {r['ratio']:7.2f} "
               f"{r['peak_store_bytes'] / MIB:8.1f} MiB {r['store_above_bare'] / MIB:7.1f} MiB "
               f"{r['checkpoints']:6d} {r['forced']:7d} {r['logged_bytes'] / MIB:6.1f} MiB "
               f"{r['failures']:8d} {'yes' if r['verified'] else 'NO':>3s}")

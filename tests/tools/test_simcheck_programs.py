@@ -1,0 +1,71 @@
+"""``sim-check --app``: the user's program under a protocol, and the likely cause of a
+failed run in the program's terms (``tools/_simcheck_programs.py``), each diagnosis
+shown on a program with that bug (``user_programs``)."""
+import os
+
+import pytest
+
+from ftactors.tools._simcheck_programs import unregistered_changes, wildcard_receives
+from ftactors.tools.programs import resolve
+from ftactors.tools.simcheck import program_target, sim_check
+
+HERE = "tests.tools.user_programs"
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def _failed(outcomes):
+    failed = [o for o in outcomes if not o.ok]
+    assert failed, "every run passed: the bug was not found"
+    return failed
+
+
+def test_an_attribute_outside_register_is_named_and_the_fix_is_not_blamed():
+    buggy = resolve(os.path.join(EXAMPLES, "poisson_buggy.py:Poisson"), kwargs={"n": 10})
+    fixed = resolve(os.path.join(EXAMPLES, "poisson.py:Poisson"), kwargs={"n": 10})
+    assert list(unregistered_changes(program_target(buggy, 4).reference[0])) == [
+        "self.history"]
+    assert unregistered_changes(program_target(fixed, 4).reference[0]) == {}
+    failed = _failed(sim_check("ready-flush", 4, 0, program=buggy, ranks=4))
+    assert all(any("self.history changes between iterations" in c for c in o.causes)
+               for o in failed)
+
+
+def test_code_before_the_loop_that_reads_restored_state_is_named():
+    program = resolve(f"{HERE}:PreLoop")
+    failed = _failed(sim_check("ready-flush", 4, 0, program=program, ranks=3))
+    causes = [c for o in failed for c in o.causes]
+    assert causes and all("computed offset differently" in c for c in causes), causes
+    assert not any("started" in c for c in causes)  # a timer differs in every run
+
+
+def test_wildcard_receives_are_named_when_the_failure_free_answer_is_not_reproducible():
+    program = resolve(f"{HERE}:Arrival")
+    assert wildcard_receives(program.cls) == ["ANY_SOURCE"]
+    with pytest.raises(ValueError) as info:
+        program_target(program, 5)
+    message = str(info.value)
+    assert "two failure-free runs of tests.tools.user_programs:Arrival" in message
+    assert "likely cause: the program receives with ANY_SOURCE" in message
+
+
+def test_a_local_changed_in_place_is_named_and_a_recomputed_one_is_not():
+    failed = _failed(sim_check("ready-flush", 4, 0, program=resolve(f"{HERE}:Cached"),
+                               ranks=3))
+    for o in failed:
+        assert [c.split(" (first")[0] for c in o.causes] == ["acc changes between iterations"]
+        assert "acc = self.register('acc', ...), then use self.acc" in o.causes[0]
+
+
+def test_a_bug_without_a_diagnosis_still_fails_and_blames_nothing():
+    """A local rebound to a new value in each iteration is not reported (most are
+    recomputed, like a residual): carrying one across iterations fails unexplained."""
+    failed = _failed(sim_check("ready-flush", 4, 0, program=resolve(f"{HERE}:Rebound"),
+                               ranks=3))
+    assert all(o.causes == [] and "differ from the failure-free" in o.problem for o in failed)
+
+
+def test_a_right_program_passes_every_stack_it_is_run_under():
+    program = resolve(f"{HERE}:Counter", [1.0], {"iterations": 8})
+    for stack in ("standby", "rs+standby+ready-flush", "groups"):
+        outcomes = sim_check(stack, 3, 7, program=program)
+        assert [o.problem for o in outcomes if not o.ok] == [], stack
