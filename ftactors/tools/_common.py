@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from typing import Callable
 
 
@@ -23,9 +25,15 @@ def command_parser(*adders: Callable) -> argparse.ArgumentParser:
 
 
 def run_command(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
-    """Parse ``argv`` and run the chosen subcommand's handler; its exit code."""
+    """Parse ``argv`` and run the chosen subcommand's handler; its exit code. Output
+    piped into a reader that stops early (``ftactors options | head``) ends the command
+    quietly, as other Unix tools do."""
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 141  # 128 + SIGPIPE, what a shell reports for a reader that stopped
 
 
 def write_json(path: str | None, data: dict) -> None:

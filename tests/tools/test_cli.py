@@ -2,6 +2,7 @@
 small real input (SMOKE says where); the demo runs end to end; traces can be plotted."""
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,19 @@ def test_trace_plot(tmp_path, capsys):
 def test_trace_plot_bad_file_exit_2(tmp_path, capsys):
     assert main(["trace", "plot", str(tmp_path / "missing.parquet")]) == 2
     assert "missing.parquet" in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """``ftactors options | head -1`` where ``head`` has gone: writes to the pipe fail
+    (its reading end is closed before the command starts); the command ends with
+    SIGPIPE's status and no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ftactors", "options"], stdout=write_end,
+                              stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write_end)
+    err = proc.stderr.decode()
+    assert proc.returncode == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -97,12 +97,13 @@ class Gated:
 def stack_options(stack: list[str], checkpoint_dir: str) -> dict:
     """The ``ft.run`` options of ``stack`` (see ``LEVEL_OPTIONS``; beside a consistency
     protocol that hands its parts to the levels, a level's own-round options are left
-    out, ``Protocol.part_mode_ignores``)."""
+    out: the options of role ``OWN_ROUNDS``)."""
     from ftactors.protocols import PROTOCOLS
+    from ftactors.runtime._options import OWN_ROUNDS, with_role
     parts = any(PROTOCOLS[name].hands_parts for name in stack)
     options = {}
     for name in stack:
-        ignored = PROTOCOLS[name].part_mode_ignores if parts else ()
+        ignored = with_role([PROTOCOLS[name]], OWN_ROUNDS) if parts else ()
         options.update({k: v for k, v in LEVEL_OPTIONS[name].items() if k not in ignored})
     if "ready-flush" in stack:
         options["checkpoint_dir"] = checkpoint_dir
