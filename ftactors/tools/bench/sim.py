@@ -34,7 +34,7 @@ class SimWorkload(ft.Rank):
         comm, me, n = self.comm, self.rank, self.size
         right, left = (me + 1) % n, (me - 1) % n
         await comm.barrier()
-        sent0, t0 = sum(self.ft.sent), time.perf_counter()
+        sent0, t0 = self.ft.sent.total(), time.perf_counter()
         for r in range(rounds):
             if me == 0:
                 await comm.send(r, dest=right)
@@ -44,7 +44,7 @@ class SimWorkload(ft.Rank):
             await comm.allreduce(me)
             await comm.bcast(r if me == 0 else None, root=0)
         await comm.barrier()
-        return t0, time.perf_counter(), sum(self.ft.sent) - sent0
+        return t0, time.perf_counter(), self.ft.sent.total() - sent0
 
 
 def run_once(transport: str, ranks: int, rounds: int, seed: int = 0) -> dict:
