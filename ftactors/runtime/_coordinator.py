@@ -799,6 +799,7 @@ class Coordinator:
         direct = [s["direct"] for s in stats if "direct" in s]  # the direct data plane's
         if direct:
             metrics["direct"] = {key: sum(d[key] for d in direct) for key in direct[0]}
+        metrics.update(getattr(self.fabric, "metrics", dict)())  # the sim's events
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
         result = RunResult(results, merge(logs), metrics, self.identity.run_id)

@@ -123,6 +123,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         # Executor jobs (and executor shutdowns) whose completion will arrive
         # through call_soon_threadsafe; the clock stands still until they do.
         self._threads_in_flight = 0
+        self.timers_fired = 0  # timers run at their virtual time: the simulated events
+        self.callbacks_run = 0  # every callback run (task steps included): the work
         super().__init__()
 
     def time(self) -> float:
@@ -216,6 +218,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
             handle = heapq.heappop(scheduled)
             handle._scheduled = False
             ready.append(handle)
+            self.timers_fired += 1
+        self.callbacks_run += len(ready)
 
         # Run only what is ready now; callbacks scheduled by these run in the
         # next iteration, as in the stock loop.
