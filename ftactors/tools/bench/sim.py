@@ -5,7 +5,10 @@ a ring, an ``allreduce`` and a ``bcast``) run on the ``sim`` transport. Each ran
 the application messages it sends between two barriers and reads ``time.perf_counter``
 at both; the figure is all ranks' messages over the wall time from the first start to
 the last end (rank start-up is excluded). The virtual time the simulation reached is
-reported beside it, to show what the messages stand for.
+reported beside it, to show what the messages stand for. So that a user can see what a
+simulated run of their size costs, each run also reports its wall time with the start-up,
+the simulator's events (timers fired at their virtual time) and callbacks, and its peak
+memory (each run in a forked child, so the peak is its own) and growth per rank.
 
 Baseline: the same workload at the same rank count on the ``local`` transport, which
 runs the same ranks, endpoints, channels, matching and collectives as asyncio tasks on
