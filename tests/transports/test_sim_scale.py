@@ -10,6 +10,7 @@ supervisor that waited on every rank's run each time one ended.
 from __future__ import annotations
 
 import asyncio
+import gc
 import tracemalloc
 
 import pytest
@@ -86,3 +87,13 @@ def test_rank_vector_reads_like_its_list(values):
         v[len(values)]
     with pytest.raises(IndexError):
         v.bump(len(values))
+
+
+def test_a_simulation_collects_garbage_rarely_and_restores_the_thresholds():
+    class Seen(ft.Rank):
+        async def main(self):
+            return gc.get_threshold()
+
+    before = gc.get_threshold()
+    seen = ft.run(Seen, 2, transport="sim").results[0]
+    assert seen[0] >= 100_000 and gc.get_threshold() == before
