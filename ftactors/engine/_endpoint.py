@@ -50,6 +50,7 @@ from ._matching import Matcher, Posted
 from ._payload import LARGE_BUFFER_BYTES, Payload, pack, unpack
 from ._reentry import Reentry
 from ._synchronous import SYNC, SyncAcks
+from ._vector import RankVector
 
 BATCH_MAX = 512
 """Messages per destination batch before the outbox is flushed without waiting."""
@@ -116,12 +117,13 @@ class Endpoint:
         self.epoch = epoch
         self.link = link
         self.owner = owner
-        self.peer_epochs = [0] * size  # this rank's own entry is its own epoch (self-sends)
+        # one entry per rank, kept for the peers this rank talked to only (``_vector``)
+        self.peer_epochs = RankVector(size)  # its own entry is its own epoch (self-sends)
         self.peer_epochs[rank] = epoch
         self._out = OutChannels()
         self._in = InChannels(epoch)
-        self.sent = [0] * size
-        self.received = [0] * size
+        self.sent = RankVector(size)
+        self.received = RankVector(size)
         self._gaps: dict[int, dict[int, Envelope]] = {}
         self.matcher = Matcher()
         self.sync = SyncAcks(self)  # acknowledgements of synchronous sends
@@ -137,7 +139,7 @@ class Endpoint:
         self.logged_bytes = 0  # payload bytes protocols kept in sender logs (a footprint)
         self.resends_suppressed = 0
         self._consumed_since = 0  # messages received since the last safe point
-        self._replay_sent: list[int] | None = None  # while re-running code before the resume point
+        self._replay_sent: RankVector | None = None  # while re-running code before the resume point
         # replay support (see module docstring)
         self._record = record_deliveries
         self._prefix_log: list[Envelope] = []
@@ -183,9 +185,8 @@ class Endpoint:
         if self._replay_sent is not None:
             self.resends_suppressed += 1
             return None
-        app_seq = self.sent[dst]
+        app_seq = self.sent.bump(dst)
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
-        self.sent[dst] += 1
         env = self.owner.on_send(env)
         if env is not None:
             self.transmit(env)
@@ -309,12 +310,11 @@ class Endpoint:
             else:
                 self._gaps.setdefault(src, {})[env.app_seq] = env
             return
-        self.received[src] = expected + 1
+        self.received.bump(src)
         self._accept_app(env)
         gaps = self._gaps.get(src)
         while gaps and self.received[src] in gaps:
-            nxt = gaps.pop(self.received[src])
-            self.received[src] += 1
+            nxt = gaps.pop(self.received.bump(src))
             self._accept_app(nxt)
 
     def _accept_app(self, env: Envelope) -> None:
@@ -502,8 +502,8 @@ class Endpoint:
             "position": self.position,
             "registered": cloudpickle.dumps(values, protocol=5, buffer_callback=(
                 None if buffers is None else buffers.append)),
-            "sent": list(self.sent),
-            "received": list(self.received),
+            "sent": RankVector.of(self.sent),
+            "received": RankVector.of(self.received),
             "prefix_log": list(self._prefix_log),
         }
 
@@ -523,9 +523,12 @@ class Endpoint:
         """
         return _storage.dumps(self._state(protocol_state, cut=cut))
 
-    def received_at(self, cut: dict[int, int]) -> list[int]:
+    def received_at(self, cut: dict[int, int]) -> RankVector:
         """``received`` as a snapshot cut at ``cut`` {peer: n} counts it."""
-        return [cut.get(src, n) for src, n in enumerate(self.received)]
+        received = RankVector.of(self.received)
+        for src, n in cut.items():
+            received[src] = n
+        return received
 
     def snapshot_now(self, protocol_state: dict | None = None, *,
                      unreceived: dict[int, int] | None = None) -> bytes:
@@ -575,7 +578,7 @@ class Endpoint:
         elif self.position is None and self._resume is None:
             parts = self._snapshot_parts()
             parts["registered"] = cloudpickle.dumps({})
-            parts["sent"] = [0] * self.size
+            parts["sent"] = RankVector(self.size)
             # what a blocked receive got is received before the loop too: a restore
             # hands both to the code before the loop again (``_reentry``)
             parts["prefix_log"] = parts["prefix_log"] + self._in_flight
@@ -583,7 +586,7 @@ class Endpoint:
         else:
             raise ProtocolError(f"rank {self.rank}: no snapshot now outside a loop once "
                                 f"one was entered (position {self.position})")
-        received = list(self.received)
+        received = RankVector.of(self.received)
         for src, k in (unreceived or {}).items():
             received[src] -= k
         parts["received"] = received
@@ -595,7 +598,7 @@ class Endpoint:
         in transit when the state was taken and arrived since (in arrival order): they
         are added as received and not consumed yet."""
         parts = dict(parts)
-        received = list(parts["received"])
+        received = RankVector.of(parts["received"])
         for env in late:
             received[env.src] += 1
         parts["received"] = received
@@ -636,7 +639,7 @@ class Endpoint:
                     "needs keep_base = True from the start and a protocol that records "
                     "deliveries; a transfer needs a safe point")
             parts = dict(self._base)
-            parts["received"] = list(self.received)
+            parts["received"] = RankVector.of(self.received)
             replay = parts["prefix_log"] + list(self._since_safe_point)
         else:
             parts = self._snapshot_parts(buffers)
@@ -690,9 +693,9 @@ class Endpoint:
         values = {} if self._reentry is None else self._reentry.values
         self.registered = list(values)
         self._restored = bool(values) or self._resume is not None
-        self.sent = list(parts["sent"])
+        self.sent = RankVector.of(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent
-        self.received = list(parts["received"])
+        self.received = RankVector.of(parts["received"])
         self._gaps.clear()
         self._outbox.clear()
         # re-running the code before the resume point consumes (and logs) the replayed
@@ -748,7 +751,7 @@ class Endpoint:
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:
         return {
-            "sent": sum(self.sent), "received": sum(self.received),
+            "sent": self.sent.total(), "received": self.received.total(),
             "duplicates_dropped": self.duplicates_dropped,
             "resends_suppressed": self.resends_suppressed,
             "stale_dropped": self._in.stale, "channel_duplicates": self._in.duplicates,
@@ -761,7 +764,7 @@ def blank_snapshot(rank: int, size: int) -> bytes:
     program from the start, with the protocols' state of the start (``Endpoint.started``)."""
     return _storage.dumps({
         "rank": rank, "position": None, "registered": cloudpickle.dumps({}),
-        "sent": [0] * size, "received": [0] * size, "prefix_log": [],
+        "sent": RankVector(size), "received": RankVector(size), "prefix_log": [],
         "replay": [], "protocols": None})
 
 

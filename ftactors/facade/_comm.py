@@ -45,17 +45,23 @@ class Communicator(BufferAPI):
     """A group of ranks that exchange messages; see mpi4py's ``Comm``. The lowercase
     methods move Python objects, the uppercase ones (``BufferAPI``) numpy buffers."""
 
-    def __init__(self, endpoint, comm_id: str, group: tuple[int, ...]):
+    def __init__(self, endpoint, comm_id: str, group: tuple[int, ...] | range):
         self._ep = endpoint
         self.id = comm_id
-        self.group = tuple(group)
+        # the world's group is a range: no table of every rank in every rank's world
+        self.group = group if isinstance(group, range) else tuple(group)
         self.size = len(self.group)
-        self._local = {w: i for i, w in enumerate(self.group)}
-        self.rank = self._local[endpoint.rank]
+        self._local = None if isinstance(group, range) else {
+            w: i for i, w in enumerate(self.group)}
+        self.rank = self._local_rank(endpoint.rank)
         self._ctx = comm_id
         self._cctx = comm_id + COLLECTIVE_SUFFIX
         self._derived = 0
         self._last_icoll: asyncio.Future | None = None  # the newest nonblocking collective
+
+    def _local_rank(self, world: int) -> int:
+        """This communicator's rank of world rank ``world`` (a member)."""
+        return self.group.index(world) if self._local is None else self._local[world]
 
     def Get_rank(self) -> int:
         return self.rank
@@ -107,7 +113,7 @@ class Communicator(BufferAPI):
         return obj, self._status_of(env)
 
     def _status_of(self, env: Envelope) -> Status:
-        return Status.of(self._local[env.src], env.tag, env.payload.nbytes)
+        return Status.of(self._local_rank(env.src), env.tag, env.payload.nbytes)
 
     def _done(self, value: Any = None, status: Status | None = None) -> Request:
         """An active request that is complete already (an operation on PROC_NULL, a

@@ -37,6 +37,7 @@ result is in hand. Spares are a ``SparePool``. A fabric's ``RankDied`` never lea
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ from ._escalation import Escalation, PartLevels
 from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
+from ..engine._vector import RankVector
 from ._host import RankSpec, ahead
 from ._identity import RunIdentity
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
@@ -151,13 +153,14 @@ class Coordinator:
         self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
         self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
         self._round_failed: set[int] = set()  # the failed ranks of the current round
-        self.epochs = [0] * ranks
+        self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
         self._epoch_counter = 0  # the largest epoch handed out
         self.incarnations = [0] * ranks
         self.collected: list[dict] = []
         self.rank_events: list[Event] = []
         self.reports: list[Event] = []
-        self._runs: dict[asyncio.Task, int] = {}
+        self._runs: dict[int, asyncio.Task] = {}  # rank -> its main() call under way
+        self._ended: set[int] = set()  # ranks whose current main() call ended, not taken
         self._results: list = [None] * ranks
         self._done: set[int] = set()
         self._failed: set[int] = set()
@@ -349,15 +352,24 @@ class Coordinator:
         self._drop_runs({rank})
         task = asyncio.ensure_future(
             self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
-        self._runs[task] = rank
+        self._runs[rank] = task
+        task.add_done_callback(functools.partial(self._run_ended, rank))
         self._done.discard(rank)
         self._fresh.discard(rank)
         self._wake.set()
 
+    def _run_ended(self, rank: int, task: asyncio.Task) -> None:
+        """A ``main()`` call ended: if it is still the rank's run, the supervisor takes it.
+        (Each call says so itself: waiting on all of them at once would cost every rank's
+        end a pass over every rank.)"""
+        if self._runs.get(rank) is task:
+            self._ended.add(rank)
+            self._wake.set()
+
     async def _supervise(self) -> list:
         for rank in range(self.n):
             self.start_rank(rank, None if self.restore is None else
-                            {"snapshot": self.restore[rank], "peer_epochs": [0] * self.n,
+                            {"snapshot": self.restore[rank], "peer_epochs": RankVector(self.n),
                              "line": self.start})
         work = []
         if self.heartbeat_interval_s:
@@ -375,14 +387,14 @@ class Coordinator:
                 if self._failed:
                     await self._recover()
                     continue
-                self._wake.clear()
-                waker = asyncio.ensure_future(self._wake.wait())
-                done, _ = await asyncio.wait(list(self._runs) + [waker],
-                                             return_when=asyncio.FIRST_COMPLETED)
-                waker.cancel()
-                for task in sorted((t for t in done if t in self._runs), key=self._runs.get):
-                    rank = self._runs[task]
-                    error = self._finished(task)
+                if not self._ended:
+                    self._wake.clear()
+                    await self._wake.wait()
+                ended, self._ended = sorted(self._ended), set()
+                for rank in ended:
+                    if rank not in self._runs:
+                        continue  # dropped meanwhile: its outcome is not the run's
+                    error = self._finished(rank)
                     if error is not None:
                         await self._collect()
                         raise error
@@ -390,16 +402,17 @@ class Coordinator:
                         await self._strike(rank, "finished")
         finally:
             self._watching = False
-            for task in sorted(self._runs, key=self._runs.get):
+            for _, task in sorted(self._runs.items()):
                 task.cancel()  # a rank that dies after the run ended (a lost job's) is moot:
                 task.add_done_callback(_consume)  # its death is nobody's to take
             for task in list(self._helpers):
                 task.cancel()
         return self._results
 
-    def _finished(self, task: asyncio.Task) -> RankError | None:
-        """Take the outcome of a rank's run; returns the error that ends the run, if any."""
-        rank = self._runs.pop(task)
+    def _finished(self, rank: int) -> RankError | None:
+        """Take the outcome of a rank's run (ended); returns the error that ends the run,
+        if any."""
+        task = self._runs.pop(rank)
         if task.cancelled():
             return None
         try:
@@ -608,7 +621,7 @@ class Coordinator:
         extra = getattr(self.policy, "restore_notes", None)
         parts = {} if self.part_levels is None else self.part_levels.restore_notes()
         merged = {**(extra() if extra is not None else {}), **parts, **(notes or {})}
-        spec = {"snapshot": snapshot, "peer_epochs": list(self.epochs), "notes": merged}
+        spec = {"snapshot": snapshot, "peer_epochs": RankVector.of(self.epochs), "notes": merged}
         if line is not _NO_LINE:
             spec["line"] = self.start if line is None else tuple(line)
         return spec
@@ -654,16 +667,18 @@ class Coordinator:
     def _drop_runs(self, ranks: set[int]) -> None:
         """Forget the ``main()`` calls of ``ranks`` (stopped if under way): their outcome,
         taken or not, is not the run's."""
-        for task, rank in list(self._runs.items()):
-            if rank in ranks:
-                del self._runs[task]
+        for rank in sorted(ranks):
+            task = self._runs.pop(rank, None)
+            if task is not None:
+                self._ended.discard(rank)
                 task.add_done_callback(_consume)  # nobody waits for its outcome
                 task.cancel()
 
     def running(self, rank: int) -> bool:
         """Whether rank ``rank``'s ``main()`` call is still under way (not finished, even
         if the coordinator has not taken its outcome yet)."""
-        return any(r == rank and not task.done() for task, r in self._runs.items())
+        task = self._runs.get(rank)
+        return task is not None and not task.done()
 
     # ----------------------------------------------------------------- helpers
     async def _kill_later(self, kill: Kill) -> None:
@@ -816,6 +831,7 @@ class Coordinator:
         direct = [s["direct"] for s in stats if "direct" in s]  # the direct data plane's
         if direct:
             metrics["direct"] = {key: sum(d[key] for d in direct) for key in direct[0]}
+        metrics.update(getattr(self.fabric, "metrics", dict)())  # the sim's events
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
         result = RunResult(results, merge(logs), metrics, self.identity.run_id)

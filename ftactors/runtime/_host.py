@@ -24,6 +24,7 @@ import cloudpickle
 
 from ..facade._comm import Communicator
 from ..engine._endpoint import Endpoint, Link
+from ..engine._vector import RankVector
 from ..base._errors import ProtocolError
 from ..base._events import CHECKPOINT_KINDS
 from ._identity import RunIdentity
@@ -83,7 +84,7 @@ class RankHost:
         self.ep.disconnect_iterations = set(spec.disconnect_iterations)
         self.ep.disconnect = self.disconnect
         self.obj.ft = self.ep
-        self.obj.comm = Communicator(self.ep, WORLD, tuple(range(spec.size)))
+        self.obj.comm = Communicator(self.ep, WORLD, range(spec.size))
         self._main: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._failure: BaseException | None = None
@@ -175,9 +176,13 @@ class RankHost:
                 f"rank {self.spec.rank} refused a snapshot at position {parts['position']}: "
                 f"it is ahead of the recovery line chosen, {restore['line'] or 'the start'} "
                 f"(a state of another execution)")
-        for rank, peer_epoch in enumerate(restore["peer_epochs"]):
+        # every rank's epoch, in rank order; where both the table and this rank say 0
+        # nothing changes, so only the others are visited (not every rank of the run)
+        epochs = RankVector.of(restore["peer_epochs"])
+        for rank in sorted({r for r, _ in epochs.nonzero()}
+                           | {r for r, _ in ep.peer_epochs.nonzero()}):
             if rank != self.spec.rank:
-                ep.set_peer_epoch(rank, peer_epoch)
+                ep.set_peer_epoch(rank, epochs[rank])
         ep.restore(parts, epoch)
         if parts["position"] not in (None, (0, 0)) and not ep.registered:
             # resumed past the top of the first loop with nothing registered: the program
@@ -187,7 +192,7 @@ class RankHost:
                       incarnation=self.spec.incarnation)
         ep.restored_from = (parts["position"], blob)
         ep.restore_notes = restore.get("notes", {})
-        self.obj.comm = Communicator(ep, WORLD, tuple(range(self.spec.size)))
+        self.obj.comm = Communicator(ep, WORLD, range(self.spec.size))
         ep.events.record("restored", epoch=epoch, position=parts["position"])
         await self.obj.on_restored()
         ep.open()

@@ -63,6 +63,10 @@ class SimFabric(LocalFabric):
     async def start(self, ranks: int) -> None:
         await super().start(ranks)
 
+    def metrics(self) -> dict:
+        """What the simulation cost: timers fired (its events) and callbacks run."""
+        return {"sim_events": self.loop.timers_fired, "sim_callbacks": self.loop.callbacks_run}
+
     def route(self, src: int, dst: int, envs: list[Envelope]) -> None:
         if src in self.dead:
             return

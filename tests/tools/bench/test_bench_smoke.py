@@ -34,6 +34,18 @@ def test_sim_bench_json(tmp_path):
     assert data["sim"]["virtual_s"] > 0
     assert data["ratio_sim_over_local"] > 0
     assert data["machine"]["cpus"] >= 1
+    # what a simulated run costs: its events and callbacks, its peak memory per rank
+    assert data["sim"]["callbacks"] >= data["sim"]["events"] >= data["sim"]["messages"] / 2
+    assert data["sim"]["peak_rss_bytes"] > 0 and data["sim"]["bytes_per_rank"] >= 0
+
+
+def test_sim_bench_without_baseline(tmp_path, capsys):
+    out = tmp_path / "sim.json"
+    assert bench("sim", "--ranks", "16", "--rounds", "1", "--repetitions", "1",
+                 "--baseline", "none", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["local"] is None and data["ratio_sim_over_local"] is None
+    assert "a simulated run of 16 ranks here" in capsys.readouterr().out
 
 
 def test_sim_bench_rejects_bad_sizes():
