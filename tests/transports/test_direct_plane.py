@@ -50,7 +50,7 @@ async def _handshake(reader, writer, secret: RunSecret) -> None:
 
 
 def _frame(envs) -> bytes:
-    kind, body = encode(envs, True)
+    kind, body, _ = encode(envs, True)
     return HEADER.pack(len(body), kind) + body
 
 
@@ -279,12 +279,12 @@ def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path
     async def body(peers):
         waits, peak, peak_unacked, size = 0, 0, 0, 0
         for i in range(frames):
-            kind, frame = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
+            kind, frame, _ = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
             size = max(size, HEADER.size + len(frame))
             assert peers.send(1, kind, frame)
             conn = peers.conns[1]
             if conn.ready:  # what the kernel has not taken
-                peak = max(peak, conn.wire.transport.get_write_buffer_size())
+                peak = max(peak, conn.wire.pending_bytes)
             peak_unacked = max(peak_unacked, conn.unacked)
             waiting = peers.congested(1)
             if waiting is not None:
