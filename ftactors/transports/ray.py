@@ -394,6 +394,9 @@ class RayFabric:
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
         self._plane: dict | None = None
+        if options.get("object_store_bytes", OBJECT_STORE_BYTES) < 0:
+            raise ConfigError(f"object_store_bytes must be >= 0, not "
+                              f"{options['object_store_bytes']}")
         if options.get("data_plane", "direct") == "direct":
             self._plane = {"secret": RunSecret(), "run_name": f"ftactors-{secrets.token_hex(8)}"}
 
