@@ -864,7 +864,8 @@ def encode(envs: list[Envelope], plain: bool) -> tuple[int, bytes, list]:
     buffers: list = []
     for i, row in enumerate(rows):
         if row[7]:
-            buffers.extend(memoryview(b).cast("B") if type(b) is not bytes else b for b in row[7])
+            buffers.extend(b if type(b) in (bytes, bytearray) else memoryview(b).cast("B")
+                           for b in row[7])
             rows[i] = row[:7] + (len(row[7]),) + row[8:]
     if plain:
         return ROWS, pickle.dumps(rows, protocol=5), buffers

@@ -116,9 +116,11 @@ class RayLink(Link):
 
     def put_large(self, view: memoryview):
         """A buffer for the direct plane (a copy: the sender may change its array once
-        ``send`` returns), or from ``store_bytes`` on a reference to it in the object store."""
+        ``send`` returns; a bytearray, so that it also arrives writable in a batch that
+        goes by actor call with a reference beside it), or from ``store_bytes`` on a
+        reference to it in the object store."""
         if self.direct is not None and view.nbytes < self.store_bytes:
-            return bytes(view)
+            return bytearray(view)
         return ray.put(np.frombuffer(view, dtype=np.uint8))
 
     async def resolve(self, payload: Payload) -> Payload:
