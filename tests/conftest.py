@@ -25,7 +25,8 @@ def transport(request):
 
 
 SECONDS = {
-    "tests/transports/test_deaths_ray.py": 90, "tests/protocols/test_ready_flush_ray.py": 130,
+    "tests/transports/test_deaths_ray.py": 90, "tests/transports/test_large_arrays_ray.py": 20,
+    "tests/protocols/test_ready_flush_ray.py": 130,
     "tests/protocols/test_standby_ray.py": 125, "tests/facade/test_conformance.py": 80,
     "tests/protocols/test_stacks_ray.py": 90, "tests/protocols/test_stacks_nodes.py": 140,
     "tests/tools/test_job_submit.py": 75, "tests/protocols/test_ready_flush_cluster.py": 73,

@@ -54,6 +54,15 @@ from ._vector import RankVector
 
 BATCH_MAX = 512
 """Messages per destination batch before the outbox is flushed without waiting."""
+BATCH_BYTES = 256 << 10
+"""Bytes per destination batch before it is flushed without waiting: a sender of many
+mid-sized messages (an array just under ``LARGE_BUFFER_BYTES``) would otherwise make
+frames of up to ``BATCH_MAX`` of them, each copied whole at every step and written only
+when its window has room (measured on Ray's direct plane: 64 KiB messages at 250 MiB/s
+in batches of 512, against 850 MiB/s for 128 KiB ones sent one per frame)."""
+BATCH_BYTES_FROM = 4 << 10
+"""Only a message at least this large counts its batch's bytes (the small-message path
+pays nothing)."""
 
 
 class Link:
@@ -224,7 +233,9 @@ class Endpoint:
         if box is None:
             box = self._outbox[dst] = []
         box.append(env)
-        if len(box) >= BATCH_MAX or env.payload.nbytes >= LARGE_BUFFER_BYTES:
+        nbytes = env.payload.nbytes
+        if (len(box) >= BATCH_MAX or nbytes >= LARGE_BUFFER_BYTES or nbytes >= BATCH_BYTES_FROM
+                and sum(e.payload.nbytes for e in box) >= BATCH_BYTES):
             self._flush_one(dst)
         elif not self._flush_pending:
             self._flush_pending = True

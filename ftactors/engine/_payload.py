@@ -6,12 +6,16 @@ its own copy, an unpicklable object fails at the sender as a ``TypeError`` namin
 type, and ``Status.count`` is the payload's size in bytes.
 
 Buffers of at least ``LARGE_BUFFER_BYTES`` (numpy array data and anything else that
-hands pickle a ``PickleBuffer``; ``bytes`` are always pickled in-band) travel out-of-band: the transport's ``put_large`` stores each one once (the Ray transport puts it
-in the shared object store and ships only the reference), and the receiver rebuilds the
-object over that buffer. Such buffers are read-only on every transport (on Ray they are
-zero-copy views of the object store; the local and sim transports hand out immutable
-copies so that code behaves the same everywhere). Smaller buffers are pickled in-band and
-arrive writable.
+hands pickle a ``PickleBuffer``; ``bytes`` are always pickled in-band) travel out-of-band:
+the transport's ``put_large`` stores each one once (the Ray transport copies it for its
+direct plane, or puts it in the shared object store and ships only the reference), and
+the receiver rebuilds the
+object over that buffer. Such buffers are read-only where they are shared: on Ray from
+``object_store_bytes`` on (zero-copy views of the object store) and on the local and sim
+transports (immutable copies, as a payload there may reach several receivers). On Ray's
+direct plane, below ``object_store_bytes``, each arrives in a buffer its receiver owns,
+writable (``transports/_direct``). Smaller buffers are pickled in-band and arrive
+writable.
 
 Plain data (built-in scalars, containers of them, numpy arrays and scalars of a
 non-object dtype: see ``is_plain``) is pickled by the C pickler, which gives the same

@@ -192,6 +192,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
     _ray("data_plane", str, "direct",
          "'direct' (rank-to-rank sockets, Unix on one node, TCP across nodes) or 'ray' "
          "(every batch an actor call)", choices=("direct", "ray")),
+    _ray("object_store_bytes", int, 16 << 20,
+         "out-of-band buffers (arrays of 100 KiB and more) at least this large travel by "
+         "reference through Ray's object store and an actor call, smaller ones on the direct "
+         "plane's sockets, without a joined copy (with data_plane='ray': every one through "
+         "the object store); default: the measured crossover, see the README", "bytes"),
     Option("collectives", str, "auto",
            "allreduce/allgather schedule: 'auto' (recursive doubling on power-of-two "
            "communicators of Ray's direct plane, binomial trees elsewhere), 'tree' or "

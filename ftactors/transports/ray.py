@@ -30,10 +30,14 @@ docs/ARCHITECTURE.md):
   exception past this module); actors are created with ``max_restarts=0`` and
   calls with ``max_task_retries=0`` (a retried call would re-run from the start) because
   recovery is the framework's job;
-* buffers of 100 KiB and more are ``ray.put`` once by the sender and travel as references;
-  receivers fetch them before the channel layer sees the envelope, as read-only zero-copy
-  views of the object store. The sender owns those objects, so a message from a rank that
-  died before its receiver fetched it is lost with that rank, as on a real network.
+* out-of-band buffers (``_payload.LARGE_BUFFER_BYTES``, 100 KiB, and more) of less than
+  ``object_store_bytes`` travel on the direct plane as out-of-band frames (``_direct``:
+  written without a joined copy, read into a writable buffer the receiver owns). Larger
+  ones (every one with ``data_plane="ray"``) are ``ray.put`` once by the sender and travel
+  as references; receivers fetch them before the channel layer sees the envelope, as
+  read-only zero-copy views of the object store. The sender owns those objects, so a
+  message from a rank that died before its receiver fetched it is lost with that rank, as
+  on a real network.
 
 ``address`` joins an existing cluster (``"auto"``, ``"ray://host:10001"``, ``host:port``);
 with none, an embedded local Ray is started once per process and reused, by a thread that
@@ -64,6 +68,7 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..runtime._coordinator import RankDied
+from ..runtime._options import CORE_OPTIONS
 from ..engine._endpoint import Link
 from ..base._errors import ConfigError
 from ..engine._envelope import Envelope, from_rows, to_rows
@@ -78,8 +83,9 @@ class RayLink(Link):
     """Sends batches on the direct plane (``direct``, see ``_direct``) or with one-way
     actor calls; large buffers through the object store."""
 
-    def __init__(self, rank: int, inbox, clock_zero: float):
+    def __init__(self, rank: int, inbox, clock_zero: float, store_bytes: int):
         self.rank = rank
+        self.store_bytes = store_bytes  # out-of-band buffers from this size on: object store
         self.inbox = inbox
         self.clock_zero = clock_zero  # the run's start (epoch seconds, the driver's)
         self.peers: list = []
@@ -109,10 +115,18 @@ class RayLink(Link):
                 self.listener.disconnect()
 
     def put_large(self, view: memoryview):
+        """A buffer for the direct plane (a copy: the sender may change its array once
+        ``send`` returns; a bytearray, so that it also arrives writable in a batch that
+        goes by actor call with a reference beside it), or from ``store_bytes`` on a
+        reference to it in the object store."""
+        if self.direct is not None and view.nbytes < self.store_bytes:
+            return bytearray(view)
         return ray.put(np.frombuffer(view, dtype=np.uint8))
 
     async def resolve(self, payload: Payload) -> Payload:
-        buffers = await asyncio.gather(*payload.buffers)
+        refs = [b for b in payload.buffers if isinstance(b, ray.ObjectRef)]
+        fetched = iter(await asyncio.gather(*refs))
+        buffers = [next(fetched) if isinstance(b, ray.ObjectRef) else b for b in payload.buffers]
         resolved = Payload(payload.data, tuple(buffers), payload.nbytes)
         resolved.origin = payload
         return resolved
@@ -159,6 +173,9 @@ class RayLink(Link):
         return time.time() - self.clock_zero
 
 
+OBJECT_STORE_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "object_store_bytes")
+"""Out-of-band buffers from this size on go through the object store (the option's default)."""
+
 TRANSFER_CHUNK = 16 << 20
 """A moving rank's large buffers travel in objects of this size, so that the receiver
 copies the first ones while the object manager pulls the rest."""
@@ -175,8 +192,9 @@ def _plain(envs: list[Envelope]) -> bool:
 
 
 def _has_refs(envs: list[Envelope]) -> bool:
-    """Whether any payload has out-of-band buffers (object references on Ray)."""
-    return any(env.payload.buffers for env in envs)
+    """Whether any payload holds object references (out-of-band buffers from
+    ``object_store_bytes`` on)."""
+    return any(isinstance(b, ray.ObjectRef) for env in envs for b in env.payload.buffers)
 
 
 def _plain_piggyback(envs: list[Envelope]) -> bool:
@@ -223,7 +241,8 @@ class RankActor:
         None)."""
         spec, sources = cloudpickle.loads(spec_blob)
         _sources.install(sources)
-        self.link = RayLink(spec.rank, inbox, clock_zero)
+        self.link = RayLink(spec.rank, inbox, clock_zero,
+                            spec.options.get("object_store_bytes", OBJECT_STORE_BYTES))
         self.host = RankHost(spec, self.link, self.die)
         node = ray.get_runtime_context().get_node_id()
         if plane is None:
@@ -305,7 +324,7 @@ class RankActor:
             envs = batch
             try:
                 for env in envs:
-                    if env.payload.buffers and isinstance(env.payload.buffers[0], ray.ObjectRef):
+                    if any(isinstance(b, ray.ObjectRef) for b in env.payload.buffers):
                         env.payload = await self.link.resolve(env.payload)
             except RayError:
                 return
@@ -377,6 +396,9 @@ class RayFabric:
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
         self._plane: dict | None = None
+        if options.get("object_store_bytes", OBJECT_STORE_BYTES) < 0:
+            raise ConfigError(f"object_store_bytes must be >= 0, not "
+                              f"{options['object_store_bytes']}")
         if options.get("data_plane", "direct") == "direct":
             self._plane = {"secret": RunSecret(), "run_name": f"ftactors-{secrets.token_hex(8)}"}
 

@@ -81,8 +81,9 @@ def test_numpy_arrays_roundtrip(transport):
         dtype, shape, writeable, value = out[name]
         assert dtype == arr.dtype.str and shape == arr.shape, name
         np.testing.assert_array_equal(value, arr)
-        # documented: large buffers arrive read-only (zero-copy on Ray), small ones writable
-        assert writeable == (arr.nbytes < 100 * 1024), name
+        # documented: large buffers arrive read-only on local and sim (shared copies),
+        # writable on Ray's direct plane (owned by the receiver), small ones writable
+        assert writeable == (arr.nbytes < 100 * 1024 or transport == "ray"), name
 
 
 @pytest.mark.parametrize("ranks", [3, 4])
@@ -108,8 +109,10 @@ def check_collectives(transport, ranks):
     bracketing = {1: "0", 3: "((0+1)+2)", 4: "((0+1)+(2+3))"}[n]
     for r, out in enumerate(results):
         assert out["bcast"] == [{"root": root} for root in range(n)]
-        # the root keeps its own (writable) object; others get read-only large buffers
-        assert out["bcast_big"] == (float(np.arange(2**16).sum()), r == n - 1)
+        # the root keeps its own (writable) object; others get read-only large buffers,
+        # except on Ray's direct plane (buffers of their own)
+        assert out["bcast_big"] == (float(np.arange(2**16).sum()),
+                                    r == n - 1 or transport == "ray")
         for name, fn in ops.items():
             expect = _fold(fn, vecs)
             if r == n - 1:

@@ -6,16 +6,21 @@ import os
 import pickle
 import socket
 import stat
+import struct
 import threading
 import time
 
+import numpy as np
 import pytest
 
+from ftactors.engine import _payload
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
+from ftactors.transports import _direct
 from ftactors.transports._direct import (COUNT, HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES,
-                                          ROWS, SESSION_BYTES, WINDOW_BYTES, Counters, Listener,
-                                          Peers, RunSecret, encode, secure_run_dir)
+                                          OOB, OOB_COUNT, ROWS, SESSION_BYTES, WINDOW_BYTES,
+                                          Counters, Listener, Peers, RunSecret, encode,
+                                          secure_run_dir)
 
 
 def _env(i: int, piggyback=None) -> Envelope:
@@ -50,7 +55,7 @@ async def _handshake(reader, writer, secret: RunSecret) -> None:
 
 
 def _frame(envs) -> bytes:
-    kind, body = encode(envs, True)
+    kind, body, _ = encode(envs, True)
     return HEADER.pack(len(body), kind) + body
 
 
@@ -279,12 +284,12 @@ def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path
     async def body(peers):
         waits, peak, peak_unacked, size = 0, 0, 0, 0
         for i in range(frames):
-            kind, frame = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
+            kind, frame, _ = encode([Envelope(APP, 0, 1, "w", 0, i, pack((i, blob)), seq=i)], True)
             size = max(size, HEADER.size + len(frame))
             assert peers.send(1, kind, frame)
             conn = peers.conns[1]
             if conn.ready:  # what the kernel has not taken
-                peak = max(peak, conn.wire.transport.get_write_buffer_size())
+                peak = max(peak, conn.wire.pending_bytes)
             peak_unacked = max(peak_unacked, conn.unacked)
             waiting = peers.congested(1)
             if waiting is not None:
@@ -416,5 +421,120 @@ def test_a_reconnecting_stranger_is_dropped_before_its_frames_are_read(tmp_path)
         assert [e.app_seq for e in got] == [0, 1]
         w.close()
         peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+LARGE = _payload.LARGE_BUFFER_BYTES
+
+
+def _arrays_env(i: int, *sizes: int) -> Envelope:
+    """Envelope ``i`` carrying float64 arrays of ``sizes`` bytes, numbered by ``i``."""
+    arrays = [np.arange(n // 8, dtype=np.float64) + i for n in sizes]
+    return Envelope(APP, 0, 1, "w", 0, i, pack(arrays), seq=i)
+
+
+def _intact(env: Envelope, *sizes: int) -> bool:
+    arrays = unpack(env.payload)
+    return all(a.flags.writeable and np.array_equal(a, np.arange(n // 8) + env.app_seq)
+               for a, n in zip(arrays, sizes))
+
+
+@pytest.mark.parametrize("same_node", [True, False], ids=["unix", "tcp"])
+def test_out_of_band_arrays_arrive_intact_writable_and_owned(tmp_path, same_node):
+    """Arrays just under and over the out-of-band threshold and of a few MiB, alone,
+    together in one payload and batched with small envelopes, arrive intact, in order and
+    writable, in buffers of their own; the sender keeps the payload's very buffers (not
+    a copy) until they are acknowledged, and counts their bytes in its window."""
+    sizes = [LARGE - 8, LARGE, LARGE + 8, 3 << 20]
+
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a" if same_node else "node-b", listener.counters)
+        peers.wire([None, endpoint])
+        batches = [[_arrays_env(i, n)] for i, n in enumerate(sizes)]
+        batches.append([_env(4), _arrays_env(5, LARGE, 0, 2 << 20), _env(6)])
+        for batch in batches:
+            kind, body_, buffers = encode(batch, True)
+            assert peers.send(1, kind, body_, buffers)
+            conn = peers.conns[1]
+            kept = conn.frames[-1]
+            oob = [b for env in batch for b in env.payload.buffers]
+            assert [type(kept) is tuple, len(oob)] == [bool(oob), len(buffers)]
+            if oob:  # the window holds the payload's own buffers
+                assert all(k is b for k, b in zip(kept[1:], oob))
+                assert conn.unacked >= sum(map(len, oob))
+        await _until(lambda: len(got) == 7)
+        assert [e.app_seq for e in got] == list(range(7))
+        for env, n in zip(got, sizes):
+            assert _intact(env, n)
+        assert unpack(got[4].payload) == 4 and unpack(got[6].payload) == 6
+        assert _intact(got[5], LARGE, 0, 2 << 20)
+        assert all(type(b) is np.ndarray and b.base is None  # its own memory
+                   for env in got for b in env.payload.buffers)
+        assert listener.counters.frames == 5
+        peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("side", ["listener", "sender"])
+def test_a_cut_in_the_middle_of_an_out_of_band_frame_resends_it_whole(tmp_path, monkeypatch, side):
+    """A connection that ends while a large out-of-band frame's buffers are half read
+    (reset by either side) loses nothing: the listener drops the partial frame, the
+    sender reconnects and writes the whole frame again from its window, and every frame
+    arrives once, intact."""
+    cuts = []
+    fill = _direct._Inbound.buffer_updated
+
+    def cut_midway(inbound, nbytes):
+        fill(inbound, nbytes)
+        filling = inbound.filling
+        if filling is not None and filling.at and not cuts:
+            cuts.append(filling.at)
+            (inbound.listener.disconnect if side == "listener" else peers.disconnect)()
+
+    monkeypatch.setattr(_direct._Inbound, "buffer_updated", cut_midway)
+    size = 8 << 20
+
+    async def body():
+        nonlocal peers
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a", Counters())
+        peers.wire([None, endpoint])
+        for i in range(3):
+            assert peers.send(1, *encode([_arrays_env(i, size)], True))
+            waiting = peers.congested(1)
+            if waiting is not None:
+                await waiting
+        await _until(lambda: len(got) == 3, timeout_s=20, show=peers.counters.as_dict)
+        assert cuts and 0 < cuts[0] < size  # cut with part of a buffer read
+        assert [e.app_seq for e in got] == [0, 1, 2]
+        assert all(_intact(e, size) for e in got)
+        assert listener.counters.truncated == 1
+        assert peers.counters.reconnects == 1 and peers.counters.resent >= 1
+        peers.close()
+        listener.close()
+
+    peers = None
+    asyncio.run(body())
+
+
+def test_an_out_of_band_frame_longer_than_the_limit_is_refused_unread(tmp_path):
+    """The buffers' lengths count toward the frame limit: a frame announcing more is
+    dropped before any of it is delivered."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret, max_frame_bytes=1 << 20)
+        r, w = await asyncio.open_unix_connection(endpoint.path)
+        await _handshake(r, w, secret)
+        _, body_, _ = encode([_env(0)], True)
+        w.write(HEADER.pack(len(body_), ROWS | OOB) + OOB_COUNT.pack(2)
+                + struct.pack("!2Q", 1 << 19, 1 << 19) + body_)
+        await _until(lambda: listener.counters.oversized == 1)
+        assert got == []
+        w.close()
         listener.close()
     asyncio.run(body())

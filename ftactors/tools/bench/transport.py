@@ -9,7 +9,8 @@ What is measured, in one run, on the same embedded (or given) Ray:
 * **small-message throughput**, one way: rank 0 sends N ints to rank 1, which receives
   them all and then acknowledges once (raw Ray: one fire-and-forget actor call per
   message, then one call that waits until all N have run);
-* **bandwidth** for 1 MiB and 16 MiB float64 arrays, one way, N in flight, the receiver
+* **bandwidth** for 64 KiB, 128 KiB, 1 MiB and 16 MiB float64 arrays (``SIZES``: either
+  side of the out-of-band and object-store thresholds), one way, N in flight, the receiver
   reading one element and checking the shape of each (raw Ray: the array passed as a
   call argument, which Ray puts in the object store, as ftactors does for large buffers).
 
@@ -33,9 +34,10 @@ its first touches of object-store memory (page-table faults that made 16 MiB tra
 of freshly started actors up to twice as slow as those of warm ones). Every figure is
 the median over repetitions; a ratio is the ratio of medians.
 
-The targets checked are those of issue #16: latency at most 0.5x raw Ray and at most
-1.5x the socket pair, small-message throughput at least 3x raw Ray's one call per message
-(ftactors batches per destination), 16 MiB bandwidth at least 0.8x raw Ray.
+The targets checked are those of issues #16 and #27: latency at most 0.5x raw Ray and at
+most 1.5x the socket pair, small-message throughput at least 3x raw Ray's one call per
+message (ftactors batches per destination), 64 KiB to 1 MiB bandwidth at least 0.8x the
+socket pair, 16 MiB bandwidth at least 0.8x raw Ray (the object store).
 """
 from __future__ import annotations
 
@@ -52,10 +54,14 @@ from ._rawsocket import SocketDriver, SocketPeer
 
 MIB = 1 << 20
 
+KIB = 1 << 10
+SIZES = (64 * KIB, 128 * KIB, MIB, 16 * MIB)
+"""The array sizes measured."""
+
 FULL = {"repetitions": 5, "round_trips": 500, "messages": 8_000,
-        "arrays": {MIB: 64, 16 * MIB: 16}}
+        "arrays": {64 * KIB: 512, 128 * KIB: 256, MIB: 64, 16 * MIB: 16}}
 QUICK = {"repetitions": 2, "round_trips": 50, "messages": 2_000,
-         "arrays": {MIB: 5, 16 * MIB: 2}}
+         "arrays": {64 * KIB: 20, 128 * KIB: 10, MIB: 5, 16 * MIB: 2}}
 """Work per repetition: round trips, small messages, and array count per array size."""
 
 WARMUP_FRACTION = 0.1
@@ -68,9 +74,13 @@ TARGETS = {
     ("latency", "ray"): ("<=", 0.5),
     ("latency", "socket"): ("<=", 1.5),
     ("throughput", "ray"): (">=", 3.0),
+    (f"bandwidth_{64 * KIB}", "socket"): (">=", 0.8),
+    (f"bandwidth_{128 * KIB}", "socket"): (">=", 0.8),
+    (f"bandwidth_{MIB}", "socket"): (">=", 0.8),
     (f"bandwidth_{16 * MIB}", "ray"): (">=", 0.8),
 }
-"""Ratio ftactors / anchor required by issue #16, per (figure, anchor)."""
+"""Ratio ftactors / anchor required by issues #16 (latency, throughput) and #27 (arrays),
+per (figure, anchor)."""
 
 
 def _warmup(n: int) -> int:
@@ -274,9 +284,8 @@ def measure(plan: dict, repetitions: int,
 FIGURES = [
     ("latency", "round-trip latency", "us", 1e6),
     ("throughput", "small-msg throughput", "msg/s", 1.0),
-    (f"bandwidth_{MIB}", "1 MiB bandwidth", "MiB/s", 1 / MIB),
-    (f"bandwidth_{16 * MIB}", "16 MiB bandwidth", "MiB/s", 1 / MIB),
-]
+] + [(f"bandwidth_{n}", f"{n // MIB} MiB bandwidth" if n >= MIB else f"{n // KIB} KiB bandwidth",
+       "MiB/s", 1 / MIB) for n in SIZES]
 """(key, label, unit, scale from the measured SI figure to the unit), in table order."""
 
 

@@ -59,7 +59,8 @@ def test_transport_bench_json(tmp_path, ray_session):
     assert data["benchmark"] == "transport" and data["quick"] is True
     reps = data["repetitions"]
     figures = data["figures"]
-    assert set(figures) == {"latency", "throughput", "bandwidth_1048576", "bandwidth_16777216"}
+    sizes = {"bandwidth_65536", "bandwidth_131072", "bandwidth_1048576", "bandwidth_16777216"}
+    assert set(figures) == {"latency", "throughput"} | sizes
     for key, fig in figures.items():
         for side in ("ftactors", "ray", "socket"):
             assert fig[side] > 0
@@ -67,7 +68,7 @@ def test_transport_bench_json(tmp_path, ray_session):
         assert fig["ratio"] > 0 and fig["ratio_socket"] > 0
         assert ("targets" in fig) == ("met" in fig)
     targeted = {k for k, f in figures.items() if "targets" in f}
-    assert targeted == {"latency", "throughput", "bandwidth_16777216"}
+    assert targeted == {"latency", "throughput"} | sizes
     assert set(figures["latency"]["targets"]) == {"ray", "socket"}
     assert data["targets_met"] == all(figures[k]["met"] for k in targeted)
     assert {"python", "platform", "cpus", "ray", "numpy"} <= set(data["machine"])

@@ -1,0 +1,61 @@
+"""How an endpoint cuts its outbox into batches: by count, and by bytes for mid-sized
+messages (a frame of hundreds of arrays just under the out-of-band threshold was copied
+whole at every step and held back by the window)."""
+import asyncio
+
+import numpy as np
+
+from ftactors.engine._endpoint import BATCH_BYTES, BATCH_MAX, Endpoint, Link
+
+
+class Recording(Link):
+    def __init__(self):
+        self.batches = []
+
+    def send(self, dst, envs):
+        self.batches.append(len(envs))
+
+    def clock(self):
+        return 0.0
+
+
+class Owner:
+    def on_send(self, env):
+        return env
+
+    def on_receive(self, env):
+        return env
+
+    def protocol_state(self):
+        return {}
+
+
+def _endpoint():
+    link = Recording()
+    ep = Endpoint(0, 2, link, Owner())
+    ep.started()
+    ep.open()
+    return ep, link
+
+
+def test_mid_sized_messages_go_in_batches_of_a_bounded_size():
+    async def body():
+        ep, link = _endpoint()
+        array = np.ones(BATCH_BYTES // 3 // 8)  # in-band, a third of the bound
+        for _ in range(2):
+            ep.send_app("world", 1, 0, ep.pack(array, 1))
+        assert link.batches == []  # below the bound: the batch waits for the loop's turn
+        ep.send_app("world", 1, 0, ep.pack(array, 1))
+        assert link.batches == [3]  # at the bound: sent at once
+    asyncio.run(body())
+
+
+def test_small_messages_still_fill_a_batch_by_count():
+    async def body():
+        ep, link = _endpoint()
+        for i in range(BATCH_MAX + 1):
+            ep.send_app("world", 1, 0, ep.pack(i, 1))
+        assert link.batches == [BATCH_MAX]
+        await asyncio.sleep(0)
+        assert link.batches == [BATCH_MAX, 1]
+    asyncio.run(body())

@@ -1,0 +1,85 @@
+"""Large arrays on the Ray transport: either side of every threshold (in-band below
+``LARGE_BUFFER_BYTES``; the direct plane's out-of-band frames below ``object_store_bytes``;
+the object store from there on) they arrive intact, and writable where the receiver owns
+their buffer; a ring of them survives a kill under the protocols that restart ranks in
+new processes (resends and replays of out-of-band frames)."""
+import numpy as np
+import pytest
+
+import ftactors as ft
+from ftactors.engine._payload import LARGE_BUFFER_BYTES as LARGE
+from ftactors.tools.simcheck import setups
+
+pytestmark = pytest.mark.ray
+
+STORE = 1 << 20
+"""``object_store_bytes`` for the threshold test: low, so that crossing it is cheap."""
+SIZES = [LARGE - 8, LARGE, LARGE + 8, STORE - 8, STORE, STORE + 8, 3 << 20]
+
+
+def _array(nbytes: int, seed: int) -> np.ndarray:
+    return np.arange(nbytes // 8, dtype=np.float64) * 3 + seed
+
+
+class Thresholds(ft.Rank):
+    """Rank 0 sends each size alone, then two in one message, and overwrites its arrays
+    once ``send`` returns; rank 1 reports, per array, whether it is intact and writable."""
+
+    async def main(self, sizes):
+        comm = self.comm
+        if self.rank == 0:
+            for i, n in enumerate(sizes):
+                arr = _array(n, i)
+                await comm.send(arr, dest=1)
+                arr[:] = -1  # the sender owns its array again
+            pair = [_array(LARGE + 8, 100), _array(STORE + 8, 101)]
+            await comm.send(pair, dest=1)
+            return None
+        out = []
+        for i, n in enumerate(sizes):
+            arr = await comm.recv(source=0)
+            out.append((n, bool(np.array_equal(arr, _array(n, i))), arr.flags.writeable))
+        pair = await comm.recv(source=0)
+        out += [(LARGE + 8, bool(np.array_equal(pair[0], _array(LARGE + 8, 100))),
+                 pair[0].flags.writeable),
+                (STORE + 8, bool(np.array_equal(pair[1], _array(STORE + 8, 101))),
+                 pair[1].flags.writeable)]
+        return out
+
+
+def test_arrays_either_side_of_every_threshold_arrive_intact(ray_session):
+    got = ft.run(Thresholds, 2, args=(SIZES,), transport="ray", object_store_bytes=STORE,
+                 timeout_s=120).results[1]
+    assert [n for n, _, _ in got] == SIZES + [LARGE + 8, STORE + 8]
+    assert all(intact for _, intact, _ in got)
+    # owned (writable) below the object store's threshold, its read-only views from it on
+    assert [writable for _, _, writable in got] == [n < STORE for n, _, _ in got]
+
+
+class LargeRing(ft.Rank):
+    """Each iteration a rank sends its right neighbour an array of a few MiB and one just
+    over the out-of-band threshold, then checks what came from its left."""
+
+    async def main(self, iterations):
+        comm, r, n = self.comm, self.rank, self.size
+        self.register("bad", 0)
+        async for it in self.iterations(iterations):
+            req = comm.isend([_array(3 << 20, it * n + r), _array(LARGE + 8, it)],
+                             dest=(r + 1) % n)
+            big, small = await comm.recv(source=(r - 1) % n)
+            left = (r - 1) % n
+            self.bad += not (np.array_equal(big, _array(3 << 20, it * n + left))
+                             and np.array_equal(small, _array(LARGE + 8, it))
+                             and big.flags.writeable)
+            await req.wait()
+        return self.bad
+
+
+@pytest.mark.parametrize("protocol", ["ready-flush", "standby"])
+def test_a_ring_of_large_arrays_survives_a_kill(ray_session, protocol):
+    setup = setups()[protocol]
+    cls = type(f"LargeRing_{protocol}", (*setup.mixins, LargeRing), {})
+    r = ft.run(cls, 4, args=(8,), transport="ray", spares=min(setup.spares, 1),
+               chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, **setup.options)
+    assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
+    assert r.results == [0, 0, 0, 0]
