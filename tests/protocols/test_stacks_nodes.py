@@ -6,7 +6,8 @@ nodes share no temp root.
 cluster for every cell here), so nothing is shared with the session's Ray. In each cell
 worker 1 (ranks 2 and 3), or the workers the cell names, is removed without grace while
 every rank waits at iteration 8, and the answer must equal the failure-free run's bit for
-bit. The families: a global-cut stack (ReadyMessageFlush) losing two nodes of different
+bit. Every cell runs HPL, the shortest app here (`bench nodes` runs CG and HPL
+under all ten stacks). The families: a global-cut stack (ReadyMessageFlush) losing two nodes of different
 sectors, workers 0 and 2, which its RS level decodes in memory (each RS group lost one
 member); partner copies (RSBackup over StandbyReplacement: the cheapest level serves);
 and the stacks whose consistency protocol hands its parts to the levels
@@ -26,7 +27,7 @@ import pytest
 pytestmark = pytest.mark.ray
 
 # stack, app, the workers removed, the level that must recover them (none passed over)
-CELLS = [("rs+ready-flush", "hpl", "0+2", "rs"), ("rs+standby", "cg", "1", "standby"),
+CELLS = [("rs+ready-flush", "hpl", "0+2", "rs"), ("rs+standby", "hpl", "1", "standby"),
          ("standby+groups", "hpl", "1", "standby"), ("rs+hc3i", "hpl", "1", "rs")]
 IDS = [f"{s}-{a}-w{w}" for s, a, w, _ in CELLS]
 LOST = {"1": [2, 3], "0+2": [0, 1, 4, 5]}  # two ranks per worker, in blocks
@@ -104,6 +105,6 @@ def test_two_nodes_of_different_sectors_are_decoded_in_memory(cells):
 def test_stacked_on_standby_the_partner_copies_serve_and_nothing_is_decoded(cells):
     """w1 (ranks 2, 3): their partners 6, 7 live on w3, so the cheapest level recovers
     it, and RSBackup, the next level, is not needed."""
-    cell = cells[("rs+standby", "cg", "1")]
+    cell = cells[("rs+standby", "hpl", "1")]
     assert cell["partner_copies"] > 0 and cell["decoded"] == []
     assert {"FAILURE", "RECOVER", "REPLACE_RECOVER", "RUNNING"} <= set(cell["nr_states"])
