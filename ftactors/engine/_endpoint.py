@@ -276,10 +276,15 @@ class Endpoint:
         not buffer without bound)."""
         return self.link.congested(dst)
 
+    def option(self, name: str, default: Any) -> Any:
+        """The value of the run's option ``name`` (``default``: its declared default,
+        when the run did not give it)."""
+        return getattr(self.owner, "options", {}).get(name, default)
+
     def doubling_collectives(self) -> bool:
         """Whether allreduce/allgather use recursive doubling (option ``collectives``:
         ``"auto"``, the default, follows ``Link.cheap_messages``)."""
-        choice = getattr(self.owner, "options", {}).get("collectives", "auto")
+        choice = self.option("collectives", "auto")
         return choice == "doubling" or (choice == "auto" and self.link.cheap_messages)
 
     # --------------------------------------------------------------- receiving

@@ -138,11 +138,24 @@ class BufferAPI:
         return Prequest(lambda: self.Irecv(buf, source, tag))
 
     # ------------------------------------------------------------- collectives
+    def _large(self, nbytes: int) -> bool:
+        """Whether a collective of ``nbytes`` (a size every rank has alike, as MPI's
+        matching type signatures make it) takes the large-array schedules (option
+        ``large_collectives_bytes``; ``_collectives``' module docstring)."""
+        limit = self._ep.option("large_collectives_bytes", coll.LARGE_COLLECTIVES_BYTES)
+        return limit is not None and self.size > 1 and nbytes >= limit
+
     def _bcast_buf(self, buf, root):
         root = self._root(root)
         entries = message(buf, writable=self.rank != root)
 
         async def run(comm):
+            if comm._large(entries.nbytes):  # pieces cut in bytes: any datatype matches
+                raw = entries.view(np.uint8)
+                await coll.bcast_pipeline(comm, raw, root,
+                                          coll.pipeline_pieces(raw.size, comm.size),
+                                          _filling("Bcast"))
+                return
             value = await coll.bcast(comm, entries if comm.rank == root else None, root)
             if comm.rank != root:
                 deliver(value, entries, "Bcast", exact=True)
@@ -235,6 +248,11 @@ class BufferAPI:
         mine = blocks[self.rank] if in_place(sendbuf) else message(sendbuf)
 
         async def run(comm):
+            if comm._large(sum(block.nbytes for block in blocks)):
+                await coll.allgather_ring(comm, mine, blocks, _filling(what))
+                if mine is not blocks[comm.rank]:
+                    deliver(mine, blocks[comm.rank], what, exact=True)
+                return
             for item, into in zip(await coll.allgather(comm, mine), blocks):
                 deliver(item, into, what, exact=True)
         return run
@@ -331,7 +349,9 @@ class BufferAPI:
         data, into = self._operands(sendbuf, recvbuf, "Allreduce" if scan is None else "Scan")
 
         async def run(comm):
-            if scan is None:
+            if scan is None and comm._large(data.nbytes):
+                result = await coll.allreduce_pieces(comm, data.copy(), op)
+            elif scan is None:
                 result = await coll.allreduce(comm, data.copy(), op)
             else:
                 result = await coll.scan(comm, data.copy(), op, scan)
@@ -429,3 +449,8 @@ class BufferAPI:
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM) -> Request:
         return self._icollective(self._reduce_scatter_buf(sendbuf, recvbuf, recvcounts, op,
                                                           False))
+
+
+def _filling(what: str):
+    """``deliver`` for a collective's pieces: ``fill(value, into)``, exact sizes."""
+    return lambda value, into: deliver(value, into, what, exact=True)

@@ -25,6 +25,29 @@ process wake-up, so there it is the default (``collectives="auto"``); the option
 ``collectives="tree"`` or ``"doubling"`` forces one schedule on any transport. bcast packs the object once at the root and forwards the same packed payload
 down the tree: on Ray, large buffers are put in the object store once and only references
 travel.
+
+Large arrays (the buffer API's ``Allreduce``, ``Allgather(v)`` and ``Bcast`` from the
+option ``large_collectives_bytes`` on; the decision depends only on sizes every rank knows
+alike) take schedules that split the array so that every rank sends and combines about
+as much as any other, instead of the root or the tree's upper ranks carrying the whole
+array at every step:
+
+* ``allreduce_pieces``: Rabenseifner's reduce-scatter by recursive halving with distance
+  doubling, then an allgather. Its bracketing is the binomial tree's, entry by entry: the
+  tree of n ranks is ``B1 op (B2 op (... op Bt))`` over the power-of-two blocks of ranks
+  that the binary digits of n give (largest first, e.g. ``[0, 4) [4, 6) [6]`` for 7), each
+  block its own complete tree. Inside a block, ranks at distance 1, then 2, 4, ... pair
+  and split what they hold, the lower rank's range on the left: each piece is combined
+  as the tree combines it. The blocks then fold from the last to the first, the earlier
+  block on the left, each block's pieces nested in the larger block's; the first block
+  gathers the result and hands it to the others. So the bits are those of the tree (and
+  of ``reduce``) for every size. The op is applied to pieces of the arrays: an
+  elementwise op, as MPI's are.
+* ``allgather_ring``: n - 1 steps around the ring, each rank forwarding the payload it
+  just received as it came (no arithmetic, so no order to keep).
+* ``bcast_pipeline``: the array cut into pieces that flow down the chain root, root + 1,
+  ... (each rank forwards a piece as it came, then copies it in), so the array crosses
+  every link once and the links work at the same time.
 """
 from __future__ import annotations
 
@@ -32,6 +55,20 @@ from ._ops import check_op
 from ..engine._payload import unpack
 
 BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING, SCAN = 1, 2, 3, 4, 5, 6, 7, 8
+PIECES, RING, PIPELINE = 9, 10, 11
+
+LARGE_COLLECTIVES_BYTES = 1 << 20
+"""Default of the option ``large_collectives_bytes``: buffer collectives of at least this
+many bytes take the large-array schedules (measured: README, "Collectives")."""
+
+PIPELINE_PIECE_BYTES = 1 << 20
+"""``bcast_pipeline`` cuts an array in pieces of at most this many bytes, and in at least
+as many pieces as there are ranks (so the chain fills)."""
+
+
+def pipeline_pieces(nbytes: int, n: int) -> int:
+    """How many pieces ``bcast_pipeline`` cuts ``nbytes`` in on ``n`` ranks."""
+    return max(n, -(-nbytes // PIPELINE_PIECE_BYTES))
 
 
 async def barrier(comm) -> None:
@@ -220,3 +257,115 @@ async def scan(comm, obj, op, exclusive: bool):
             before = left if before is None else combine(left, before)
         mask <<= 1
     return before if exclusive else inclusive
+
+
+# ----------------------------------------------------------------- large arrays
+def _blocks(n: int) -> list[tuple[int, int]]:
+    """The power-of-two blocks of ranks the binary digits of ``n`` give, in rank order
+    (largest first), as ``(first rank, size)``: the binomial tree of ``n`` ranks combines
+    them as ``B1 op (B2 op (... op Bt))``, each block a complete tree."""
+    out, first = [], 0
+    for bit in reversed(range(n.bit_length())):
+        if n >> bit & 1:
+            out.append((first, 1 << bit))
+            first += 1 << bit
+    return out
+
+
+def _reversed_bits(value: int, size: int) -> int:
+    """``value``'s bits below ``size`` (a power of two) in reverse order: after halving
+    with distance doubling, member j of a block holds the piece numbered so (the array
+    cut in as many equal units as the largest block has ranks)."""
+    out = 0
+    while size > 1:
+        out, value, size = out << 1 | value & 1, value >> 1, size >> 1
+    return out
+
+
+async def allreduce_pieces(comm, work, combine):
+    """``allreduce`` of a 1-D array by reduce-scatter and allgather (module docstring):
+    the tree's bits, about 2 (n-1)/n of the array sent per rank on power-of-two sizes.
+
+    ``work``: this rank's operand, writable; it is overwritten and returned with the result.
+    """
+    n, r = comm.size, comm.rank
+    blocks = _blocks(n)
+    units = blocks[0][1]
+    bounds = [work.size * k // units for k in range(units + 1)]
+
+    def piece(first: int, count: int):
+        return work[bounds[first]:bounds[first + count]]
+
+    index = next(i for i, (first, size) in enumerate(blocks) if first <= r < first + size)
+    first, size = blocks[index]
+    j, lo, width, mask = r - first, 0, units, 1
+    while mask < size:  # reduce-scatter inside the block, distance doubling
+        width >>= 1
+        partner = j ^ mask
+        keep, give = (lo, lo + width) if j < partner else (lo + width, lo)
+        comm._csend(piece(give, width), first + partner, PIECES)
+        other = unpack((await comm._crecv(first + partner, PIECES)).payload)
+        mine = piece(keep, width)
+        mine[...] = combine(mine, other) if j < partner else combine(other, mine)
+        lo, mask = keep, mask << 1
+    if index + 1 < len(blocks):  # the later blocks' result, on the right
+        after, after_size = blocks[index + 1]
+        owner = _reversed_bits(lo // (units // after_size), after_size)
+        mine = piece(lo, width)
+        mine[...] = combine(mine, unpack((await comm._crecv(after + owner,
+                                                             PIECES)).payload))
+    if index:  # hand this block's pieces to the members of the one before that hold them
+        before, before_size = blocks[index - 1]
+        step = units // before_size
+        for unit in range(lo, lo + width, step):
+            comm._csend(piece(unit, step), before + _reversed_bits(unit // step, before_size),
+                        PIECES)
+        work[...] = unpack((await comm._crecv(r - units, PIECES)).payload)
+        return work
+    mask = size >> 1
+    while mask:  # allgather inside the first block: the halving undone
+        partner = j ^ mask
+        other_lo = lo + width if j < partner else lo - width
+        comm._csend(piece(lo, width), partner, PIECES)
+        piece(other_lo, width)[...] = unpack((await comm._crecv(partner, PIECES)).payload)
+        lo, width, mask = min(lo, other_lo), width << 1, mask >> 1
+    if j < n - units:
+        comm._csend(work, units + j, PIECES)
+    return work
+
+
+async def allgather_ring(comm, mine, blocks: list, deliver) -> None:
+    """Allgather around the ring: ``blocks[k]`` is where rank k's entries land (this
+    rank's own, ``mine``, is sent, not copied in); in each of the n - 1 steps the block
+    that came from the left is forwarded as it came and copied in with
+    ``deliver(value, into)``."""
+    n, r = comm.size, comm.rank
+    if n == 1:
+        return
+    right, left = (r + 1) % n, (r - 1) % n
+    comm._csend(mine, right, RING)
+    for step in range(1, n):
+        env = await comm._crecv(left, RING)
+        if step < n - 1:
+            comm._csend(env.payload.origin, right, RING)
+        deliver(unpack(env.payload), blocks[(r - step) % n])
+
+
+async def bcast_pipeline(comm, entries, root: int, pieces: int, deliver) -> None:
+    """Broadcast a 1-D array down the chain root, root + 1, ... in ``pieces`` pieces:
+    each rank forwards a piece as it came, then copies it into ``entries`` with
+    ``deliver(value, into)`` (the root's ``entries`` are sent)."""
+    n = comm.size
+    vr = (comm.rank - root) % n
+    after = (comm.rank + 1) % n if vr < n - 1 else None
+    bounds = [entries.size * k // pieces for k in range(pieces + 1)]
+    for k in range(pieces):
+        part = entries[bounds[k]:bounds[k + 1]]
+        if vr == 0:
+            if after is not None:
+                comm._csend(part, after, PIPELINE)
+            continue
+        env = await comm._crecv((comm.rank - 1) % n, PIPELINE)
+        if after is not None:
+            comm._csend(env.payload.origin, after, PIPELINE)
+        deliver(unpack(env.payload), part)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base._errors import ConfigError
+from ..facade._collectives import LARGE_COLLECTIVES_BYTES
 
 INTERVAL, OWN_ROUNDS, STATE = "interval", "own rounds", "state"
 ROLES = {
@@ -201,6 +202,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
            "allreduce/allgather schedule: 'auto' (recursive doubling on power-of-two "
            "communicators of Ray's direct plane, binomial trees elsewhere), 'tree' or "
            "'doubling' (same bits either way)", choices=("auto", "tree", "doubling")),
+    Option("large_collectives_bytes", (int, NONE), LARGE_COLLECTIVES_BYTES,
+           "buffer Allreduce, Allgather(v) and Bcast of at least this many bytes split the "
+           "array among the ranks (reduce-scatter + allgather, a ring, a pipeline; the "
+           "same bits as the trees); None: never; default: the measured crossover, see "
+           "the README", "bytes"),
     _ray("rank_num_cpus", float, 0, "CPUs reserved per rank actor (0: ranks share the cores)"),
     _ray("rank_nodes", list, None, "the node id each rank starts on (one per rank; a rank "
                                    "whose node is gone starts anywhere)"),
