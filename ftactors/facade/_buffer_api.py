@@ -138,11 +138,12 @@ class BufferAPI:
         return Prequest(lambda: self.Irecv(buf, source, tag))
 
     # ------------------------------------------------------------- collectives
-    def _large(self, nbytes: int) -> bool:
+    def _large(self, nbytes: int, option: str = "large_collectives_bytes",
+               default: int | None = coll.LARGE_COLLECTIVES_BYTES) -> bool:
         """Whether a collective of ``nbytes`` (a size every rank has alike, as MPI's
-        matching type signatures make it) takes the large-array schedules (option
-        ``large_collectives_bytes``; ``_collectives``' module docstring)."""
-        limit = self._ep.option("large_collectives_bytes", coll.LARGE_COLLECTIVES_BYTES)
+        matching type signatures make it) takes a large-array schedule: from the option
+        ``option`` (declared default ``default``; None: never) on, see ``_collectives``."""
+        limit = self._ep.option(option, default)
         return limit is not None and self.size > 1 and nbytes >= limit
 
     def _bcast_buf(self, buf, root):
@@ -150,7 +151,8 @@ class BufferAPI:
         entries = message(buf, writable=self.rank != root)
 
         async def run(comm):
-            if comm._large(entries.nbytes):  # pieces cut in bytes: any datatype matches
+            if comm._large(entries.nbytes, "bcast_pipeline_bytes", None):
+                # pieces cut in bytes, so any receiving datatype matches the root's
                 raw = entries.view(np.uint8)
                 await coll.bcast_pipeline(comm, raw, root,
                                           coll.pipeline_pieces(raw.size, comm.size),
@@ -350,8 +352,11 @@ class BufferAPI:
 
         async def run(comm):
             if scan is None and comm._large(data.nbytes):
-                result = await coll.allreduce_pieces(comm, data.copy(), op)
-            elif scan is None:
+                if data is not into:  # the receive buffer is the work array
+                    into[...] = data
+                await coll.allreduce_pieces(comm, into, op)
+                return
+            if scan is None:
                 result = await coll.allreduce(comm, data.copy(), op)
             else:
                 result = await coll.scan(comm, data.copy(), op, scan)

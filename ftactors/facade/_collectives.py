@@ -26,9 +26,9 @@ process wake-up, so there it is the default (``collectives="auto"``); the option
 down the tree: on Ray, large buffers are put in the object store once and only references
 travel.
 
-Large arrays (the buffer API's ``Allreduce``, ``Allgather(v)`` and ``Bcast`` from the
-option ``large_collectives_bytes`` on; the decision depends only on sizes every rank knows
-alike) take schedules that split the array so that every rank sends and combines about
+Large arrays (the buffer API's ``Allreduce`` and ``Allgather(v)`` from the option
+``large_collectives_bytes`` on, ``Bcast`` from ``bcast_pipeline_bytes`` on; the decision
+depends only on sizes every rank knows alike) take schedules that split the array so that every rank sends and combines about
 as much as any other, instead of the root or the tree's upper ranks carrying the whole
 array at every step:
 
@@ -51,15 +51,18 @@ array at every step:
 """
 from __future__ import annotations
 
-from ._ops import check_op
+import numpy as np
+
+from ._ops import Op, check_op
 from ..engine._payload import unpack
 
 BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING, SCAN = 1, 2, 3, 4, 5, 6, 7, 8
 PIECES, RING, PIPELINE = 9, 10, 11
 
 LARGE_COLLECTIVES_BYTES = 1 << 20
-"""Default of the option ``large_collectives_bytes``: buffer collectives of at least this
-many bytes take the large-array schedules (measured: README, "Collectives")."""
+"""Default of the option ``large_collectives_bytes``: a buffer ``Allreduce`` or
+``Allgather(v)`` of at least this many bytes takes the large-array schedule (measured:
+README, "Performance")."""
 
 PIPELINE_PIECE_BYTES = 1 << 20
 """``bcast_pipeline`` cuts an array in pieces of at most this many bytes, and in at least
@@ -282,6 +285,16 @@ def _reversed_bits(value: int, size: int) -> int:
     return out
 
 
+def _combine_into(combine, left, right, out) -> None:
+    """``out[...] = combine(left, right)``; an ``ft`` op that is a numpy ufunc writes
+    into ``out`` itself (the same bits, without a temporary of the piece's size)."""
+    fn = getattr(combine, "array_fn", None)
+    if isinstance(combine, Op) and isinstance(fn, np.ufunc):
+        fn(left, right, out=out)
+    else:
+        out[...] = combine(left, right)
+
+
 async def allreduce_pieces(comm, work, combine):
     """``allreduce`` of a 1-D array by reduce-scatter and allgather (module docstring):
     the tree's bits, about 2 (n-1)/n of the array sent per rank on power-of-two sizes.
@@ -306,14 +319,14 @@ async def allreduce_pieces(comm, work, combine):
         comm._csend(piece(give, width), first + partner, PIECES)
         other = unpack((await comm._crecv(first + partner, PIECES)).payload)
         mine = piece(keep, width)
-        mine[...] = combine(mine, other) if j < partner else combine(other, mine)
+        _combine_into(combine, *((mine, other) if j < partner else (other, mine)), mine)
         lo, mask = keep, mask << 1
     if index + 1 < len(blocks):  # the later blocks' result, on the right
         after, after_size = blocks[index + 1]
         owner = _reversed_bits(lo // (units // after_size), after_size)
         mine = piece(lo, width)
-        mine[...] = combine(mine, unpack((await comm._crecv(after + owner,
-                                                             PIECES)).payload))
+        _combine_into(combine, mine, unpack((await comm._crecv(after + owner, PIECES)).payload),
+                      mine)
     if index:  # hand this block's pieces to the members of the one before that hold them
         before, before_size = blocks[index - 1]
         step = units // before_size

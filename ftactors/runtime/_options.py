@@ -203,10 +203,13 @@ CORE_OPTIONS: tuple[Option, ...] = (
            "communicators of Ray's direct plane, binomial trees elsewhere), 'tree' or "
            "'doubling' (same bits either way)", choices=("auto", "tree", "doubling")),
     Option("large_collectives_bytes", (int, NONE), LARGE_COLLECTIVES_BYTES,
-           "buffer Allreduce, Allgather(v) and Bcast of at least this many bytes split the "
-           "array among the ranks (reduce-scatter + allgather, a ring, a pipeline; the "
-           "same bits as the trees); None: never; default: the measured crossover, see "
-           "the README", "bytes"),
+           "buffer Allreduce and Allgather(v) of at least this many bytes split the array "
+           "among the ranks (reduce-scatter + allgather with the tree's bits, a ring); "
+           "None: never; default: the measured crossover, see the README", "bytes"),
+    Option("bcast_pipeline_bytes", (int, NONE), None,
+           "buffer Bcast of at least this many bytes goes down a chain of ranks in pieces "
+           "instead of the binomial tree; None (default): never (the tree was faster at "
+           "every size measured, see the README)", "bytes"),
     _ray("rank_num_cpus", float, 0, "CPUs reserved per rank actor (0: ranks share the cores)"),
     _ray("rank_nodes", list, None, "the node id each rank starts on (one per rank; a rank "
                                    "whose node is gone starts anywhere)"),

@@ -16,6 +16,11 @@ from .test_buffer_api import Buffers, _reference
 ENTRIES = 1000
 """Entries of each operand (8000 bytes of float64)."""
 
+LARGE = {"large_collectives_bytes": 0, "bcast_pipeline_bytes": 0}
+TREES = {"large_collectives_bytes": None, "bcast_pipeline_bytes": None}
+"""Options that put every buffer Allreduce, Allgather(v) and Bcast on the large-array
+schedules, or on the trees (the schedules before them)."""
+
 OVERHEAD = 400
 """Bytes a message may carry beyond its entries (the pickle of a small numpy array)."""
 
@@ -80,8 +85,8 @@ def _tree(values, op, lo=0, hi=None):
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 5, 6, 7, 8])
 def test_allreduce_pieces_give_the_trees_bits(ranks):
-    large = ft.run(Reductions, ranks, transport="local", large_collectives_bytes=0)
-    tree = ft.run(Reductions, ranks, transport="local", large_collectives_bytes=None)
+    large = ft.run(Reductions, ranks, transport="local", **LARGE)
+    tree = ft.run(Reductions, ranks, transport="local", **TREES)
     first = large.results[0][0]
     assert all(out == first for out, _ in large.results + tree.results)
     operands = [_operand(r) for r in range(ranks)]
@@ -130,9 +135,8 @@ class Gathers(CollectiveBytes, ft.Rank):
 def test_ring_and_pipeline_give_the_trees_data(ranks):
     counts = [7 * k + 3 for k in range(ranks)]
     counts[1] = 0
-    large = ft.run(Gathers, ranks, args=(counts,), transport="local", large_collectives_bytes=0)
-    tree = ft.run(Gathers, ranks, args=(counts,), transport="local",
-                  large_collectives_bytes=None)
+    large = ft.run(Gathers, ranks, args=(counts,), transport="local", **LARGE)
+    tree = ft.run(Gathers, ranks, args=(counts,), transport="local", **TREES)
     expect = np.concatenate([np.arange(c) + 1000.0 * k for k, c in enumerate(counts)])
     for out in large.results + tree.results:
         assert out[0] == expect.tobytes()
@@ -162,7 +166,7 @@ def test_large_schedules_survive_a_kill(transport, protocol):
     setup = setups()[protocol]
     cls = type(f"Buffers_{protocol}", (*setup.mixins, Buffers), {})
     r = ft.run(cls, 4, transport=transport, args=(8,), spares=min(setup.spares, 1),
-               chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, large_collectives_bytes=0,
+               chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, **LARGE,
                **setup.options)
     assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
     assert r.results == _reference()

@@ -6,10 +6,10 @@ What is measured, in one ``ft.run`` on Ray (``--ranks``, default 4): ``Allreduce
 0) of 1 MiB and 16 MiB arrays (``--sizes``), each timed between barriers over several
 calls after a warm-up one: the slowest rank's seconds per call. Two schedules take turns
 on the same ranks within every repetition: ``old``, the schedules before the large ones
-(``large_collectives_bytes=None``: recursive doubling for Allreduce and Allgather on a
-power-of-two communicator of the direct plane, trees elsewhere, the binomial tree for
-Bcast), and ``new``, the large-array ones (threshold 0: reduce-scatter + allgather, the
-ring, the pipeline; ``facade/_collectives``). The rank flips the option between turns.
+(``large_collectives_bytes`` and ``bcast_pipeline_bytes`` None: recursive doubling for
+Allreduce and Allgather on a power-of-two communicator of the direct plane, trees
+elsewhere, the binomial tree for Bcast), and ``new``, the large-array ones (threshold 0: reduce-scatter + allgather, the
+ring, the pipeline; ``facade/_collectives``). The rank flips the options between turns.
 Then mpi4py (``_colls_mpi``, started with ``mpiexec``) runs the same calls, when it is
 installed. Figures are medians over repetitions; ratios are of medians.
 """
@@ -31,7 +31,8 @@ from .solver import MPI_HINT, mpiexec
 MIB = 1 << 20
 OPS = ("Allreduce", "Allgather", "Bcast")
 SCHEDULES = {"old": None, "new": 0}
-"""The value of ``large_collectives_bytes`` for each schedule measured."""
+"""The value of ``large_collectives_bytes`` and ``bcast_pipeline_bytes`` for each
+schedule measured."""
 
 CALLS = {MIB: 20, 16 * MIB: 4}
 """Timed calls per repetition, by array size (bytes); other sizes: 64 MiB / size, 2-20."""
@@ -63,7 +64,8 @@ class CollectivesBench(ft.Rank):
                 for op in OPS:
                     send, recv = buffers(op, int(nbytes), self.rank, self.size)
                     for schedule, limit in SCHEDULES.items():
-                        self.options["large_collectives_bytes"] = limit
+                        self.options.update(large_collectives_bytes=limit,
+                                            bcast_pipeline_bytes=limit)
                         await calls[op](send, recv)  # warm-up
                         await comm.Barrier()
                         t0 = time.perf_counter()
