@@ -11,7 +11,11 @@ what arrived into the receive buffer (``_buffers.deliver``), where it is writabl
 program's own. Reductions fold numpy arrays elementwise with the op, with the lowercase
 collectives' rank order and fixed bracketing, so every rank and every run gets the same
 bits; the own operand is copied first, so an op that writes into its left operand never
-touches the program's send buffer.
+touches the program's send buffer. Large arrays (``_large``: options
+``large_collectives_bytes``, ``bcast_pipeline_bytes``) take ``_collectives``' large-array
+schedules, which move and combine pieces of the arrays with the same bits: ``Allreduce``
+reduces in the receive buffer (the operand copied there first), ``Allgather(v)`` and
+``Bcast`` copy each piece into the receive buffer as it arrives.
 
 Arguments are read when the method is called (a bad buffer raises there, even for a
 nonblocking one); a nonblocking collective moves the data when it runs, after this

@@ -40,7 +40,8 @@ array at every step:
   and split what they hold, the lower rank's range on the left: each piece is combined
   as the tree combines it. The blocks then fold from the last to the first, the earlier
   block on the left, each block's pieces nested in the larger block's; the first block
-  gathers the result and hands it to the others. So the bits are those of the tree (and
+  then holds the result, one unit per member: each sends its unit to every rank of the
+  other blocks and the first block gathers the rest among itself. So the bits are those of the tree (and
   of ``reduce``) for every size. The op is applied to pieces of the arrays: an
   elementwise op, as MPI's are.
 * ``allgather_ring``: n - 1 steps around the ring, each rank forwarding the payload it
@@ -59,7 +60,7 @@ from ..engine._payload import unpack
 BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING, SCAN = 1, 2, 3, 4, 5, 6, 7, 8
 PIECES, RING, PIPELINE = 9, 10, 11
 
-LARGE_COLLECTIVES_BYTES = 1 << 20
+LARGE_COLLECTIVES_BYTES = 2 << 20
 """Default of the option ``large_collectives_bytes``: a buffer ``Allreduce`` or
 ``Allgather(v)`` of at least this many bytes takes the large-array schedule (measured:
 README, "Performance")."""
@@ -333,8 +334,12 @@ async def allreduce_pieces(comm, work, combine):
         for unit in range(lo, lo + width, step):
             comm._csend(piece(unit, step), before + _reversed_bits(unit // step, before_size),
                         PIECES)
-        work[...] = unpack((await comm._crecv(r - units, PIECES)).payload)
+        for k in range(units):  # the result, a unit from each member of the first block
+            piece(_reversed_bits(k, units), 1)[...] = unpack(
+                (await comm._crecv(k, PIECES)).payload)
         return work
+    for other in range(units, n):  # this member's unit of the result to the other blocks
+        comm._csend(piece(lo, width), other, PIECES)
     mask = size >> 1
     while mask:  # allgather inside the first block: the halving undone
         partner = j ^ mask
@@ -342,8 +347,6 @@ async def allreduce_pieces(comm, work, combine):
         comm._csend(piece(lo, width), partner, PIECES)
         piece(other_lo, width)[...] = unpack((await comm._crecv(partner, PIECES)).payload)
         lo, width, mask = min(lo, other_lo), width << 1, mask >> 1
-    if j < n - units:
-        comm._csend(work, units + j, PIECES)
     return work
 
 
