@@ -60,7 +60,7 @@ from ..engine._payload import unpack
 BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING, SCAN = 1, 2, 3, 4, 5, 6, 7, 8
 PIECES, RING, PIPELINE = 9, 10, 11
 
-LARGE_COLLECTIVES_BYTES = 2 << 20
+LARGE_COLLECTIVES_BYTES = 8 << 20
 """Default of the option ``large_collectives_bytes``: a buffer ``Allreduce`` or
 ``Allgather(v)`` of at least this many bytes takes the large-array schedule (measured:
 README, "Performance")."""
