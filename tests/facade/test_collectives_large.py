@@ -11,6 +11,9 @@ import ftactors as ft
 from ftactors.engine._envelope import COLLECTIVE_SUFFIX
 from ftactors.tools.simcheck import setups
 
+from .mpi4py_port import outcomes
+from .mpi4py_port.cco_buf import CCOBuf, CCOBufInplace
+from .mpi4py_port.cco_nb_buf import NBCCOBuf, NBCCOBufInplace
 from .test_buffer_api import Buffers, _reference
 
 ENTRIES = 1000
@@ -169,3 +172,14 @@ def test_large_schedules_survive_a_kill(transport, protocol):
                **setup.options)
     assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
     assert r.results == _reference()
+
+
+def test_mpi4py_buffer_collectives_pass_on_the_large_schedules():
+    """mpi4py's own buffer collective tests (every datatype, in place, counts of 0, the
+    nonblocking forms) with every Allreduce, Allgather(v) and Bcast on the large
+    schedules, on 5 ranks (blocks of 4 and 1)."""
+    ranks = 5
+    got = {}
+    for case in (CCOBuf, CCOBufInplace, NBCCOBuf, NBCCOBufInplace):
+        got.update(outcomes(case, "sim", ranks, ("world",), **LARGE))
+    assert {k: o for k, o in got.items() if o and o[0] == "fail"} == {}

@@ -66,11 +66,11 @@ class Conformance(ft.Rank):
         return out
 
 
-def outcomes(case: type, transport: str, ranks: int, variants=VARIANTS) -> dict:
+def outcomes(case: type, transport: str, ranks: int, variants=VARIANTS, **options) -> dict:
     """``{(variant, method): outcome}`` merged over the ranks: the first failure of any
-    rank, else a skip, else None."""
+    rank, else a skip, else None (``options``: of the run)."""
     results = ft.run(Conformance, ranks=ranks, transport=transport, timeout_s=300,
-                     args=(case, variants)).results
+                     args=(case, variants), **options).results
     merged = {}
     for key in results[0]:
         per_rank = [r[key] for r in results]

@@ -223,3 +223,21 @@ def test_footprint_bench_json(tmp_path):
     assert rows[("cg", "groups")]["logged_bytes"] > 0  # its groups talk to each other
     assert set(data["targets"]) == {"cg_wall_le_1.5x_bare", "cg_store_le_512MiB_above_bare",
                                     "no_failure_reported", "all_verified"}
+
+
+def test_collectives_bench_rows_and_rank_side():
+    """The collectives table from samples, and the ranks' side on the local transport
+    (one call of every op and size under both schedules; Ray and mpi4py are run by hand)."""
+    import ftactors as ft
+    from ftactors.tools.bench import collectives
+    plan = {"repetitions": 1, "calls": {"65536": 1}}
+    samples = ft.run(collectives.CollectivesBench, 3, args=(plan,), transport="local").results[0]
+    assert set(samples) == {f"{op} 65536 {side}" for op in collectives.OPS
+                            for side in collectives.SCHEDULES}
+    samples["Allreduce 65536 mpi4py"] = [0.5 * samples["Allreduce 65536 new"][0]]
+    rows = collectives.summarize(samples, plan)
+    assert [r["op"] for r in rows] == list(collectives.OPS)
+    assert rows[0]["new_over_mpi4py"] == 2.0 and "mpi4py_ms" not in rows[1]
+    assert "Allreduce 65536 B" in collectives.format_table(rows)
+    assert bench("collectives", "--sizes", "big") == 2
+    assert bench("collectives", "--ranks", "1") == 2
