@@ -28,9 +28,9 @@ travel.
 
 Large arrays (the buffer API's ``Allreduce`` and ``Allgather(v)`` from the option
 ``large_collectives_bytes`` on, ``Bcast`` from ``bcast_pipeline_bytes`` on; the decision
-depends only on sizes every rank knows alike) take schedules that split the array so that every rank sends and combines about
-as much as any other, instead of the root or the tree's upper ranks carrying the whole
-array at every step:
+depends only on sizes every rank knows alike) take schedules that split the array so
+that every rank sends and combines about as much as any other, instead of the root or
+the tree's upper ranks carrying the whole array at every step:
 
 * ``allreduce_pieces``: Rabenseifner's reduce-scatter by recursive halving with distance
   doubling, then an allgather. Its bracketing is the binomial tree's, entry by entry: the
@@ -41,9 +41,9 @@ array at every step:
   as the tree combines it. The blocks then fold from the last to the first, the earlier
   block on the left, each block's pieces nested in the larger block's; the first block
   then holds the result, one unit per member: each sends its unit to every rank of the
-  other blocks and the first block gathers the rest among itself. So the bits are those of the tree (and
-  of ``reduce``) for every size. The op is applied to pieces of the arrays: an
-  elementwise op, as MPI's are.
+  other blocks and the first block gathers the rest among itself. So the bits are those
+  of the tree (and of ``reduce``) for every size. The op is applied to pieces of the
+  arrays: an elementwise op, as MPI's are.
 * ``allgather_ring``: n - 1 steps around the ring, each rank forwarding the payload it
   just received as it came (no arithmetic, so no order to keep).
 * ``bcast_pipeline``: the array cut into pieces that flow down the chain root, root + 1,
@@ -289,9 +289,8 @@ def _reversed_bits(value: int, size: int) -> int:
 def _combine_into(combine, left, right, out) -> None:
     """``out[...] = combine(left, right)``; an ``ft`` op that is a numpy ufunc writes
     into ``out`` itself (the same bits, without a temporary of the piece's size)."""
-    fn = getattr(combine, "array_fn", None)
-    if isinstance(combine, Op) and isinstance(fn, np.ufunc):
-        fn(left, right, out=out)
+    if isinstance(combine, Op) and isinstance(combine.array_fn, np.ufunc):
+        combine.array_fn(left, right, out=out)
     else:
         out[...] = combine(left, right)
 
@@ -326,8 +325,8 @@ async def allreduce_pieces(comm, work, combine):
         after, after_size = blocks[index + 1]
         owner = _reversed_bits(lo // (units // after_size), after_size)
         mine = piece(lo, width)
-        _combine_into(combine, mine, unpack((await comm._crecv(after + owner, PIECES)).payload),
-                      mine)
+        later = unpack((await comm._crecv(after + owner, PIECES)).payload)
+        _combine_into(combine, mine, later, mine)
     if index:  # hand this block's pieces to the members of the one before that hold them
         before, before_size = blocks[index - 1]
         step = units // before_size

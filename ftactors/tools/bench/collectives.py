@@ -8,8 +8,9 @@ calls after a warm-up one: the slowest rank's seconds per call. Two schedules ta
 on the same ranks within every repetition: ``old``, the schedules before the large ones
 (``large_collectives_bytes`` and ``bcast_pipeline_bytes`` None: recursive doubling for
 Allreduce and Allgather on a power-of-two communicator of the direct plane, trees
-elsewhere, the binomial tree for Bcast), and ``new``, the large-array ones (threshold 0: reduce-scatter + allgather, the
-ring, the pipeline; ``facade/_collectives``). The rank flips the options between turns.
+elsewhere, the binomial tree for Bcast), and ``new``, the large-array ones (threshold 0:
+reduce-scatter + allgather, the ring, the pipeline; ``facade/_collectives``). The rank
+flips the options between turns.
 Then mpi4py (``_colls_mpi``, started with ``mpiexec``) runs the same calls, when it is
 installed. Figures are medians over repetitions; ratios are of medians.
 """
