@@ -183,3 +183,17 @@ def test_mpi4py_buffer_collectives_pass_on_the_large_schedules():
     for case in (CCOBuf, CCOBufInplace, NBCCOBuf, NBCCOBufInplace):
         got.update(outcomes(case, "sim", ranks, ("world",), **LARGE))
     assert {k: o for k, o in got.items() if o and o[0] == "fail"} == {}
+
+
+@pytest.mark.ray
+def test_large_schedules_on_ray(ray_session):
+    """What only Ray shows: blocks that go through the object store (a threshold lowered
+    to 256 KiB) forwarded around the ring as references, pieces on the direct plane's
+    sockets; the local transport's data and bits."""
+    counts = [40_000, 0, 50_000]
+    on_ray = ft.run(Gathers, 3, args=(counts,), transport="ray", object_store_bytes=1 << 18,
+                    timeout_s=300, **LARGE).results
+    local = ft.run(Gathers, 3, args=(counts,), transport="local", **LARGE).results
+    assert [out[:4] for out in on_ray] == [out[:4] for out in local]
+    sums = ft.run(Reductions, 3, transport="ray", timeout_s=300, **LARGE).results
+    assert sums == ft.run(Reductions, 3, transport="local", **LARGE).results
