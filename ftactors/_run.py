@@ -62,6 +62,9 @@ def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> 
     spare_homes = options.get("spare_nodes")
     if spare_homes is not None and not spare_homes:
         raise ConfigError(f"spare_nodes must list at least one Ray node id, got {spare_homes!r}")
+    for name in ("large_collectives_bytes", "bcast_pipeline_bytes"):
+        if (options.get(name) or 0) < 0:
+            raise ConfigError(f"{name} must be >= 0 bytes or None, got {options[name]!r}")
     for proto in protocol_classes(rank_cls):
         proto.check_options(options)
         proto.check_stack_options(rank_cls, options)

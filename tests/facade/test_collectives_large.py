@@ -154,6 +154,12 @@ def test_ring_and_pipeline_give_the_trees_data(ranks):
     assert tree.results[-1][-1] >= 40000 * (ranks - 1).bit_length()  # the tree's root
 
 
+def test_thresholds_are_checked():
+    for name, value in (("large_collectives_bytes", -1), ("bcast_pipeline_bytes", "big")):
+        with pytest.raises(ft.ConfigError, match=name):
+            ft.run(Gathers, 2, args=([1, 1],), transport="local", **{name: value})
+
+
 STACKS = ("standby", "groups", "hc3i", "rs+ready-flush")
 """Stacks of every kind of recovery: spares and global rollback, group and cluster
 rollback with logs, encoded checkpoints with flushed channels."""
