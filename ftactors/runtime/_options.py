@@ -208,8 +208,8 @@ CORE_OPTIONS: tuple[Option, ...] = (
            "None: never; default: the measured crossover, see the README", "bytes"),
     Option("bcast_pipeline_bytes", (int, NONE), None,
            "buffer Bcast of at least this many bytes goes down a chain of ranks in pieces "
-           "instead of the binomial tree; None (default): never (the tree was faster at "
-           "every size measured, see the README)", "bytes"),
+           "instead of the binomial tree; None (default): never (on one node the tree was "
+           "as fast or faster at most sizes measured, see the README)", "bytes"),
     _ray("rank_num_cpus", float, 0, "CPUs reserved per rank actor (0: ranks share the cores)"),
     _ray("rank_nodes", list, None, "the node id each rank starts on (one per rank; a rank "
                                    "whose node is gone starts anywhere)"),
