@@ -18,11 +18,32 @@ peer's RM nothing addressed to it is in transit, and its snapshot (registered st
 protocol state, the queued in-transit messages in arrival order, the channel and
 application counters) is saved, in the object store (``checkpoint_storage="object"``,
 owned by the coordinator: it survives the rank, not its node), on stable storage through
-pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete when
-every rank's part is stored: the coordinator then writes the manifest (stable storage)
-and makes it the one to restart from, so a failure during a checkpoint leaves the
-previous one in force. After a restart, receives are served first from the restored
+pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete (committed: usable for a restore)
+when the coordinator holds every rank's part: it then writes the manifest (stable
+storage) and makes it the one to restart from, so a failure during a checkpoint leaves
+the previous one in force. After a restart, receives are served first from the restored
 in-transit messages, in arrival order, then from the network (the core's matcher).
+
+*Hand-off* (object store). A rank past a checkpoint must never hold the only copy of its
+part: a failure just after it must restart from it. The coordinator's take (a Ray call
+whose answer is lost with the rank's process if the rank dies before it arrives) and its
+confirmation are three control-plane hops, too slow to wait for (40 ms a checkpoint on
+CG W x8 on a loaded machine). So the rank sends a copy of its part on the direct plane to
+its *holder*, rank ``(r + n // 2) % n`` (StandbyReplacement's partner: another node when
+ranks are spread), reports the part without waiting, and goes on once the holder says it
+has the copy (one data-plane round trip). The coordinator takes the part from the rank
+while it computes and confirms it (``ready_part_kept``); the rank then tells its holder to
+drop the copy (a holder keeps at most ``KEEP_COPIES`` per rank, for a rank that died
+after the take). A recovery first lets the takes under way finish, then *salvages*
+(``ReadyFlushCoordinator._salvage``): it asks every live rank what it still holds (own
+parts not taken, copies) and completes the newest checkpoint past the last complete one
+from the survivors' parts and the dead ranks' holders, so a rank that died between going
+on and the confirmation (its part, even its report, lost with it) restarts from that
+checkpoint; with its holder dead too the checkpoint stays incomplete and the previous
+complete one is restored. With one rank there is no holder, and the rank waits for the
+confirmation; with stable storage only, the part is on disk before the rank reports it
+(and it waits for the report to arrive); with ``"both"`` the disk part is written before
+the copy is sent, so a salvaged set's parts are all on disk when its manifest is written.
 
 *How often* (``checkpoint_interval="auto"`` with ``mtbf_s``). The coordinator's timer
 requests a first checkpoint at once, measures what each checkpoint it requested held the
@@ -66,7 +87,8 @@ way are dropped (``abandon``), whichever level recovers; complete sets stay.
 *Footprint* (bounded whatever the run's length): the coordinator keeps in the object
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
-a newer one is complete. Stable storage keeps the run's ``KEEP_STABLE`` (2) newest sets
+a newer one is complete. Each rank holds, in its own memory, its part until taken and the
+copies it holds for other ranks until confirmed (at most ``KEEP_COPIES`` each). Stable storage keeps the run's ``KEEP_STABLE`` (2) newest sets
 in its folder (other runs' folders are not touched). No message log. Measured by
 ``ftactors bench footprint``.
 """
