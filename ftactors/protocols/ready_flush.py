@@ -555,6 +555,8 @@ class ReadyFlushCoordinator:
 
     async def _kept(self, ck: _Set, rank: int, handle) -> None:
         """Rank ``rank``'s part is kept; the set is complete with all of them."""
+        if rank in ck.handles:
+            return  # taken twice: salvaged while its own take was still under way
         ck.handles[rank] = handle
         if len(ck.handles) == self.c.n:
             await self._complete(ck)
