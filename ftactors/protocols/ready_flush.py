@@ -18,11 +18,12 @@ peer's RM nothing addressed to it is in transit, and its snapshot (registered st
 protocol state, the queued in-transit messages in arrival order, the channel and
 application counters) is saved, in the object store (``checkpoint_storage="object"``,
 owned by the coordinator: it survives the rank, not its node), on stable storage through
-pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete (committed: usable for a restore)
-when the coordinator holds every rank's part: it then writes the manifest (stable
-storage) and makes it the one to restart from, so a failure during a checkpoint leaves
-the previous one in force. After a restart, receives are served first from the restored
-in-transit messages, in arrival order, then from the network (the core's matcher).
+pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete
+(committed: usable for a restore) when the coordinator holds every rank's part: it then
+writes the manifest (stable storage) and makes it the one to restart from, so a failure
+during a checkpoint leaves the previous one in force. After a restart, receives are
+served first from the restored in-transit messages, in arrival order, then from the
+network (the core's matcher).
 
 *Hand-off* (object store). A rank past a checkpoint must never hold the only copy of its
 part: a failure just after it must restart from it. The coordinator's take (a Ray call
@@ -88,8 +89,9 @@ way are dropped (``abandon``), whichever level recovers; complete sets stay.
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
 a newer one is complete. Each rank holds, in its own memory, its part until taken and the
-copies it holds for other ranks until confirmed (at most ``KEEP_COPIES`` each). Stable storage keeps the run's ``KEEP_STABLE`` (2) newest sets
-in its folder (other runs' folders are not touched). No message log. Measured by
+copies it holds for other ranks until confirmed (at most ``KEEP_COPIES`` each). Stable
+storage keeps the run's ``KEEP_STABLE`` (2) newest sets in its folder (other runs'
+folders are not touched). No message log. Measured by
 ``ftactors bench footprint``.
 """
 from __future__ import annotations
@@ -321,8 +323,8 @@ class ReadyMessageFlush(PlannedLevel):
         else:
             ft.link.report(event)  # lost with this rank? the coordinator finds the copy (salvage)
             await safe  # a rank past the position never holds the only copy of its part
-            ft.events.record("checkpoint_copied", position=pos,
-                             holder=holder(self.rank, self.size),
+            to = None if self.size == 1 else holder(self.rank, self.size)
+            ft.events.record("checkpoint_copied", position=pos, holder=to,
                              wait_s=time.perf_counter() - t_saved)
         self.planned_cost(NAME, at)
 
@@ -801,6 +803,8 @@ class ReadyFlushCoordinator:
                 else:
                     break
             else:
+                if not sources:
+                    return  # complete, being sealed
                 try:
                     handles = await asyncio.wait_for(asyncio.gather(*(
                         c.fabric.call_kept(c.handles[src], *call)
