@@ -1,9 +1,9 @@
 """ReadyMessageFlush's part hand-off: a rank goes on once its holder rank has a copy of its
 part, before the coordinator has taken (and confirmed) it, and a failure between the two
 restores from the checkpoint just taken (the holder's copy) or, with the holder lost too,
-from the previous complete one; never from nothing. Local transport: the coordinator's
-takes are held back by a patched ``LocalFabric.call_kept`` until an event happens, so
-the order is forced, not timed."""
+from the previous complete one; never from nothing. Local and sim transports: the coordinator's
+takes are held back by a patched ``LocalFabric.call_kept`` (the sim's too) until an
+event happens, so the order is forced, not timed."""
 import asyncio
 
 import pytest
@@ -88,14 +88,16 @@ def hold_takes(monkeypatch, until):
     monkeypatch.setattr(LocalFabric, "call_kept", held)
 
 
-def test_a_rank_goes_on_before_the_coordinator_confirms_its_part(monkeypatch, order):
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_rank_goes_on_before_the_coordinator_confirms_its_part(monkeypatch, order,
+                                                                  transport):
     """Each take of a rank's part is held back until that rank has passed the part's
     position: the rank's main task goes on first, and the confirmation it hears later
     still completes the checkpoint."""
     async def after_passing(fabric, host, position):
         return await Order.until(lambda: ("passed", host.spec.rank, position) in Order.log)
     hold_takes(monkeypatch, after_passing)
-    r = ft.run(Logged, 5, transport="local", kwargs=FLOOD, checkpoint_interval=4,
+    r = ft.run(Logged, 5, transport=transport, kwargs=FLOOD, checkpoint_interval=4,
                timeout_s=30)
     for rank in range(5):
         for position in [(0, 4), (0, 8)]:
@@ -108,9 +110,10 @@ def test_a_rank_goes_on_before_the_coordinator_confirms_its_part(monkeypatch, or
         [(0, 2), (1, 3), (2, 4), (3, 0), (4, 1)]
 
 
+@pytest.mark.parametrize("transport", ["local", "sim"])
 @pytest.mark.parametrize("holder_lost", [False, True], ids=["rank", "rank-and-holder"])
 def test_kills_between_going_on_and_the_confirmation(monkeypatch, order, flood_reference,
-                                                     holder_lost):
+                                                     holder_lost, transport):
     """Rank 2 goes on past (0, 8) and dies at 9 before the coordinator took its part (the
     take fails as the rank's process is gone). Its holder (rank 4) still has the copy: the
     restart uses (0, 8). With the holder lost too (its takes fail as well), (0, 8) lacks
@@ -127,7 +130,7 @@ def test_kills_between_going_on_and_the_confirmation(monkeypatch, order, flood_r
             pass
         return False
     hold_takes(monkeypatch, lost_with)
-    r = ft.run(Logged, 5, transport="local", kwargs=FLOOD, checkpoint_interval=4,
+    r = ft.run(Logged, 5, transport=transport, kwargs=FLOOD, checkpoint_interval=4,
                chaos=ft.Chaos(kill=[(rank, 9) for rank in sorted(lost)]), timeout_s=30)
     assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
     assert ("passed", 2, (0, 8)) in order.log  # it went on, then died
