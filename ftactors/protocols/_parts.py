@@ -1,11 +1,13 @@
 """Checkpoint parts in the object store, owned by the coordinator (shared by the protocols).
 
 A rank that saved its part holds it (``HeldParts``) until the coordinator has taken it.
-ReadyMessageFlush and DDVPiggyback wait until the coordinator says it holds the part (one
-more call: the answer that hands the part over can be lost with the rank's process if
-the rank goes on and dies before it arrives), so a rank past their checkpoint never
-holds the only copy of its part (a failure just after it restarts from it);
-GroupCoordination reports and goes on at once (see its "Hand-off"). The coordinator
+DDVPiggyback waits until the coordinator says it holds the part (one more call: the
+answer that hands the part over can be lost with the rank's process if the rank goes on
+and dies before it arrives), so a rank past its checkpoint never holds the only copy of
+its part (a failure just after it restarts from it); ReadyMessageFlush gets the same
+guarantee sooner from a copy in another rank's process, which the coordinator takes when
+the rank died before its own part was taken (see its "Hand-off"); GroupCoordination
+reports and goes on at once (see its "Hand-off"). The coordinator
 takes each reported part with ``Fabric.call_kept`` (``PartTaker``): on Ray
 the part becomes an object owned by the driver, without a copy through the driver, so it
 outlives the rank's process (not its node).
@@ -50,6 +52,10 @@ class HeldParts:
         else:
             taken.set_result(None)
         return blob
+
+    def keys(self) -> list:
+        """The parts held and not handed over yet."""
+        return list(self._held)
 
     def kept(self, key: Hashable) -> None:
         """The coordinator holds part ``key`` (the protocol's ``ft_rpc_*_kept``)."""

@@ -33,7 +33,7 @@ member that dies before its part is taken (or its report sent) leaves that set
 incomplete and its group restarts from the one before, with the logs that cover it. The
 price: a failure within those hops of a checkpoint loses one interval more than it
 would have (ReadyMessageFlush, whose tests pin "a failure after a checkpoint restarts
-from it", still waits), and a report still travelling when the run ends is not in its
+from it", waits for a copy at a holder rank), and a report still travelling when the run ends is not in its
 timeline.
 
 *Garbage collection*: once a group checkpoint is complete (every member's part is kept by

@@ -18,11 +18,33 @@ peer's RM nothing addressed to it is in transit, and its snapshot (registered st
 protocol state, the queued in-transit messages in arrival order, the channel and
 application counters) is saved, in the object store (``checkpoint_storage="object"``,
 owned by the coordinator: it survives the rank, not its node), on stable storage through
-pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete when
-every rank's part is stored: the coordinator then writes the manifest (stable storage)
-and makes it the one to restart from, so a failure during a checkpoint leaves the
-previous one in force. After a restart, receives are served first from the restored
-in-transit messages, in arrival order, then from the network (the core's matcher).
+pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete
+(committed: usable for a restore) when the coordinator holds every rank's part: it then
+writes the manifest (stable storage) and makes it the one to restart from, so a failure
+during a checkpoint leaves the previous one in force. After a restart, receives are
+served first from the restored in-transit messages, in arrival order, then from the
+network (the core's matcher).
+
+*Hand-off* (object store). A rank past a checkpoint must never hold the only copy of its
+part: a failure just after it must restart from it. The coordinator's take (a Ray call
+whose answer is lost with the rank's process if the rank dies before it arrives) and its
+confirmation are three control-plane hops, too slow to wait for (41 ms a checkpoint on
+CG W x8 on Ray on a loaded machine, against 15 ms for the holder's copy). So the rank sends a copy of its part on the direct plane to
+its *holder*, rank ``(r + n // 2) % n`` (StandbyReplacement's partner: another node when
+ranks are spread), reports the part without waiting, and goes on once the holder says it
+has the copy (one data-plane round trip). The coordinator takes the part from the rank
+while it computes and confirms it (``ready_part_kept``); the rank then tells its holder to
+drop the copy (a holder keeps at most ``KEEP_COPIES`` per rank, for a rank that died
+after the take). A recovery first lets the takes under way finish, then *salvages*
+(``ReadyFlushCoordinator._salvage``): it asks every live rank what it still holds (own
+parts not taken, copies) and completes the newest checkpoint past the last complete one
+from the survivors' parts and the dead ranks' holders, so a rank that died between going
+on and the confirmation (its part, even its report, lost with it) restarts from that
+checkpoint; with its holder dead too the checkpoint stays incomplete and the previous
+complete one is restored. With one rank there is no holder, and the rank waits for the
+confirmation; with stable storage only, the part is on disk before the rank reports it
+(and it waits for the report to arrive); with ``"both"`` the disk part is written before
+the copy is sent, so a salvaged set's parts are all on disk when its manifest is written.
 
 *How often* (``checkpoint_interval="auto"`` with ``mtbf_s``). The coordinator's timer
 requests a first checkpoint at once, measures what each checkpoint it requested held the
@@ -66,8 +88,10 @@ way are dropped (``abandon``), whichever level recovers; complete sets stay.
 *Footprint* (bounded whatever the run's length): the coordinator keeps in the object
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
-a newer one is complete. Stable storage keeps the run's ``KEEP_STABLE`` (2) newest sets
-in its folder (other runs' folders are not touched). No message log. Measured by
+a newer one is complete. Each rank holds, in its own memory, its part until taken and the
+copies it holds for other ranks until confirmed (at most ``KEEP_COPIES`` each). Stable
+storage keeps the run's ``KEEP_STABLE`` (2) newest sets in its folder (other runs'
+folders are not touched). No message log. Measured by
 ``ftactors bench footprint``.
 """
 from __future__ import annotations
@@ -93,7 +117,8 @@ from ftactors.base._storage import open_store
 from ._flush import Flush
 from ._intervals import daly
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from ._parts import HeldParts, PartTaker
+from ._parts import GIVEN_GRACE_S, HeldParts, PartTaker
+from .standby import partner as holder
 
 NAME = "ready_flush"
 STORAGES = ("object", "stable", "both")
@@ -109,6 +134,9 @@ retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
 RETRY_MAX = 1e-2
 COST_FLOOR_S = 1e-9
 """A measured cost of zero (a sim without latency) would give a zero interval."""
+KEEP_COPIES = 2
+"""Copies of one rank's parts a holder keeps at most: each is dropped once the coordinator
+took the part, but a rank that died after the take cannot say so."""
 
 
 def _options(opts: dict) -> dict:
@@ -156,6 +184,8 @@ class _Ready:
     targets: set = field(default_factory=set)       # decided positions not reached yet
     last: tuple | None = None                        # position of the last checkpoint taken
     parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
+    copied: dict = field(default_factory=dict)      # position -> future: the holder has it
+    copies: dict = field(default_factory=dict)      # (rank, position) -> its part, held
     stop: asyncio.Future | None = None               # migration: resolved where MP stops
     resume: asyncio.Future | None = None             # migration aborted: MP goes on
 
@@ -276,23 +306,37 @@ class ReadyMessageFlush(PlannedLevel):
         st.last = pos
         blob = ft.snapshot(cut=st.flush.last_cut)
         index = position_index(pos)
-        taken = None
-        if st.settings["storage"] in ("object", "both"):
-            taken = st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
-        if st.store is not None:
+        if st.store is not None:  # first: a copy at the holder implies the part on disk
             await asyncio.to_thread(store_part, st.store, self.run_identity, index, self.rank,
                                     blob)
-        # waited for: the coordinator holds every part reported before main() returns
+        safe = None  # what makes the part safe from this rank's death (stable: the disk)
+        if st.settings["storage"] != "stable":
+            taken = st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
+            safe = self._copy_to_holder(pos, blob) or taken  # one rank: no holder
         t_saved = time.perf_counter()
-        await ft.link.report_now(ft.events.make(
+        event = ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
             flush_s=flushed_at - at, save_s=t_saved - t_flushed, at=at,
-            flushed_at=flushed_at))
-        if taken is not None:
-            await taken  # a rank past the position never holds the only copy of its part
-            ft.events.record("checkpoint_kept", position=pos,
+            flushed_at=flushed_at)
+        if safe is None:
+            await ft.link.report_now(event)  # on disk: the coordinator must know to seal it
+        else:
+            ft.link.report(event)  # lost with this rank? the coordinator finds the copy (salvage)
+            await safe  # a rank past the position never holds the only copy of its part
+            to = None if self.size == 1 else holder(self.rank, self.size)
+            ft.events.record("checkpoint_copied", position=pos, holder=to,
                              wait_s=time.perf_counter() - t_saved)
         self.planned_cost(NAME, at)
+
+    def _copy_to_holder(self, pos: tuple, blob: bytes) -> asyncio.Future | None:
+        """Send this rank's part at ``pos`` to its holder (``holder``); the future
+        completes when the holder says it has it (None: one rank, no holder)."""
+        st, to = self._ready, holder(self.rank, self.size)
+        if to == self.rank:
+            return None
+        st.copied[pos] = asyncio.get_running_loop().create_future()
+        self.ft.send_control(to, NAME, "copy", (pos, blob))
+        return st.copied[pos]
 
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
@@ -300,8 +344,25 @@ class ReadyMessageFlush(PlannedLevel):
         return self._ready.parts.give(tuple(position))
 
     def ft_rpc_ready_part_kept(self, position) -> None:
-        """The coordinator holds this rank's part at ``position``: the rank may go on."""
-        self._ready.parts.kept(tuple(position))
+        """The coordinator holds this rank's part at ``position``: the holder's copy is no
+        longer needed (with one rank, the rank may go on)."""
+        position = tuple(position)
+        self._ready.parts.kept(position)
+        to = holder(self.rank, self.size)
+        if to != self.rank:
+            self.ft.send_control(to, NAME, "drop", position)
+
+    def ft_rpc_ready_held(self) -> dict:
+        """What the coordinator can still take from this rank (``ReadyFlushCoordinator.
+        _salvage``): the positions of its own parts not handed over, and the
+        ``(rank, position)`` of the copies it holds for other ranks."""
+        st = self._ready
+        return {"own": st.parts.keys(), "copies": list(st.copies)}
+
+    def ft_rpc_ready_copy(self, rank: int, position) -> bytes:
+        """The copy of rank ``rank``'s part at ``position`` held here, for the coordinator
+        (which keeps it in the object store)."""
+        return self._ready.copies[(rank, tuple(position))]
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint (any rank, any time; it is taken at a
@@ -385,7 +446,26 @@ class ReadyMessageFlush(PlannedLevel):
     def on_control(self, env) -> None:
         if env.comm != NAME:
             return super().on_control(env)
-        self._ready.flush.take_marker(self.ft, env)
+        st, ft = self._ready, self.ft
+        op, data = ft.control_data(env)
+        if op == "marker":
+            st.flush.on_marker(ft, env.src, data)
+        elif op == "copy":  # a part to hold for env.src until the coordinator took it
+            pos, blob = data
+            pos = tuple(pos)
+            mine = sorted(p for r, p in st.copies if r == env.src)
+            for old in mine[:len(mine) + 1 - KEEP_COPIES]:
+                del st.copies[(env.src, old)]  # its own confirmation was lost with it
+            st.copies[(env.src, pos)] = bytes(blob)
+            ft.send_control(env.src, NAME, "copied", pos)
+        elif op == "copied":
+            fut = st.copied.pop(tuple(data), None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        elif op == "drop":
+            st.copies.pop((env.src, tuple(data)), None)
+        else:
+            raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
@@ -403,6 +483,8 @@ class ReadyMessageFlush(PlannedLevel):
         st = self._ready
         st.flush.reset()
         st.undecided.clear()
+        st.copied.clear()  # the copies under way belong to the execution left
+        st.copies.clear()
         st.stop = st.resume = None
         await super().on_restored()
         self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
@@ -475,6 +557,8 @@ class ReadyFlushCoordinator:
 
     async def _kept(self, ck: _Set, rank: int, handle) -> None:
         """Rank ``rank``'s part is kept; the set is complete with all of them."""
+        if rank in ck.handles:
+            return  # taken twice: salvaged while its own take was still under way
         ck.handles[rank] = handle
         if len(ck.handles) == self.c.n:
             await self._complete(ck)
@@ -493,7 +577,8 @@ class ReadyFlushCoordinator:
             self.latest = ck
         for pos in [p for p in self.sets if p < ck.position]:
             del self.sets[pos]  # older parts are no longer needed (frees the object store)
-        ck.cost_s = self.c.fabric.clock() - ck.first_at  # Daly's C, see _auto_timer
+        if math.isfinite(ck.first_at):  # else salvaged with no report: cost unknown
+            ck.cost_s = self.c.fabric.clock() - ck.first_at  # Daly's C, see _auto_timer
         self.c.events.record("checkpoint", position=ck.position, index=ck.index,
                              bytes=ck.bytes, flush_s=ck.flush_s, save_s=ck.save_s,
                              cost_s=ck.cost_s, storage=self.settings["storage"])
@@ -614,7 +699,7 @@ class ReadyFlushCoordinator:
             ck = None if position is None else self.sets.get(position)
             if ck is not None:
                 ck = await asyncio.shield(ck.done)  # None: abandoned, or lost to a failure
-            if ck is None:
+            if ck is None or ck.cost_s is None:
                 if interval_s is None:
                     await c.fabric.sleep(retry_s)
                     retry_s = min(2 * retry_s, RETRY_MAX * mtbf_s)
@@ -646,6 +731,7 @@ class ReadyFlushCoordinator:
         c = self.c
         self.running.clear()
         await self.parts.let_finish()  # a part given just before the failure counts
+        await self._salvage(failed)  # a part given only to its holder counts too
         self._abandon_execution()
         await self.parts.settle()  # every set whose parts all reach stable storage counts
         await c.collect_events()
@@ -673,11 +759,64 @@ class ReadyFlushCoordinator:
         still holding them). No request is placed until the round is over."""
         self.running.clear()
         await self.parts.let_finish()
+        await self._salvage(failed)
         self._abandon_execution(failed)
 
     async def recovered(self) -> None:
         """The round of a multi-level stack is over: requests may be placed again."""
         self.running.set()
+
+    async def _salvage(self, failed: set[int]) -> None:
+        """Complete the newest checkpoint past the last complete one that the live ranks
+        can still give whole: a rank goes on once its holder has a copy of its part, so
+        the part of a rank that died before the coordinator took it (or whose report was
+        lost with it) is taken from its holder's copy, and a survivor's part not taken
+        yet from the survivor. None such (a rank and its holder both lost): the last
+        complete checkpoint stays the one to restore."""
+        if self.settings["storage"] == "stable":
+            return  # parts on disk are reported before their rank goes on
+        c = self.c
+
+        async def held(rank):
+            try:
+                return rank, await asyncio.wait_for(
+                    c.fabric.call(c.handles[rank], "ready_held"), GIVEN_GRACE_S)
+            except (RankDied, asyncio.TimeoutError):  # dead, or hung: it gives nothing
+                return rank, None
+        got = await asyncio.gather(*(held(r) for r in range(c.n) if r not in failed))
+        held_by = {r: h for r, h in got if h is not None}
+        own = {r: {tuple(p) for p in h["own"]} for r, h in held_by.items()}
+        copies = {r: {(src, tuple(p)) for src, p in h["copies"]} for r, h in held_by.items()}
+        candidates = {p for ps in own.values() for p in ps}
+        candidates |= {p for cs in copies.values() for _, p in cs}
+        candidates |= {p for p, ck in self.sets.items() if len(ck.handles) < c.n}
+        for pos in sorted(candidates, reverse=True):
+            if self.latest is not None and pos <= self.latest.position:
+                return
+            have = self.sets[pos].handles if pos in self.sets else {}
+            sources = {}
+            for r in (r for r in range(c.n) if r not in have):
+                if pos in own.get(r, ()):
+                    sources[r] = (r, "ready_part", pos)
+                elif (r, pos) in copies.get(holder(r, c.n), ()):
+                    sources[r] = (holder(r, c.n), "ready_copy", r, pos)
+                else:
+                    break
+            else:
+                if not sources:
+                    return  # complete, being sealed
+                try:
+                    handles = await asyncio.wait_for(asyncio.gather(*(
+                        c.fabric.call_kept(c.handles[src], *call)
+                        for src, *call in sources.values())), GIVEN_GRACE_S)
+                except (RankDied, asyncio.TimeoutError):
+                    return  # a holder died (or hangs) as well: the next round sees it
+                ck = self._set(pos)
+                c.events.record("checkpoint_salvaged", position=pos, from_holders=sorted(
+                    r for r, (src, *_) in sources.items() if src != r))
+                for r, handle in zip(sources, handles):
+                    await self._kept(ck, r, handle)
+                return
 
     def _abandon_execution(self, failed: set[int] | None = None) -> None:
         """Drop the requests and moves under way, and the parts still being taken from
