@@ -28,15 +28,16 @@ tuples: ``ROWS`` pickled by the C pickler (the fast path), ``OBJECTS`` by cloudp
 channel layer puts both paths back in order.
 
 Large arrays travel without a joined copy. A batch whose payloads hold out-of-band
-buffers (``_payload.pack``: pickle protocol 5 buffers of ``LARGE_BUFFER_BYTES`` and more)
+buffers (``_payload.pack``: pickle protocol 5 buffers of ``out_of_band_bytes`` and more)
 is an *out-of-band frame*: its kind has the ``OOB`` bit, the header is followed by the
 buffers' count and lengths (``OOB_COUNT``, ``OOB_LENGTH``), the body (rows whose buffers
 field is the payload's number of buffers) and then the buffers themselves. The sender
-keeps the frame as a tuple of pieces that reference the payload's buffers (no copy, also
-in the resend window) and writes pieces with scatter-gather I/O (``os.writev`` on the
-connection's socket, ``_Wire.send``), which also carries every other frame once the
-handshake is done. The listener is a buffered protocol: bytes go straight from the
-socket into a receive area, and an out-of-band buffer straight into a byte array of
+keeps every frame as a tuple of pieces, its header, its body and the payload's buffers
+(no copy, also in the resend window), and writes pieces with scatter-gather I/O
+(``os.writev`` on the connection's socket, ``_Wire.send``: at once when nothing is
+pending) once the handshake is done. The listener is a buffered protocol: bytes go
+straight from the socket into a receive area, where whole frames are decoded in place
+(only a partial frame at its end is kept), and an out-of-band buffer straight into a byte array of
 its own (``recv_into``; ``numpy.empty``: not zeroed first, a pass over memory that
 measured 10-20% of a 16 MiB message), which becomes the payload's buffer: the receiver owns it and an
 array rebuilt over it is writable.
