@@ -533,34 +533,40 @@ class _Wire(asyncio.Protocol):
         pending."""
         if self.dead:
             return
-        if not self.pending:  # the usual case: write at once, keep what the kernel left
+        n = 0
+        if not self.pending and len(pieces) <= IOV_MAX:  # the usual case: write at once
             try:
-                n = os.writev(self.fd, pieces) if len(pieces) <= IOV_MAX else 0
+                n = os.writev(self.fd, pieces)
             except (BlockingIOError, InterruptedError):
-                n = 0
+                pass
             except OSError:  # reset, broken pipe: the connection is lost
                 self.abort()
                 return
             if n == nbytes:
                 return
-            for piece in pieces:
-                size = len(piece)
-                if n >= size:
-                    n -= size
-                    nbytes -= size
-                    continue
-                self.pending.append(memoryview(piece).cast("B")[n:] if n else piece)
-                nbytes -= n
-                n = 0
-            self.pending_bytes += nbytes
-            self._flush()
-            return
         self.pending.extend(pieces)
         self.pending_bytes += nbytes
-        if not self.waiting:
+        if n:  # the kernel took a part: keep the rest
+            self._written(n)
+            self._flush()
+        elif not self.waiting:
             self._flush()
         else:
             self._pressure()
+
+    def _written(self, n: int) -> None:
+        """Drop the ``n`` bytes the kernel took from the front of ``pending``."""
+        pending = self.pending
+        self.pending_bytes -= n
+        while pending:
+            piece = pending[0]
+            size = len(piece)
+            if n < size:
+                if n:
+                    pending[0] = memoryview(piece).cast("B")[n:]
+                return
+            n -= size
+            pending.popleft()
 
     def _flush(self) -> None:
         """Write what the kernel takes now; wait for the socket to be writable for the rest."""
@@ -574,18 +580,9 @@ class _Wire(asyncio.Protocol):
             except OSError:  # reset, broken pipe: the connection is lost
                 self.abort()
                 return
-            self.pending_bytes -= n
-            for piece in batch:
-                size = len(piece)
-                if n < size:
-                    if n:
-                        pending[0] = memoryview(piece).cast("B")[n:]
-                    break
-                n -= size
-                pending.popleft()
-            else:
-                continue
-            break
+            self._written(n)
+            if len(batch) < IOV_MAX:  # it had every pending piece: the kernel took what it could
+                break
         loop = asyncio.get_running_loop()
         if pending and not self.waiting:
             self.waiting = True

@@ -480,6 +480,40 @@ def test_out_of_band_arrays_arrive_intact_writable_and_owned(tmp_path, same_node
     asyncio.run(body())
 
 
+def test_frames_longer_than_the_kernel_takes_at_once_arrive_whole(tmp_path, monkeypatch):
+    """With a small kernel send buffer every frame is written in parts (the sender keeps
+    what the kernel did not take, from the middle of a piece) and read in parts (the
+    listener carries a partial frame over to the next read): small, in-band and
+    out-of-band frames, back to back, all arrive intact and in order."""
+    monkeypatch.setattr(_direct, "SEND_BUFFER_BYTES", 8 << 10)
+    written = []
+    real_writev = os.writev
+
+    def writev(fd, pieces):
+        n = real_writev(fd, pieces)
+        written.append(n < sum(map(len, pieces)))
+        return n
+    monkeypatch.setattr(_direct.os, "writev", writev)
+    sizes = [LARGE - 8, LARGE + 8, 1 << 20]
+
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a", listener.counters)
+        peers.wire([None, endpoint])
+        for i in range(12):
+            env = _env(i) if i % 4 == 3 else _arrays_env(i, sizes[i % 4])
+            assert peers.send(1, *encode([env], True))
+        await _until(lambda: len(got) == 12)
+        assert [e.app_seq for e in got] == list(range(12))
+        assert all(unpack(e.payload) == e.app_seq if i % 4 == 3 else _intact(e, sizes[i % 4])
+                   for i, e in enumerate(got))
+        assert any(written)  # the kernel took parts of frames
+        peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
 @pytest.mark.parametrize("side", ["listener", "sender"])
 def test_a_cut_in_the_middle_of_an_out_of_band_frame_resends_it_whole(tmp_path, monkeypatch, side):
     """A connection that ends while a large out-of-band frame's buffers are half read
