@@ -75,6 +75,10 @@ class Link:
     """Whether a message costs little more than the wake-up it causes (the direct data
     plane): then allreduce and allgather prefer fewer hops to fewer messages."""
 
+    large_bytes = LARGE_BUFFER_BYTES
+    """Buffers at least this large travel out of band (``put_large``), and a message
+    holding one is sent without waiting for the batch."""
+
     def send(self, dst: int, envs: list[Envelope]) -> None:
         raise NotImplementedError
 
@@ -182,7 +186,7 @@ class Endpoint:
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
         """Pickle ``obj`` for sending (large buffers to the transport's store)."""
         put = None if dst == self.rank else self.link.put_large
-        return pack(obj, put)
+        return pack(obj, put, self.link.large_bytes)
 
     def send_app(self, ctx: str, dst: int, tag: int, payload: Payload) -> int | None:
         """Send one application message (world rank ``dst``) through the protocol stack;
@@ -238,7 +242,7 @@ class Endpoint:
         counted = 0
         if nbytes >= BATCH_BYTES_FROM:
             counted = self._outbox_bytes[dst] = self._outbox_bytes.get(dst, 0) + nbytes
-        if len(box) >= BATCH_MAX or nbytes >= LARGE_BUFFER_BYTES or counted >= BATCH_BYTES:
+        if len(box) >= BATCH_MAX or nbytes >= self.link.large_bytes or counted >= BATCH_BYTES:
             self._flush_one(dst)
         elif not self._flush_pending:
             self._flush_pending = True

@@ -96,8 +96,10 @@ def is_plain(obj: Any, depth: int = PLAIN_DEPTH) -> bool:
     return False
 
 
-def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None) -> Payload:
-    """Pickle ``obj``; buffers >= LARGE_BUFFER_BYTES go through ``put_large``.
+def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
+         large_bytes: int = LARGE_BUFFER_BYTES) -> Payload:
+    """Pickle ``obj``; buffers of ``large_bytes`` and more go through ``put_large``
+    (the transport's threshold, ``Link.large_bytes``).
 
     Raises:
         TypeError: ``obj`` (or something inside it) cannot be pickled.
@@ -110,7 +112,7 @@ def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None) -> Payl
     def on_buffer(buf: pickle.PickleBuffer) -> bool:
         nonlocal total
         view = buf.raw()
-        if view.nbytes < LARGE_BUFFER_BYTES:
+        if view.nbytes < large_bytes:
             return True  # pickle in-band
         total += view.nbytes
         large.append(put_large(view) if put_large else bytes(view))

@@ -477,6 +477,8 @@ class Cartcomm(Communicator):
 
 def _is(value, sentinel: int) -> bool:
     """``value == sentinel`` for an int (not a bool, nor a float that equals it)."""
+    if type(value) is int:  # the usual case, without the ABC check
+        return value == sentinel
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == sentinel
 
 

@@ -193,8 +193,13 @@ CORE_OPTIONS: tuple[Option, ...] = (
     _ray("data_plane", str, "direct",
          "'direct' (rank-to-rank sockets, Unix on one node, TCP across nodes) or 'ray' "
          "(every batch an actor call)", choices=("direct", "ray")),
+    _ray("out_of_band_bytes", int, 100 << 10,
+         "on the direct plane, array buffers at least this large travel out of band: "
+         "written from the sender's copy and read into a buffer the receiver owns, with no "
+         "pickling copy on either side (smaller ones are pickled into the message); "
+         "default: the measured crossover, see the README", "bytes"),
     _ray("object_store_bytes", int, 16 << 20,
-         "out-of-band buffers (arrays of 100 KiB and more) at least this large travel by "
+         "out-of-band buffers at least this large travel by "
          "reference through Ray's object store and an actor call, smaller ones on the direct "
          "plane's sockets, without a joined copy (with data_plane='ray': every one through "
          "the object store); default: the measured crossover, see the README", "bytes"),

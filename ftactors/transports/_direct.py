@@ -28,15 +28,16 @@ tuples: ``ROWS`` pickled by the C pickler (the fast path), ``OBJECTS`` by cloudp
 channel layer puts both paths back in order.
 
 Large arrays travel without a joined copy. A batch whose payloads hold out-of-band
-buffers (``_payload.pack``: pickle protocol 5 buffers of ``LARGE_BUFFER_BYTES`` and more)
+buffers (``_payload.pack``: pickle protocol 5 buffers of ``out_of_band_bytes`` and more)
 is an *out-of-band frame*: its kind has the ``OOB`` bit, the header is followed by the
 buffers' count and lengths (``OOB_COUNT``, ``OOB_LENGTH``), the body (rows whose buffers
 field is the payload's number of buffers) and then the buffers themselves. The sender
-keeps the frame as a tuple of pieces that reference the payload's buffers (no copy, also
-in the resend window) and writes pieces with scatter-gather I/O (``os.writev`` on the
-connection's socket, ``_Wire.send``), which also carries every other frame once the
-handshake is done. The listener is a buffered protocol: bytes go straight from the
-socket into a receive area, and an out-of-band buffer straight into a byte array of
+keeps every frame as a tuple of pieces, its header, its body and the payload's buffers
+(no copy, also in the resend window), and writes pieces with scatter-gather I/O
+(``os.writev`` on the connection's socket, ``_Wire.send``: at once when nothing is
+pending) once the handshake is done. The listener is a buffered protocol: bytes go
+straight from the socket into a receive area, where whole frames are decoded in place
+(only a partial frame at its end is kept), and an out-of-band buffer straight into a byte array of
 its own (``recv_into``; ``numpy.empty``: not zeroed first, a pass over memory that
 measured 10-20% of a 16 MiB message), which becomes the payload's buffer: the receiver owns it and an
 array rebuilt over it is writable.
@@ -243,14 +244,22 @@ class _Inbound(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         filling = self.filling
         if filling is None:
-            self.data_received(self.area[:nbytes])
+            if self.buf or not self.authed:
+                self.data_received(self.area[:nbytes])
+                return
+            # nothing carried over (the usual case): frames are read in the receive
+            # area itself, and only a partial frame at its end is kept
+            data = self.area[:nbytes]
+            pos = self._frames(data)
+            if pos < nbytes and not self.refused:
+                self.buf += data[pos:]
         elif not self.refused:
             filling.at += nbytes
             if filling.advance():
                 self.filling = None
                 self._complete(filling.kind, filling.body, filling.buffers, filling.nbytes)
                 if not self.refused:
-                    self._frames(self.buf)
+                    self._parse(self.buf)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -301,11 +310,18 @@ class _Inbound(asyncio.BufferedProtocol):
             session.conn = self
             count = COUNT.pack(session.count)
             self.transport.write(count + secret.mac(b"server", theirs + count, self.nonce))
-        self._frames(buf)
+        self._parse(buf)
 
-    def _frames(self, buf: bytearray) -> None:
-        """Deliver the whole frames at the start of ``buf``; an out-of-band frame whose
-        buffers have not all arrived starts ``filling``."""
+    def _parse(self, buf: bytearray) -> None:
+        """``_frames`` on the carried-over bytes ``buf``, then drop what it took."""
+        pos = self._frames(buf)
+        if pos and not self.refused:
+            del buf[:pos]
+
+    def _frames(self, buf) -> int:
+        """Deliver the whole frames at the start of ``buf`` (bytes-like); an out-of-band
+        frame whose buffers have not all arrived starts ``filling``. Returns the bytes
+        taken."""
         pos, end = 0, len(buf)
         limit = self.listener.max_frame_bytes
         while end - pos >= HEADER.size and not self.refused:
@@ -319,14 +335,14 @@ class _Inbound(asyncio.BufferedProtocol):
                 table = OOB_COUNT.size + count * OOB_LENGTH.size
                 if count > limit // OOB_LENGTH.size:
                     self._refuse("oversized")
-                    return
+                    return 0
                 if end - start < table:
                     break
                 lengths = struct.unpack_from(f"!{count}Q", buf, start + OOB_COUNT.size)
                 start += table
             if size + sum(lengths) > limit:
                 self._refuse("oversized")
-                return
+                return 0
             if end - start < size:
                 break
             body = bytes(buf[start:start + size]) if lengths else None
@@ -344,8 +360,7 @@ class _Inbound(asyncio.BufferedProtocol):
             else:
                 self.filling = filling
                 break
-        if pos and not self.refused:
-            del buf[:pos]
+        return pos
 
     def _complete(self, kind: int, body, buffers: list, nbytes: int) -> None:
         """One whole frame: decode it, deliver its envelopes, acknowledge in time."""
@@ -513,16 +528,45 @@ class _Wire(asyncio.Protocol):
         transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
                                                        SEND_BUFFER_BYTES)
 
-    def send(self, pieces) -> None:
-        """Write ``pieces`` (bytes-like, in order) after what is pending."""
+    def send(self, pieces, nbytes: int) -> None:
+        """Write ``pieces`` (bytes-like, in order, ``nbytes`` in all) after what is
+        pending."""
         if self.dead:
             return
+        n = 0
+        if not self.pending and len(pieces) <= IOV_MAX:  # the usual case: write at once
+            try:
+                n = os.writev(self.fd, pieces)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:  # reset, broken pipe: the connection is lost
+                self.abort()
+                return
+            if n == nbytes:
+                return
         self.pending.extend(pieces)
-        self.pending_bytes += sum(map(len, pieces))
-        if not self.waiting:
+        self.pending_bytes += nbytes
+        if n:  # the kernel took a part: keep the rest
+            self._written(n)
+            self._flush()
+        elif not self.waiting:
             self._flush()
         else:
             self._pressure()
+
+    def _written(self, n: int) -> None:
+        """Drop the ``n`` bytes the kernel took from the front of ``pending``."""
+        pending = self.pending
+        self.pending_bytes -= n
+        while pending:
+            piece = pending[0]
+            size = len(piece)
+            if n < size:
+                if n:
+                    pending[0] = memoryview(piece).cast("B")[n:]
+                return
+            n -= size
+            pending.popleft()
 
     def _flush(self) -> None:
         """Write what the kernel takes now; wait for the socket to be writable for the rest."""
@@ -536,18 +580,9 @@ class _Wire(asyncio.Protocol):
             except OSError:  # reset, broken pipe: the connection is lost
                 self.abort()
                 return
-            self.pending_bytes -= n
-            for piece in batch:
-                size = len(piece)
-                if n < size:
-                    if n:
-                        pending[0] = memoryview(piece).cast("B")[n:]
-                    break
-                n -= size
-                pending.popleft()
-            else:
-                continue
-            break
+            self._written(n)
+            if len(batch) < IOV_MAX:  # it had every pending piece: the kernel took what it could
+                break
         loop = asyncio.get_running_loop()
         if pending and not self.waiting:
             self.waiting = True
@@ -640,7 +675,7 @@ class _Outbound:
         self.local = endpoint.node == peers.node
         self.reconnect_s = peers.reconnect_s
         self.session = secrets.token_bytes(SESSION_BYTES)
-        self.frames: deque = deque()  # bytes, or a tuple of pieces (out-of-band frames)
+        self.frames: deque = deque()  # each a tuple of pieces: header, body, buffers
         self.base = 0  # the number of frames[0]
         self.unacked = 0  # bytes in frames
         self.written = 0  # frames numbered below this went on a connection that was lost
@@ -657,8 +692,8 @@ class _Outbound:
     def ready(self) -> bool:
         return self.wire is not None
 
-    def write(self, frame: bytes | tuple, nbytes: int) -> None:
-        """Queue ``frame`` (``nbytes`` long: bytes, or a tuple of pieces) and write it."""
+    def write(self, frame: tuple, nbytes: int) -> None:
+        """Queue ``frame`` (a tuple of pieces, ``nbytes`` long) and write it."""
         if self.closed:
             self.counters.dropped_sends += 1
             return
@@ -669,7 +704,7 @@ class _Outbound:
             if wire.transport.is_closing():  # lost; connection_lost is on its way
                 self.on_lost(wire)
             else:
-                wire.send(frame if type(frame) is tuple else (frame,))  # may pause
+                wire.send(frame, nbytes)  # may pause
         if self.unacked > WINDOW_BYTES or len(self.frames) > WINDOW_FRAMES:
             self.writable.clear()
 
@@ -768,8 +803,7 @@ class _Outbound:
         self.connections += 1
         self.wire = wire
         if self.frames:
-            wire.send([piece for frame in self.frames
-                       for piece in (frame if type(frame) is tuple else (frame,))])  # may pause
+            wire.send([piece for frame in self.frames for piece in frame], self.unacked)  # may pause
         self.update()
         return True
 
@@ -821,18 +855,18 @@ class Peers:
         """Queue one frame for ``dst``, with the out-of-band ``buffers`` of ``encode``
         after its body (referenced, not copied); False when ``dst`` has no direct
         endpoint or the frame is too long (the caller sends it another way)."""
-        nbytes = len(body) + sum(map(len, buffers))
+        nbytes = len(body) + sum(map(len, buffers)) if buffers else len(body)
         if nbytes > MAX_FRAME_BYTES or dst >= len(self.endpoints) or self.endpoints[dst] is None:
             return False
         conn = self.conns.get(dst)
         if conn is None:
             conn = self.conns[dst] = _Outbound(self, dst, self.endpoints[dst])
-        if buffers:
+        if buffers:  # the body is not copied behind the header: writev takes both
             head = (HEADER.pack(len(body), kind | OOB) + OOB_COUNT.pack(len(buffers))
                     + struct.pack(f"!{len(buffers)}Q", *map(len, buffers)))
-            conn.write((head + body, *buffers), nbytes)
+            conn.write((head, body, *buffers), len(head) + nbytes)
         else:
-            conn.write(HEADER.pack(len(body), kind) + body, nbytes)
+            conn.write((HEADER.pack(len(body), kind), body), HEADER.size + nbytes)
         return True
 
     def congested(self, dst: int):
@@ -860,8 +894,8 @@ class Peers:
         self.conns.clear()
 
 
-def _length(frame: bytes | tuple) -> int:
-    return len(frame) if type(frame) is bytes else sum(map(len, frame))
+def _length(frame: tuple) -> int:
+    return sum(map(len, frame))
 
 
 def encode(envs: list[Envelope], plain: bool) -> tuple[int, bytes, list]:

@@ -30,7 +30,7 @@ docs/ARCHITECTURE.md):
   exception past this module); actors are created with ``max_restarts=0`` and
   calls with ``max_task_retries=0`` (a retried call would re-run from the start) because
   recovery is the framework's job;
-* out-of-band buffers (``_payload.LARGE_BUFFER_BYTES``, 100 KiB, and more) of less than
+* out-of-band buffers (option ``out_of_band_bytes``, 100 KiB, and more) of less than
   ``object_store_bytes`` travel on the direct plane as out-of-band frames (``_direct``:
   written without a joined copy, read into a writable buffer the receiver owns). Larger
   ones (every one with ``data_plane="ray"``) are ``ray.put`` once by the sender and travel
@@ -175,6 +175,8 @@ class RayLink(Link):
 
 OBJECT_STORE_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "object_store_bytes")
 """Out-of-band buffers from this size on go through the object store (the option's default)."""
+OUT_OF_BAND_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "out_of_band_bytes")
+"""Buffers from this size on travel out of band on the direct plane (the option's default)."""
 
 TRANSFER_CHUNK = 16 << 20
 """A moving rank's large buffers travel in objects of this size, so that the receiver
@@ -253,6 +255,7 @@ class RankActor:
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
         self.link.direct = Peers(plane["secret"], node, self.listener.counters,
                                  self._peer_lost)
+        self.link.large_bytes = spec.options.get("out_of_band_bytes", OUT_OF_BAND_BYTES)
         self.link.listener = self.listener
         return os.getpid(), node, endpoint
 
@@ -396,9 +399,9 @@ class RayFabric:
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
         self._plane: dict | None = None
-        if options.get("object_store_bytes", OBJECT_STORE_BYTES) < 0:
-            raise ConfigError(f"object_store_bytes must be >= 0, not "
-                              f"{options['object_store_bytes']}")
+        for name in ("object_store_bytes", "out_of_band_bytes"):
+            if options.get(name, 0) < 0:
+                raise ConfigError(f"{name} must be >= 0, not {options[name]}")
         if options.get("data_plane", "direct") == "direct":
             self._plane = {"secret": RunSecret(), "run_name": f"ftactors-{secrets.token_hex(8)}"}
 

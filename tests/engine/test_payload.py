@@ -63,6 +63,17 @@ def test_large_buffers_go_to_put_large_on_both_paths():
         assert len(stored) == 1 and stored[0] == arr.tobytes()
 
 
+def test_the_out_of_band_threshold_is_the_callers():
+    """A transport's own threshold (``Link.large_bytes``): buffers from it on go out of
+    band, smaller ones are pickled in-band."""
+    arr = np.ones(4096 // 8)
+    assert pack(arr, bytes).buffers == ()  # the default threshold: in-band
+    for large_bytes, oob in ((4096, 1), (4097, 0)):
+        payload = pack(arr, bytes, large_bytes)
+        assert len(payload.buffers) == oob
+        assert np.array_equal(unpack(payload), arr)
+
+
 def test_unpicklable_object_is_a_type_error():
     import threading
     with pytest.raises(TypeError, match="lock"):

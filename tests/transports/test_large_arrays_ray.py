@@ -56,6 +56,35 @@ def test_arrays_either_side_of_every_threshold_arrive_intact(ray_session):
     assert [writable for _, _, writable in got] == [n < STORE for n, _, _ in got]
 
 
+class Bases(ft.Rank):
+    """Rank 0 sends one array of each size; rank 1 reports, per array, whether it is
+    intact and writable and whether it arrived out of band (its memory is a byte array
+    of its own, read into from the socket, not a copy out of the pickle stream)."""
+
+    async def main(self, sizes):
+        if self.rank == 0:
+            for i, n in enumerate(sizes):
+                await self.comm.send(_array(n, i), dest=1)
+            return None
+        out = []
+        for i, n in enumerate(sizes):
+            arr = await self.comm.recv(source=0)
+            out.append((bool(np.array_equal(arr, _array(n, i))), arr.flags.writeable,
+                        type(arr.base) is np.ndarray and arr.base.dtype == np.uint8))
+        return out
+
+
+def test_the_out_of_band_threshold_is_an_option(ray_session):
+    """``out_of_band_bytes`` moves the in-band / out-of-band crossover of the direct
+    plane; either side, arrays arrive intact and writable."""
+    sizes = [16 << 10, (32 << 10) - 8, 32 << 10, 64 << 10]
+    got = ft.run(Bases, 2, args=(sizes,), transport="ray", out_of_band_bytes=32 << 10,
+                 timeout_s=120).results[1]
+    assert got == [(True, True, n >= 32 << 10) for n in sizes]
+    with pytest.raises(ft.ConfigError, match="out_of_band_bytes"):
+        ft.run(Bases, 2, args=(sizes,), transport="ray", out_of_band_bytes=-1)
+
+
 class LargeRing(ft.Rank):
     """Each iteration a rank sends its right neighbour an array of a few MiB and one just
     over the out-of-band threshold, then checks what came from its left."""

@@ -10,7 +10,8 @@ What is measured, in one run, on the same embedded (or given) Ray:
   them all and then acknowledges once (raw Ray: one fire-and-forget actor call per
   message, then one call that waits until all N have run);
 * **bandwidth** for 64 KiB, 128 KiB, 1 MiB and 16 MiB float64 arrays (``SIZES``: either
-  side of the out-of-band and object-store thresholds), one way, N in flight, the receiver
+  side of the out-of-band and object-store thresholds; ``--sizes-kib`` adds more, to look
+  at a crossover from both sides), one way, N in flight, the receiver
   reading one element and checking the shape of each (raw Ray: the array passed as a
   call argument, which Ray puts in the object store, as ftactors does for large buffers).
 
@@ -63,6 +64,8 @@ FULL = {"repetitions": 5, "round_trips": 500, "messages": 8_000,
 QUICK = {"repetitions": 2, "round_trips": 50, "messages": 2_000,
          "arrays": {64 * KIB: 20, 128 * KIB: 10, MIB: 5, 16 * MIB: 2}}
 """Work per repetition: round trips, small messages, and array count per array size."""
+EXTRA_BYTES = {"full": 64 * MIB, "quick": 4 * MIB}
+"""Bytes per repetition of an array size added with ``--sizes-kib`` (at least 2 arrays)."""
 
 WARMUP_FRACTION = 0.1
 """Each timed loop is preceded by this fraction of its work, untimed (at least one)."""
@@ -281,19 +284,40 @@ def measure(plan: dict, repetitions: int,
                   "socket": [sock[key] for _, _, sock in runs]} for key in runs[0][0]}
 
 
-FIGURES = [
-    ("latency", "round-trip latency", "us", 1e6),
-    ("throughput", "small-msg throughput", "msg/s", 1.0),
-] + [(f"bandwidth_{n}", f"{n // MIB} MiB bandwidth" if n >= MIB else f"{n // KIB} KiB bandwidth",
-       "MiB/s", 1 / MIB) for n in SIZES]
-"""(key, label, unit, scale from the measured SI figure to the unit), in table order."""
+def figures_of(sizes) -> list[tuple]:
+    """(key, label, unit, scale from the measured SI figure to the unit) of each figure,
+    in table order, with a bandwidth per array size in ``sizes`` (bytes)."""
+    return [("latency", "round-trip latency", "us", 1e6),
+            ("throughput", "small-msg throughput", "msg/s", 1.0)] + [
+        (f"bandwidth_{n}", f"{n / MIB:g} MiB bandwidth" if n >= MIB else
+         f"{n / KIB:g} KiB bandwidth", "MiB/s", 1 / MIB) for n in sorted(sizes)]
+
+
+def plan_of(settings: dict, extra_kib: str) -> dict:
+    """The work per repetition: ``settings`` (FULL or QUICK) and the array sizes of
+    ``extra_kib`` (KiB, comma-separated) with as many arrays as ``EXTRA_BYTES`` hold.
+
+    Raises:
+        ValueError: a size that is not a positive multiple of 8 bytes.
+    """
+    plan = {k: v for k, v in settings.items() if k != "repetitions"}
+    budget = EXTRA_BYTES["quick" if settings is QUICK else "full"]
+    arrays = dict(plan["arrays"])
+    for text in filter(None, (t.strip() for t in extra_kib.split(","))):
+        nbytes = int(float(text) * KIB)
+        if nbytes <= 0 or nbytes % 8:
+            raise ValueError(f"array size {text} KiB is not a positive multiple of 8 bytes")
+        arrays.setdefault(nbytes, max(2, budget // nbytes))
+    plan["arrays"] = dict(sorted(arrays.items()))
+    return plan
 
 
 def summarize(samples: dict) -> dict:
     """Medians, ratios ftactors / each anchor (``ratio`` is against raw Ray,
     ``ratio_socket`` against the socket pair), and the targets' verdicts, per figure."""
     figures = {}
-    for key, label, unit, scale in FIGURES:
+    sizes = [int(key.split("_")[1]) for key in samples if key.startswith("bandwidth_")]
+    for key, label, unit, scale in figures_of(sizes):
         s = samples[key]
         fig = {"label": label, "unit": unit}
         for side in ("ftactors",) + ANCHORS:
@@ -333,6 +357,9 @@ def add_arguments(parser) -> None:
                         help="little work and 2 repetitions (a smoke test, not a measurement)")
     add_repetitions(parser, None, f"repetitions of each side (default {FULL['repetitions']}, "
                                   f"--quick {QUICK['repetitions']})")
+    parser.add_argument("--sizes-kib", default="",
+                        help="more array sizes to measure, in KiB, comma-separated (e.g. "
+                             "either side of a crossover: 96,104,15360,16384)")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address (default: embedded local Ray)")
 
@@ -342,7 +369,10 @@ def main(args) -> int:
     repetitions = args.repetitions or settings["repetitions"]
     if repetitions < 1:
         return usage_error("transport", "--repetitions must be >= 1")
-    plan = {k: v for k, v in settings.items() if k != "repetitions"}
+    try:
+        plan = plan_of(settings, args.sizes_kib)
+    except ValueError as exc:
+        return usage_error("transport", str(exc))
     print(f"transport benchmark: ftactors on Ray vs raw Ray actor calls and a raw socket pair, "
           f"{repetitions} repetition(s)")
     machine = machine_info()

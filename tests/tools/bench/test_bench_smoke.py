@@ -74,6 +74,21 @@ def test_transport_bench_json(tmp_path, ray_session):
     assert {"python", "platform", "cpus", "ray", "numpy"} <= set(data["machine"])
 
 
+def test_transport_bench_measures_more_sizes_on_request():
+    """``--sizes-kib`` adds array sizes (either side of a crossover) to the plan, each
+    with a bandwidth row of its own; a size that is no whole number of float64 is refused."""
+    from ftactors.tools.bench import transport
+    plan = transport.plan_of(transport.QUICK, "96, 104,16384")
+    assert list(plan["arrays"]) == sorted({96 << 10, 104 << 10, *transport.SIZES})
+    assert plan["arrays"][96 << 10] == transport.EXTRA_BYTES["quick"] // (96 << 10)
+    assert plan["arrays"][16 << 20] == transport.QUICK["arrays"][16 << 20]  # as it was
+    labels = [label for _, label, _, _ in transport.figures_of(plan["arrays"])]
+    assert labels[2:5] == ["64 KiB bandwidth", "96 KiB bandwidth", "104 KiB bandwidth"]
+    with pytest.raises(ValueError, match="multiple of 8"):
+        transport.plan_of(transport.QUICK, "0.001")
+    assert bench("transport", "--sizes-kib", "-8") == 2
+
+
 def test_erasure_bench_json(tmp_path):
     out = tmp_path / "erasure.json"
     assert bench("erasure", "--codes", "4x2", "--sizes-mib", "0.25",
