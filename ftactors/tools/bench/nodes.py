@@ -362,7 +362,9 @@ def add_arguments(parser) -> None:
                              "on a loaded 2-core machine)")
 
 
-def main(args) -> int:
+def main(args, nodes: NodeCluster | None = None) -> int:
+    """``ftactors bench nodes``; ``nodes``: a cluster this process already drives
+    (connected, ``--workers`` workers), left running, instead of one of its own."""
     try:
         cells = parse_cells(args.cells, args.remove)
         for stack, _, _ in cells:
@@ -375,7 +377,7 @@ def main(args) -> int:
         return usage_error("nodes", "needs --workers >= 2, workers removed in 0..--workers-1 "
                            "(each once per cell), --ranks a multiple of --workers, --gate >= 1")
     machine = machine_info()
-    out = asyncio.run(_bench(args, cells))
+    out = asyncio.run(_bench(args, cells, nodes))
     rows = [["stack", "app", "lost ranks", "level that recovered", "lost ranks' parts from",
              "verified", "bit-identical", "sockets", "wall s"]]
     for c in out["cells"]:
@@ -395,7 +397,7 @@ def main(args) -> int:
     return 0 if ok else 1
 
 
-async def _bench(args, cells) -> dict:
+async def _bench(args, cells, nodes: NodeCluster | None = None) -> dict:
     import ray
     t_all = time.perf_counter()
     reference = {}
@@ -404,11 +406,17 @@ async def _bench(args, cells) -> dict:
         result = await ft.run_async(mod.RANK_CLASS, args.ranks, transport="local",
                                     kwargs=APPS[app])
         reference[app] = mod.summarize(result)[2]
-    root = tempfile.mkdtemp(prefix="ftn-")  # short: Unix socket paths are limited
-    nodes = NodeCluster(args.workers, root)
+    own = nodes is None
+    if own:
+        root = tempfile.mkdtemp(prefix="ftn-")  # short: Unix socket paths are limited
+        nodes = NodeCluster(args.workers, root)
+    elif len(nodes.workers) != args.workers:
+        raise ValueError(f"the cluster given has {len(nodes.workers)} workers, not "
+                         f"--workers {args.workers}")
     try:
         t0 = time.perf_counter()
-        nodes.connect()
+        if own:
+            nodes.connect()
         out = {"cluster_start_s": time.perf_counter() - t0, "cells": [],
                "ranks": args.ranks, "workers": args.workers,
                "gate": args.gate}
@@ -421,7 +429,8 @@ async def _bench(args, cells) -> dict:
                   f"{cell['wall_s']:.1f} s" + (f" ({cell['error']})" if cell["error"] else ""),
                   file=sys.stderr, flush=True)
     finally:
-        nodes.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        if own:
+            nodes.shutdown()
+            shutil.rmtree(nodes.root, ignore_errors=True)
     out["wall_s"] = time.perf_counter() - t_all
     return out
