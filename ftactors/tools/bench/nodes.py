@@ -247,7 +247,6 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     wall = time.perf_counter() - t0
     ray.kill(gate)
-    nodes.replace(remove)
     shutil.rmtree(ckpt, ignore_errors=True)
     out = {"stack": "+".join(stack), "app": app, "removed_workers": remove,
            "lost_ranks": lost, "error": error,
@@ -421,8 +420,10 @@ async def _bench(args, cells, nodes: NodeCluster | None = None) -> dict:
                "ranks": args.ranks, "workers": args.workers,
                "gate": args.gate}
         head = ray.get_runtime_context().get_node_id()
-        for stack, app, remove in cells:
+        for i, (stack, app, remove) in enumerate(cells):
             cell = await run_cell(stack, app, remove, nodes, args, reference, head)
+            if i < len(cells) - 1:  # the next cell finds every worker
+                nodes.replace(remove)
             out["cells"].append(cell)
             print(f"  {cell['stack']} x {app}: {level_text(cell)}, verified {cell['verified']}"
                   f", identical {cell['identical']}, sockets {socket_text(cell)}, "
