@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 from ftactors.tools.bench import nodes as bench_nodes
@@ -42,6 +43,7 @@ def main(out: str, cells: str, experiment: str, migrate: list[str]) -> int:
     bench_nodes.add_arguments(parser)
     args = parser.parse_args(["--json", os.path.join(out, "nodes.json"), "--cells", cells])
     root = tempfile.mkdtemp(prefix="ftn-")  # short: Unix socket paths are limited
+    t0 = time.perf_counter()
     nodes = bench_nodes.NodeCluster(args.workers, root)
     parts = {}
     try:
@@ -53,13 +55,17 @@ def main(out: str, cells: str, experiment: str, migrate: list[str]) -> int:
                  "--json", os.path.join(out, "migrate.json"), *migrate], timeout=900).returncode,
             "chaos": lambda: _chaos(experiment, os.path.join(out, "chaos"), nodes.cluster),
         }
+        print(f"nodes_script: cluster up in {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+              flush=True)
         for name, step in steps.items():
-            print(f"nodes_script: {name}", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
             try:
                 parts[name] = step()
             except Exception:  # noqa: BLE001 - reported to the test, the next part still runs
                 parts[name] = traceback.format_exc()
                 print(parts[name], file=sys.stderr, flush=True)
+            print(f"nodes_script: {name} took {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+                  flush=True)
     finally:
         with open(os.path.join(out, "parts.json"), "w") as f:
             json.dump(parts, f)
