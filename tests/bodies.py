@@ -264,6 +264,37 @@ class SelfTalk(ft.Rank):
         return list(self.got)
 
 
+HALO_COLS = 13_000
+"""Columns of ``BigHalos``' grid: a row of float64 is 104 000 bytes, over the 100 KiB from
+which buffers travel out-of-band (``LARGE_BUFFER_BYTES``)."""
+
+
+class BigHalos(ft.Rank):
+    """A periodic 1-D split of a 2-D stencil whose halo rows (104 000 bytes each) go
+    out-of-band, plus each iteration a mixed message: a dict of small objects and a big
+    array (an out-of-band buffer inside a pickled container). Everything received goes
+    into the grid, so a lost, stale or doubled message changes the answer; returns the
+    grid (registered: it survives failures)."""
+
+    async def main(self, iterations):
+        comm, r, n = self.comm, self.rank, self.size
+        up, down = (r - 1) % n, (r + 1) % n
+        cols = np.arange(HALO_COLS, dtype=np.float64)
+        self.register("grid", np.stack([cols * (r + 1) + row for row in range(3)]))
+        async for it in self.iterations(iterations):
+            g = self.grid
+            above = await comm.sendrecv(g[-1], dest=down, sendtag=1, source=up, recvtag=1)
+            below = await comm.sendrecv(g[0], dest=up, sendtag=2, source=down, recvtag=2)
+            mixed = await comm.sendrecv({"it": it, "from": r, "big": g[1] * 0.5, "tag": "m"},
+                                        dest=down, sendtag=3, source=up, recvtag=3)
+            assert (mixed["it"], mixed["from"], mixed["tag"]) == (it, up, "m"), mixed
+            padded = np.vstack([above, g, below])
+            new = (padded[:-2] + padded[1:-1] + padded[2:]) / 3.0
+            new[1] += mixed["big"] * 1e-3
+            self.grid = new
+        return self.grid
+
+
 def self_talk_result(rank, iterations):
     """What ``SelfTalk`` returns on ``rank``."""
     out = []

@@ -85,27 +85,42 @@ class _Place:
 
 
 @contextlib.contextmanager
-def _placed(exp: Experiment, progress=None):
+def _placed(exp: Experiment, progress=None, cluster=None):
+    """Where ``exp``'s runs go; for ``cluster: {nodes: N}`` a local cluster of N worker
+    nodes: ``cluster`` (a ``ray.cluster_utils.Cluster`` this process drives, connected)
+    with N workers added for the experiment and removed after it, else one of its own."""
     place = _Place(exp, progress)
     if exp.cluster.kind != "nodes":
         yield place
         return
     import ray
-    from ray.cluster_utils import Cluster
-    if ray.is_initialized():
-        raise ExperimentError("cluster: {nodes: N} starts its own Ray cluster, but this "
-                              "process is already connected to Ray")
-    place.cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "include_dashboard": False, "object_store_memory": 256 << 20})
+    own = cluster is None
+    if own:
+        from ray.cluster_utils import Cluster
+        if ray.is_initialized():
+            raise ExperimentError("cluster: {nodes: N} starts its own Ray cluster, but this "
+                                  "process is already connected to Ray")
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 2, "include_dashboard": False, "object_store_memory": 256 << 20})
+    elif not ray.is_initialized():
+        raise ExperimentError("a cluster given for cluster: {nodes: N} needs this process "
+                              "connected to it")
+    place.cluster = cluster
+    before = set(cluster.worker_nodes)
     try:
         place.workers = [place._add_worker() for _ in range(exp.cluster.nodes)]
-        place.address = place.cluster.address
-        ray.init(address=place.address, logging_level="WARNING")
+        place.address = cluster.address
+        if own:
+            ray.init(address=place.address, logging_level="WARNING")
         place.head = ray.get_runtime_context().get_node_id()
         yield place
     finally:
-        ray.shutdown()
-        place.cluster.shutdown()
+        if own:
+            ray.shutdown()
+            cluster.shutdown()
+        else:  # the workers added, and those that replaced killed ones
+            for node in set(cluster.worker_nodes) - before:
+                cluster.remove_node(node)
 
 
 async def _execute(cls, spec: RunSpec, exp: Experiment, place: _Place, *, chaos=None,
@@ -249,10 +264,12 @@ async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
 
 
 async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print,
-                         progress: RunsLine | None = None) -> list[dict]:
+                         progress: RunsLine | None = None, cluster=None) -> list[dict]:
     """Run ``exp`` (or only the run ids in ``only``) and write its results to ``out``;
     returns the rows. ``echo`` gets a line per run as it ends; ``progress`` (None: none)
-    shows the runs done and verified and where the current one is."""
+    shows the runs done and verified and where the current one is. ``cluster``: for
+    ``cluster: {nodes: N}``, a local ``ray.cluster_utils.Cluster`` this process already
+    drives, to add the experiment's workers to instead of starting one (None: its own)."""
     import yaml
     runs = [s for s in exp.runs if only is None or s.run_id in only]
     if only is not None and len(runs) != len(set(only)):
@@ -262,7 +279,7 @@ async def run_experiment(exp: Experiment, out: str, *, only=None, echo=print,
     store = ResultsDir(out)
     store.write_text("experiment.yaml", yaml.safe_dump(exp.source, sort_keys=False))
     rows, baselines = [], {}
-    with _placed(exp, progress) as place:
+    with _placed(exp, progress, cluster) as place:
         if exp.transport == "ray":  # start Ray now, not inside the first baseline's time
             from ..transports.ray import ensure_ray
             ensure_ray(place.address)

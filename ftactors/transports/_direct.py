@@ -19,7 +19,9 @@ over all of it in the other order, so a client also knows it reached the run's r
 before it sends anything. A connection that sends anything else,
 nothing within ``AUTH_TIMEOUT_S``, a frame longer than ``MAX_FRAME_BYTES``, stops in the
 middle of a frame, or a frame that does not decode, is closed and counted (``Counters``);
-nothing it sent reaches the rank.
+nothing it sent reaches the rank. A wrong proof counts as ``auth_failed``; a connection that
+hangs up before its proof is whole (a peer on a node that went, a handshake its sender
+abandoned) as ``handshake_lost``, which says nothing of the peer's secret.
 
 A frame is a 5-byte header (body length, body kind) and a pickled batch of ``to_rows``
 tuples: ``ROWS`` pickled by the C pickler (the fast path), ``OBJECTS`` by cloudpickle
@@ -177,7 +179,8 @@ class Counters:
     """What a rank's listener accepted and refused (see the module docstring)."""
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
-              "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects", "resent")
+              "handshake_lost", "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects",
+              "resent")
 
     def __init__(self):
         for name in self.FIELDS:
@@ -396,8 +399,8 @@ class _Inbound(asyncio.BufferedProtocol):
         if self.ack_timer is not None:
             self.ack_timer.cancel()
         if not self.refused:
-            if not self.authed:  # gone before it proved the secret
-                self._refuse("auth_failed")
+            if not self.authed:  # gone before a whole proof came: no proof was wrong
+                self._refuse("handshake_lost")
             elif self.buf or self.filling is not None:  # gone in the middle of a frame
                 self._refuse("truncated")
         self.refused = True

@@ -220,6 +220,31 @@ def test_messages_to_self_survive_kills(transport, protocol, kills):
     check_self_talk_survives(protocol, transport, kills)
 
 
+@pytest.fixture(scope="module")
+def big_halos_reference():
+    """The failure-free ``BigHalos`` grids (4 ranks, 8 iterations), what every recovered
+    run must equal bit for bit."""
+    return run(b.BigHalos, "local", args=(8,)).results
+
+
+@pytest.mark.parametrize("protocol", sorted(setups()))
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_big_halos_survive_a_kill(transport, protocol, big_halos_reference):
+    """Out-of-band payloads (halo rows of 104 000 bytes, a big array inside a dict) under
+    every stack with a kill: replays, resends and restored grids give the failure-free
+    answer. Ray's own planes for large arrays are ``test_large_arrays_ray``'s."""
+    setup = setups()[protocol]
+    cls = type(f"BigHalos_{protocol}", (*setup.mixins, b.BigHalos), {})
+    # sim-check's tiny RS blocks would cut each 312 KB grid into hundreds: its default size
+    blocks = {"rs_block_bytes": 1 << 20} if "rs_block_bytes" in setup.options else {}
+    r = run(cls, transport, args=(8,), spares=min(setup.spares, 1),
+            chaos=ft.Chaos(kill=[(1, 5)]), **{**setup.options, **blocks})
+    assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
+    assert len(r.results) == len(big_halos_reference) == 4
+    for got, want in zip(r.results, big_halos_reference):
+        assert got.shape == (3, b.HALO_COLS) and got.tobytes() == want.tobytes()
+
+
 def test_messages_to_self_survive_a_kill_in_a_group_of_one():
     # its flush has no peer to wait for: the snapshot follows the send to self at once
     check_self_talk_survives("groups", "sim", [(1, 5)], groups="fixed:1")

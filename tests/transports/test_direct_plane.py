@@ -134,6 +134,8 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
             r, w = await asyncio.open_unix_connection(endpoint.path)
             if secret_to_use is not None:
                 await _handshake(r, w, secret_to_use)
+            else:  # the listener's nonce first: what follows is read and judged as a proof
+                await r.readexactly(NONCE_BYTES)
             w.write(payload)
             await w.drain()
             if close:
@@ -143,7 +145,7 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
 
         # no secret: frames straight away (the first 64 bytes fail as a proof)
         await attack(HEADER.pack(len(evil), ROWS) + evil + b"\0" * 64)
-        await _until(lambda: c.auth_failed == 1)
+        await _until(lambda: c.auth_failed == 1, show=c.as_dict)
         # a wrong secret
         wrong = RunSecret()
         r, w = await asyncio.open_unix_connection(endpoint.path)
@@ -154,11 +156,12 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
         await _until(lambda: c.auth_failed == 2)
         assert await r.read() == b""  # dropped without the listener's proof
         honest()
-        # garbage, then a hang-up halfway through the handshake
+        # garbage, then a hang-up halfway through the handshake (no proof to judge)
         await attack(os.urandom(200))
         await _until(lambda: c.auth_failed == 3)
         await attack(os.urandom(10))
-        await _until(lambda: c.auth_failed == 4)
+        await _until(lambda: c.handshake_lost == 1)
+        assert c.auth_failed == 3
         # silence: dropped when the proof does not come in time
         silent = await attack(b"", close=False)  # kept open (a dropped writer closes)
         await _until(lambda: c.auth_timeout == 1, show=c.as_dict)
@@ -396,6 +399,33 @@ def test_a_partition_holds_senders_within_the_window_and_heals(tmp_path):
         assert [e.app_seq for e in got] == list(range(sent))
         assert lost == [1] and peers.counters.reconnects == 1
         peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+def test_a_hang_up_before_the_proof_is_not_counted_as_a_wrong_proof(tmp_path):
+    """A peer that goes before its proof is whole (its node removed, a handshake its
+    sender gave up on) counts as ``handshake_lost``; only a proof that does not check
+    counts as ``auth_failed``, so a run can assert that no peer held a wrong secret."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, _ = await _listening(tmp_path, secret)
+        c = listener.counters
+
+        async def connect(payload: bytes, *, read_nonce=True):
+            r, w = await asyncio.open_unix_connection(endpoint.path)
+            theirs = await r.readexactly(NONCE_BYTES) if read_nonce else b""
+            w.write(payload(theirs) if callable(payload) else payload)
+            await w.drain()
+            w.close()
+
+        await connect(b"", read_nonce=False)  # gone at once
+        await connect(os.urandom(NONCE_BYTES + SESSION_BYTES + MAC_BYTES - 1))  # a byte short
+        await _until(lambda: c.handshake_lost == 2, show=c.as_dict)
+        mine = os.urandom(NONCE_BYTES + SESSION_BYTES)
+        await connect(lambda theirs: mine + RunSecret().mac(b"client", theirs, mine))
+        await _until(lambda: c.auth_failed == 1, show=c.as_dict)
+        assert (c.connections, c.handshake_lost, c.auth_failed) == (3, 2, 1)
         listener.close()
     asyncio.run(body())
 

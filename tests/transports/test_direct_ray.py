@@ -10,7 +10,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols import StandbyReplacement
-from ftactors.transports._direct import ROWS
+from ftactors.transports._direct import NONCE_BYTES, ROWS
 
 
 class Exchange(ft.Rank):
@@ -33,11 +33,13 @@ class Exchange(ft.Rank):
         endpoint = self.ft.link.direct.endpoints[1]
         evil = b"cos\nsystem\n(S'touch /tmp/ftactors-intruded'\ntR."
         for payload in (os.urandom(300), struct.pack("!IB", len(evil), ROWS) + evil + bytes(64)):
-            _, w = await asyncio.open_unix_connection(endpoint.path)
+            r, w = await asyncio.open_unix_connection(endpoint.path)
+            await r.readexactly(NONCE_BYTES)  # then the payload is read as a (wrong) proof
             w.write(payload)
             await w.drain()
             w.close()
-        _, w = await asyncio.open_connection(endpoint.host, endpoint.port)
+        r, w = await asyncio.open_connection(endpoint.host, endpoint.port)
+        await r.readexactly(NONCE_BYTES)
         w.write(os.urandom(100))
         await w.drain()
         w.close()

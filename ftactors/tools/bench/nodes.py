@@ -247,7 +247,6 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     wall = time.perf_counter() - t0
     ray.kill(gate)
-    nodes.replace(remove)
     shutil.rmtree(ckpt, ignore_errors=True)
     out = {"stack": "+".join(stack), "app": app, "removed_workers": remove,
            "lost_ranks": lost, "error": error,
@@ -362,7 +361,9 @@ def add_arguments(parser) -> None:
                              "on a loaded 2-core machine)")
 
 
-def main(args) -> int:
+def main(args, nodes: NodeCluster | None = None) -> int:
+    """``ftactors bench nodes``; ``nodes``: a cluster this process already drives
+    (connected, ``--workers`` workers), left running, instead of one of its own."""
     try:
         cells = parse_cells(args.cells, args.remove)
         for stack, _, _ in cells:
@@ -375,7 +376,7 @@ def main(args) -> int:
         return usage_error("nodes", "needs --workers >= 2, workers removed in 0..--workers-1 "
                            "(each once per cell), --ranks a multiple of --workers, --gate >= 1")
     machine = machine_info()
-    out = asyncio.run(_bench(args, cells))
+    out = asyncio.run(_bench(args, cells, nodes))
     rows = [["stack", "app", "lost ranks", "level that recovered", "lost ranks' parts from",
              "verified", "bit-identical", "sockets", "wall s"]]
     for c in out["cells"]:
@@ -395,7 +396,7 @@ def main(args) -> int:
     return 0 if ok else 1
 
 
-async def _bench(args, cells) -> dict:
+async def _bench(args, cells, nodes: NodeCluster | None = None) -> dict:
     import ray
     t_all = time.perf_counter()
     reference = {}
@@ -404,24 +405,33 @@ async def _bench(args, cells) -> dict:
         result = await ft.run_async(mod.RANK_CLASS, args.ranks, transport="local",
                                     kwargs=APPS[app])
         reference[app] = mod.summarize(result)[2]
-    root = tempfile.mkdtemp(prefix="ftn-")  # short: Unix socket paths are limited
-    nodes = NodeCluster(args.workers, root)
+    own = nodes is None
+    if own:
+        root = tempfile.mkdtemp(prefix="ftn-")  # short: Unix socket paths are limited
+        nodes = NodeCluster(args.workers, root)
+    elif len(nodes.workers) != args.workers:
+        raise ValueError(f"the cluster given has {len(nodes.workers)} workers, not "
+                         f"--workers {args.workers}")
     try:
         t0 = time.perf_counter()
-        nodes.connect()
+        if own:
+            nodes.connect()
         out = {"cluster_start_s": time.perf_counter() - t0, "cells": [],
                "ranks": args.ranks, "workers": args.workers,
                "gate": args.gate}
         head = ray.get_runtime_context().get_node_id()
-        for stack, app, remove in cells:
+        for i, (stack, app, remove) in enumerate(cells):
             cell = await run_cell(stack, app, remove, nodes, args, reference, head)
+            if i < len(cells) - 1:  # the next cell finds every worker
+                nodes.replace(remove)
             out["cells"].append(cell)
             print(f"  {cell['stack']} x {app}: {level_text(cell)}, verified {cell['verified']}"
                   f", identical {cell['identical']}, sockets {socket_text(cell)}, "
                   f"{cell['wall_s']:.1f} s" + (f" ({cell['error']})" if cell["error"] else ""),
                   file=sys.stderr, flush=True)
     finally:
-        nodes.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        if own:
+            nodes.shutdown()
+            shutil.rmtree(nodes.root, ignore_errors=True)
     out["wall_s"] = time.perf_counter() - t_all
     return out
