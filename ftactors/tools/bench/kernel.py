@@ -13,10 +13,13 @@ run, in turn within each repetition,
 * **rank-nice15**: the same at Ray's own worker niceness (``rank_niceness=15``), how
   ranks ran before they took the driver's.
 
-Each figure is the timed section's seconds, the median over repetitions; the ratios are
-medians of the ratio within each repetition (the pairs run back to back, so a change of
-the machine's load hits both sides of a pair). Target (issue #27): the kernel in a rank
-within 1.05x of the plain process.
+Each figure is the timed section's seconds (wall) and its thread's CPU seconds, the
+median over repetitions; the ratios are medians of the ratio within each repetition (the
+pairs run back to back, so a change of the machine's load hits both sides of a pair).
+Niceness shows in the wall time only (a smaller share of a busy CPU); what would make a
+rank's instructions slower (an allocator, BLAS threads, caches) shows in the CPU time
+too, which the machine's load disturbs far less. Target (issue #27): the kernel in a rank
+within 1.05x of the plain process (wall).
 """
 from __future__ import annotations
 
@@ -46,47 +49,55 @@ class Kernel(ft.Rank):
         return baseline_cg(problem_class)
 
 
-def run_plain(problem_class: str) -> float:
-    """The kernel's seconds in a fresh Python process with one BLAS thread."""
+def run_plain(problem_class: str) -> dict:
+    """``apps.baseline_cg`` in a fresh Python process with one BLAS thread."""
     out = subprocess.run([sys.executable, "-m", __name__, problem_class], capture_output=True,
                          text=True, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if out.returncode != 0:
         raise RuntimeError(f"the plain kernel failed ({out.returncode}): {out.stderr[-500:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["compute_s"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_rank(problem_class: str, address: str | None, **options) -> float:
-    """The kernel's seconds as the ``main()`` of one rank on Ray (which answers no
+def run_rank(problem_class: str, address: str | None, **options) -> dict:
+    """``apps.baseline_cg`` as the ``main()`` of one rank on Ray (which answers no
     heartbeat while the kernel runs: it never awaits, so the bound is the run's)."""
     result = ft.run(Kernel, 1, args=(problem_class,), transport="ray", address=address,
                     timeout_s=1800, heartbeat_timeout_s=1800.0, **options)
-    return result.results[0]["compute_s"]
+    return result.results[0]
 
 
 def measure(problem_class: str, repetitions: int, ways, address: str | None,
             log=print) -> dict:
-    """``{way: [seconds per repetition]}``, the ways in turn within each repetition."""
+    """``{way: {"seconds": [...], "cpu_s": [...]}}`` (one per repetition), the ways in
+    turn within each repetition."""
     run = {"plain": lambda: run_plain(problem_class),
            "rank": lambda: run_rank(problem_class, address),
            "rank-nice15": lambda: run_rank(problem_class, address, rank_niceness=15)}
-    samples: dict = {w: [] for w in ways}
+    samples: dict = {w: {"seconds": [], "cpu_s": []} for w in ways}
     for rep in range(repetitions):
         for way in ways:
-            samples[way].append(run[way]())
-            log(f"  rep {rep + 1}: CG {problem_class} kernel {way}: {samples[way][-1]:.3f} s "
-                f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+            result = run[way]()
+            samples[way]["seconds"].append(result["compute_s"])
+            samples[way]["cpu_s"].append(result["compute_cpu_s"])
+            log(f"  rep {rep + 1}: CG {problem_class} kernel {way}: {result['compute_s']:.3f} s, "
+                f"CPU {result['compute_cpu_s']:.3f} s (load {os.getloadavg()[0]:.1f})",
+                file=sys.stderr)
     return samples
 
 
 def summarize(samples: dict) -> dict:
-    """Median seconds per way; with ``plain`` measured, every other way's median ratio of
-    the pairs and the target's verdict."""
-    rows = {w: {"seconds": statistics.median(v), "samples": v} for w, v in samples.items()}
+    """Median wall and CPU seconds per way; with ``plain`` measured, every way's median
+    ratios of the pairs and the target's verdict."""
+    rows = {w: {"seconds": statistics.median(v["seconds"]),
+                "cpu_s": statistics.median(v["cpu_s"]), "samples": v["seconds"],
+                "cpu_samples": v["cpu_s"]} for w, v in samples.items()}
     base = samples.get("plain")
     target = None
     if base:
         for way, values in samples.items():
-            rows[way]["ratio"] = statistics.median(v / b for v, b in zip(values, base))
+            for key, figure in (("seconds", "ratio"), ("cpu_s", "cpu_ratio")):
+                rows[way][figure] = statistics.median(
+                    v / b for v, b in zip(values[key], base[key]))
         way, bound = TARGET
         if way in rows:
             target = {"figure": f"{way}/plain", "ratio": rows[way]["ratio"], "bound": bound,
@@ -95,11 +106,12 @@ def summarize(samples: dict) -> dict:
 
 
 def format_table(problem_class: str, summary: dict) -> str:
-    rows = [["way", f"CG {problem_class} kernel (s)", "ratio to plain"]]
+    rows = [["way", f"CG {problem_class} kernel (s)", "ratio to plain", "CPU (s)",
+             "CPU ratio"]]
     for way, fig in summary["rows"].items():
-        ratio = f"{fig['ratio']:.2f}x" if "ratio" in fig else "-"
-        rows.append([way, f"{fig['seconds']:.3f}", ratio])
-    lines = [table(rows), "ratio: median over repetitions of seconds / plain's in the same one"]
+        ratios = [f"{fig[k]:.2f}x" if k in fig else "-" for k in ("ratio", "cpu_ratio")]
+        rows.append([way, f"{fig['seconds']:.3f}", ratios[0], f"{fig['cpu_s']:.3f}", ratios[1]])
+    lines = [table(rows), "ratios: medians over repetitions of figure / plain's in the same one"]
     t = summary["target"]
     if t is not None:
         lines.append(f"target {t['figure']} <= {t['bound']}x: {t['ratio']:.2f}x "

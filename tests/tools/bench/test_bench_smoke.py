@@ -235,9 +235,11 @@ def test_kernel_bench_json(tmp_path, ray_session):
     data = json.loads(out.read_text())
     assert data["benchmark"] == "kernel" and data["problem_class"] == "S"
     rows = data["rows"]
-    assert list(rows) == ["plain", "rank", "rank-nice15"] and rows["plain"]["ratio"] == 1.0
+    assert list(rows) == ["plain", "rank", "rank-nice15"]
+    assert rows["plain"]["ratio"] == rows["plain"]["cpu_ratio"] == 1.0
     for fig in rows.values():
         assert fig["seconds"] > 0 and len(fig["samples"]) == 1 and fig["ratio"] > 0
+        assert fig["cpu_s"] > 0 and len(fig["cpu_samples"]) == 1 and fig["cpu_ratio"] > 0
     target = data["target"]
     assert target["figure"] == "rank/plain" and target["met"] == (target["ratio"] <= 1.05)
 
