@@ -1,6 +1,7 @@
-"""Rank processes compute at the driver's niceness (or ``rank_niceness``), not at the 15
-Ray starts its workers at: every thread of the process, since Linux niceness belongs to
-a thread and the one that runs a rank's code is started after Ray's reset."""
+"""Rank processes (and ``bench apps``'s numpy baseline) compute at the driver's niceness
+(or ``rank_niceness``), not at the 15 Ray starts its workers at: every thread of the
+process, since Linux niceness belongs to a thread and the one that runs a rank's code is
+started after Ray's reset."""
 import errno
 import os
 
@@ -64,3 +65,18 @@ async def test_a_refused_niceness_warns_once_a_run():
         await fabric._start_actor(None)
         await fabric._start_actor(None)
     assert len(caught) == 1 and len(fabric.actors) == 2
+
+
+@pytest.mark.ray
+def test_the_apps_bench_runs_its_numpy_baseline_at_the_drivers_niceness(ray_session):
+    """``bench apps`` times its numpy baseline in a Ray task, against ranks that run at
+    the driver's niceness: the task must too, not at Ray's 15."""
+    import ray
+
+    from ftactors.tools.bench.apps import _reniced
+
+    def probe():
+        return {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}
+
+    driver = os.getpriority(os.PRIO_PROCESS, 0)
+    assert ray.get(ray.remote(_reniced).remote(probe, driver, {})) == {driver}
