@@ -60,6 +60,9 @@ TARGETS = (("W", 8, "direct", "mpi4py", 2.0), ("S", 4, "direct", "mpi4py", 3.0),
            ("B", 2, "direct", "mpi4py", 1.15), ("W", 8, "direct", "ray", 0.2))
 """(class, ranks, way, against, at most this ratio of seconds)."""
 
+HEARTBEAT_TIMEOUT_S = 600.0
+"""Ranks silent this long are declared hung (``run_ftactors``)."""
+
 MPI_HINT = "pip install 'ftactors[bench]' (mpi4py + mpich wheels)"
 
 
@@ -104,9 +107,14 @@ def run_mpi(problem: str, ranks: int, exe: str) -> dict:
 
 
 def run_ftactors(problem: str, ranks: int, way: str, address: str | None) -> dict:
-    """The slowest rank's ``{"time_s", ...}`` of a case run with ftactors ``way``."""
+    """The slowest rank's ``{"time_s", ...}`` of a case run with ftactors ``way``.
+
+    Each rank generates the whole NPB matrix in ``main()`` without awaiting, so it answers
+    no heartbeat meanwhile: for class B that is 10 s and more on a busy machine, past the
+    default bound, hence a bound of ``HEARTBEAT_TIMEOUT_S`` (nothing is killed here)."""
     where = ({"transport": "local"} if way == "local" else
-             {"transport": "ray", "address": address, "data_plane": way})
+             {"transport": "ray", "address": address, "data_plane": way,
+              "heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S})
     if problem == HALO:
         result = ft.run(Stencil, ranks, kwargs=dict(halo_grid(ranks), verify=False),
                         timeout_s=3600, **where)
