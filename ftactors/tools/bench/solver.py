@@ -191,9 +191,12 @@ def summarize(samples: dict) -> dict:
     table = {}
     for case, cell in samples.items():
         med = {w: statistics.median(v) for w, v in cell.items() if isinstance(v, list) and v}
-        base = "mpi4py" if "mpi4py" in med else "serial"
-        table[case] = {w: {"seconds": med[w], "ratio": med[w] / med[base], "samples": cell[w]}
-                       if w in med else {"missing": cell[w]} for w in cell}
+        base = next((w for w in ("mpi4py", "serial") if w in med), None)
+        table[case] = {w: {"seconds": med[w], "samples": cell[w]} if w in med
+                       else {"missing": cell[w]} for w in cell}
+        if base is not None:  # else no ratio: neither baseline ran
+            for w in med:
+                table[case][w]["ratio"] = med[w] / med[base]
         table[case]["_baseline"] = base
     targets = []
     for problem_class, ranks, way, against, bound in TARGETS:
@@ -217,7 +220,7 @@ def format_table(summary: dict) -> str:
             fig = cell.get(way, {"missing": "not run"})
             if "seconds" in fig:
                 seconds.append(f"{fig['seconds']:.3f}")
-                ratios.append(f"{fig['ratio']:.2f}x")
+                ratios.append(f"{fig['ratio']:.2f}x" if "ratio" in fig else "-")
             else:
                 seconds.append("-")
                 ratios.append("-")
@@ -225,7 +228,8 @@ def format_table(summary: dict) -> str:
         rows.append([label(*case)] + seconds + ratios)
     lines = [table(rows)]
     base = next(iter(cells.values()))["_baseline"]
-    lines.append(f"ratios: seconds / {base}'s seconds in the same row")
+    lines.append(f"ratios: seconds / {base}'s seconds in the same row" if base else
+                 "no ratios: neither mpi4py nor serial ran")
     lines.extend(sorted(set(missing)))
     for t in summary["targets"]:
         lines.append(f"target {t['case']} {t['figure']} <= {t['bound']}x: "

@@ -186,6 +186,9 @@ def test_solver_bench_table_from_samples():
     assert target["figure"] == "direct/ray" and target["ratio"] == 8.5 / 45.0 and target["met"]
     text = solver.format_table(summary)
     assert "pip install 'ftactors[bench]'" in text and "direct/ray" in text
+    alone = solver.summarize({("B", 2): {"direct": [200.0]}})  # no baseline: no ratio
+    assert alone["table"][("B", 2)]["direct"] == {"seconds": 200.0, "samples": [200.0]}
+    assert "no ratios" in solver.format_table(alone) and alone["targets"] == []
 
 
 def test_solver_bench_rejects_bad_ways():
