@@ -782,7 +782,9 @@ class Coordinator:
                 self.events.record("hang_detected", rank=rank, waited_s=waited,
                                    timeout_s=bound)
                 await self.fabric.kill(self.handles[rank], "ray.kill")
-                self.fail(rank, f"no heartbeat for {waited:.1f} s (bound {bound:.1f} s)")
+                self.fail(rank, f"no heartbeat for {waited:.1f} s (bound {bound:.1f} s; a rank "
+                                f"that computes longer than that without awaiting needs a "
+                                f"larger heartbeat_timeout_s)")
 
     async def _ping(self, rank: int, incarnation: int, hint: bool = False) -> None:
         """One heartbeat of ``rank``'s life ``incarnation``, recorded when it answers
