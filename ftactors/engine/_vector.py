@@ -28,8 +28,10 @@ class RankVector:
     @classmethod
     def of(cls, items: Iterable[int]) -> "RankVector":
         """A vector holding ``items`` (a list, or another vector), one per rank."""
-        if isinstance(items, RankVector):
-            return cls(items._size, items._values)
+        if isinstance(items, RankVector):  # a copy of its table, not a pass per entry
+            v = cls(items._size)
+            v._values, v._total = dict(items._values), items._total
+            return v
         items = list(items)
         return cls(len(items), {i: v for i, v in enumerate(items) if v})
 
