@@ -76,7 +76,7 @@ class InChannels:
             return []
         ch = self._chan.get(env.src)
         if self.epochs is not None:
-            known = self.epochs[env.src]
+            known = self.epochs.get(env.src)
             if ch is None or known > ch.epoch:  # a newer life of it is known
                 ch = self._chan[env.src] = _InChannel(known)
         if ch is None or env.src_epoch > ch.epoch:

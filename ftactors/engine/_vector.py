@@ -78,6 +78,11 @@ class RankVector:
     def __reduce__(self):
         return (RankVector, (self._size, self._values))
 
+    def get(self, i: int) -> int:
+        """Rank ``i``'s entry, for an int ``i`` known to be in range (no checks: the
+        channels read one per arriving envelope)."""
+        return self._values.get(i, 0)
+
     def bump(self, i: int) -> int:
         """Add one to rank ``i``'s entry (an int in range); returns the entry before."""
         if not 0 <= i < self._size:
