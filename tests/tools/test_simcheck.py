@@ -7,7 +7,8 @@ from ftactors.tools import cli
 from ftactors.protocols import (GroupCoordination, ReadyMessageFlush, RSBackup,
                                 StandbyReplacement)
 from ftactors.runtime._escalation import LevelExhausted
-from ftactors.tools.simcheck import network_faults, schedule, setups, sim_check
+from ftactors.tools.simcheck import (default_reach, network_faults, schedule, setups,
+                                     sim_check)
 from ftactors.transports.local import LocalFabric
 
 
@@ -258,3 +259,13 @@ def test_rs_parts_are_judged_from_the_units_and_the_parity_blocks():
     assert part_level_problem(events, three.levels, units(three)) == ""
     events[3] = _ev("part_sources", sources={4: "rs", 5: "rs"})
     assert "kept fewer than k" in part_level_problem(events, three.levels, units(three))
+
+
+def test_cli_checks_a_protocol_at_scale_on_a_halo(capsys):
+    assert default_reach(8) is None and default_reach(64) == 1  # n^2 messages: a halo
+    assert cli.main(["sim-check", "--protocol", "standby", "--ranks", "64", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 runs passed" in out and "peak memory" in out
+    assert cli.main(["sim-check", "--protocol", "standby", "--reach", "0", "--runs", "1"]) == 2
+    assert cli.main(["sim-check", "--protocol", "standby", "--reach", "1", "--app", "stencil",
+                     "--runs", "1"]) == 2
