@@ -338,7 +338,7 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
         return out
     except ft.RankFailed as exc:
         out.gave_up = True
-        out.problem = (_needless_give_up(setup, exc) if setup.may_give_up
+        out.problem = (_needless_give_up(setup, exc, ranks) if setup.may_give_up
                        else f"gave up: {exc}")
         if out.problem and setup.may_give_up:
             out.problem += f" ({exc})"
@@ -358,8 +358,8 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
     elif setup.exact and r.metrics["duplicates_dropped"]:
         out.problem = (f"{r.metrics['duplicates_dropped']} duplicate(s) dropped: a recovery "
                        "line held a message its sender had not sent (an orphan)")
-    elif setup.keeps_parts and part_level_problem(r.events, setup.levels, units(setup)):
-        out.problem = part_level_problem(r.events, setup.levels, units(setup))
+    elif setup.keeps_parts and part_level_problem(r.events, setup.levels, units(setup, ranks)):
+        out.problem = part_level_problem(r.events, setup.levels, units(setup, ranks))
     elif (setup.levels and not setup.keeps_parts
           and level_problem(r.events, setup.levels, ranks, setup.options)):
         out.problem = level_problem(r.events, setup.levels, ranks, setup.options)
@@ -374,18 +374,18 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
     return out
 
 
-def units(setup: Setup):
-    """The groups or clusters of a stack whose levels keep its parts."""
+def units(setup: Setup, ranks: int):
+    """The groups or clusters, on ``ranks``, of a stack whose levels keep its parts."""
     from ftactors.protocols.groups import load_groups
-    return load_groups(setup.options[setup.keeps_parts], setup.ranks)
+    return load_groups(setup.options[setup.keeps_parts], ranks)
 
 
-def _needless_give_up(setup: Setup, exc) -> str:
+def _needless_give_up(setup: Setup, exc, ranks: int) -> str:
     """Why a give-up was not forced ("" when it was). A stack gives up only when its
     costliest level does: that level's own reason (its ``level_exhausted`` event) is
     judged as that protocol's give-up would be."""
     if not setup.levels:
-        return needless_give_up(setup.name, exc, setup.ranks, setup.options)
+        return needless_give_up(setup.name, exc, ranks, setup.options)
     top = setup.levels[-1]
     reasons = [e.detail["reason"] for e in exc.events
                if e.kind == "level_exhausted" and e.detail["level"] == top]
@@ -393,7 +393,7 @@ def _needless_give_up(setup: Setup, exc) -> str:
         return f"the stack gave up without its last level ({top}) giving up"
     last = ft.RankFailed(exc.ranks, reasons[-1])
     last.events = exc.events
-    return needless_give_up(top, last, setup.ranks, setup.options)
+    return needless_give_up(top, last, ranks, setup.options)
 
 
 def _log_bound(n: int) -> int:
