@@ -28,8 +28,9 @@ as an object of its own (``Link.share``: on Ray an object in the object store ow
 the holder's actor, so it lives as long as the holder; in-process elsewhere). Encoding
 costs ``m * s`` field products per rank whatever the number of groups (V.B): groups
 encode in parallel. The next checkpoint waits for the previous encoding to be sent, so
-its markers follow every block of it on each channel: when a round's flush is over, the
-previous round is complete on every live holder. Ranks and holders keep the newest two
+its markers follow every block of it on each channel (the holders' channels are always
+marked, ``Flush.start(also=)``, even where no application message went): when a round's
+flush is over, the previous round is complete on every live holder. Ranks and holders keep the newest two
 rounds (ping-pong): a failure in the middle of an encoding leaves the round before.
 
 *Fast recovery* (IV.E): the survivors pause and report the rounds they hold (own
