@@ -14,7 +14,7 @@ from ftactors.engine._endpoint import Endpoint
 from ftactors.protocols import GroupCoordination, ReadyMessageFlush, StandbyReplacement
 from ftactors.tools.simcheck import Flood
 
-N = 192
+N = 128
 KW = {"iterations": 7, "per_peer": 1, "reach": 1}
 BOUND = 8 + N.bit_length()
 """Peers a rank of Flood(reach=1) talks to: 2 neighbours, the collectives' partners, the
