@@ -62,6 +62,9 @@ class InChannels:
         self._future: list[Envelope] = []
         self.stale = 0
         self.duplicates = 0
+        # every source's newest known epoch (the endpoint's table), read as traffic
+        # arrives: a restore that renumbers every rank then costs no pass over them
+        self.epochs = None
 
     def accept(self, env: Envelope) -> list[Envelope]:
         """Take one arriving envelope; return those now deliverable, in channel order."""
@@ -72,6 +75,10 @@ class InChannels:
                 self.stale += 1
             return []
         ch = self._chan.get(env.src)
+        if self.epochs is not None:
+            known = self.epochs.get(env.src)
+            if ch is None or known > ch.epoch:  # a newer life of it is known
+                ch = self._chan[env.src] = _InChannel(known)
         if ch is None or env.src_epoch > ch.epoch:
             ch = self._chan[env.src] = _InChannel(env.src_epoch)
         elif env.src_epoch < ch.epoch:

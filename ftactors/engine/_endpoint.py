@@ -135,6 +135,7 @@ class Endpoint:
         self.peer_epochs[rank] = epoch
         self._out = OutChannels()
         self._in = InChannels(epoch)
+        self._in.epochs = self.peer_epochs
         self.sent = RankVector(size)
         self.received = RankVector(size)
         self._gaps: dict[int, dict[int, Envelope]] = {}
@@ -772,6 +773,19 @@ class Endpoint:
                 self._in.stale += 1
         if restarted:
             self.sync.peer_restarted(rank)
+
+    def set_peer_epochs(self, epochs) -> None:
+        """Every other rank's epoch at once (a restore's table; this rank's own entry is
+        the restore's to set). The channels read the table as traffic arrives
+        (``InChannels.epochs``), so only the peers with state waiting here are visited:
+        a rollback renumbers every rank, and a pass over all of them in every rank cost
+        O(ranks^2) per recovery (4,096 ranks: 16.8 million calls)."""
+        table = RankVector.of(epochs)
+        table[self.rank] = self.peer_epochs[self.rank]
+        for rank in sorted((self._gaps.keys() | self.sync.peers()) - {self.rank}):
+            if table[rank] != self.peer_epochs[rank]:
+                self.set_peer_epoch(rank, table[rank])
+        self.peer_epochs = self._in.epochs = table
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict:

@@ -76,6 +76,11 @@ class SyncAcks:
         self._matched.setdefault(src, set()).add(app_seq)
         self._ep.send_control(src, SYNC, "ack", app_seq)
 
+    def peers(self) -> set[int]:
+        """The ranks whose synchronous messages this rank matched (``peer_restarted``
+        has something to do for them)."""
+        return set(self._matched)
+
     def peer_restarted(self, src: int) -> None:
         """World rank ``src`` runs as a new incarnation: acknowledge again what we matched
         from it (its waits for them may run again)."""

@@ -28,8 +28,10 @@ class RankVector:
     @classmethod
     def of(cls, items: Iterable[int]) -> "RankVector":
         """A vector holding ``items`` (a list, or another vector), one per rank."""
-        if isinstance(items, RankVector):
-            return cls(items._size, items._values)
+        if isinstance(items, RankVector):  # a copy of its table, not a pass per entry
+            v = cls(items._size)
+            v._values, v._total = dict(items._values), items._total
+            return v
         items = list(items)
         return cls(len(items), {i: v for i, v in enumerate(items) if v})
 
@@ -75,6 +77,11 @@ class RankVector:
 
     def __reduce__(self):
         return (RankVector, (self._size, self._values))
+
+    def get(self, i: int) -> int:
+        """Rank ``i``'s entry, for an int ``i`` known to be in range (no checks: the
+        channels read one per arriving envelope)."""
+        return self._values.get(i, 0)
 
     def bump(self, i: int) -> int:
         """Add one to rank ``i``'s entry (an int in range); returns the entry before."""

@@ -234,12 +234,12 @@ class GroupCoordination(Protocol):
         gc, ft = self._gc, self.ft
         pos = ft.position
         at = ft.link.clock()
-        peers = [r for r in self.my_group() if r != self.rank]
-        gc.flush.start(ft, NAME, ("ckpt", pos), peers)
-        await gc.flush.wait(("ckpt", pos), peers)
+        gc.flush.start(ft, NAME, ("ckpt", pos), sorted(self.my_group()))
+        await gc.flush.wait(ft, ("ckpt", pos))
         flushed_at = ft.link.clock()
         gc.last = pos
-        gc.rr[pos] = {x: ft.received[x] for x in range(self.size)
+        # only the peers heard from: an RR of 0 lets a sender drop nothing
+        gc.rr[pos] = {x: n for x, n in ft.received.nonzero()
                       if not gc.groups.same_group(self.rank, x)}
         t0 = time.perf_counter()
         cut = gc.flush.last_cut

@@ -256,9 +256,8 @@ class ReadyMessageFlush(PlannedLevel):
 
     def _abandon(self, positions) -> None:
         st = self._ready
-        peers = [r for r in range(self.size) if r != self.rank]
         for pos in sorted(positions):
-            st.flush.start(self.ft, NAME, ("ckpt", pos), peers, ABORT)
+            st.flush.start(self.ft, NAME, ("ckpt", pos), range(self.size), ABORT)
             self.ft.report("checkpoint_abandoned", position=pos)
         st.targets.clear()
         st.undecided.clear()
@@ -295,9 +294,8 @@ class ReadyMessageFlush(PlannedLevel):
         if pos is None:
             raise ProtocolError("checkpoint_here() must be called at a safe point")
         at = ft.link.clock()  # the run's clock: virtual on sim
-        peers = [r for r in range(self.size) if r != self.rank]
-        st.flush.start(ft, NAME, ("ckpt", pos), peers)
-        markers = await st.flush.wait(("ckpt", pos), peers)
+        st.flush.start(ft, NAME, ("ckpt", pos), range(self.size))
+        markers = await st.flush.wait(ft, ("ckpt", pos))
         t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
         if ABORT in markers.values():
             ft.events.record("checkpoint_aborted", position=pos,
@@ -396,7 +394,7 @@ class ReadyMessageFlush(PlannedLevel):
 
     async def _stop_for_migration(self) -> None:
         st, ft = self._ready, self.ft
-        out = [r for r in range(self.size) if r != self.rank and ft.sent[r] > 0]
+        out = [r for r, _ in ft.sent.nonzero() if r != self.rank]
         for peer in out:
             ft.send_control(peer, NAME, "marker", (("move", st.move), None))
         st.stop.set_result({"position": ft.position, "out": out})
@@ -414,14 +412,14 @@ class ReadyMessageFlush(PlannedLevel):
             ft.send_control(mover, NAME, "marker", (("move", move), None))
         ft.hold(mover)
         if wait_rm:
-            await self._ready.flush.wait(("move", move), [mover])
+            await self._ready.flush.wait_markers(("move", move), [mover])
         return partner
 
     async def ft_rpc_ready_migrate_out(self, move: int, senders: list[int]) -> dict:
         """MP: wait for the RMs of the ranks that sent to it, then hand over the state
         (its large buffers straight to the object store, see ``Endpoint.transfer``)."""
         st, ft = self._ready, self.ft
-        await st.flush.wait(("move", move), senders)
+        await st.flush.wait_markers(("move", move), senders)
         state = self.protocol_state()
         state[NAME]["targets"] = sorted(st.targets)  # MP goes on with the same plan
         stream, buffers = ft.transfer(protocol_state=state)

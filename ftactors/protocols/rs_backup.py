@@ -28,8 +28,9 @@ as an object of its own (``Link.share``: on Ray an object in the object store ow
 the holder's actor, so it lives as long as the holder; in-process elsewhere). Encoding
 costs ``m * s`` field products per rank whatever the number of groups (V.B): groups
 encode in parallel. The next checkpoint waits for the previous encoding to be sent, so
-its markers follow every block of it on each channel: when a round's flush is over, the
-previous round is complete on every live holder. Ranks and holders keep the newest two
+its markers follow every block of it on each channel (the holders' channels are always
+marked, ``Flush.start(also=)``, even where no application message went): when a round's
+flush is over, the previous round is complete on every live holder. Ranks and holders keep the newest two
 rounds (ping-pong): a failure in the middle of an encoding leaves the round before.
 
 *Fast recovery* (IV.E): the survivors pause and report the rounds they hold (own
@@ -120,7 +121,7 @@ from ftactors.runtime._protocol import LEVEL, parts_lead
 from ftactors.base._storage import open_store
 from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 
-from ._flush import Flush
+from ._flush import OPS as FLUSH_OPS, Flush
 from ._intervals import Pacer
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ._rs_parts import PART_KEEP, EncodedParts, as_key, unit_code, unit_holder
@@ -285,12 +286,15 @@ class RSBackup(PlannedLevel):
         at = ft.link.clock()
         await self._encoded()  # their blocks go out before this round's markers
         t0 = time.perf_counter()
-        peers = [r for r in range(self.size) if r != self.rank]
         seconds = st.settings["interval_s"]
         decision = (st.pacer.next_after(pos[1], seconds)
                     if seconds is not None and self.rank == 0 else None)
-        st.flush.start(ft, NAME, pos, peers, decision)
-        markers = await st.flush.wait(pos, peers)
+        placement = await st.placed
+        g, _ = placement.group_of(self.rank)
+        # the holders' channels too: the last round's blocks are there once this one is over
+        st.flush.start(ft, NAME, pos, range(self.size), decision,
+                       also=[placement.holder(g, j) for j in range(placement.m(g))])
+        markers = await st.flush.wait(ft, pos)
         flush_s = time.perf_counter() - t0
         st.pacer.mark(pos[1])
         if seconds is not None:  # rank 0's choice, carried by its marker
@@ -404,8 +408,8 @@ class RSBackup(PlannedLevel):
         if env.comm != NAME:
             return super().on_control(env)
         op, data = self.ft.control_data(env)
-        if op == "marker":
-            self._rs.flush.on_marker(self.ft, env.src, data)
+        if op in FLUSH_OPS:
+            self._rs.flush.take(self.ft, env, op, data)
         elif op == "part":
             self._take_part(data)
         else:

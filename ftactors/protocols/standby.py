@@ -86,7 +86,7 @@ from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
 from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
 from ftactors.base._storage import open_store
 
-from ._flush import Flush
+from ._flush import OPS as FLUSH_OPS, Flush
 from ._intervals import Pacer
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 
@@ -346,9 +346,10 @@ class StandbyReplacement(PlannedLevel):
         iteration = ft.position[1]
         round_id = ft.position
         decision = self._next_backup_after(iteration) if self.rank == 0 else None
-        peers = [r for r in range(self.size) if r != self.rank]
-        st.flush.start(ft, NAME, round_id, peers, decision)
-        markers = await st.flush.wait(round_id, peers)
+        # the partner's channel too: the last round's copy is held once this one is over
+        st.flush.start(ft, NAME, round_id, range(self.size), decision,
+                       also=(partner(self.rank, self.size),))
+        markers = await st.flush.wait(ft, round_id)
         t_flushed = time.perf_counter()
         st.next_backup = decision if self.rank == 0 else markers[0]
         if self.rank == 0 and st.unsealed is not None:
@@ -404,8 +405,8 @@ class StandbyReplacement(PlannedLevel):
             return super().on_control(env)
         op, data = self.ft.control_data(env)
         st = self._standby
-        if op == "marker":
-            st.flush.on_marker(self.ft, env.src, data)
+        if op in FLUSH_OPS:
+            st.flush.take(self.ft, env, op, data)
         elif op == "copy":
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))

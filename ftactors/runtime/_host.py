@@ -24,7 +24,6 @@ import cloudpickle
 
 from ..facade._comm import Communicator
 from ..engine._endpoint import Endpoint, Link
-from ..engine._vector import RankVector
 from ..base._errors import ProtocolError
 from ..base._events import CHECKPOINT_KINDS
 from ._identity import RunIdentity
@@ -176,13 +175,7 @@ class RankHost:
                 f"rank {self.spec.rank} refused a snapshot at position {parts['position']}: "
                 f"it is ahead of the recovery line chosen, {restore['line'] or 'the start'} "
                 f"(a state of another execution)")
-        # every rank's epoch, in rank order; where both the table and this rank say 0
-        # nothing changes, so only the others are visited (not every rank of the run)
-        epochs = RankVector.of(restore["peer_epochs"])
-        for rank in sorted({r for r, _ in epochs.nonzero()}
-                           | {r for r, _ in ep.peer_epochs.nonzero()}):
-            if rank != self.spec.rank:
-                ep.set_peer_epoch(rank, epochs[rank])
+        ep.set_peer_epochs(restore["peer_epochs"])  # every rank's epoch, in rank order
         ep.restore(parts, epoch)
         if parts["position"] not in (None, (0, 0)) and not ep.registered:
             # resumed past the top of the first loop with nothing registered: the program

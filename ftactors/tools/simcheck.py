@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import shlex
 import sys
 import time
@@ -75,19 +76,22 @@ class Flood(ft.Rank):
     cross safe points like the others); a ring message through a posted ``irecv``, a
     message to self received in the same iteration and an ``allreduce`` every iteration.
     Every message is checked on arrival; the digest of what was received is compared
-    with a failure-free run."""
+    with a failure-free run. With ``reach``, "every rank" is the ranks within ``reach``
+    of it on a ring (a halo exchange): the traffic of a large run grows with its ranks,
+    not with their square."""
 
-    async def main(self, iterations=12, per_peer=3, request_at=()):
+    async def main(self, iterations=12, per_peer=3, request_at=(), reach=None):
         comm, r, n = self.comm, self.rank, self.size
         self.register("digest", [])
         self.register("total", 0.0)
+        peers = flood_peers(r, n, reach)
         async for i in self.iterations(iterations):
             if i > 0:
-                self.digest.append(await self._take(i - 1, per_peer))
+                self.digest.append(await self._take(i - 1, per_peer, peers))
             ring = comm.irecv(source=(r - 1) % n, tag=5)
             mine = comm.irecv(source=r, tag=6)
             sends = [comm.isend((r, i, j, float(r * 1000 + i * 10 + j)), dest=p, tag=10 + j)
-                     for p in range(n) for j in range(per_peer)]
+                     for p in peers for j in range(per_peer)]
             if r == 0 and i in request_at:
                 self.request_checkpoint()
             comm.isend(("self", r, i), dest=r, tag=6)
@@ -99,18 +103,31 @@ class Flood(ft.Rank):
                                          f"got {got}")
             self.total = await comm.allreduce(self.total + r + i)
             await ft.waitall(sends)
-        self.digest.append(await self._take(iterations - 1, per_peer))
+        self.digest.append(await self._take(iterations - 1, per_peer, peers))
         return {"digest": list(self.digest), "total": self.total}
 
-    async def _take(self, i, per_peer):
+    async def _take(self, i, per_peer, peers):
         got = []
-        for src in range(self.size):
+        for src in peers:
             for j in range(per_peer):
                 m = await self.comm.recv(source=src, tag=10 + j)
                 if m[:3] != (src, i, j):
                     raise AssertionError(f"rank {self.rank} expected {(src, i, j)}, got {m}")
                 got.append(m[3])
         return sum(got)
+
+
+def flood_peers(rank: int, size: int, reach: int | None) -> list[int]:
+    """Whom ``rank`` floods (and hears from): every rank, or those within ``reach`` of
+    it on the ring, itself included."""
+    if reach is None or 2 * reach + 1 >= size:
+        return list(range(size))
+    return sorted({(rank + d) % size for d in range(-reach, reach + 1)})
+
+
+HALO_FROM = 64
+"""From this many ranks on, sim-check's Flood reaches its ring neighbours only (``reach``
+1) unless told otherwise: every rank to every rank is n^2 messages per iteration."""
 
 
 @dataclass
@@ -237,16 +254,22 @@ def schedule(seed: int, ranks: int, spares: int = 0, length_s: float = 0.0,
 def network_faults(seed: int, ranks: int, length_s: float) -> tuple[str, list]:
     """The network faults of run ``seed`` (drawn apart from ``schedule``'s, which stays
     the same): the kills' method (``"disconnect"`` in one run of five: its kills close
-    connections instead), and in one run of four a partition of some of the ranks at a
+    connections instead), and in one run of four a partition of some of the ranks (up
+    to ``PARTITION_MAX``) at a
     time within the failure-free run's ``length_s``, for up to a quarter of it."""
     rng = random.Random(f"network {seed}")
     method = "disconnect" if rng.random() < 0.2 else "sigkill"
     partitions = []
     if length_s > 0 and rng.random() < 0.25:
-        cut = rng.sample(range(ranks), rng.randrange(1, ranks))
+        # at most PARTITION_MAX ranks cut off: the wires cut grow with their product
+        cut = rng.sample(range(ranks), rng.randrange(1, min(ranks, PARTITION_MAX + 1)))
         partitions.append(ft.Partition(tuple(cut), rng.uniform(0, length_s),
                                        rng.uniform(0.01, 0.25) * length_s))
     return method, partitions
+
+
+PARTITION_MAX = 8
+"""Ranks a partition cuts off at most (the setups' 6 or 8 ranks: any of them)."""
 
 
 @dataclass
@@ -277,9 +300,10 @@ class Target:
     reference: list = field(default_factory=list)  # failure-free timelines (a program's)
 
 
-def flood_target(ranks: int) -> Target:
-    """Flood and its failure-free digests."""
-    kwargs = {"iterations": ITERATIONS, "per_peer": PER_PEER}
+def flood_target(ranks: int, reach: int | None = None) -> Target:
+    """Flood (reaching ``reach`` ranks either side, None: every rank) and its
+    failure-free digests."""
+    kwargs = {"iterations": ITERATIONS, "per_peer": PER_PEER, "reach": reach}
     plain = ft.run(Flood, ranks, transport="sim", kwargs=kwargs)
     reference = [(x["digest"], x["total"]) for x in plain.results]
 
@@ -314,7 +338,7 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
         return out
     except ft.RankFailed as exc:
         out.gave_up = True
-        out.problem = (_needless_give_up(setup, exc) if setup.may_give_up
+        out.problem = (_needless_give_up(setup, exc, ranks) if setup.may_give_up
                        else f"gave up: {exc}")
         if out.problem and setup.may_give_up:
             out.problem += f" ({exc})"
@@ -334,8 +358,8 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
     elif setup.exact and r.metrics["duplicates_dropped"]:
         out.problem = (f"{r.metrics['duplicates_dropped']} duplicate(s) dropped: a recovery "
                        "line held a message its sender had not sent (an orphan)")
-    elif setup.keeps_parts and part_level_problem(r.events, setup.levels, units(setup)):
-        out.problem = part_level_problem(r.events, setup.levels, units(setup))
+    elif setup.keeps_parts and part_level_problem(r.events, setup.levels, units(setup, ranks)):
+        out.problem = part_level_problem(r.events, setup.levels, units(setup, ranks))
     elif (setup.levels and not setup.keeps_parts
           and level_problem(r.events, setup.levels, ranks, setup.options)):
         out.problem = level_problem(r.events, setup.levels, ranks, setup.options)
@@ -350,18 +374,18 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
     return out
 
 
-def units(setup: Setup):
-    """The groups or clusters of a stack whose levels keep its parts."""
+def units(setup: Setup, ranks: int):
+    """The groups or clusters, on ``ranks``, of a stack whose levels keep its parts."""
     from ftactors.protocols.groups import load_groups
-    return load_groups(setup.options[setup.keeps_parts], setup.ranks)
+    return load_groups(setup.options[setup.keeps_parts], ranks)
 
 
-def _needless_give_up(setup: Setup, exc) -> str:
+def _needless_give_up(setup: Setup, exc, ranks: int) -> str:
     """Why a give-up was not forced ("" when it was). A stack gives up only when its
     costliest level does: that level's own reason (its ``level_exhausted`` event) is
     judged as that protocol's give-up would be."""
     if not setup.levels:
-        return needless_give_up(setup.name, exc, setup.ranks, setup.options)
+        return needless_give_up(setup.name, exc, ranks, setup.options)
     top = setup.levels[-1]
     reasons = [e.detail["reason"] for e in exc.events
                if e.kind == "level_exhausted" and e.detail["level"] == top]
@@ -369,7 +393,7 @@ def _needless_give_up(setup: Setup, exc) -> str:
         return f"the stack gave up without its last level ({top}) giving up"
     last = ft.RankFailed(exc.ranks, reasons[-1])
     last.events = exc.events
-    return needless_give_up(top, last, setup.ranks, setup.options)
+    return needless_give_up(top, last, ranks, setup.options)
 
 
 def _log_bound(n: int) -> int:
@@ -425,16 +449,24 @@ def program_target(program, ranks: int) -> Target:
                   runs[0].metrics["wall_s"], program, [r.events for r in runs])
 
 
+def default_reach(ranks: int) -> int | None:
+    """Flood's reach on ``ranks`` when none is given: every rank below ``HALO_FROM``."""
+    return None if ranks < HALO_FROM else 1
+
+
 def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
-              progress=None, program=None, ranks: int | None = None) -> list[Outcome]:
+              progress=None, program=None, ranks: int | None = None,
+              reach: int | None = None) -> list[Outcome]:
     """``runs`` seeded runs (seeds ``seed`` .. ``seed + runs - 1``) of protocol or stack
     ``name`` (or ``mixins`` with ``name``'s settings: a test's deliberately broken
-    protocol) mixed into Flood, or into ``program`` (a ``programs.Program``: the user's),
-    on ``ranks`` (default the setup's)."""
+    protocol) mixed into Flood (reaching ``reach`` ranks either side; default
+    ``default_reach``), or into ``program`` (a ``programs.Program``: the user's), on
+    ``ranks`` (default the setup's)."""
     setup = setups()[name]
     mixins = mixins or setup.mixins
     ranks = ranks or setup.ranks
-    target = flood_target(ranks) if program is None else program_target(program, ranks)
+    target = (flood_target(ranks, default_reach(ranks) if reach is None else reach)
+              if program is None else program_target(program, ranks))
     cls = type("".join(m.__name__ for m in mixins) + target.cls.__name__,
                (*mixins, target.cls), {})
     outcomes = []
@@ -473,6 +505,10 @@ def add_sim_check(sub) -> None:
                         "or a shipped app) instead of Flood")
     p.add_argument("--ranks", type=int, default=None,
                    help="ranks (default: the protocol's setting, 6 or 8)")
+    p.add_argument("--reach", type=int, default=None,
+                   help=f"Flood sends to the ranks within REACH of it on a ring (a halo "
+                        f"exchange) instead of every rank (default: every rank below "
+                        f"{HALO_FROM} ranks, 1 from there)")
     add_program_arguments(p)
     p.set_defaults(func=_cmd_sim_check)
 
@@ -488,8 +524,13 @@ def _known_setup(text: str) -> str:
 
 
 def _cmd_sim_check(args) -> int:
-    if args.runs < 1 or (args.ranks is not None and args.ranks < 1):
-        print("ftactors sim-check: --runs and --ranks must be >= 1", file=sys.stderr)
+    if args.runs < 1 or (args.ranks is not None and args.ranks < 1) or (
+            args.reach is not None and args.reach < 1):
+        print("ftactors sim-check: --runs, --ranks and --reach must be >= 1", file=sys.stderr)
+        return 2
+    if args.reach is not None and args.app is not None:
+        print("ftactors sim-check: --reach is Flood's; your program (--app) has its own "
+              "traffic", file=sys.stderr)
         return 2
     try:
         program = None if args.app is None else program_from_args(args.app, args)
@@ -512,15 +553,16 @@ def _cmd_sim_check(args) -> int:
 
     try:
         outcomes = sim_check(args.protocol, args.runs, args.seed, progress=progress,
-                             program=program, ranks=args.ranks)
+                             program=program, ranks=args.ranks, reach=args.reach)
     except ValueError as exc:  # a program without a reproducible failure-free answer
         print(f"ftactors sim-check: {exc}", file=sys.stderr)
         return 1
     failed = [o for o in outcomes if not o.ok]
     gave_up = sum(o.gave_up and o.ok for o in outcomes)
     stormed = sum(o.stormed for o in outcomes)
-    what = "" if program is None else f" --app {shlex.quote(args.app)}" + "".join(
-        f" {a}" for a in program.argv()) + (f" --ranks {args.ranks}" if args.ranks else "")
+    what = ("" if program is None else f" --app {shlex.quote(args.app)}" + "".join(
+        f" {a}" for a in program.argv())) + (f" --ranks {args.ranks}" if args.ranks else "") + (
+        f" --reach {args.reach}" if args.reach else "")
     for o in failed:
         kills = ", ".join(kill_text(describe(k)) for k in o.kills)
         network = f"\n  network faults: {o.network}" if o.network else ""
@@ -530,7 +572,8 @@ def _cmd_sim_check(args) -> int:
     print(f"sim-check {f'{args.app} x ' if args.app else ''}{args.protocol}: "
           f"{len(outcomes) - len(failed)} "
           f"of {len(outcomes)} runs passed ({gave_up} gave up correctly: data lost beyond "
-          f"repair, or no spare left) in {time.perf_counter() - t0:.1f} s"
+          f"repair, or no spare left) in {time.perf_counter() - t0:.1f} s, peak memory "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB"
           + (f"; {stormed} stormed (forced CLCs: the program crosses clusters at every step)"
              if stormed else ""))
     return 1 if failed else 0

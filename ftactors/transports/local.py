@@ -85,6 +85,7 @@ class LocalFabric:
         self._t0 = time.perf_counter()
         self._gone: dict[object, asyncio.Future] = {}  # handle -> done when it dies
         self.wires: dict[tuple[int, int], _Wire] | None = None  # with network faults only
+        self._wires_of: dict[int, set] = {}  # rank -> its pairs in ``wires`` (either end)
         self.wire_counts: dict[int, list[int]] = {}  # sender -> [reconnects, resent]
         self.reconnect_delay_s = 0.0
 
@@ -102,8 +103,9 @@ class LocalFabric:
                         lambda: self._die_inside(host))
         self.hosts[spec.rank] = host
         if self.wires:  # a new incarnation: nothing is resent to or from the old one
-            for pair in [p for p in self.wires if spec.rank in p]:
+            for pair in self._wires_of.pop(spec.rank, ()):
                 self._release(self.wires.pop(pair))
+                self._wires_of.get(pair[0] + pair[1] - spec.rank, set()).discard(pair)
         self.dead.discard(spec.rank)
         self.hung.discard(spec.rank)
         return host
@@ -186,6 +188,8 @@ class LocalFabric:
         wire = self.wires.get((src, dst))
         if wire is None:
             wire = self.wires[(src, dst)] = _Wire()
+            for end in (src, dst):  # a rank's wires are found without a pass over all
+                self._wires_of.setdefault(end, set()).add((src, dst))
         return wire
 
     def _held(self, src: int, dst: int, envs: list[Envelope]) -> bool:
@@ -216,7 +220,7 @@ class LocalFabric:
         """Chaos: cut the wires from ``rank`` to ``peers`` (None: every wire to or from
         ``rank``); they connect again ``seconds`` later at the earliest."""
         if peers is None:
-            pairs = [p for p in self.wires if rank in p]
+            pairs = sorted(self._wires_of.get(rank, ()))
         else:
             pairs = [(rank, peer) for peer in peers if peer != rank]
         up_at = self.loop.time() + max(seconds, self.reconnect_delay_s)

@@ -7,7 +7,8 @@ from ftactors.tools import cli
 from ftactors.protocols import (GroupCoordination, ReadyMessageFlush, RSBackup,
                                 StandbyReplacement)
 from ftactors.runtime._escalation import LevelExhausted
-from ftactors.tools.simcheck import network_faults, schedule, setups, sim_check
+from ftactors.tools.simcheck import (default_reach, network_faults, schedule, setups,
+                                     sim_check)
 from ftactors.transports.local import LocalFabric
 
 
@@ -220,7 +221,8 @@ def test_a_stack_give_up_is_judged_by_its_last_level():
     def judge(dead, *exhausted):
         events = [_ev("failure_detected", r) for r in dead]
         events += [_ev("level_exhausted", level=lv, reason=why) for lv, why in exhausted]
-        return _needless_give_up(setup, _gave_up(events, "no level of the stack holds it"))
+        return _needless_give_up(setup, _gave_up(events, "no level of the stack holds it"),
+                                 setup.ranks)
     rs_lost = ("rs", "RSBackup cannot rebuild group(s) 0")
     assert judge([0, 2, 4], ("standby", "rank 0 and its backup partner 4 both failed"),
                  rs_lost) == ""
@@ -238,7 +240,7 @@ def test_rs_parts_are_judged_from_the_units_and_the_parity_blocks():
         events = [*(_ev("failure_detected", r) for r in failed), *extra,
                   _ev("part_sources", sources=sources), _ev("recovery_level", level=level),
                   _ev("recovery_end")]
-        return part_level_problem(events, setup.levels, units(setup))
+        return part_level_problem(events, setup.levels, units(setup, setup.ranks))
     assert setup.levels == ["rs", "groups"]
     assert judge([2], {2: "rs", 3: "rs"}, "rs") == ""
     assert judge([2, 4, 5], {2: "groups", 3: "rs"}, "groups") == ""
@@ -251,10 +253,22 @@ def test_rs_parts_are_judged_from_the_units_and_the_parity_blocks():
     # rs+standby+groups seed 48: a partner copy restored rank 4's part, a data block that
     # the decoding of rank 5's uses beside the one parity block left (rank 0's)
     three = setups()["rs+standby+groups"]
-    assert three.levels == ["standby", "rs", "groups"] and units(three).groups[2] == (4, 5)
+    assert three.levels == ["standby", "rs", "groups"]
+    assert units(three, three.ranks).groups[2] == (4, 5)
     events = [*(_ev("failure_detected", r) for r in (1, 4, 5)),
               _ev("part_sources", sources={4: "standby", 5: "rs"}),
               _ev("recovery_level", level="rs"), _ev("recovery_end")]
-    assert part_level_problem(events, three.levels, units(three)) == ""
+    assert part_level_problem(events, three.levels, units(three, three.ranks)) == ""
     events[3] = _ev("part_sources", sources={4: "rs", 5: "rs"})
-    assert "kept fewer than k" in part_level_problem(events, three.levels, units(three))
+    assert "kept fewer than k" in part_level_problem(events, three.levels,
+                                                     units(three, three.ranks))
+
+
+def test_cli_checks_a_protocol_at_scale_on_a_halo(capsys):
+    assert default_reach(8) is None and default_reach(64) == 1  # n^2 messages: a halo
+    assert cli.main(["sim-check", "--protocol", "standby", "--ranks", "64", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 runs passed" in out and "peak memory" in out
+    assert cli.main(["sim-check", "--protocol", "standby", "--reach", "0", "--runs", "1"]) == 2
+    assert cli.main(["sim-check", "--protocol", "standby", "--reach", "1", "--app", "stencil",
+                     "--runs", "1"]) == 2

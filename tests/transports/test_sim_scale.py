@@ -97,3 +97,32 @@ def test_a_simulation_collects_garbage_rarely_and_restores_the_thresholds():
     before = gc.get_threshold()
     seen = ft.run(Seen, 2, transport="sim").results[0]
     assert seen[0] >= 100_000 and gc.get_threshold() == before
+
+
+class _CountedWires(dict):
+    """A wire table that counts the passes over it."""
+
+    passes = 0
+
+    def __iter__(self):
+        type(self).passes += 1
+        return super().__iter__()
+
+
+def test_network_faults_find_a_rank_s_wires_without_a_pass_over_every_wire(monkeypatch):
+    # a respawn and a disconnect each walked every wire of the run: O(ranks * peers)
+    from ftactors.protocols import ReadyMessageFlush
+    from ftactors.tools.simcheck import Flood
+    from ftactors.transports.local import LocalFabric
+
+    class Ready(ReadyMessageFlush, Flood):
+        pass
+
+    monkeypatch.setattr(LocalFabric, "track_wires",
+                        lambda self: setattr(self, "wires", _CountedWires()))
+    kw = {"iterations": 6, "per_peer": 1, "reach": 1}
+    r = ft.run(Ready, 64, transport="sim", seed=2, kwargs=kw, checkpoint_interval=2,
+               chaos=ft.Chaos(kill=[(5, 3)], partitions=[ft.Partition((1, 2), 0.0, 1e-5)]))
+    plain = ft.run(Flood, 64, transport="sim", kwargs=kw)
+    assert r.results == plain.results and r.metrics["recoveries"] == 1
+    assert r.events_of("partitioned") and _CountedWires.passes == 0
