@@ -114,7 +114,7 @@ from ftactors.runtime._options import INTERVAL, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 from ftactors.base._storage import open_store
 
-from ._flush import Flush
+from ._flush import OPS as FLUSH_OPS, Flush
 from ._intervals import daly
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ._parts import GIVEN_GRACE_S, HeldParts, PartTaker
@@ -446,8 +446,8 @@ class ReadyMessageFlush(PlannedLevel):
             return super().on_control(env)
         st, ft = self._ready, self.ft
         op, data = ft.control_data(env)
-        if op == "marker":
-            st.flush.on_marker(ft, env.src, data)
+        if op in FLUSH_OPS:
+            st.flush.take(ft, env, op, data)
         elif op == "copy":  # a part to hold for env.src until the coordinator took it
             pos, blob = data
             pos = tuple(pos)
