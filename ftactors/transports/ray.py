@@ -92,6 +92,7 @@ class RayLink(Link):
         self.peers: list = []
         self.direct: Peers | None = None
         self.listener: Listener | None = None
+        self.posted: list = []  # reports the Inbox may not have yet (``settle``)
 
     @property
     def cheap_messages(self) -> bool:
@@ -164,7 +165,17 @@ class RayLink(Link):
         return await stream_ref, buffers
 
     def report(self, event) -> None:
-        self.inbox.post.remote(event)
+        self.posted.append(self.inbox.post.remote(event))
+        if len(self.posted) >= POSTED_PRUNE:
+            self.posted = ray.wait(self.posted, num_returns=len(self.posted), timeout=0)[1]
+
+    async def settle(self) -> None:
+        """Wait until every event this rank reported is in the Inbox. Ray orders the
+        calls of one caller to one actor only, so the rank's result could reach the
+        driver before the reports that came first, and the run end without them (a
+        chaos disconnect then counted as never fired)."""
+        posted, self.posted = self.posted, []
+        await asyncio.gather(*posted, return_exceptions=True)
 
     async def report_now(self, event) -> None:
         await self.inbox.post.remote(event)
@@ -178,6 +189,12 @@ OBJECT_STORE_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "object_s
 """Out-of-band buffers from this size on go through the object store (the option's default)."""
 OUT_OF_BAND_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "out_of_band_bytes")
 """Buffers from this size on travel out of band on the direct plane (the option's default)."""
+
+DRAIN_STOP_S = 10.0
+"""How long the end of a run waits for the Inbox's last answer before giving it up."""
+
+POSTED_PRUNE = 256
+"""A rank forgets the reports the Inbox has taken once this many are outstanding."""
 
 TRANSFER_CHUNK = 16 << 20
 """A moving rank's large buffers travel in objects of this size, so that the receiver
@@ -213,6 +230,10 @@ class Inbox:
 
     async def post(self, event) -> None:
         self.events.append(event)
+        self.arrived.set()
+
+    async def wake(self) -> None:
+        """End a ``take`` that is waiting now (the run is over)."""
         self.arrived.set()
 
     async def take(self, wait_s: float) -> list:
@@ -305,7 +326,9 @@ class RankActor:
             self.link.direct.wire(endpoints)
 
     async def run(self, args: tuple, kwargs: dict, restore=None) -> dict:
-        return await self.host.run(args, kwargs, restore)
+        result = await self.host.run(args, kwargs, restore)
+        await self.link.settle()
+        return result
 
     async def close(self, run_name: str) -> str:
         """The run is over: close this actor's direct channels and remove the run's
@@ -458,12 +481,24 @@ class RayFabric:
         self.inbox = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000,
                                                scheduling_strategy=here).remote()
         self.actors.append(self.inbox)
+        self._closing = False
         self._drain = asyncio.ensure_future(self._drain_inbox())
 
     async def _drain_inbox(self) -> None:
-        while True:
+        while not self._closing:
             for event in await self.inbox.take.remote(0.5):
                 self._received(event)
+
+    async def _stop_draining(self) -> None:
+        """End the drain loop without losing what its take in flight holds (a cancel
+        would drop the last reports the Inbox handed over), then take the rest."""
+        self._closing = True
+        try:
+            await self.inbox.wake.remote()
+            await asyncio.wait_for(self._drain, DRAIN_STOP_S)
+            await self.drain_reports()
+        except (asyncio.TimeoutError, RayActorError):
+            self._drain.cancel()  # the Inbox is gone or hung: nothing more to hand over
 
     async def drain_reports(self) -> None:
         """Hand over every report the Inbox holds now (at the end of a run)."""
@@ -642,7 +677,7 @@ class RayFabric:
 
     async def shutdown(self) -> None:
         if getattr(self, "_drain", None) is not None:
-            self._drain.cancel()
+            await self._stop_draining()
         if self._plane is not None:
             await self._remove_sockets(self._plane["run_name"])
         for actor in self.actors:
