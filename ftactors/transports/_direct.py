@@ -744,7 +744,7 @@ class _Segment:
     ring. Each frame's buffers take a region; the regions of a frame are free again once
     the listener has acknowledged the frame (it copied them out before it delivered)."""
 
-    def __init__(self, size: int = SEGMENT_BYTES):
+    def __init__(self, size: int):
         self.fd = os.memfd_create("ftactors", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, size)
         self.map = mmap.mmap(self.fd, size)
@@ -1023,7 +1023,7 @@ class Peers:
             offset = None
             if len(buf) >= self.shm_bytes:
                 if conn.segment is None:
-                    conn.segment = _Segment()
+                    conn.segment = _Segment(SEGMENT_BYTES)
                 offset = conn.segment.put(frame, buf)
             if offset is None:
                 inline.append(buf)
@@ -1084,7 +1084,7 @@ def encode(envs: list[Envelope], plain: bool) -> tuple[int, bytes, list]:
 def decode(kind: int, body, buffers: list = ()) -> list[Envelope]:
     """The envelopes of an authenticated frame body (``encode`` made it), with the
     frame's out-of-band ``buffers`` (each becomes its payload's buffer, owned by it)."""
-    if kind & ~OOB not in (ROWS, OBJECTS):
+    if kind & ~(OOB | SHM) not in (ROWS, OBJECTS):
         raise ValueError(f"unknown frame kind {kind}")
     rows = pickle.loads(body)
     if buffers:
