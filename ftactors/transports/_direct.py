@@ -42,6 +42,24 @@ its own (``recv_into``; ``numpy.empty``: not zeroed first, a pass over memory th
 measured 10-20% of a 16 MiB message), which becomes the payload's buffer: the receiver owns it and an
 array rebuilt over it is writable.
 
+To a peer on the same node (a Unix connection), buffers of ``shm_bytes`` and more go
+through shared memory instead: each channel has one segment (``_Segment``: an anonymous
+``memfd``, ``SEGMENT_BYTES``, used as a ring), the sender copies such a buffer into a free
+region and the frame (kind bit ``SHM``) carries, after the buffers' count, the segment's
+descriptor number and size and per buffer its length and offset (``INLINE``: it follows
+the body on the socket, as in any out-of-band frame: a buffer under ``shm_bytes``, or one
+the segment has no room for). The listener maps the segment read-only from the process at
+the other end of its Unix socket (``/proc/<pid>/fd/<n>``, the pid from the kernel,
+``SO_PEERCRED``, never from the frame; same user only), once per connection, and copies
+each region into a byte array of its own before it delivers the frame, so the receiver
+owns its buffers as on the socket path, and the region is free again once the frame is
+acknowledged (the sender keeps it until then: a frame written again after a reconnection
+finds its buffers where they were). Nothing is named: the segment lives as long as a
+process holds it, so a killed rank or a closed channel leaves nothing in ``/dev/shm`` or
+anywhere else to remove, and no other user can open it (``/proc`` checks). A TCP
+connection, an unauthenticated one, a segment that cannot be mapped or a region outside
+it is refused as a bad frame before anything is mapped or delivered.
+
 A new incarnation in a new process gets a new endpoint; when a rewire changes a peer's
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
 as a Ray call to a dead actor would be (the channel layer treats that traffic as stale
