@@ -198,7 +198,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
          "written from the sender's copy and read into a buffer the receiver owns, with no "
          "pickling copy on either side (smaller ones are pickled into the message); "
          "default: the measured crossover, see the README", "bytes"),
-    _ray("shared_memory_bytes", (int, NONE), 1 << 20,
+    _ray("shared_memory_bytes", (int, NONE), 100 << 10,
          "on the direct plane, out-of-band buffers at least this large to a rank on the "
          "same node go through a shared-memory segment of the channel (the socket carries "
          "only where they are), smaller ones and those to other nodes on the socket; None: "
