@@ -32,7 +32,9 @@ docs/ARCHITECTURE.md):
   recovery is the framework's job;
 * out-of-band buffers (option ``out_of_band_bytes``, 100 KiB, and more) of less than
   ``object_store_bytes`` travel on the direct plane as out-of-band frames (``_direct``:
-  written without a joined copy, read into a writable buffer the receiver owns). Larger
+  written without a joined copy, read into a writable buffer the receiver owns; to a rank
+  on the same node, from ``shared_memory_bytes`` on, through the channel's shared-memory
+  segment). Larger
   ones (every one with ``data_plane="ray"``) are ``ray.put`` once by the sender and travel
   as references; receivers fetch them before the channel layer sees the envelope, as
   read-only zero-copy views of the object store. The sender owns those objects, so a
