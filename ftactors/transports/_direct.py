@@ -1041,7 +1041,10 @@ class Peers:
             offset = None
             if len(buf) >= self.shm_bytes:
                 if conn.segment is None:
-                    conn.segment = _Segment(SEGMENT_BYTES)
+                    try:
+                        conn.segment = _Segment(SEGMENT_BYTES)
+                    except OSError:  # no memfd or no memory for it: the socket will do
+                        return None
                 offset = conn.segment.put(frame, buf)
             if offset is None:
                 inline.append(buf)
