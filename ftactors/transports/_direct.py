@@ -44,6 +44,24 @@ its own (``recv_into``; ``numpy.empty``: not zeroed first, a pass over memory th
 measured 10-20% of a 16 MiB message), which becomes the payload's buffer: the receiver owns it and an
 array rebuilt over it is writable.
 
+To a peer on the same node (a Unix connection), buffers of ``shm_bytes`` and more go
+through shared memory instead: each channel has one segment (``_Segment``: an anonymous
+``memfd``, ``SEGMENT_BYTES``, used as a ring), the sender copies such a buffer into a free
+region and the frame (kind bit ``SHM``) carries, after the buffers' count, the segment's
+descriptor number and size and per buffer its length and offset (``INLINE``: it follows
+the body on the socket, as in any out-of-band frame: a buffer under ``shm_bytes``, or one
+the segment has no room for). The listener maps the segment read-only from the process at
+the other end of its Unix socket (``/proc/<pid>/fd/<n>``, the pid from the kernel,
+``SO_PEERCRED``, never from the frame; same user only), once per connection, and copies
+each region into a byte array of its own before it delivers the frame, so the receiver
+owns its buffers as on the socket path, and the region is free again once the frame is
+acknowledged (the sender keeps it until then: a frame written again after a reconnection
+finds its buffers where they were). Nothing is named: the segment lives as long as a
+process holds it, so a killed rank or a closed channel leaves nothing in ``/dev/shm`` or
+anywhere else to remove, and no other user can open it (``/proc`` checks). A TCP
+connection, an unauthenticated one, a segment that cannot be mapped or a region outside
+it is refused as a bad frame before anything is mapped or delivered.
+
 A new incarnation in a new process gets a new endpoint; when a rewire changes a peer's
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
 as a Ray call to a dead actor would be (the channel layer treats that traffic as stale
@@ -82,6 +100,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import mmap
 import os
 import pickle
 import secrets
@@ -108,6 +127,17 @@ OOB = 0x80
 OOB_COUNT = struct.Struct("!I")
 OOB_LENGTH = struct.Struct("!Q")
 """An out-of-band frame's number of buffers, then each one's length, before its body."""
+SHM = 0x40
+"""Body kind bit (with ``OOB``, Unix connections only): the table says which buffers
+are in the sender's shared-memory segment (module docstring)."""
+SHM_SEGMENT = struct.Struct("!iQ")
+"""A shared-memory frame's segment: the sender's descriptor of it and its size ..."""
+SHM_ENTRY = struct.Struct("!QQ")
+"""... then per buffer its length and its offset in the segment (``INLINE``: after the body)."""
+INLINE = (1 << 64) - 1
+SEGMENT_BYTES = 64 << 20
+"""A channel's shared-memory segment (anonymous; pages are taken as they are first
+written): a buffer that does not fit in what is free of it goes on the socket."""
 RECV_BYTES = 256 << 10
 """The listener's receive area: the most one read takes outside an out-of-band buffer."""
 SEND_BUFFER_BYTES = 4 << 20
@@ -180,7 +210,7 @@ class Counters:
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
               "handshake_lost", "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects",
-              "resent")
+              "resent", "shared")
 
     def __init__(self):
         for name in self.FIELDS:
@@ -237,6 +267,8 @@ class _Inbound(asyncio.BufferedProtocol):
         self.ack_timer = None
         self.area = memoryview(bytearray(RECV_BYTES))
         self.filling: _Filling | None = None  # an out-of-band frame whose buffers arrive
+        self.peer_pid: int | None = None  # the sending process, on a Unix connection
+        self.segment = None  # its shared-memory segment, mapped: ((fd, size), mmap, array)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         filling = self.filling
@@ -269,6 +301,10 @@ class _Inbound(asyncio.BufferedProtocol):
         self.listener.inbound.add(self)
         self.counters.connections += 1
         self.counters.tcp_connections += self.tcp
+        if not self.tcp:
+            pid, uid, _ = struct.unpack("3i", transport.get_extra_info("socket").getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            self.peer_pid = pid if uid == os.getuid() else None
         transport.write(self.nonce)
         self.timer = asyncio.get_running_loop().call_later(
             self.listener.auth_timeout_s, self._auth_timeout)
@@ -331,17 +367,23 @@ class _Inbound(asyncio.BufferedProtocol):
             size, kind = HEADER.unpack_from(buf, pos)
             start = pos + HEADER.size
             lengths = ()
+            shared = kind & SHM
             if kind & OOB:
                 if end - start < OOB_COUNT.size:
                     break
                 count = OOB_COUNT.unpack_from(buf, start)[0]
-                table = OOB_COUNT.size + count * OOB_LENGTH.size
-                if count > limit // OOB_LENGTH.size:
+                entry = SHM_ENTRY.size if shared else OOB_LENGTH.size
+                table = OOB_COUNT.size + (SHM_SEGMENT.size if shared else 0) + count * entry
+                if count > limit // entry:
                     self._refuse("oversized")
                     return 0
                 if end - start < table:
                     break
-                lengths = struct.unpack_from(f"!{count}Q", buf, start + OOB_COUNT.size)
+                if shared:
+                    entries = struct.unpack_from(f"!{2 * count}Q", buf, start + table - count * entry)
+                    lengths = entries[::2]
+                else:
+                    lengths = struct.unpack_from(f"!{count}Q", buf, start + OOB_COUNT.size)
                 start += table
             if size + sum(lengths) > limit:
                 self._refuse("oversized")
@@ -354,7 +396,13 @@ class _Inbound(asyncio.BufferedProtocol):
                     self._complete(kind, whole, (), size)
                 pos = start + size
                 continue
-            filling = _Filling(kind, body, lengths)
+            given = None
+            if shared:  # the table is whole: its segment and the buffers in it
+                given = self._shared(SHM_SEGMENT.unpack_from(buf, start - table + OOB_COUNT.size),
+                                     entries)
+                if given is None:
+                    return 0
+            filling = _Filling(kind, body, lengths, given)
             pos = start + size
             with memoryview(buf) as view:  # what already arrived of the buffers
                 pos += filling.take(view[pos:])
@@ -364,6 +412,52 @@ class _Inbound(asyncio.BufferedProtocol):
                 self.filling = filling
                 break
         return pos
+
+    def _shared(self, segment: tuple, entries: tuple) -> list | None:
+        """A shared-memory frame's buffers (each a copy the receiver owns, None for one
+        that follows the body), out of the sender's segment ``(descriptor, size)``,
+        mapped read-only from the process at the other end of this Unix socket (its id
+        from the kernel, not from the frame); None once refused (a TCP connection, a
+        segment that cannot be mapped, a region outside it)."""
+        fd, size = segment
+        try:
+            if self.tcp or self.peer_pid is None:
+                raise ValueError("shared memory from a peer on another node")
+            if self.segment is None or self.segment[0] != segment:
+                self._unmap()
+                f = os.open(f"/proc/{self.peer_pid}/fd/{fd}", os.O_RDONLY)
+                try:
+                    st = os.fstat(f)
+                    if not stat.S_ISREG(st.st_mode) or st.st_size < size:
+                        raise ValueError("not the sender's segment")
+                    seg = mmap.mmap(f, size, mmap.MAP_SHARED, mmap.PROT_READ)
+                finally:
+                    os.close(f)
+                self.segment = (segment, seg, np.frombuffer(seg, np.uint8))
+            array = self.segment[2]
+            given = []
+            for i in range(0, len(entries), 2):
+                n, offset = entries[i], entries[i + 1]
+                if offset == INLINE:
+                    given.append(None)
+                    continue
+                if offset + n > size:
+                    raise ValueError("a region outside the segment")
+                own = np.empty(n, np.uint8)
+                own[:] = array[offset:offset + n]
+                given.append(own)
+            return given
+        except (OSError, ValueError):
+            self._refuse("bad_frame")
+            return None
+
+    def _unmap(self) -> None:
+        """Let go of the peer's segment."""
+        if self.segment is not None:
+            _, seg, array = self.segment
+            self.segment = None
+            del array
+            seg.close()
 
     def _complete(self, kind: int, body, buffers: list, nbytes: int) -> None:
         """One whole frame: decode it, deliver its envelopes, acknowledge in time."""
@@ -406,6 +500,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.refused = True
         self.buf = bytearray()
         self.filling = None
+        self._unmap()
         if self.session is not None and self.session.conn is self:
             self.session.conn = None
         self.listener.inbound.discard(self)
@@ -415,24 +510,27 @@ class _Filling:
     """An out-of-band frame whose buffers arrive: one byte array each, read into in
     turn (``view`` from ``at`` on is where the next bytes go)."""
 
-    __slots__ = ("kind", "body", "buffers", "nbytes", "index", "view", "at")
+    __slots__ = ("kind", "body", "buffers", "todo", "nbytes", "index", "view", "at")
 
-    def __init__(self, kind: int, body: bytes, lengths: tuple):
+    def __init__(self, kind: int, body: bytes, lengths: tuple, given: list | None = None):
         self.kind = kind
         self.body = body
-        self.buffers = [np.empty(n, np.uint8) for n in lengths]  # every byte is read into
+        given = given or [None] * len(lengths)  # buffers already there (shared memory)
+        # every byte is read into the others
+        self.buffers = [np.empty(n, np.uint8) if g is None else g for n, g in zip(lengths, given)]
+        self.todo = [b for b, g in zip(self.buffers, given) if g is None]
         self.nbytes = len(body) + sum(lengths)
         self.index = 0
-        self.view = memoryview(self.buffers[0]) if self.buffers else memoryview(b"")
+        self.view = memoryview(self.todo[0]) if self.todo else memoryview(b"")
         self.at = 0
 
     def advance(self) -> bool:
         """Move past the buffers that are full; True when every one is."""
         while self.at == len(self.view):
             self.index += 1
-            if self.index >= len(self.buffers):
+            if self.index >= len(self.todo):
                 return True
-            self.view, self.at = memoryview(self.buffers[self.index]), 0
+            self.view, self.at = memoryview(self.todo[self.index]), 0
         return False
 
     def take(self, data: memoryview) -> int:
@@ -660,6 +758,54 @@ class _Wire(asyncio.Protocol):
             self.out.on_lost(self)
 
 
+class _Segment:
+    """A channel's shared-memory segment (sending side): an anonymous file (memfd, no
+    name anywhere: it goes when the last process holding it closes it or dies) used as a
+    ring. Each frame's buffers take a region; the regions of a frame are free again once
+    the listener has acknowledged the frame (it copied them out before it delivered)."""
+
+    def __init__(self, size: int):
+        self.fd = os.memfd_create("ftactors", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, size)
+        self.map = mmap.mmap(self.fd, size)
+        self.array = np.frombuffer(self.map, np.uint8)
+        self.size = size
+        self.head = 0  # where the next region starts
+        self.regions: deque = deque()  # (frame number, start, end), in frame order
+
+    def put(self, frame: int, buf) -> int | None:
+        """Copy ``buf`` into a free region for frame number ``frame``; its offset, or
+        None when no region is free that large (the buffer goes on the socket)."""
+        n = len(buf)
+        regions = self.regions
+        if not regions:
+            self.head = 0
+        tail = regions[0][1] if regions else self.size
+        if self.head > tail or not regions:  # free: [head, size) and [0, tail)
+            start = self.head if self.size - self.head >= n else 0 if n <= tail else None
+        else:  # wrapped (head == tail: full): free [head, tail)
+            start = self.head if tail - self.head >= n else None
+        if start is None:
+            return None
+        self.array[start:start + n] = np.frombuffer(buf, np.uint8)
+        self.head = start + n
+        regions.append((frame, start, self.head))
+        return start
+
+    def release(self, count: int) -> None:
+        """The frames numbered below ``count`` were delivered: free their regions."""
+        regions = self.regions
+        while regions and regions[0][0] < count:
+            regions.popleft()
+
+    def close(self) -> None:
+        self.regions.clear()
+        del self.array
+        self.map.close()
+        os.close(self.fd)
+
+
+
 class _Outbound:
     """The channel to one peer endpoint, over as many connections as it takes.
 
@@ -689,6 +835,7 @@ class _Outbound:
         self.blocked_until = peers.blocked.get(dst, 0.0)  # chaos: partitioned until (loop time)
         self.writable = asyncio.Event()
         self.writable.set()
+        self.segment: _Segment | None = None  # shared memory with a peer on this node
         self.task = asyncio.ensure_future(self._connect())
 
     @property
@@ -736,6 +883,8 @@ class _Outbound:
         for _ in range(min(count - self.base, len(frames))):
             self.unacked -= _length(frames.popleft())
         self.base = max(self.base, count)
+        if self.segment is not None:
+            self.segment.release(self.base)
         if not self.writable.is_set():
             self.update()
 
@@ -820,6 +969,9 @@ class _Outbound:
             self.counters.dropped_sends += self.base + len(self.frames) - max(self.written, self.base)
         self.frames.clear()
         self.unacked = 0
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
         if self.wire is not None:
             self.wire.abort()
             self.wire = None
@@ -836,8 +988,9 @@ class Peers:
 
     def __init__(self, secret: RunSecret, node: str, counters: Counters,
                  on_lost: Callable[[int], None] = lambda dst: None, *,
-                 reconnect_s: float = RECONNECT_S):
+                 reconnect_s: float = RECONNECT_S, shm_bytes: int | None = None):
         self.secret = secret
+        self.shm_bytes = shm_bytes  # buffers this large to a peer on this node: shared memory
         self.node = node
         self.counters = counters
         self.on_lost = on_lost
@@ -864,6 +1017,12 @@ class Peers:
         conn = self.conns.get(dst)
         if conn is None:
             conn = self.conns[dst] = _Outbound(self, dst, self.endpoints[dst])
+        if buffers and conn.local and self.shm_bytes is not None:
+            shared = self._shared(conn, len(body), kind, buffers)
+            if shared is not None:
+                head, inline = shared
+                conn.write((head, body, *inline), len(head) + len(body) + sum(map(len, inline)))
+                return True
         if buffers:  # the body is not copied behind the header: writev takes both
             head = (HEADER.pack(len(body), kind | OOB) + OOB_COUNT.pack(len(buffers))
                     + struct.pack(f"!{len(buffers)}Q", *map(len, buffers)))
@@ -871,6 +1030,33 @@ class Peers:
         else:
             conn.write((HEADER.pack(len(body), kind), body), HEADER.size + nbytes)
         return True
+
+    def _shared(self, conn: "_Outbound", size: int, kind: int, buffers: list):
+        """An out-of-band frame's header for a peer on this node, its buffers of
+        ``shm_bytes`` and more copied into the channel's segment: ``(head, inline)``,
+        ``inline`` the buffers that still go on the socket; None when none went in."""
+        if conn.closed:
+            return None
+        frame = conn.base + len(conn.frames)  # the number the frame gets
+        entries, inline = [], []
+        for buf in buffers:
+            offset = None
+            if len(buf) >= self.shm_bytes:
+                if conn.segment is None:
+                    try:
+                        conn.segment = _Segment(SEGMENT_BYTES)
+                    except OSError:  # no memfd or no memory for it: the socket will do
+                        return None
+                offset = conn.segment.put(frame, buf)
+            if offset is None:
+                inline.append(buf)
+            entries.append(SHM_ENTRY.pack(len(buf), INLINE if offset is None else offset))
+        if len(inline) == len(buffers):
+            return None
+        self.counters.shared += len(buffers) - len(inline)
+        head = (HEADER.pack(size, kind | OOB | SHM) + OOB_COUNT.pack(len(buffers))
+                + SHM_SEGMENT.pack(conn.segment.fd, conn.segment.size) + b"".join(entries))
+        return head, inline
 
     def congested(self, dst: int):
         """None when the channel to ``dst`` takes more frames now; else an awaitable
@@ -921,7 +1107,7 @@ def encode(envs: list[Envelope], plain: bool) -> tuple[int, bytes, list]:
 def decode(kind: int, body, buffers: list = ()) -> list[Envelope]:
     """The envelopes of an authenticated frame body (``encode`` made it), with the
     frame's out-of-band ``buffers`` (each becomes its payload's buffer, owned by it)."""
-    if kind & ~OOB not in (ROWS, OBJECTS):
+    if kind & ~(OOB | SHM) not in (ROWS, OBJECTS):
         raise ValueError(f"unknown frame kind {kind}")
     rows = pickle.loads(body)
     if buffers:

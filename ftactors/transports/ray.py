@@ -32,7 +32,9 @@ docs/ARCHITECTURE.md):
   recovery is the framework's job;
 * out-of-band buffers (option ``out_of_band_bytes``, 100 KiB, and more) of less than
   ``object_store_bytes`` travel on the direct plane as out-of-band frames (``_direct``:
-  written without a joined copy, read into a writable buffer the receiver owns). Larger
+  written without a joined copy, read into a writable buffer the receiver owns; to a rank
+  on the same node, from ``shared_memory_bytes`` on, through the channel's shared-memory
+  segment). Larger
   ones (every one with ``data_plane="ray"``) are ``ray.put`` once by the sender and travel
   as references; receivers fetch them before the channel layer sees the envelope, as
   read-only zero-copy views of the object store. The sender owns those objects, so a
@@ -189,6 +191,9 @@ OBJECT_STORE_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "object_s
 """Out-of-band buffers from this size on go through the object store (the option's default)."""
 OUT_OF_BAND_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "out_of_band_bytes")
 """Buffers from this size on travel out of band on the direct plane (the option's default)."""
+SHARED_MEMORY_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "shared_memory_bytes")
+"""Out-of-band buffers from this size on go through shared memory to a rank on the same
+node (the option's default)."""
 
 DRAIN_STOP_S = 10.0
 """How long the end of a run waits for the Inbox's last answer before giving it up."""
@@ -302,7 +307,8 @@ class RankActor:
             node, ray.util.get_node_ip_address(), run_dir(plane["run_name"]),
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
         self.link.direct = Peers(plane["secret"], node, self.listener.counters,
-                                 self._peer_lost)
+                                 self._peer_lost, shm_bytes=spec.options.get(
+                                     "shared_memory_bytes", SHARED_MEMORY_BYTES))
         self.link.large_bytes = spec.options.get("out_of_band_bytes", OUT_OF_BAND_BYTES)
         self.link.listener = self.listener
         return os.getpid(), node, endpoint
@@ -451,8 +457,8 @@ class RayFabric:
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
         self._plane: dict | None = None
-        for name in ("object_store_bytes", "out_of_band_bytes"):
-            if options.get(name, 0) < 0:
+        for name in ("object_store_bytes", "out_of_band_bytes", "shared_memory_bytes"):
+            if (options.get(name) or 0) < 0:
                 raise ConfigError(f"{name} must be >= 0, not {options[name]}")
         if options.get("data_plane", "direct") == "direct":
             self._plane = {"secret": RunSecret(), "run_name": f"ftactors-{secrets.token_hex(8)}"}

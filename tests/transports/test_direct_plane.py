@@ -603,3 +603,168 @@ def test_an_out_of_band_frame_longer_than_the_limit_is_refused_unread(tmp_path):
         w.close()
         listener.close()
     asyncio.run(body())
+
+
+def _segments_mapped() -> int:
+    """Mappings of shared-memory segments of the direct plane in this process."""
+    with open("/proc/self/maps") as maps:
+        return sum("memfd:ftactors" in line for line in maps)
+
+
+@pytest.mark.parametrize("same_node", [True, False], ids=["unix", "tcp"])
+def test_large_buffers_to_a_peer_on_the_node_go_through_shared_memory(tmp_path, same_node):
+    """Buffers of ``shm_bytes`` and more to a peer on the same node go through the
+    channel's segment (counted), the rest of the frame on the socket, smaller buffers
+    beside them in the same frame: all arrive intact, in order, writable and owned by
+    the receiver. Across nodes nothing is shared. Closing both ends unmaps every
+    segment (anonymous: nothing named is left to remove)."""
+    sizes = [LARGE, 1 << 20, 3 << 20]
+
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a" if same_node else "node-b", listener.counters,
+                      shm_bytes=1 << 20)
+        peers.wire([None, endpoint])
+        before = os.listdir("/dev/shm")
+        for i, n in enumerate(sizes):
+            assert peers.send(1, *encode([_arrays_env(i, n)], True))
+        assert peers.send(1, *encode([_arrays_env(3, LARGE, 2 << 20, 4 << 20)], True))
+        await _until(lambda: len(got) == 4)
+        assert [e.app_seq for e in got] == [0, 1, 2, 3]
+        assert all(_intact(e, n) for e, n in zip(got, sizes))
+        assert _intact(got[3], LARGE, 2 << 20, 4 << 20)
+        assert all(type(b) is np.ndarray and b.base is None
+                   for env in got for b in env.payload.buffers)
+        assert listener.counters.shared == (4 if same_node else 0)
+        assert _segments_mapped() == (2 if same_node else 0)  # the sender's, the listener's
+        peers.close()
+        listener.close()
+        await _until(lambda: _segments_mapped() == 0)
+        assert os.listdir("/dev/shm") == before
+    asyncio.run(body())
+
+
+def test_a_full_segment_sends_on_the_socket_and_frees_acknowledged_regions(tmp_path, monkeypatch):
+    """A segment that has no free region large enough for a buffer lets that buffer go
+    on the socket; regions come free as frames are acknowledged, so later buffers use
+    the segment again, wrapping around it: a stream of arrays of mixed sizes arrives
+    intact and in order either way."""
+    monkeypatch.setattr(_direct, "SEGMENT_BYTES", 5 << 20)
+    sizes = [(2 << 20) + 8 * k for k in range(5)] + [3 << 20, 1 << 20]
+
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a", listener.counters, shm_bytes=1 << 20)
+        peers.wire([None, endpoint])
+        for i in range(40):
+            assert peers.send(1, *encode([_arrays_env(i, sizes[i % len(sizes)])], True))
+            if i % 4 == 3:  # a burst of four does not fit: let the listener catch up
+                await _until(lambda: peers.conns[1].base == i + 1)
+        await _until(lambda: len(got) == 40)
+        assert [e.app_seq for e in got] == list(range(40))
+        assert all(_intact(e, sizes[e.app_seq % len(sizes)]) for e in got)
+        assert 0 < listener.counters.shared < 40
+        peers.close()
+        listener.close()
+    asyncio.run(body())
+
+
+def test_a_segment_is_a_ring_of_regions_freed_in_frame_order():
+    """Regions are taken after the newest, wrap to the start when the end has no room,
+    and come free only when the frames that hold them are acknowledged."""
+    segment = _direct._Segment(10)
+    try:
+        assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
+        assert segment.put(2, b"c" * 3) is None  # 2 left at the end, nothing at the start
+        segment.release(1)  # frame 0 delivered: [0, 4) is free
+        assert segment.put(2, b"c" * 3) == 0  # wrapped
+        assert segment.put(3, b"d" * 2) is None  # [3, 4) is all that is free
+        assert segment.put(3, b"d") == 3  # full now
+        assert segment.put(4, b"e") is None
+        segment.release(4)
+        assert segment.put(4, b"e" * 10) == 0  # all free again
+        assert bytes(segment.map[:10]) == b"e" * 10
+    finally:
+        segment.close()
+
+
+def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monkeypatch):
+    """A connection that ends after the listener took a frame's buffer out of the
+    segment and before the frame's socket part arrived whole drops the partial frame;
+    the sender keeps the region until the frame is acknowledged, writes the frame again
+    on a new connection, the listener maps the segment again: delivered once, intact."""
+    cuts = []
+    fill = _direct._Inbound.buffer_updated
+
+    def cut_midway(inbound, nbytes):
+        fill(inbound, nbytes)
+        filling = inbound.filling
+        if filling is not None and filling.at and not cuts:
+            cuts.append(filling.at)
+            inbound.listener.disconnect()  # the listener's end resets
+
+    monkeypatch.setattr(_direct._Inbound, "buffer_updated", cut_midway)
+    sizes = (8 << 20, 1 << 20)  # the first in the segment, the second on the socket
+
+    async def body():
+        nonlocal peers
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        peers = Peers(secret, "node-a", Counters(), shm_bytes=4 << 20)
+        peers.wire([None, endpoint])
+        for i in range(3):
+            assert peers.send(1, *encode([_arrays_env(i, *sizes)], True))
+            waiting = peers.congested(1)
+            if waiting is not None:
+                await waiting
+        await _until(lambda: len(got) == 3, timeout_s=20, show=peers.counters.as_dict)
+        assert cuts and [e.app_seq for e in got] == [0, 1, 2]
+        assert all(_intact(e, *sizes) for e in got)
+        assert listener.counters.truncated == 1
+        assert peers.counters.reconnects == 1 and peers.counters.resent >= 1
+        assert peers.counters.shared == 3  # counted as sent, once each
+        peers.close()
+        listener.close()
+
+    peers = None
+    asyncio.run(body())
+
+
+def test_shared_memory_frames_are_refused_from_strangers_over_tcp_and_out_of_bounds(tmp_path):
+    """Nothing is mapped for a peer that has not proved the secret; a shared-memory
+    frame on a TCP connection (no peer process to map from) or naming a region outside
+    its segment is refused as a bad frame; none of them delivers anything."""
+    async def body():
+        secret = RunSecret()
+        listener, endpoint, got = await _listening(tmp_path, secret)
+        segment = _direct._Segment(1 << 20)
+        _, body_, _ = encode([_env(0)], True)
+
+        def frame(offset):
+            return (HEADER.pack(len(body_), ROWS | OOB | _direct.SHM) + OOB_COUNT.pack(1)
+                    + _direct.SHM_SEGMENT.pack(segment.fd, segment.size)
+                    + _direct.SHM_ENTRY.pack(4096, offset) + body_)
+
+        r, w = await asyncio.open_unix_connection(endpoint.path)  # a stranger
+        theirs = await r.readexactly(NONCE_BYTES)
+        mine = os.urandom(NONCE_BYTES + SESSION_BYTES)
+        w.write(mine + RunSecret().mac(b"client", theirs, mine) + frame(0))
+        await _until(lambda: listener.counters.auth_failed == 1)
+        assert all(conn.segment is None for conn in listener.inbound)
+        w.close()
+        r, w = await asyncio.open_connection(endpoint.host, endpoint.port)
+        await _handshake(r, w, secret)
+        w.write(frame(0))
+        await _until(lambda: listener.counters.bad_frame == 1)
+        w.close()
+        r, w = await asyncio.open_unix_connection(endpoint.path)
+        await _handshake(r, w, secret)
+        w.write(frame(segment.size - 100))
+        await _until(lambda: listener.counters.bad_frame == 2)
+        assert got == [] and listener.counters.frames == 0
+        w.close()
+        segment.close()
+        listener.close()
+    asyncio.run(body())

@@ -3,6 +3,8 @@
 the object store from there on) they arrive intact, and writable where the receiver owns
 their buffer; a ring of them survives a kill under the protocols that restart ranks in
 new processes (resends and replays of out-of-band frames)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -85,9 +87,35 @@ def test_the_out_of_band_threshold_is_an_option(ray_session):
         ft.run(Bases, 2, args=(sizes,), transport="ray", out_of_band_bytes=-1)
 
 
+def _segments() -> tuple[int, int]:
+    """This process's shared-memory segments of the direct plane: descriptors, mappings."""
+    fds = sum(os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:ftactors")
+              for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+    with open("/proc/self/maps") as maps:
+        return fds, sum("memfd:ftactors" in line for line in maps)
+
+
+def test_large_arrays_to_a_rank_on_the_node_go_through_shared_memory(ray_session):
+    """From ``shared_memory_bytes`` on, arrays to a rank on the same node go through the
+    channel's segment (counted in ``metrics["direct"]["shared"]``), intact and writable
+    (the receiver's own copy); with None, none does. Nothing is named in /dev/shm."""
+    sizes = [512 << 10, (1 << 20) - 8, 1 << 20, 3 << 20]
+    before = set(os.listdir("/dev/shm"))
+    r = ft.run(Bases, 2, args=(sizes,), transport="ray", shared_memory_bytes=1 << 20,
+               timeout_s=120)
+    assert r.results[1] == [(True, True, True)] * 4
+    assert r.metrics["direct"]["shared"] == 2
+    r = ft.run(Bases, 2, args=(sizes,), transport="ray", shared_memory_bytes=None,
+               timeout_s=120)
+    assert r.results[1] == [(True, True, True)] * 4
+    assert r.metrics["direct"]["shared"] == 0
+    assert set(os.listdir("/dev/shm")) <= before
+
+
 class LargeRing(ft.Rank):
     """Each iteration a rank sends its right neighbour an array of a few MiB and one just
-    over the out-of-band threshold, then checks what came from its left."""
+    over the out-of-band threshold, then checks what came from its left; it returns how
+    many were wrong and the shared-memory segments its process holds at the end."""
 
     async def main(self, iterations):
         comm, r, n = self.comm, self.rank, self.size
@@ -101,14 +129,20 @@ class LargeRing(ft.Rank):
                              and np.array_equal(small, _array(LARGE + 8, it))
                              and big.flags.writeable)
             await req.wait()
-        return self.bad
+        await comm.barrier()
+        return self.bad, _segments()
 
 
 @pytest.mark.parametrize("protocol", ["ready-flush", "standby"])
 def test_a_ring_of_large_arrays_survives_a_kill(ray_session, protocol):
+    """The 3 MiB arrays go through shared memory (all ranks on one node); after a kill
+    and its recovery each rank holds one segment (to its right neighbour) and maps its
+    left neighbour's: two mappings and three descriptors (its segment's, and one that
+    Python's ``mmap`` keeps per mapping); none of the dead rank's is left."""
     setup = setups()[protocol]
     cls = type(f"LargeRing_{protocol}", (*setup.mixins, LargeRing), {})
     r = ft.run(cls, 4, args=(8,), transport="ray", spares=min(setup.spares, 1),
                chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, **setup.options)
     assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
-    assert r.results == [0, 0, 0, 0]
+    assert r.results == [(0, (3, 2))] * 4
+    assert r.metrics["direct"]["shared"] > 0

@@ -42,6 +42,7 @@ socket pair, 16 MiB bandwidth at least 0.8x raw Ray (the object store).
 """
 from __future__ import annotations
 
+import ast
 import asyncio
 import statistics
 import time
@@ -269,13 +270,15 @@ def _anchor_actors(address: str | None):
     return ray, [driver, peer, sock_driver, sock_peer]
 
 
-def measure(plan: dict, repetitions: int,
-            address: str | None = None) -> dict[str, dict[str, list[float]]]:
-    """Alternating ftactors, raw-Ray and socket repetitions; the samples of each figure."""
+def measure(plan: dict, repetitions: int, address: str | None = None,
+            options: dict | None = None) -> dict[str, dict[str, list[float]]]:
+    """Alternating ftactors, raw-Ray and socket repetitions; the samples of each figure
+    (``options``: more options of ``ft.run``, such as the thresholds)."""
     ray, actors = _anchor_actors(address)
     try:
         runs = ft.run(TransportBench, 2, args=(plan, repetitions, actors[0], actors[2]),
-                      transport="ray", address=address, timeout_s=1800).results[0]
+                      transport="ray", address=address, timeout_s=1800,
+                      **(options or {})).results[0]
     finally:
         for actor in actors:
             ray.kill(actor)
@@ -310,6 +313,24 @@ def plan_of(settings: dict, extra_kib: str) -> dict:
         arrays.setdefault(nbytes, max(2, budget // nbytes))
     plan["arrays"] = dict(sorted(arrays.items()))
     return plan
+
+
+def options_of(pairs: list[str]) -> dict:
+    """``NAME=VALUE`` strings as options of ``ft.run`` (values are Python literals).
+
+    Raises:
+        ValueError: a pair without ``=`` or a value that is not a literal.
+    """
+    options = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--option {pair!r} is not NAME=VALUE")
+        try:
+            options[name.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            raise ValueError(f"--option {pair!r}: {value!r} is not a Python literal") from None
+    return options
 
 
 def summarize(samples: dict) -> dict:
@@ -362,6 +383,10 @@ def add_arguments(parser) -> None:
                              "either side of a crossover: 96,104,15360,16384)")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address (default: embedded local Ray)")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="an option of ft.run for the ftactors side, a Python literal "
+                             "(e.g. object_store_bytes=33554432, shared_memory_bytes=None); "
+                             "repeatable")
 
 
 def main(args) -> int:
@@ -371,15 +396,16 @@ def main(args) -> int:
         return usage_error("transport", "--repetitions must be >= 1")
     try:
         plan = plan_of(settings, args.sizes_kib)
+        options = options_of(args.option)
     except ValueError as exc:
         return usage_error("transport", str(exc))
     print(f"transport benchmark: ftactors on Ray vs raw Ray actor calls and a raw socket pair, "
           f"{repetitions} repetition(s)")
     machine = machine_info()
-    figures = summarize(measure(plan, repetitions, args.address))
+    figures = summarize(measure(plan, repetitions, args.address, options))
     print(format_table(figures))
     write_results(args, "transport", {
-        "quick": bool(args.quick), "repetitions": repetitions,
+        "quick": bool(args.quick), "repetitions": repetitions, "options": options,
         "plan": {"round_trips": plan["round_trips"], "messages": plan["messages"],
                  "arrays": {str(k): v for k, v in plan["arrays"].items()}},
         "figures": figures,

@@ -91,6 +91,19 @@ def test_transport_bench_measures_more_sizes_on_request():
     assert bench("transport", "--sizes-kib", "-8") == 2
 
 
+def test_transport_bench_passes_options_to_the_ftactors_side():
+    """``--option NAME=VALUE`` (a Python literal, repeatable) becomes an option of the
+    ftactors side's ``ft.run``, to measure either side of a threshold; anything else is
+    a usage error."""
+    from ftactors.tools.bench import transport
+    assert transport.options_of(["shared_memory_bytes=None", " object_store_bytes = 1073741824"]) == {
+        "shared_memory_bytes": None, "object_store_bytes": 1 << 30}
+    for bad in ("shared_memory_bytes", "=3", "x=not a literal"):
+        with pytest.raises(ValueError, match="--option"):
+            transport.options_of([bad])
+    assert bench("transport", "--option", "x") == 2
+
+
 def test_erasure_bench_json(tmp_path):
     out = tmp_path / "erasure.json"
     assert bench("erasure", "--codes", "4x2", "--sizes-mib", "0.25",
