@@ -142,7 +142,8 @@ def test_a_ring_of_large_arrays_survives_a_kill(ray_session, protocol):
     setup = setups()[protocol]
     cls = type(f"LargeRing_{protocol}", (*setup.mixins, LargeRing), {})
     r = ft.run(cls, 4, args=(8,), transport="ray", spares=min(setup.spares, 1),
-               chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, **setup.options)
+               chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, shared_memory_bytes=100 << 10,
+               **setup.options)
     assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
     assert r.results == [(0, (3, 2))] * 4
     assert r.metrics["direct"]["shared"] > 0
