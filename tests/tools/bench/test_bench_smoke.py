@@ -317,3 +317,15 @@ def test_collectives_bench_rows_and_rank_side():
     assert "Allreduce 65536 B" in collectives.format_table(rows)
     assert bench("collectives", "--sizes", "big") == 2
     assert bench("collectives", "--ranks", "1") == 2
+
+
+def test_collectives_bench_json(tmp_path, ray_session):
+    """The command on Ray ranks (and mpi4py when it is installed), one call per schedule."""
+    out = tmp_path / "collectives.json"
+    assert bench("collectives", "--ranks", "2", "--sizes", "0.125", "--repetitions", "1",
+                 "--quick", "--json", str(out)) == 0
+    from ftactors.tools.bench.collectives import OPS
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "collectives" and data["ranks"] == 2
+    assert [r["op"] for r in data["rows"]] == list(OPS)
+    assert all(r["old_ms"] > 0 and r["new_ms"] > 0 for r in data["rows"]), data["rows"]
