@@ -8,7 +8,9 @@ passes it down the protocol stack (``on_send``: a protocol may add piggyback dat
 hold or drop it), stamps the channel sequence number and puts it in the per-destination
 outbox. Outboxes are flushed as one batch per destination when the sending task yields
 to the event loop, when a batch is full, or at once for a large message, because on Ray
-one call per message costs far more than one call per batch. A message to this rank
+one call per message costs far more than one call per batch; a task that is about to
+wait for a message (``receive``, ``probe``) flushes first, so its peer can answer
+without the loop turn the scheduled flush would cost. A message to this rank
 itself is received as it is sent (see ``transmit``).
 
 Receive: the transport hands over batches. The channel layer (``_channels``) restores
@@ -269,6 +271,15 @@ class Endpoint:
             for dst in list(self._outbox):
                 self._flush_one(dst)
 
+    def _flush_before_wait(self) -> None:
+        """The task is about to wait for a message: send what it queued now rather than
+        on the loop's next turn (the ``flush`` already scheduled then finds nothing).
+        A peer often waits for exactly that message to answer (a ping-pong, a
+        collective's step), so the answer's round trip starts one loop turn sooner; what
+        is queued still goes as one batch per destination, in order."""
+        if self._flush_pending:
+            self.flush()
+
     def _flush_one(self, dst: int) -> None:
         envs = self._outbox.pop(dst, None)
         self._outbox_bytes.pop(dst, None)
@@ -379,6 +390,7 @@ class Endpoint:
         p = Posted(ctx, source, tag,
                    _resolver(fut, self.matcher, self._matched if track else None))
         self.matcher.post(p)
+        self._flush_before_wait()
         try:
             env = await fut
         except asyncio.CancelledError:
@@ -434,6 +446,7 @@ class Endpoint:
         fut = self._loop.create_future()
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
         self.matcher.post(p)
+        self._flush_before_wait()
         try:
             return await fut
         except asyncio.CancelledError:

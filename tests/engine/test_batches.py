@@ -59,3 +59,39 @@ def test_small_messages_still_fill_a_batch_by_count():
         await asyncio.sleep(0)
         assert link.batches == [BATCH_MAX, 1]
     asyncio.run(body())
+
+
+def test_a_task_that_waits_for_a_message_sends_its_batch_first():
+    """The task's queued messages leave before it blocks in a receive or a probe (the
+    loop's scheduled flush has not run yet when the test looks), as one batch, once."""
+    for wait in ("receive", "probe"):
+        async def body():
+            ep, link = _endpoint()
+
+            async def exchange():
+                for i in range(3):
+                    ep.send_app("world", 1, 0, ep.pack(i, 1))
+                await getattr(ep, wait)("world", 1, 0)
+
+            task = asyncio.ensure_future(exchange())
+            await asyncio.sleep(0)  # the task runs up to its wait, then this one
+            assert link.batches == [3]
+            await asyncio.sleep(0)  # the flush scheduled by the sends finds nothing
+            assert link.batches == [3]
+            task.cancel()
+        asyncio.run(body())
+
+
+def test_a_receive_that_finds_its_message_does_not_flush():
+    """Only waiting flushes early: a receive served from the queue goes on without
+    cutting the batch (a stream of sends and served receives keeps batching)."""
+    async def body():
+        ep, link = _endpoint()
+        ep.send_app("world", 0, 5, ep.pack("to self", 0))  # received as it is sent
+        ep.send_app("world", 1, 0, ep.pack(1, 1))
+        env = await ep.receive("world", 0, 5)
+        assert env.tag == 5 and link.batches == []
+        ep.send_app("world", 1, 0, ep.pack(2, 1))
+        await asyncio.sleep(0)
+        assert link.batches == [2]
+    asyncio.run(body())
