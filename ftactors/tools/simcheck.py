@@ -51,7 +51,7 @@ import shlex
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import ftactors as ft
@@ -465,6 +465,7 @@ def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
     setup = setups()[name]
     mixins = mixins or setup.mixins
     ranks = ranks or setup.ranks
+    setup = at_scale(setup, ranks)
     target = (flood_target(ranks, default_reach(ranks) if reach is None else reach)
               if program is None else program_target(program, ranks))
     cls = type("".join(m.__name__ for m in mixins) + target.cls.__name__,
@@ -482,6 +483,18 @@ def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
             if progress is not None:
                 progress(outcomes)
     return outcomes
+
+
+def at_scale(setup: Setup, ranks: int) -> Setup:
+    """``setup`` for a run on ``ranks``: from ``HALO_FROM`` ranks on, its groups or
+    clusters are the ``"default"`` policy (consecutive ranks in groups of about
+    sqrt(ranks), the group paper's bound) instead of pairs: 2,048 clusters of 2 at 4,096
+    ranks would make each DDVPiggyback garbage collection (a cascade per cluster over
+    every cluster) cost clusters^2."""
+    if ranks < HALO_FROM:
+        return setup
+    return replace(setup, options={k: "default" if k in ("groups", "clusters") else v
+                                   for k, v in setup.options.items()})
 
 
 def likely_causes(target: Target, outcome: Outcome) -> list[str]:

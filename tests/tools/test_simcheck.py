@@ -7,8 +7,8 @@ from ftactors.tools import cli
 from ftactors.protocols import (GroupCoordination, ReadyMessageFlush, RSBackup,
                                 StandbyReplacement)
 from ftactors.runtime._escalation import LevelExhausted
-from ftactors.tools.simcheck import (default_reach, network_faults, schedule, setups,
-                                     sim_check)
+from ftactors.tools.simcheck import (at_scale, default_reach, network_faults, schedule,
+                                     setups, sim_check)
 from ftactors.transports.local import LocalFabric
 
 
@@ -272,3 +272,15 @@ def test_cli_checks_a_protocol_at_scale_on_a_halo(capsys):
     assert cli.main(["sim-check", "--protocol", "standby", "--reach", "0", "--runs", "1"]) == 2
     assert cli.main(["sim-check", "--protocol", "standby", "--reach", "1", "--app", "stencil",
                      "--runs", "1"]) == 2
+
+
+def test_at_scale_groups_and_clusters_are_about_sqrt_n_ranks(capsys):
+    """Pairs at scale would make thousands of clusters (DDVPiggyback's garbage collection
+    costs clusters^2); from HALO_FROM ranks on they are the "default" policy."""
+    for name in ("groups", "hc3i", "standby+groups"):
+        setup = setups()[name]
+        assert "fixed:2" in setup.options.values()
+        assert at_scale(setup, 8) is setup
+        assert "default" in at_scale(setup, 64).options.values()
+    assert cli.main(["sim-check", "--protocol", "groups", "--ranks", "64", "--runs", "1"]) == 0
+    assert "1 of 1 runs passed" in capsys.readouterr().out
