@@ -35,7 +35,7 @@ class HeldParts:
     def __init__(self, confirmed: bool = False):
         self.confirmed = confirmed
         self._held: dict[Hashable, tuple[bytes, asyncio.Future]] = {}
-        self._given: dict[Hashable, asyncio.Future] = {}
+        self._given: dict[Hashable, tuple[bytes, asyncio.Future]] = {}
 
     def hold(self, key: Hashable, blob: bytes) -> asyncio.Future:
         """Keep ``blob`` until ``give(key)``; the future completes then (``confirmed``:
@@ -45,10 +45,14 @@ class HeldParts:
         return taken
 
     def give(self, key: Hashable) -> bytes:
-        """The part for the coordinator (the answer of the protocol's ``ft_rpc_*``)."""
+        """The part for the coordinator (the answer of the protocol's ``ft_rpc_*``). A
+        ``confirmed`` part is kept until ``kept``: the coordinator may ask for it again
+        before then (a recovery salvaging parts while the first take is on its way)."""
+        if key in self._given:
+            return self._given[key][0]
         blob, taken = self._held.pop(key)
         if self.confirmed:
-            self._given[key] = taken
+            self._given[key] = (blob, taken)
         else:
             taken.set_result(None)
         return blob
@@ -59,7 +63,7 @@ class HeldParts:
 
     def kept(self, key: Hashable) -> None:
         """The coordinator holds part ``key`` (the protocol's ``ft_rpc_*_kept``)."""
-        taken = self._given.pop(key, None)
+        blob, taken = self._given.pop(key, (None, None))
         if taken is not None and not taken.done():
             taken.set_result(None)
 
