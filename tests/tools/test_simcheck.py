@@ -14,9 +14,11 @@ from ftactors.transports.local import LocalFabric
 
 @pytest.mark.parametrize("name", sorted(setups()))
 def test_every_protocol_passes_its_seeded_runs(name):
-    outcomes = sim_check(name, 25, 1000)
+    """15 seeded runs per setup here (the suite's budget); the sweeps of 1,000 runs per
+    setup are ``ftactors sim-check --runs 1000``, recorded in the closing notes."""
+    outcomes = sim_check(name, 15, 1000)
     assert [o.seed for o in outcomes if not o.ok] == []
-    assert sum(not o.gave_up for o in outcomes) >= 20  # most runs really recover
+    assert sum(not o.gave_up for o in outcomes) >= 12  # most runs really recover
 
 
 class DropsOneLoggedMessage(GroupCoordination):
