@@ -3,8 +3,8 @@
 On a local multi-node Ray (``ray.cluster_utils.Cluster``: a head, which runs the driver
 and the spares, and ``--workers`` worker nodes running ``--ranks`` ranks in blocks,
 ``rank_nodes``), each run removes worker ``--remove`` (or the cell's own workers, see
-``--cells``) without grace (``remove_node(...,
-allow_graceful=False)``: its raylet, object store and every process on it go at once)
+``--cells``) without grace (``tools/_node_loss.remove_node``: its raylet, object store
+and every process on it, the ranks too, go at once)
 while every rank waits at iteration ``--gate`` of its first loop (a gate actor on the
 head, so the loss hits a known iteration whatever the load; the survivors go on when the
 node is gone). The cells are every stack of ``working_stacks`` (or ``--cells``) x CG
