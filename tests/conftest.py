@@ -32,7 +32,7 @@ SECONDS = {
     "tests/tools/test_job_submit.py": 75, "tests/protocols/test_ddv_piggyback_ray.py": 49,
     "tests/tools/test_cli.py": 48, "tests/transports/test_direct_ray.py": 40,
     "tests/tools/test_simcheck.py": 39, "tests/protocols/test_shared_store.py": 35,
-    "tests/tools/bench/test_bench_smoke.py": 35, "tests/transports/test_ray_driver.py": 32,
+    "tests/tools/bench/test_bench_smoke.py": 47, "tests/transports/test_ray_driver.py": 32,
     "tests/facade/test_mpi4py_buf.py": 35, "tests/facade/test_collectives_large.py": 60,
 }
 """Seconds each of the longest modules took in a full run of the suite (worker time,

@@ -63,9 +63,20 @@ class Layout:
     px: int
 
     @classmethod
-    def whole(cls, ny: int, nx: int, size: int) -> "Layout":
-        """The whole interior over ``size`` ranks."""
-        return cls.part(ny, nx, 1, nx + 1, size)
+    def whole(cls, ny: int, nx: int, size: int, grid: tuple[int, int] | None = None) -> "Layout":
+        """The whole interior over ``size`` ranks, on the process grid ``grid``
+        (``(py, px)``; default ``process_grid``'s, the least halo traffic).
+
+        Raises:
+            ValueError: a grid of another size than ``size``, or with an empty block.
+        """
+        if grid is None:
+            return cls.part(ny, nx, 1, nx + 1, size)
+        py, px = grid
+        if py < 1 or px < 1 or py * px != size or py > ny or px > nx:
+            raise ValueError(f"a {py} x {px} process grid does not split a {ny} x {nx} "
+                             f"grid into {size} non-empty blocks")
+        return cls(ny, nx, 1, ny + 1, 1, nx + 1, py, px)
 
     @classmethod
     def part(cls, ny: int, nx: int, col0: int, col1: int, size: int) -> "Layout":
@@ -128,19 +139,20 @@ async def finish(comm: ft.Communicator, ny: int, nx: int, bounds: tuple, u: np.n
 
 
 class Stencil(ft.Rank):
-    """Jacobi heat stencil; ``main(ny, nx, iterations, verify)`` returns on every rank a
-    dict with ``checksum``, ``verified`` (bit-identical to the serial run), ``iterations``
-    and ``time_s``."""
+    """Jacobi heat stencil; ``main(ny, nx, iterations, verify, grid)`` returns on every
+    rank a dict with ``checksum``, ``verified`` (bit-identical to the serial run),
+    ``iterations`` and ``time_s``; ``grid`` (``(py, px)``) imposes the process grid
+    (strips of whole rows: ``(size, 1)``)."""
 
     async def main(self, ny: int = 512, nx: int = 512, iterations: int = 200,
-                   verify: bool = True) -> dict:
-        layout = Layout.whole(ny, nx, self.size)
-        grid = await self.comm.Create_cart([layout.py, layout.px])
-        neighbours = (*grid.Shift(0, 1), *grid.Shift(1, 1))  # north, south, west, east
+                   verify: bool = True, grid: tuple[int, int] | None = None) -> dict:
+        layout = Layout.whole(ny, nx, self.size, grid)
+        cart = await self.comm.Create_cart([layout.py, layout.px])
+        neighbours = (*cart.Shift(0, 1), *cart.Shift(1, 1))  # north, south, west, east
         self.register("u", None if self.restored else layout.initial(self.rank))
         t0 = time.perf_counter()
         async for _ in self.iterations(iterations):
-            await exchange_halos(grid, neighbours, self.u)
+            await exchange_halos(cart, neighbours, self.u)
             self.u[1:-1, 1:-1] = ref.jacobi_step(self.u)
         seconds = time.perf_counter() - t0
         reference = (lambda: ref.stencil_serial(ny, nx, iterations)) if verify else None

@@ -6,6 +6,8 @@ protocol that never checkpoints, a spares role with no spares. None of these is 
 (the answer is right), but a user who believes the program was tested must be told. Each
 is a ``FaultToleranceWarning`` (filter them all with that class) and is also recorded in
 the run's timeline or metrics, which is what the chaos tools read.
+
+One more is about speed, not protection: ``RankNicenessWarning``.
 """
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ class NoCheckpointWarning(FaultToleranceWarning):
 
 class NoSparesWarning(FaultToleranceWarning):
     """The stack's spares role has ``spares=0``: what a failure does instead."""
+
+
+class RankNicenessWarning(UserWarning):
+    """Ray's rank processes could not be given the run's ``rank_niceness`` (lowering a
+    niceness needs ``CAP_SYS_NICE``): they compute at Ray's niceness, with a smaller
+    share of a busy CPU than a plain process."""
 
 
 def warn(category: type[Warning], message: str) -> None:

@@ -222,6 +222,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
            "instead of the binomial tree; None (default): never (on one node the tree was "
            "as fast or faster at most sizes measured, see the README)", "bytes"),
     _ray("rank_num_cpus", float, 0, "CPUs reserved per rank actor (0: ranks share the cores)"),
+    _ray("rank_niceness", (int, NONE), None,
+         "the niceness of every rank's process (Ray starts its workers at 15, which gives "
+         "a rank a small share of a busy CPU); default: the driver's own, as the ranks "
+         "mpiexec starts inherit it. Below the worker's 15 needs CAP_SYS_NICE, else a "
+         "RankNicenessWarning and Ray's 15"),
     _ray("rank_nodes", list, None, "the node id each rank starts on (one per rank; a rank "
                                    "whose node is gone starts anywhere)"),
     _ray("spare_nodes", list, None, "the node ids spares start on, used in turn (a spare "

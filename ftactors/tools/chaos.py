@@ -27,6 +27,7 @@ from ..base._storage import open_filesystem
 from ..runtime._chaos import KILL_METHODS
 from ..runtime._notices import kill_text
 from ..runtime._options import add_option_flags
+from ._node_loss import remove_node
 from .apps_cli import protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
                          experiment_from_flags, load_experiment)
@@ -74,8 +75,7 @@ class _Place:
     async def kill_node(self, index: int) -> None:
         """Remove worker ``index`` without grace, then add a fresh node in its place so
         the next run finds the cluster whole."""
-        node = self.workers[index]
-        await asyncio.to_thread(self.cluster.remove_node, node, False)
+        await asyncio.to_thread(remove_node, self.cluster, self.workers[index])
         self.workers[index] = await asyncio.to_thread(self._add_worker)
 
     def _add_worker(self):
@@ -169,6 +169,25 @@ async def _node_kills(run, spec: RunSpec, place: _Place, extra: list) -> None:
         await place.kill_node(index)
 
 
+def _node_kills_unfired(spec: RunSpec, events) -> list[dict]:
+    """The node kills of ``spec`` that tested nothing (as ``kills_unfired``): the run
+    ended before the node's time came, or none of its ranks was detected failed (they
+    returned before their node went)."""
+    fired = [ev for ev in events if ev.kind == "node_killed"]  # in the order planned
+    unfired = []
+    for i, (index, at) in enumerate(sorted(spec.node_kills, key=lambda k: k[1])):
+        kill = {"node": index, "at_s": at}
+        if i >= len(fired):
+            unfired.append({"kill": kill, "why": "the run ended first"})
+            continue
+        ranks = fired[i].detail["ranks"]
+        if not any(ev.kind == "failure_detected" and ev.rank in ranks
+                   and ev.time >= fired[i].time for ev in events):
+            unfired.append({"kill": kill, "why": f"no rank of the node ({ranks}) was "
+                                                 f"detected failed: they returned first"})
+    return unfired
+
+
 def _timeline(result, exc, extra) -> list:
     """A run's events (a failed run's from its error) with the runner's own, in order."""
     events = result.events if result is not None else list(getattr(exc, "events", []))
@@ -242,7 +261,8 @@ async def run_one(spec: RunSpec, exp: Experiment, place: _Place, baseline: dict,
                                                   spares=spec.spares)
         events, resumed = _timeline(result, exc, extra), ""
     outcome, verified, identical, why = _outcome(exc), False, False, ""
-    unfired = [] if result is None else result.metrics.get("kills_unfired", [])
+    unfired = [] if result is None else [*result.metrics.get("kills_unfired", []),
+                                         *_node_kills_unfired(spec, events)]
     if result is not None:
         verdict = program.judge(program.answer(result), baseline["answer"])
         identical, why = verdict.identical, verdict.why

@@ -32,6 +32,19 @@ def test_without_verification_only_the_checksum():
     assert r["reference_checksum"] is None and r["verified"] is False
 
 
+@pytest.mark.parametrize("grid", [(4, 1), (1, 4)])
+def test_an_imposed_process_grid_is_used_and_bit_identical(grid):
+    """``grid`` overrides the least-traffic split (here 2 x 2): strips of rows or columns."""
+    results = run_stencil(4, ny=12, nx=12, iterations=6, grid=grid)
+    assert {tuple(r["grid"]) for r in results} == {grid}
+    assert all(r["identical"] for r in results)
+
+
+def test_an_imposed_grid_of_another_size_is_refused():
+    with pytest.raises(ValueError, match="2 x 3 process grid does not split a 8 x 8 grid"):
+        Layout.whole(8, 8, 4, (2, 3))
+
+
 def test_process_grid_minimises_halo_traffic():
     assert process_grid(4, 100, 100) == (2, 2)
     assert process_grid(4, 1000, 10) == (4, 1)

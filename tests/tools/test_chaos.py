@@ -247,3 +247,22 @@ def test_a_schedule_names_a_moment_chaos_knows():
         experiment_from_dict(experiment(schedules={"one": {"moment_kills": [[1, "lunch"]]},
                                                    "in-recovery": {}}))
     assert "Kill moment must be one of start, wire, return, finished" in str(err.value)
+
+
+def test_a_node_kill_whose_ranks_were_never_detected_tested_nothing():
+    """A node kill counts only if its ranks were detected failed after it: one the run
+    outlived (its ranks had returned) or one whose time never came is unfired, so the
+    run is NOT TESTED however right its answer."""
+    from ftactors.tools.chaos import _node_kills_unfired
+    from ftactors.tools.experiment import RunSpec
+    spec = RunSpec("r", "stencil", "standby", 4, "node", 0, ("standby",), {}, {}, 2,
+                   ft.Chaos(), node_kills=((1, 1.5), (0, 9.0)))
+    killed = ft.Event(2.0, "node_killed", -1, {"node": 1, "ranks": [2, 3]})
+    early = ft.Event(1.0, "failure_detected", 2, {})  # before the kill: not its doing
+    detected = ft.Event(2.5, "failure_detected", 3, {})
+    assert _node_kills_unfired(spec, [early, killed]) == [
+        {"kill": {"node": 1, "at_s": 1.5}, "why": "no rank of the node ([2, 3]) was detected "
+                                                  "failed: they returned first"},
+        {"kill": {"node": 0, "at_s": 9.0}, "why": "the run ended first"}]
+    assert _node_kills_unfired(spec, [killed, detected]) == [
+        {"kill": {"node": 0, "at_s": 9.0}, "why": "the run ended first"}]

@@ -36,6 +36,7 @@ SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a sm
     "bench sim": "test_sim_bench_json",
     "bench transport": "test_transport_bench_json",
     "bench solver": "test_solver_bench_json",
+    "bench kernel": "test_kernel_bench_json",
     "bench collectives": "test_collectives_bench_json",
     "bench footprint": "test_footprint_bench_json",
     "bench levels": "test_bench_levels_quick",

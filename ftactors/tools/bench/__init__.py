@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 BENCHES = ("transport", "sim", "apps", "recovery", "erasure", "checkpoint", "migrate", "groups",
-            "rs", "hc3i", "solver", "footprint", "levels", "parts", "deaths", "nodes",
+            "rs", "hc3i", "solver", "kernel", "footprint", "levels", "parts", "deaths", "nodes",
             "collectives")
 """Names of the benchmark modules in this package."""
 

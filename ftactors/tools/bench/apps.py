@@ -12,7 +12,8 @@ What is measured, in one run, for each app and rank count:
 
 The numpy run is timed where the ranks run, so that both use the same BLAS threading:
 on Ray in a Ray task (Ray gives its workers ``OMP_NUM_THREADS=1``, so single-threaded
-BLAS, like the rank actors), on ``local`` and ``sim`` in this process.
+BLAS, like the rank actors; at this process's niceness, as the ranks run, not at Ray's 15),
+on ``local`` and ``sim`` in this process.
 
 A ratio above 1 is how much slower the distributed run is. On a 2-core machine the
 distributed runs cannot be much faster than numpy (which already uses both cores in
@@ -59,16 +60,17 @@ def _now() -> float:
 
 
 def baseline_cg(problem_class: str) -> dict:
-    """Serial NPB CG: the matrix, then the ``niter`` outer iterations the app runs."""
+    """Serial NPB CG: the matrix, then the ``niter`` outer iterations the app runs
+    (``compute_s``; ``compute_cpu_s``: the CPU time of this thread in them)."""
     cls = npb.CG_CLASSES[problem_class]
     t0 = _now()
     a = npb.make_matrix(cls)
-    t1 = _now()
+    t1, c1 = _now(), time.thread_time()
     x = np.ones(cls.na)
     for _ in range(cls.niter):
         x, zeta, _ = npb.power_step(lambda p: npb.csr_matvec(a, p), x, np.dot, cls.shift)
-    t2 = _now()
-    return {"total_s": t2 - t0, "compute_s": t2 - t1, "zeta": zeta}
+    t2, c2 = _now(), time.thread_time()
+    return {"total_s": t2 - t0, "compute_s": t2 - t1, "compute_cpu_s": c2 - c1, "zeta": zeta}
 
 
 def baseline_hpl(n: int, nb: int) -> dict:
@@ -129,14 +131,25 @@ def measure(app: str, problem: dict, ranks: int, transport: str, address: str | 
 
 
 def run_baseline(app: str, problem: dict, transport: str, address: str | None) -> dict:
-    """The numpy run of ``problem``, in a Ray task on Ray, else in this process."""
+    """The numpy run of ``problem``, in a Ray task on Ray (at this process's niceness,
+    as the ranks are: Ray's worker would run it at 15), else in this process."""
     if transport != "ray":
         return BASELINES[app](**problem)
+    import os
+
     import ray
 
     from ...transports.ray import ensure_ray
     ensure_ray(address)
-    return ray.get(ray.remote(BASELINES[app]).remote(**problem))
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    return ray.get(ray.remote(_reniced).remote(BASELINES[app], niceness, problem))
+
+
+def _reniced(baseline, niceness: int, problem: dict) -> dict:
+    """``baseline(**problem)`` with this process's threads at ``niceness``."""
+    from ...transports.ray import set_niceness
+    set_niceness(niceness)
+    return baseline(**problem)
 
 
 def bench(apps, ranks_list, problems, transport, address, repetitions, log=print) -> dict:

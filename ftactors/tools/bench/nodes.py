@@ -3,8 +3,8 @@
 On a local multi-node Ray (``ray.cluster_utils.Cluster``: a head, which runs the driver
 and the spares, and ``--workers`` worker nodes running ``--ranks`` ranks in blocks,
 ``rank_nodes``), each run removes worker ``--remove`` (or the cell's own workers, see
-``--cells``) without grace (``remove_node(...,
-allow_graceful=False)``: its raylet, object store and every process on it go at once)
+``--cells``) without grace (``tools/_node_loss.remove_node``: its raylet, object store
+and every process on it, the ranks too, go at once)
 while every rank waits at iteration ``--gate`` of its first loop (a gate actor on the
 head, so the loss hits a known iteration whatever the load; the survivors go on when the
 node is gone). The cells are every stack of ``working_stacks`` (or ``--cells``) x CG
@@ -42,6 +42,7 @@ import ftactors as ft
 
 from ...runtime._protocol import working_stacks
 from ..apps_cli import app_module, protocol_stack
+from .._node_loss import remove_node
 from ..chaos import same_answer
 from ._harness import machine_info, table, usage_error, write_results
 
@@ -154,7 +155,7 @@ class NodeCluster:
         """Remove the workers ``indices`` without grace, together (as far as threads
         go); the removed nodes' ids."""
         gone = [self.workers[i] for i in indices]
-        await asyncio.gather(*(asyncio.to_thread(self.cluster.remove_node, node, False)
+        await asyncio.gather(*(asyncio.to_thread(remove_node, self.cluster, node)
                                for node in gone))
         return [node.node_id for node in gone]
 
@@ -256,6 +257,11 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
         return {**out, "levels": [], "passed_over": [], "verified": False, "identical": False}
     ok, _, record = mod.summarize(result)
     close, identical = same_answer(record, reference[app])
+    detected = sorted({e.rank for e in result.events_of("failure_detected")})
+    if not set(detected) & set(lost):  # the right answer, but no loss was survived
+        ok, out["error"] = False, (
+            f"NOT TESTED: no rank of the removed node ({lost}) was detected failed: they "
+            f"returned before their node went, so nothing was recovered")
     levels = [e.detail["level"] for e in result.events_of("recovery_level")]
     if len(stack) == 1 and result.metrics["recoveries"]:
         levels = stack  # one protocol: its own recovery is the only level (no Escalation)
@@ -270,7 +276,7 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
                              for r, src in e.detail["sources"].items()},
             # ranks declared failed (a group or cluster restarted whole declares the
             # first; the others' deaths are moot) and ranks given a new process
-            "detected": sorted({e.rank for e in result.events_of("failure_detected")}),
+            "detected": detected,
             "replaced": sorted({e.rank for kind in ("replaced", "respawned")
                                 for e in result.events_of(kind)}),
             "recoveries": result.metrics["recoveries"],

@@ -2,6 +2,8 @@
 small size through the bench registry and write JSON with every field. Performance is
 never asserted here (the machine is shared); only the shape of the results is."""
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -212,6 +214,9 @@ def test_solver_bench_table_from_samples():
     assert target["figure"] == "direct/ray" and target["ratio"] == 8.5 / 45.0 and target["met"]
     text = solver.format_table(summary)
     assert "pip install 'ftactors[bench]'" in text and "direct/ray" in text
+    alone = solver.summarize({("B", 2): {"direct": [200.0]}})  # no baseline: no ratio
+    assert alone["table"][("B", 2)]["direct"] == {"seconds": 200.0, "samples": [200.0]}
+    assert "no ratios" in solver.format_table(alone) and alone["targets"] == []
 
 
 def test_solver_bench_rejects_bad_ways():
@@ -222,15 +227,58 @@ def test_solver_bench_rejects_bad_ways():
 
 
 def test_solver_bench_json(tmp_path):
-    """The smallest real table: CG S on 2 local ranks against the serial kernel."""
+    """The smallest real table: CG S on 2 local ranks and the halo exchange on 1 against
+    the serial kernels (the stencil's checksum checked against the serial run's)."""
     out = tmp_path / "solver.json"
-    assert bench("solver", "--cases", "S:2", "--ways", "serial,local", "--repetitions", "1",
-                 "--json", str(out)) == 0
+    assert bench("solver", "--cases", "S:2,halo:1", "--ways", "serial,local",
+                 "--repetitions", "1", "--json", str(out)) == 0
     data = json.loads(out.read_text())
-    cell = data["table"]["CG S x2"]
-    assert cell["_baseline"] == "serial" and cell["serial"]["ratio"] == 1.0
-    assert cell["local"]["seconds"] > 0 and len(cell["local"]["samples"]) == 1
+    assert list(data["table"]) == ["CG S x2", "halo x1"]
+    for cell in data["table"].values():
+        assert cell["_baseline"] == "serial" and cell["serial"]["ratio"] == 1.0
+        assert cell["local"]["seconds"] > 0 and len(cell["local"]["samples"]) == 1
     assert data["targets"] == []  # no case of the issue's targets was measured
+
+
+@pytest.mark.parametrize("grid", [(2, 1), (2, 2)])
+def test_the_mpi4py_stencil_is_bit_identical_to_the_serial_run(grid):
+    """The halo row's baseline computes what ftactors' stencil does (rows and columns)."""
+    from ftactors.apps import _stencil_ref as ref
+    from ftactors.tools.bench import solver
+    exe = solver.mpiexec()
+    if exe is None:
+        pytest.skip(f"mpi4py is not installed: {solver.MPI_HINT}")
+    ny, nx, iterations = 12, 20, 7
+    argv = [sys.executable, "-m", "ftactors.tools.bench._stencil_mpi",
+            *map(str, (ny, nx, iterations, *grid))]
+    out = subprocess.run([exe, "-n", str(grid[0] * grid[1]), *argv], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["checksum"] == ref.checksum(ref.stencil_serial(ny, nx, iterations))
+    assert result["time_s"] > 0
+
+
+def test_kernel_bench_json(tmp_path, ray_session):
+    """The CG S kernel in a plain process, in a rank and in a rank at Ray's niceness."""
+    out = tmp_path / "kernel.json"
+    assert bench("kernel", "--class", "S", "--repetitions", "1", "--json", str(out)) == 0
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "kernel" and data["problem_class"] == "S"
+    rows = data["rows"]
+    assert list(rows) == ["plain", "rank", "rank-nice15"]
+    assert rows["plain"]["ratio"] == rows["plain"]["cpu_ratio"] == 1.0
+    for fig in rows.values():
+        assert fig["seconds"] > 0 and len(fig["samples"]) == 1 and fig["ratio"] > 0
+        assert fig["cpu_s"] > 0 and len(fig["cpu_samples"]) == 1 and fig["cpu_ratio"] > 0
+    target = data["target"]
+    assert target["figure"] == "rank/plain" and target["met"] == (target["ratio"] <= 1.05)
+
+
+def test_kernel_bench_rejects_bad_settings():
+    assert bench("kernel", "--class", "Q") == 2
+    assert bench("kernel", "--ways", "plain,abacus") == 2
+    assert bench("kernel", "--repetitions", "0") == 2
 
 
 def test_footprint_bench_json(tmp_path):
