@@ -862,8 +862,10 @@ class _Segment:
         if not regions:
             self.head = 0
         tail = regions[0][1] if regions else self.size
-        if self.head > tail or not regions:  # free: [head, size) and [0, tail)
-            start = self.head if self.size - self.head >= n else 0 if n <= tail else None
+        if self.head > tail or not regions:  # free: [0, tail) and [head, size)
+            # from the start when it has room: the pages in use stay as few as the bytes
+            # in flight (warm, in cache) instead of the whole segment in turn
+            start = 0 if n <= tail else self.head if self.size - self.head >= n else None
         else:  # wrapped (head == tail: full): free [head, tail)
             start = self.head if tail - self.head >= n else None
         if start is None:
@@ -906,6 +908,7 @@ class _Outbound:
         self.reconnect_s = peers.reconnect_s
         self.session = secrets.token_bytes(SESSION_BYTES)
         self.frames: deque = deque()  # each a tuple of pieces: header, body, buffers
+        self.lengths: deque = deque()  # each frame's bytes, those in the segment too
         self.base = 0  # the number of frames[0]
         self.unacked = 0  # bytes in frames
         self.written = 0  # frames numbered below this went on a connection that was lost
@@ -930,13 +933,15 @@ class _Outbound:
     def ready(self) -> bool:
         return self.wire is not None
 
-    def write(self, frame: tuple, nbytes: int) -> None:
-        """Queue ``frame`` (a tuple of pieces, ``nbytes`` long) and write it."""
+    def write(self, frame: tuple, nbytes: int, held: int = 0) -> None:
+        """Queue ``frame`` (a tuple of pieces, ``nbytes`` long; ``held``: its bytes in
+        the segment, which the window counts too) and write it."""
         if self.closed:
             self.counters.dropped_sends += 1
             return
         self.frames.append(frame)
-        self.unacked += nbytes
+        self.lengths.append(nbytes + held)
+        self.unacked += nbytes + held
         wire = self.wire
         if wire is not None:
             if wire.transport.is_closing():  # lost; connection_lost is on its way
@@ -969,7 +974,8 @@ class _Outbound:
         """The listener has delivered frames numbered below ``count``: forget them."""
         frames = self.frames
         for _ in range(min(count - self.base, len(frames))):
-            self.unacked -= _length(frames.popleft())
+            frames.popleft()
+            self.unacked -= self.lengths.popleft()
         self.base = max(self.base, count)
         if self.segment is not None:
             self.segment.release(self.base)
@@ -1047,7 +1053,8 @@ class _Outbound:
         self.connections += 1
         self.wire = wire
         if self.frames:
-            wire.send([piece for frame in self.frames for piece in frame], self.unacked)  # may pause
+            pieces = [piece for frame in self.frames for piece in frame]
+            wire.send(pieces, sum(map(len, pieces)))  # may pause
         self.update()
         return True
 
@@ -1067,7 +1074,6 @@ class _Outbound:
             buffers = [next(inline) if offset == INLINE else array[offset:offset + n].tobytes()
                        for n, offset in zip(entries[::2], entries[1::2])]
             self.frames[i] = (_oob_head(size, kind & ~SHM, buffers), frame[1], *buffers)
-            self.unacked += _length(self.frames[i]) - _length(frame)
             self.counters.shared -= count - (len(frame) - 2)  # not shared after all
 
     def close(self) -> None:
@@ -1079,6 +1085,7 @@ class _Outbound:
         if self.wire is None:
             self.counters.dropped_sends += self.base + len(self.frames) - max(self.written, self.base)
         self.frames.clear()
+        self.lengths.clear()
         self.unacked = 0
         if self.wire is not None:
             self.wire.abort()
@@ -1132,7 +1139,8 @@ class Peers:
             shared = self._shared(conn, len(body), kind, buffers)
             if shared is not None:
                 head, inline = shared
-                conn.write((head, body, *inline), len(head) + len(body) + sum(map(len, inline)))
+                sent = len(body) + sum(map(len, inline))
+                conn.write((head, body, *inline), len(head) + sent, nbytes - sent)
                 return True
         if buffers:  # the body is not copied behind the header: writev takes both
             head = _oob_head(len(body), kind, buffers)
@@ -1185,10 +1193,6 @@ class Peers:
         for conn in self.conns.values():
             conn.close()
         self.conns.clear()
-
-
-def _length(frame: tuple) -> int:
-    return sum(map(len, frame))
 
 
 def _oob_head(size: int, kind: int, buffers: list) -> bytes:
