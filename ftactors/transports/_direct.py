@@ -693,14 +693,8 @@ class _Wire(asyncio.Protocol):
             return
         n = 0
         if not self.pending and len(pieces) <= IOV_MAX:  # the usual case: write at once
-            try:
-                n = os.writev(self.fd, pieces)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:  # reset, broken pipe: the connection is lost
-                self.abort()
-                return
-            if n == nbytes:
+            n = self._writev(pieces)
+            if n is None or n == nbytes:
                 return
         self.pending.extend(pieces)
         self.pending_bytes += nbytes
@@ -711,6 +705,17 @@ class _Wire(asyncio.Protocol):
             self._flush()
         else:
             self._pressure()
+
+    def _writev(self, pieces) -> int | None:
+        """``os.writev`` on the socket: the bytes the kernel took (0 when it takes none
+        now), or None once the connection is lost (reset, broken pipe: aborted)."""
+        try:
+            return os.writev(self.fd, pieces)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            self.abort()
+            return None
 
     def _written(self, n: int) -> None:
         """Drop the ``n`` bytes the kernel took from the front of ``pending``."""
@@ -731,13 +736,11 @@ class _Wire(asyncio.Protocol):
         pending = self.pending
         while pending:
             batch = list(pending) if len(pending) <= IOV_MAX else [pending[i] for i in range(IOV_MAX)]
-            try:
-                n = os.writev(self.fd, batch)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:  # reset, broken pipe: the connection is lost
-                self.abort()
+            n = self._writev(batch)
+            if n is None:
                 return
+            if not n:
+                break
             self._written(n)
             if len(batch) < IOV_MAX:  # it had every pending piece: the kernel took what it could
                 break

@@ -2,6 +2,7 @@
 framing, backpressure, and what a listener does with peers that cannot prove they belong
 to the run."""
 import asyncio
+import contextlib
 import os
 import pickle
 import socket
@@ -608,6 +609,24 @@ def test_an_out_of_band_frame_longer_than_the_limit_is_refused_unread(tmp_path):
     asyncio.run(body())
 
 
+@contextlib.asynccontextmanager
+async def _channel(tmp_path, node: str = "node-a", *, shm_bytes: int | None = 1 << 20,
+                   counters: Counters | None = None):
+    """A listener (rank 1, on "node-a") and a sender's ``Peers`` on ``node`` wired to it
+    (from another node: over TCP), counting in the listener's counters unless given
+    others: ``(listener, peers, delivered envelopes)``, both closed after."""
+    secret = RunSecret()
+    listener, endpoint, got = await _listening(tmp_path, secret)
+    peers = Peers(secret, node, listener.counters if counters is None else counters,
+                  shm_bytes=shm_bytes)
+    peers.wire([None, endpoint])
+    try:
+        yield listener, peers, got
+    finally:
+        peers.close()
+        listener.close()
+
+
 def _mapped(name: str = "ftactors") -> int:
     """Mappings of memory files called ``name`` (the direct plane's segments) in this process."""
     with open("/proc/self/maps") as maps:
@@ -624,25 +643,19 @@ def test_large_buffers_to_a_peer_on_the_node_go_through_shared_memory(tmp_path, 
     sizes = [LARGE, 1 << 20, 3 << 20]
 
     async def body():
-        secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a" if same_node else "node-b", listener.counters,
-                      shm_bytes=1 << 20)
-        peers.wire([None, endpoint])
-        before = os.listdir("/dev/shm")
-        for i, n in enumerate(sizes):
-            assert peers.send(1, *encode([_arrays_env(i, n)], True))
-        assert peers.send(1, *encode([_arrays_env(3, LARGE, 2 << 20, 4 << 20)], True))
-        await _until(lambda: len(got) == 4)
-        assert [e.app_seq for e in got] == [0, 1, 2, 3]
-        assert all(_intact(e, n) for e, n in zip(got, sizes))
-        assert _intact(got[3], LARGE, 2 << 20, 4 << 20)
-        assert all(type(b) is np.ndarray and b.base is None
-                   for env in got for b in env.payload.buffers)
-        assert listener.counters.shared == (4 if same_node else 0)
-        assert _mapped() == (2 if same_node else 0)  # the sender's, the listener's
-        peers.close()
-        listener.close()
+        async with _channel(tmp_path, "node-a" if same_node else "node-b") as (listener, peers, got):
+            before = os.listdir("/dev/shm")
+            for i, n in enumerate(sizes):
+                assert peers.send(1, *encode([_arrays_env(i, n)], True))
+            assert peers.send(1, *encode([_arrays_env(3, LARGE, 2 << 20, 4 << 20)], True))
+            await _until(lambda: len(got) == 4)
+            assert [e.app_seq for e in got] == [0, 1, 2, 3]
+            assert all(_intact(e, n) for e, n in zip(got, sizes))
+            assert _intact(got[3], LARGE, 2 << 20, 4 << 20)
+            assert all(type(b) is np.ndarray and b.base is None
+                       for env in got for b in env.payload.buffers)
+            assert listener.counters.shared == (4 if same_node else 0)
+            assert _mapped() == (2 if same_node else 0)  # the sender's, the listener's
         await _until(lambda: _mapped() == 0)
         assert os.listdir("/dev/shm") == before
     asyncio.run(body())
@@ -657,20 +670,15 @@ def test_a_full_segment_sends_on_the_socket_and_frees_acknowledged_regions(tmp_p
     sizes = [(2 << 20) + 8 * k for k in range(5)] + [3 << 20, 1 << 20]
 
     async def body():
-        secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a", listener.counters, shm_bytes=1 << 20)
-        peers.wire([None, endpoint])
-        for i in range(40):
-            assert peers.send(1, *encode([_arrays_env(i, sizes[i % len(sizes)])], True))
-            if i % 4 == 3:  # a burst of four does not fit: let the listener catch up
-                await _until(lambda: peers.conns[1].base == i + 1)
-        await _until(lambda: len(got) == 40)
-        assert [e.app_seq for e in got] == list(range(40))
-        assert all(_intact(e, sizes[e.app_seq % len(sizes)]) for e in got)
-        assert 0 < listener.counters.shared < 40
-        peers.close()
-        listener.close()
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(40):
+                assert peers.send(1, *encode([_arrays_env(i, sizes[i % len(sizes)])], True))
+                if i % 4 == 3:  # a burst of four does not fit: let the listener catch up
+                    await _until(lambda: peers.conns[1].base == i + 1)
+            await _until(lambda: len(got) == 40)
+            assert [e.app_seq for e in got] == list(range(40))
+            assert all(_intact(e, sizes[e.app_seq % len(sizes)]) for e in got)
+            assert 0 < listener.counters.shared < 40
     asyncio.run(body())
 
 
@@ -712,26 +720,19 @@ def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monke
     sizes = (8 << 20, 1 << 20)  # the first in the segment, the second on the socket
 
     async def body():
-        nonlocal peers
-        secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a", Counters(), shm_bytes=4 << 20)
-        peers.wire([None, endpoint])
-        for i in range(3):
-            assert peers.send(1, *encode([_arrays_env(i, *sizes)], True))
-            waiting = peers.congested(1)
-            if waiting is not None:
-                await waiting
-        await _until(lambda: len(got) == 3, timeout_s=20, show=peers.counters.as_dict)
-        assert cuts and [e.app_seq for e in got] == [0, 1, 2]
-        assert all(_intact(e, *sizes) for e in got)
-        assert listener.counters.truncated == 1
-        assert peers.counters.reconnects == 1 and peers.counters.resent >= 1
-        assert peers.counters.shared == 3  # counted as sent, once each
-        peers.close()
-        listener.close()
+        async with _channel(tmp_path, shm_bytes=4 << 20, counters=Counters()) as (listener, peers, got):
+            for i in range(3):
+                assert peers.send(1, *encode([_arrays_env(i, *sizes)], True))
+                waiting = peers.congested(1)
+                if waiting is not None:
+                    await waiting
+            await _until(lambda: len(got) == 3, timeout_s=20, show=peers.counters.as_dict)
+            assert cuts and [e.app_seq for e in got] == [0, 1, 2]
+            assert all(_intact(e, *sizes) for e in got)
+            assert listener.counters.truncated == 1
+            assert peers.counters.reconnects == 1 and peers.counters.resent >= 1
+            assert peers.counters.shared == 3  # counted as sent, once each
 
-    peers = None
     asyncio.run(body())
 
 
@@ -749,19 +750,14 @@ def test_large_buffers_go_through_shared_memory_where_proc_cannot_be_read(tmp_pa
     monkeypatch.setattr(os, "open", no_proc)
 
     async def body():
-        secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a", listener.counters, shm_bytes=1 << 20)
-        peers.wire([None, endpoint])
-        for i in range(4):
-            assert peers.send(1, *encode([_arrays_env(i, 2 << 20)], True))
-        await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
-        assert [e.app_seq for e in got] == [0, 1, 2, 3]
-        assert all(_intact(e, 2 << 20) for e in got)
-        c = listener.counters
-        assert (c.shared, c.bad_frame, c.shared_refused, c.shared_fallback) == (4, 0, 0, 0)
-        peers.close()
-        listener.close()
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(4):
+                assert peers.send(1, *encode([_arrays_env(i, 2 << 20)], True))
+            await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
+            assert [e.app_seq for e in got] == [0, 1, 2, 3]
+            assert all(_intact(e, 2 << 20) for e in got)
+            c = listener.counters
+            assert (c.shared, c.bad_frame, c.shared_refused, c.shared_fallback) == (4, 0, 0, 0)
     asyncio.run(body())
 
 
@@ -787,25 +783,20 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
         monkeypatch.setattr(os, "memfd_create", memfd_create)
 
     async def body():
-        secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a", listener.counters, shm_bytes=1 << 20)
-        peers.wire([None, endpoint])
-        for i in range(3):  # before the connection is made: shared memory, if any
-            assert peers.send(1, *encode([_arrays_env(i, 2 << 20, LARGE)], True))
-        kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].frames]
-        assert all(k & _direct.SHM for k in kinds) == (how != "no_memfd")
-        await _until(lambda: len(got) == 3, show=listener.counters.as_dict)
-        assert peers.send(1, *encode([_arrays_env(3, 2 << 20, LARGE)], True))  # after it
-        await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
-        assert [e.app_seq for e in got] == [0, 1, 2, 3]
-        assert all(_intact(e, 2 << 20, LARGE) for e in got)
-        c = listener.counters
-        assert (c.shared, c.bad_frame, c.shared_fallback) == (0, 0, 1)
-        assert c.shared_refused == (how == "listener_refuses")
-        assert peers.conns[1].unacked == 0  # the rewritten frames' bytes were counted
-        peers.close()
-        listener.close()
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(3):  # before the connection is made: shared memory, if any
+                assert peers.send(1, *encode([_arrays_env(i, 2 << 20, LARGE)], True))
+            kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].frames]
+            assert all(k & _direct.SHM for k in kinds) == (how != "no_memfd")
+            await _until(lambda: len(got) == 3, show=listener.counters.as_dict)
+            assert peers.send(1, *encode([_arrays_env(3, 2 << 20, LARGE)], True))  # after it
+            await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
+            assert [e.app_seq for e in got] == [0, 1, 2, 3]
+            assert all(_intact(e, 2 << 20, LARGE) for e in got)
+            c = listener.counters
+            assert (c.shared, c.bad_frame, c.shared_fallback) == (0, 0, 1)
+            assert c.shared_refused == (how == "listener_refuses")
+            assert peers.conns[1].unacked == 0  # the rewritten frames' bytes were counted
     asyncio.run(body())
 
 
