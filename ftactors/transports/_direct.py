@@ -480,6 +480,9 @@ class _Inbound(asyncio.BufferedProtocol):
                 pos += filling.take(view[pos:])
             if filling.advance():
                 self._complete(kind, body, filling.buffers, filling.nbytes)
+                # the receiver owns them now: holding them while the next frame's are
+                # made would have the allocator map fresh pages for every large buffer
+                given = filling = None
             else:
                 self.filling = filling
                 break
