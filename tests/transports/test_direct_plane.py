@@ -735,6 +735,30 @@ def test_a_segment_is_a_ring_of_regions_freed_in_frame_order():
         segment.close()
 
 
+def test_a_segment_takes_its_start_again_first_and_the_window_counts_it(tmp_path):
+    """Once its first region is free, a segment takes regions from its start again even
+    when its end has room, so the pages in use stay as few as the bytes in flight; and
+    the bytes a frame holds in the segment count in the channel's window, so a sender
+    that runs ahead of its peer waits instead of walking the whole segment."""
+    segment = _direct._Segment(10)
+    try:
+        assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
+        segment.release(1)
+        assert segment.put(2, b"c" * 2) == 0  # not 8, where the end still has room
+    finally:
+        segment.close()
+
+    async def body():
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(3):
+                assert peers.send(1, *encode([_arrays_env(i, 2 << 20)], True))
+            conn = peers.conns[1]
+            assert conn.unacked >= 6 << 20 and conn.congested()
+            await _until(lambda: len(got) == 3 and conn.unacked == 0)
+            assert listener.counters.shared == 3
+    asyncio.run(body())
+
+
 def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monkeypatch):
     """A connection that ends after the listener took a frame's buffer out of the
     segment and before the frame's socket part arrived whole drops the partial frame;
