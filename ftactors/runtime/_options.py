@@ -198,12 +198,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
          "written from the sender's copy and read into a buffer the receiver owns, with no "
          "pickling copy on either side (smaller ones are pickled into the message); "
          "default: the measured crossover, see the README", "bytes"),
-    _ray("shared_memory_bytes", (int, NONE), None,
+    _ray("shared_memory_bytes", (int, NONE), 100 << 10,
          "on the direct plane, out-of-band buffers at least this large to a rank on the "
          "same node go through a shared-memory segment of the channel (the socket carries "
-         "only where they are), smaller ones and those to other nodes on the socket; None "
-         "(the default): never. 102400 is the measured crossover (README); needs ranks "
-         "that may read each other's /proc/<pid>/fd", "bytes"),
+         "only where they are), smaller ones and those to other nodes on the socket, and "
+         "all of them where the segment cannot be passed; None: never; default: the "
+         "measured crossover, see the README", "bytes"),
     _ray("object_store_bytes", int, 16 << 20,
          "out-of-band buffers at least this large travel by "
          "reference through Ray's object store and an actor call, smaller ones on the direct "

@@ -46,21 +46,28 @@ array rebuilt over it is writable.
 
 To a peer on the same node (a Unix connection), buffers of ``shm_bytes`` and more go
 through shared memory instead: each channel has one segment (``_Segment``: an anonymous
-``memfd``, ``SEGMENT_BYTES``, used as a ring), the sender copies such a buffer into a free
-region and the frame (kind bit ``SHM``) carries, after the buffers' count, the segment's
-descriptor number and size and per buffer its length and offset (``INLINE``: it follows
-the body on the socket, as in any out-of-band frame: a buffer under ``shm_bytes``, or one
-the segment has no room for). The listener maps the segment read-only from the process at
-the other end of its Unix socket (``/proc/<pid>/fd/<n>``, the pid from the kernel,
-``SO_PEERCRED``, never from the frame; same user only), once per connection, and copies
-each region into a byte array of its own before it delivers the frame, so the receiver
-owns its buffers as on the socket path, and the region is free again once the frame is
-acknowledged (the sender keeps it until then: a frame written again after a reconnection
-finds its buffers where they were). Nothing is named: the segment lives as long as a
-process holds it, so a killed rank or a closed channel leaves nothing in ``/dev/shm`` or
-anywhere else to remove, and no other user can open it (``/proc`` checks). A TCP
-connection, an unauthenticated one, a segment that cannot be mapped or a region outside
-it is refused as a bad frame before anything is mapped or delivered.
+``memfd``, ``SEGMENT_BYTES``, used as a ring, its size sealed), whose descriptor the
+sender passes with its proof on every connection (``SCM_RIGHTS``). The listener reads a
+Unix connection's proof with ``recvmsg`` (and no byte after it: the sender writes
+nothing more until answered), and only once the proof checks does it look at the
+descriptor: a sealed memory file is mapped read-only and the descriptor closed; a
+stranger's descriptors are closed unused. Its answer says whether it took the segment
+(covered by its MAC), and only then does the sender copy such a buffer into a free region
+of the segment; the frame (kind bit ``SHM``) carries, after the buffers' count, per buffer
+its length and offset (``INLINE``: it follows the body on the socket, as in any
+out-of-band frame: a buffer under ``shm_bytes``, or one the segment has no room for). The
+listener copies each region into a byte array of its own before it delivers the frame,
+so the receiver owns its buffers as on the socket path, and the region is free again
+once the frame is acknowledged (the sender keeps it until then: a frame written again
+after a reconnection finds its buffers where they were). Nothing is named: the segment
+lives as long as a process holds it, so a killed rank or a closed channel leaves nothing
+in ``/dev/shm`` or anywhere else to remove, and only a process it was passed to can map
+it. A segment that cannot be made or passed, or that the listener does not take, leaves
+the channel on the socket (``shared_fallback``, ``shared_refused``): the frames it kept
+with buffers in the segment are rewritten with the buffers after the body before they
+are written again, so nothing waits on shared memory that is not there. A shared-memory
+frame on a connection that took no segment, or naming a region outside it, is refused
+as a bad frame.
 
 A new incarnation in a new process gets a new endpoint; when a rewire changes a peer's
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
@@ -98,6 +105,7 @@ order, either way.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import hmac
 import mmap
@@ -130,14 +138,19 @@ OOB_LENGTH = struct.Struct("!Q")
 SHM = 0x40
 """Body kind bit (with ``OOB``, Unix connections only): the table says which buffers
 are in the sender's shared-memory segment (module docstring)."""
-SHM_SEGMENT = struct.Struct("!iQ")
-"""A shared-memory frame's segment: the sender's descriptor of it and its size ..."""
 SHM_ENTRY = struct.Struct("!QQ")
-"""... then per buffer its length and its offset in the segment (``INLINE``: after the body)."""
+"""A shared-memory frame's buffers: each one's length and its offset in the connection's
+segment (``INLINE``: after the body)."""
 INLINE = (1 << 64) - 1
 SEGMENT_BYTES = 64 << 20
 """A channel's shared-memory segment (anonymous; pages are taken as they are first
 written): a buffer that does not fit in what is free of it goes on the socket."""
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+"""A segment's size is fixed before it is passed: a listener maps only a segment sealed
+against shrinking (reading a page cut off the end of a mapping kills the process)."""
+SHARED = b"\x01"
+NOT_SHARED = b"\x00"
+"""The listener's answer says whether it took the segment passed with the proof."""
 RECV_BYTES = 256 << 10
 """The listener's receive area: the most one read takes outside an out-of-band buffer."""
 SEND_BUFFER_BYTES = 4 << 20
@@ -210,7 +223,7 @@ class Counters:
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
               "handshake_lost", "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects",
-              "resent", "shared")
+              "resent", "shared", "shared_refused", "shared_fallback")
 
     def __init__(self):
         for name in self.FIELDS:
@@ -267,8 +280,9 @@ class _Inbound(asyncio.BufferedProtocol):
         self.ack_timer = None
         self.area = memoryview(bytearray(RECV_BYTES))
         self.filling: _Filling | None = None  # an out-of-band frame whose buffers arrive
-        self.peer_pid: int | None = None  # the sending process, on a Unix connection
-        self.segment = None  # its shared-memory segment, mapped: ((fd, size), mmap, array)
+        self.raw: socket.socket | None = None  # reads the proof and its descriptors (Unix)
+        self.fds: list[int] = []  # descriptors passed with the proof, not yet taken
+        self.segment = None  # the sender's shared-memory segment, mapped: (mmap, array)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         filling = self.filling
@@ -301,10 +315,10 @@ class _Inbound(asyncio.BufferedProtocol):
         self.listener.inbound.add(self)
         self.counters.connections += 1
         self.counters.tcp_connections += self.tcp
-        if not self.tcp:
-            pid, uid, _ = struct.unpack("3i", transport.get_extra_info("socket").getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-            self.peer_pid = pid if uid == os.getuid() else None
+        if not self.tcp:  # the proof may come with a descriptor: read it with recvmsg
+            transport.pause_reading()
+            self.raw = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
+            asyncio.get_running_loop().add_reader(self.raw.fileno(), self._read_proof)
         transport.write(self.nonce)
         self.timer = asyncio.get_running_loop().call_later(
             self.listener.auth_timeout_s, self._auth_timeout)
@@ -321,7 +335,66 @@ class _Inbound(asyncio.BufferedProtocol):
                 setattr(self.counters, reason, getattr(self.counters, reason) + 1)
         self.buf = bytearray()
         self.filling = None
+        self._proof_read()
         self.transport.abort()
+
+    def _read_proof(self) -> None:
+        """On a Unix connection: read the proof (and no byte after it) with the
+        descriptors passed with it, which stay unused until the proof checks."""
+        try:
+            data, fds, flags, _ = socket.recv_fds(
+                self.raw, NONCE_BYTES + SESSION_BYTES + MAC_BYTES - len(self.buf), 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds, flags = b"", [], 0
+        self.fds += fds
+        if flags & socket.MSG_CTRUNC:  # more than one: the kernel closed the rest
+            self.fds.append(-1)
+        if not data:  # gone before a whole proof
+            self._proof_read()
+            self.transport.abort()
+            return
+        self.data_received(data)
+        if self.authed and not self.refused:  # frames are read by the transport
+            self._proof_read()
+            self.transport.resume_reading()
+
+    def _proof_read(self) -> None:
+        """Stop reading with recvmsg; close every descriptor not taken."""
+        if self.raw is not None:
+            asyncio.get_running_loop().remove_reader(self.raw.fileno())
+            self.raw.close()
+            self.raw = None
+        for fd in self.fds:
+            if fd >= 0:
+                os.close(fd)
+        self.fds = []
+
+    def _take_segment(self) -> bytes:
+        """Map the segment passed with the proof (which checked): ``SHARED``, or
+        ``NOT_SHARED`` when none was passed or it is not a sealed memory file (counted
+        as ``shared_refused``: the sender then uses the socket)."""
+        fds, self.fds = self.fds, []
+        if not fds:
+            return NOT_SHARED
+        try:
+            if len(fds) != 1 or fds[0] < 0:
+                raise ValueError("more than one descriptor")
+            st = os.fstat(fds[0])
+            if (not stat.S_ISREG(st.st_mode) or not st.st_size
+                    or fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & SEALS != SEALS):
+                raise ValueError("not a sealed segment")
+            seg = mmap.mmap(fds[0], st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except (OSError, ValueError):
+            self.counters.shared_refused += 1
+            return NOT_SHARED
+        finally:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+        self.segment = (seg, np.frombuffer(seg, np.uint8))
+        return SHARED
 
     def data_received(self, data) -> None:
         if self.refused:
@@ -347,7 +420,7 @@ class _Inbound(asyncio.BufferedProtocol):
                 session.conn._refuse(None)
             self.session = session
             session.conn = self
-            count = COUNT.pack(session.count)
+            count = COUNT.pack(session.count) + self._take_segment()
             self.transport.write(count + secret.mac(b"server", theirs + count, self.nonce))
         self._parse(buf)
 
@@ -373,7 +446,7 @@ class _Inbound(asyncio.BufferedProtocol):
                     break
                 count = OOB_COUNT.unpack_from(buf, start)[0]
                 entry = SHM_ENTRY.size if shared else OOB_LENGTH.size
-                table = OOB_COUNT.size + (SHM_SEGMENT.size if shared else 0) + count * entry
+                table = OOB_COUNT.size + count * entry
                 if count > limit // entry:
                     self._refuse("oversized")
                     return 0
@@ -398,8 +471,7 @@ class _Inbound(asyncio.BufferedProtocol):
                 continue
             given = None
             if shared:  # the table is whole: its segment and the buffers in it
-                given = self._shared(SHM_SEGMENT.unpack_from(buf, start - table + OOB_COUNT.size),
-                                     entries)
+                given = self._shared(entries)
                 if given is None:
                     return 0
             filling = _Filling(kind, body, lengths, given)
@@ -408,53 +480,38 @@ class _Inbound(asyncio.BufferedProtocol):
                 pos += filling.take(view[pos:])
             if filling.advance():
                 self._complete(kind, body, filling.buffers, filling.nbytes)
+                # the receiver owns them now: holding them while the next frame's are
+                # made would have the allocator map fresh pages for every large buffer
+                given = filling = None
             else:
                 self.filling = filling
                 break
         return pos
 
-    def _shared(self, segment: tuple, entries: tuple) -> list | None:
+    def _shared(self, entries: tuple) -> list | None:
         """A shared-memory frame's buffers (each a copy the receiver owns, None for one
-        that follows the body), out of the sender's segment ``(descriptor, size)``,
-        mapped read-only from the process at the other end of this Unix socket (its id
-        from the kernel, not from the frame); None once refused (a TCP connection, a
-        segment that cannot be mapped, a region outside it)."""
-        fd, size = segment
-        try:
-            if self.tcp or self.peer_pid is None:
-                raise ValueError("shared memory from a peer on another node")
-            if self.segment is None or self.segment[0] != segment:
-                self._unmap()
-                f = os.open(f"/proc/{self.peer_pid}/fd/{fd}", os.O_RDONLY)
-                try:
-                    st = os.fstat(f)
-                    if not stat.S_ISREG(st.st_mode) or st.st_size < size:
-                        raise ValueError("not the sender's segment")
-                    seg = mmap.mmap(f, size, mmap.MAP_SHARED, mmap.PROT_READ)
-                finally:
-                    os.close(f)
-                self.segment = (segment, seg, np.frombuffer(seg, np.uint8))
-            array = self.segment[2]
-            given = []
-            for i in range(0, len(entries), 2):
-                n, offset = entries[i], entries[i + 1]
-                if offset == INLINE:
-                    given.append(None)
-                    continue
-                if offset + n > size:
-                    raise ValueError("a region outside the segment")
-                own = np.empty(n, np.uint8)
-                own[:] = array[offset:offset + n]
-                given.append(own)
-            return given
-        except (OSError, ValueError):
-            self._refuse("bad_frame")
-            return None
+        that follows the body), out of the segment the sender passed with its proof;
+        None once refused (a connection that took no segment: TCP, or the listener's
+        answer said so; a region outside it)."""
+        array = self.segment[1] if self.segment is not None else None
+        given = []
+        for i in range(0, len(entries), 2):
+            n, offset = entries[i], entries[i + 1]
+            if offset == INLINE:
+                given.append(None)
+                continue
+            if array is None or offset + n > len(array):
+                self._refuse("bad_frame")
+                return None
+            own = np.empty(n, np.uint8)
+            own[:] = array[offset:offset + n]
+            given.append(own)
+        return given
 
     def _unmap(self) -> None:
         """Let go of the peer's segment."""
         if self.segment is not None:
-            _, seg, array = self.segment
+            seg, array = self.segment
             self.segment = None
             del array
             seg.close()
@@ -500,6 +557,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.refused = True
         self.buf = bytearray()
         self.filling = None
+        self._proof_read()
         self._unmap()
         if self.session is not None and self.session.conn is self:
             self.session.conn = None
@@ -599,8 +657,9 @@ class Listener:
 # ----------------------------------------------------------------------- sending side
 class _Wire(asyncio.Protocol):
     """One connection of an ``_Outbound``: the handshake, then the listener's
-    acknowledgements. ``proven`` gets the listener's resume point once it has proved the
-    secret, or None when the connection failed first.
+    acknowledgements. ``proven`` gets the listener's resume point and whether it took the
+    channel's shared-memory segment (passed with the proof on a Unix connection) once it
+    has proved the secret, or None when the connection failed first.
 
     The handshake is written by the transport; frames are written by ``send``, with
     ``os.writev`` on the socket: the pieces the kernel has not taken stay referenced in
@@ -620,6 +679,7 @@ class _Wire(asyncio.Protocol):
         self.pending_bytes = 0
         self.waiting = False  # a writer callback is registered for fd
         self.dead = False
+        self.passed = False  # the channel's segment went with the proof
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -636,14 +696,8 @@ class _Wire(asyncio.Protocol):
             return
         n = 0
         if not self.pending and len(pieces) <= IOV_MAX:  # the usual case: write at once
-            try:
-                n = os.writev(self.fd, pieces)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:  # reset, broken pipe: the connection is lost
-                self.abort()
-                return
-            if n == nbytes:
+            n = self._writev(pieces)
+            if n is None or n == nbytes:
                 return
         self.pending.extend(pieces)
         self.pending_bytes += nbytes
@@ -654,6 +708,17 @@ class _Wire(asyncio.Protocol):
             self._flush()
         else:
             self._pressure()
+
+    def _writev(self, pieces) -> int | None:
+        """``os.writev`` on the socket: the bytes the kernel took (0 when it takes none
+        now), or None once the connection is lost (reset, broken pipe: aborted)."""
+        try:
+            return os.writev(self.fd, pieces)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            self.abort()
+            return None
 
     def _written(self, n: int) -> None:
         """Drop the ``n`` bytes the kernel took from the front of ``pending``."""
@@ -674,13 +739,11 @@ class _Wire(asyncio.Protocol):
         pending = self.pending
         while pending:
             batch = list(pending) if len(pending) <= IOV_MAX else [pending[i] for i in range(IOV_MAX)]
-            try:
-                n = os.writev(self.fd, batch)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:  # reset, broken pipe: the connection is lost
-                self.abort()
+            n = self._writev(batch)
+            if n is None:
                 return
+            if not n:
+                break
             self._written(n)
             if len(batch) < IOV_MAX:  # it had every pending piece: the kernel took what it could
                 break
@@ -735,20 +798,39 @@ class _Wire(asyncio.Protocol):
         out = self.out
         if self.theirs is None and len(buf) >= NONCE_BYTES:
             self.theirs, buf = buf[:NONCE_BYTES], buf[NONCE_BYTES:]
-            self.transport.write(self.nonce + out.session
-                                 + out.secret.mac(b"client", self.theirs, self.nonce + out.session))
+            self._prove(self.nonce + out.session
+                        + out.secret.mac(b"client", self.theirs, self.nonce + out.session))
         self.buf = buf
-        if self.theirs is not None and len(buf) >= COUNT.size + MAC_BYTES:
-            count = buf[:COUNT.size]
-            proof = buf[COUNT.size:COUNT.size + MAC_BYTES]
-            self.buf = buf[COUNT.size + MAC_BYTES:]
+        answer = COUNT.size + len(SHARED)
+        if self.theirs is not None and len(buf) >= answer + MAC_BYTES:
+            count = buf[:answer]
+            proof = buf[answer:answer + MAC_BYTES]
+            self.buf = buf[answer + MAC_BYTES:]
             if not hmac.compare_digest(proof, out.secret.mac(
                     b"server", self.nonce + out.session + count, self.theirs)):
                 out.counters.auth_failed += 1
                 self.abort()
                 self.proven.set_result(None)
                 return
-            self.proven.set_result(COUNT.unpack(count)[0])
+            self.proven.set_result((COUNT.unpack_from(count)[0],
+                                    self.passed and count[COUNT.size:] == SHARED))
+
+    def _prove(self, proof: bytes) -> None:
+        """Write the proof; on a Unix connection of a channel with a segment, pass the
+        segment's descriptor with it (``SCM_RIGHTS``). Nothing else is written before
+        it, so the kernel takes it whole; if the descriptor cannot go, the proof goes
+        alone and the channel uses the socket."""
+        segment = self.out.segment
+        if segment is not None:
+            try:
+                with socket.socket(fileno=os.dup(self.fd)) as sock:
+                    sent = socket.send_fds(sock, [proof], [segment.fd])
+            except OSError:
+                sent = 0
+            self.passed = sent > 0
+            proof = proof[sent:]
+        if proof:
+            self.transport.write(proof)
 
     def connection_lost(self, exc) -> None:
         self._stop()
@@ -765,9 +847,14 @@ class _Segment:
     the listener has acknowledged the frame (it copied them out before it delivered)."""
 
     def __init__(self, size: int):
-        self.fd = os.memfd_create("ftactors", os.MFD_CLOEXEC)
-        os.ftruncate(self.fd, size)
-        self.map = mmap.mmap(self.fd, size)
+        self.fd = os.memfd_create("ftactors", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(self.fd, size)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, SEALS)
+            self.map = mmap.mmap(self.fd, size)
+        except OSError:
+            os.close(self.fd)
+            raise
         self.array = np.frombuffer(self.map, np.uint8)
         self.size = size
         self.head = 0  # where the next region starts
@@ -781,8 +868,10 @@ class _Segment:
         if not regions:
             self.head = 0
         tail = regions[0][1] if regions else self.size
-        if self.head > tail or not regions:  # free: [head, size) and [0, tail)
-            start = self.head if self.size - self.head >= n else 0 if n <= tail else None
+        if self.head > tail or not regions:  # free: [0, tail) and [head, size)
+            # from the start when it has room: the pages in use stay as few as the bytes
+            # in flight (warm, in cache) instead of the whole segment in turn
+            start = 0 if n <= tail else self.head if self.size - self.head >= n else None
         else:  # wrapped (head == tail: full): free [head, tail)
             start = self.head if tail - self.head >= n else None
         if start is None:
@@ -825,6 +914,7 @@ class _Outbound:
         self.reconnect_s = peers.reconnect_s
         self.session = secrets.token_bytes(SESSION_BYTES)
         self.frames: deque = deque()  # each a tuple of pieces: header, body, buffers
+        self.lengths: deque = deque()  # each frame's bytes, those in the segment too
         self.base = 0  # the number of frames[0]
         self.unacked = 0  # bytes in frames
         self.written = 0  # frames numbered below this went on a connection that was lost
@@ -836,19 +926,28 @@ class _Outbound:
         self.writable = asyncio.Event()
         self.writable.set()
         self.segment: _Segment | None = None  # shared memory with a peer on this node
+        if self.local and peers.shm_bytes is not None:
+            try:
+                self.segment = _Segment(SEGMENT_BYTES)
+            except OSError:  # no memfd or no memory for it: the socket will do
+                self.counters.shared_fallback += 1
+        # frames may use the segment: until a connection's listener says it did not take it
+        self.shared = self.segment is not None
         self.task = asyncio.ensure_future(self._connect())
 
     @property
     def ready(self) -> bool:
         return self.wire is not None
 
-    def write(self, frame: tuple, nbytes: int) -> None:
-        """Queue ``frame`` (a tuple of pieces, ``nbytes`` long) and write it."""
+    def write(self, frame: tuple, nbytes: int, held: int = 0) -> None:
+        """Queue ``frame`` (a tuple of pieces, ``nbytes`` long; ``held``: its bytes in
+        the segment, which the window counts too) and write it."""
         if self.closed:
             self.counters.dropped_sends += 1
             return
         self.frames.append(frame)
-        self.unacked += nbytes
+        self.lengths.append(nbytes + held)
+        self.unacked += nbytes + held
         wire = self.wire
         if wire is not None:
             if wire.transport.is_closing():  # lost; connection_lost is on its way
@@ -881,7 +980,8 @@ class _Outbound:
         """The listener has delivered frames numbered below ``count``: forget them."""
         frames = self.frames
         for _ in range(min(count - self.base, len(frames))):
-            self.unacked -= _length(frames.popleft())
+            frames.popleft()
+            self.unacked -= self.lengths.popleft()
         self.base = max(self.base, count)
         if self.segment is not None:
             self.segment.release(self.base)
@@ -948,6 +1048,10 @@ class _Outbound:
             if wire.transport is not None:
                 wire.abort()
             return self.closed
+        resume, self.shared = resume
+        if self.segment is not None and not self.shared:
+            self.counters.shared_fallback += 1
+            self._unshare()
         self.on_ack(resume)
         if self.connections:
             self.counters.reconnects += 1
@@ -955,9 +1059,28 @@ class _Outbound:
         self.connections += 1
         self.wire = wire
         if self.frames:
-            wire.send([piece for frame in self.frames for piece in frame], self.unacked)  # may pause
+            pieces = [piece for frame in self.frames for piece in frame]
+            wire.send(pieces, sum(map(len, pieces)))  # may pause
         self.update()
         return True
+
+    def _unshare(self) -> None:
+        """The connection took no segment: the frames kept with buffers in it carry
+        those buffers after the body instead (copied out of their regions, which stay
+        taken until the frames are acknowledged), so every frame can be written on it."""
+        array = self.segment.array
+        for i in range(len(self.frames)):
+            frame = self.frames[i]
+            size, kind = HEADER.unpack_from(frame[0])
+            if not kind & SHM:
+                continue
+            count = OOB_COUNT.unpack_from(frame[0], HEADER.size)[0]
+            entries = struct.unpack_from(f"!{2 * count}Q", frame[0], HEADER.size + OOB_COUNT.size)
+            inline = iter(frame[2:])
+            buffers = [next(inline) if offset == INLINE else array[offset:offset + n].tobytes()
+                       for n, offset in zip(entries[::2], entries[1::2])]
+            self.frames[i] = (_oob_head(size, kind & ~SHM, buffers), frame[1], *buffers)
+            self.counters.shared -= count - (len(frame) - 2)  # not shared after all
 
     def close(self) -> None:
         """No more sends: what was never written is dropped (the peer is gone or
@@ -968,13 +1091,14 @@ class _Outbound:
         if self.wire is None:
             self.counters.dropped_sends += self.base + len(self.frames) - max(self.written, self.base)
         self.frames.clear()
+        self.lengths.clear()
         self.unacked = 0
-        if self.segment is not None:
-            self.segment.close()
-            self.segment = None
         if self.wire is not None:
             self.wire.abort()
             self.wire = None
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
         if self.task is not asyncio.current_task():
             self.task.cancel()
         self.writable.set()  # a waiting sender goes on; its frames drop
@@ -1017,15 +1141,15 @@ class Peers:
         conn = self.conns.get(dst)
         if conn is None:
             conn = self.conns[dst] = _Outbound(self, dst, self.endpoints[dst])
-        if buffers and conn.local and self.shm_bytes is not None:
+        if buffers and conn.shared:
             shared = self._shared(conn, len(body), kind, buffers)
             if shared is not None:
                 head, inline = shared
-                conn.write((head, body, *inline), len(head) + len(body) + sum(map(len, inline)))
+                sent = len(body) + sum(map(len, inline))
+                conn.write((head, body, *inline), len(head) + sent, nbytes - sent)
                 return True
         if buffers:  # the body is not copied behind the header: writev takes both
-            head = (HEADER.pack(len(body), kind | OOB) + OOB_COUNT.pack(len(buffers))
-                    + struct.pack(f"!{len(buffers)}Q", *map(len, buffers)))
+            head = _oob_head(len(body), kind, buffers)
             conn.write((head, body, *buffers), len(head) + nbytes)
         else:
             conn.write((HEADER.pack(len(body), kind), body), HEADER.size + nbytes)
@@ -1042,11 +1166,6 @@ class Peers:
         for buf in buffers:
             offset = None
             if len(buf) >= self.shm_bytes:
-                if conn.segment is None:
-                    try:
-                        conn.segment = _Segment(SEGMENT_BYTES)
-                    except OSError:  # no memfd or no memory for it: the socket will do
-                        return None
                 offset = conn.segment.put(frame, buf)
             if offset is None:
                 inline.append(buf)
@@ -1054,8 +1173,7 @@ class Peers:
         if len(inline) == len(buffers):
             return None
         self.counters.shared += len(buffers) - len(inline)
-        head = (HEADER.pack(size, kind | OOB | SHM) + OOB_COUNT.pack(len(buffers))
-                + SHM_SEGMENT.pack(conn.segment.fd, conn.segment.size) + b"".join(entries))
+        head = HEADER.pack(size, kind | OOB | SHM) + OOB_COUNT.pack(len(buffers)) + b"".join(entries)
         return head, inline
 
     def congested(self, dst: int):
@@ -1083,8 +1201,10 @@ class Peers:
         self.conns.clear()
 
 
-def _length(frame: tuple) -> int:
-    return sum(map(len, frame))
+def _oob_head(size: int, kind: int, buffers: list) -> bytes:
+    """An out-of-band frame's header: the body's ``size`` and ``kind``, the buffers' lengths."""
+    return (HEADER.pack(size, kind | OOB) + OOB_COUNT.pack(len(buffers))
+            + struct.pack(f"!{len(buffers)}Q", *map(len, buffers)))
 
 
 def encode(envs: list[Envelope], plain: bool) -> tuple[int, bytes, list]:

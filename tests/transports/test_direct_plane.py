@@ -2,6 +2,7 @@
 framing, backpressure, and what a listener does with peers that cannot prove they belong
 to the run."""
 import asyncio
+import contextlib
 import os
 import pickle
 import socket
@@ -9,6 +10,7 @@ import stat
 import struct
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -50,8 +52,8 @@ async def _handshake(reader, writer, secret: RunSecret) -> None:
     theirs = await reader.readexactly(NONCE_BYTES)
     mine = os.urandom(NONCE_BYTES) + os.urandom(SESSION_BYTES)
     writer.write(mine + secret.mac(b"client", theirs, mine))
-    count = await reader.readexactly(COUNT.size)
-    assert await reader.readexactly(MAC_BYTES) == secret.mac(b"server", mine + count, theirs)
+    answer = await reader.readexactly(COUNT.size + 1)  # frames, then whether it took a segment
+    assert await reader.readexactly(MAC_BYTES) == secret.mac(b"server", mine + answer, theirs)
 
 
 def _frame(envs) -> bytes:
@@ -154,7 +156,10 @@ def test_peers_that_cannot_prove_the_secret_are_dropped_and_counted(tmp_path):
         w.write(mine + wrong.mac(b"client", theirs, mine)
                 + HEADER.pack(len(evil), ROWS) + evil)
         await _until(lambda: c.auth_failed == 2)
-        assert await r.read() == b""  # dropped without the listener's proof
+        try:  # dropped without the listener's proof (reset: the frame was left unread)
+            assert await r.read() == b""
+        except ConnectionResetError:
+            pass
         honest()
         # garbage, then a hang-up halfway through the handshake (no proof to judge)
         await attack(os.urandom(200))
@@ -605,10 +610,28 @@ def test_an_out_of_band_frame_longer_than_the_limit_is_refused_unread(tmp_path):
     asyncio.run(body())
 
 
-def _segments_mapped() -> int:
-    """Mappings of shared-memory segments of the direct plane in this process."""
+@contextlib.asynccontextmanager
+async def _channel(tmp_path, node: str = "node-a", *, shm_bytes: int | None = 1 << 20,
+                   counters: Counters | None = None):
+    """A listener (rank 1, on "node-a") and a sender's ``Peers`` on ``node`` wired to it
+    (from another node: over TCP), counting in the listener's counters unless given
+    others: ``(listener, peers, delivered envelopes)``, both closed after."""
+    secret = RunSecret()
+    listener, endpoint, got = await _listening(tmp_path, secret)
+    peers = Peers(secret, node, listener.counters if counters is None else counters,
+                  shm_bytes=shm_bytes)
+    peers.wire([None, endpoint])
+    try:
+        yield listener, peers, got
+    finally:
+        peers.close()
+        listener.close()
+
+
+def _mapped(name: str = "ftactors") -> int:
+    """Mappings of memory files called ``name`` (the direct plane's segments) in this process."""
     with open("/proc/self/maps") as maps:
-        return sum("memfd:ftactors" in line for line in maps)
+        return sum(f"memfd:{name}" in line for line in maps)
 
 
 @pytest.mark.parametrize("same_node", [True, False], ids=["unix", "tcp"])
@@ -621,26 +644,20 @@ def test_large_buffers_to_a_peer_on_the_node_go_through_shared_memory(tmp_path, 
     sizes = [LARGE, 1 << 20, 3 << 20]
 
     async def body():
-        secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a" if same_node else "node-b", listener.counters,
-                      shm_bytes=1 << 20)
-        peers.wire([None, endpoint])
-        before = os.listdir("/dev/shm")
-        for i, n in enumerate(sizes):
-            assert peers.send(1, *encode([_arrays_env(i, n)], True))
-        assert peers.send(1, *encode([_arrays_env(3, LARGE, 2 << 20, 4 << 20)], True))
-        await _until(lambda: len(got) == 4)
-        assert [e.app_seq for e in got] == [0, 1, 2, 3]
-        assert all(_intact(e, n) for e, n in zip(got, sizes))
-        assert _intact(got[3], LARGE, 2 << 20, 4 << 20)
-        assert all(type(b) is np.ndarray and b.base is None
-                   for env in got for b in env.payload.buffers)
-        assert listener.counters.shared == (4 if same_node else 0)
-        assert _segments_mapped() == (2 if same_node else 0)  # the sender's, the listener's
-        peers.close()
-        listener.close()
-        await _until(lambda: _segments_mapped() == 0)
+        async with _channel(tmp_path, "node-a" if same_node else "node-b") as (listener, peers, got):
+            before = os.listdir("/dev/shm")
+            for i, n in enumerate(sizes):
+                assert peers.send(1, *encode([_arrays_env(i, n)], True))
+            assert peers.send(1, *encode([_arrays_env(3, LARGE, 2 << 20, 4 << 20)], True))
+            await _until(lambda: len(got) == 4)
+            assert [e.app_seq for e in got] == [0, 1, 2, 3]
+            assert all(_intact(e, n) for e, n in zip(got, sizes))
+            assert _intact(got[3], LARGE, 2 << 20, 4 << 20)
+            assert all(type(b) is np.ndarray and b.base is None
+                       for env in got for b in env.payload.buffers)
+            assert listener.counters.shared == (4 if same_node else 0)
+            assert _mapped() == (2 if same_node else 0)  # the sender's, the listener's
+        await _until(lambda: _mapped() == 0)
         assert os.listdir("/dev/shm") == before
     asyncio.run(body())
 
@@ -654,18 +671,46 @@ def test_a_full_segment_sends_on_the_socket_and_frees_acknowledged_regions(tmp_p
     sizes = [(2 << 20) + 8 * k for k in range(5)] + [3 << 20, 1 << 20]
 
     async def body():
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(40):
+                assert peers.send(1, *encode([_arrays_env(i, sizes[i % len(sizes)])], True))
+                if i % 4 == 3:  # a burst of four does not fit: let the listener catch up
+                    await _until(lambda: peers.conns[1].base == i + 1)
+            await _until(lambda: len(got) == 40)
+            assert [e.app_seq for e in got] == list(range(40))
+            assert all(_intact(e, sizes[e.app_seq % len(sizes)]) for e in got)
+            assert 0 < listener.counters.shared < 40
+    asyncio.run(body())
+
+
+def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path, monkeypatch):
+    """Shared-memory frames read together are copied out one after the other: once a
+    frame is delivered (and its receiver dropped it), the listener no longer holds its
+    buffers when it makes the next frame's, so the allocator reuses their memory
+    (holding them had every 1 MiB buffer page-faulted afresh: ~140 faults a message)."""
+    held, refs = [], []
+    real = _direct._Inbound._shared
+
+    def shared(inbound, entries):
+        held.append(sum(ref() is not None for ref in refs))
+        given = real(inbound, entries)
+        refs.extend(weakref.ref(b) for b in given if b is not None)
+        return given
+
+    monkeypatch.setattr(_direct._Inbound, "_shared", shared)
+
+    async def body():
         secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a", listener.counters, shm_bytes=1 << 20)
+        delivered = []
+        listener = Listener(secret, lambda envs: delivered.append(len(envs)))  # dropped
+        endpoint = await listener.start("node-a", socket.gethostbyname("localhost"),
+                                        str(tmp_path / "run"), "r1")
+        peers = Peers(secret, "node-a", listener.counters, shm_bytes=LARGE)
         peers.wire([None, endpoint])
-        for i in range(40):
-            assert peers.send(1, *encode([_arrays_env(i, sizes[i % len(sizes)])], True))
-            if i % 4 == 3:  # a burst of four does not fit: let the listener catch up
-                await _until(lambda: peers.conns[1].base == i + 1)
-        await _until(lambda: len(got) == 40)
-        assert [e.app_seq for e in got] == list(range(40))
-        assert all(_intact(e, sizes[e.app_seq % len(sizes)]) for e in got)
-        assert 0 < listener.counters.shared < 40
+        for i in range(3):  # queued before the connection: written, and read, together
+            assert peers.send(1, *encode([_arrays_env(i, 1 << 20)], True))
+        await _until(lambda: len(delivered) == 3)
+        assert listener.counters.shared == 3 and held == [0, 0, 0]
         peers.close()
         listener.close()
     asyncio.run(body())
@@ -690,6 +735,30 @@ def test_a_segment_is_a_ring_of_regions_freed_in_frame_order():
         segment.close()
 
 
+def test_a_segment_takes_its_start_again_first_and_the_window_counts_it(tmp_path):
+    """Once its first region is free, a segment takes regions from its start again even
+    when its end has room, so the pages in use stay as few as the bytes in flight; and
+    the bytes a frame holds in the segment count in the channel's window, so a sender
+    that runs ahead of its peer waits instead of walking the whole segment."""
+    segment = _direct._Segment(10)
+    try:
+        assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
+        segment.release(1)
+        assert segment.put(2, b"c" * 2) == 0  # not 8, where the end still has room
+    finally:
+        segment.close()
+
+    async def body():
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(3):
+                assert peers.send(1, *encode([_arrays_env(i, 2 << 20)], True))
+            conn = peers.conns[1]
+            assert conn.unacked >= 6 << 20 and conn.congested()
+            await _until(lambda: len(got) == 3 and conn.unacked == 0)
+            assert listener.counters.shared == 3
+    asyncio.run(body())
+
+
 def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monkeypatch):
     """A connection that ends after the listener took a frame's buffer out of the
     segment and before the frame's socket part arrived whole drops the partial frame;
@@ -709,62 +778,174 @@ def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monke
     sizes = (8 << 20, 1 << 20)  # the first in the segment, the second on the socket
 
     async def body():
-        nonlocal peers
-        secret = RunSecret()
-        listener, endpoint, got = await _listening(tmp_path, secret)
-        peers = Peers(secret, "node-a", Counters(), shm_bytes=4 << 20)
-        peers.wire([None, endpoint])
-        for i in range(3):
-            assert peers.send(1, *encode([_arrays_env(i, *sizes)], True))
-            waiting = peers.congested(1)
-            if waiting is not None:
-                await waiting
-        await _until(lambda: len(got) == 3, timeout_s=20, show=peers.counters.as_dict)
-        assert cuts and [e.app_seq for e in got] == [0, 1, 2]
-        assert all(_intact(e, *sizes) for e in got)
-        assert listener.counters.truncated == 1
-        assert peers.counters.reconnects == 1 and peers.counters.resent >= 1
-        assert peers.counters.shared == 3  # counted as sent, once each
-        peers.close()
-        listener.close()
+        async with _channel(tmp_path, shm_bytes=4 << 20, counters=Counters()) as (listener, peers, got):
+            for i in range(3):
+                assert peers.send(1, *encode([_arrays_env(i, *sizes)], True))
+                waiting = peers.congested(1)
+                if waiting is not None:
+                    await waiting
+            await _until(lambda: len(got) == 3, timeout_s=20, show=peers.counters.as_dict)
+            assert cuts and [e.app_seq for e in got] == [0, 1, 2]
+            assert all(_intact(e, *sizes) for e in got)
+            assert listener.counters.truncated == 1
+            assert peers.counters.reconnects == 1 and peers.counters.resent >= 1
+            assert peers.counters.shared == 3  # counted as sent, once each
 
-    peers = None
     asyncio.run(body())
 
 
-def test_shared_memory_frames_are_refused_from_strangers_over_tcp_and_out_of_bounds(tmp_path):
-    """Nothing is mapped for a peer that has not proved the secret; a shared-memory
-    frame on a TCP connection (no peer process to map from) or naming a region outside
-    its segment is refused as a bad frame; none of them delivers anything."""
+def test_large_buffers_go_through_shared_memory_where_proc_cannot_be_read(tmp_path, monkeypatch):
+    """A host that forbids opening another process's ``/proc/<pid>/fd`` (an LSM,
+    ``hidepid``) changes nothing: the segment's descriptor is passed on the socket, so
+    every buffer goes through shared memory and arrives intact, none refused."""
+    real_open = os.open
+
+    def no_proc(path, *args, **kwargs):
+        if str(path).startswith("/proc/"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_proc)
+
+    async def body():
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(4):
+                assert peers.send(1, *encode([_arrays_env(i, 2 << 20)], True))
+            await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
+            assert [e.app_seq for e in got] == [0, 1, 2, 3]
+            assert all(_intact(e, 2 << 20) for e in got)
+            c = listener.counters
+            assert (c.shared, c.bad_frame, c.shared_refused, c.shared_fallback) == (4, 0, 0, 0)
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("how", ["send_fds_fails", "listener_refuses", "no_memfd"])
+def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_socket(
+        tmp_path, monkeypatch, how):
+    """When the descriptor cannot be passed (``send_fds`` fails), the listener does not
+    take it (not sealed: it says so in its answer) or no segment can be made, the
+    channel falls back to the socket, counted: frames queued for shared memory before
+    the answer came are rewritten with their buffers after the body, and every one
+    arrives intact (no frame refused and resent without end)."""
+    if how == "send_fds_fails":
+        def send_fds(*args):
+            raise OSError(1, "Operation not permitted")
+        monkeypatch.setattr(socket, "send_fds", send_fds)
+    elif how == "listener_refuses":
+        real_fcntl = _direct.fcntl.fcntl
+        monkeypatch.setattr(_direct.fcntl, "fcntl", lambda fd, cmd, *arg: (
+            0 if cmd == _direct.fcntl.F_GET_SEALS else real_fcntl(fd, cmd, *arg)))
+    else:
+        def memfd_create(*args):
+            raise OSError(38, "Function not implemented")
+        monkeypatch.setattr(os, "memfd_create", memfd_create)
+
+    async def body():
+        async with _channel(tmp_path) as (listener, peers, got):
+            for i in range(3):  # before the connection is made: shared memory, if any
+                assert peers.send(1, *encode([_arrays_env(i, 2 << 20, LARGE)], True))
+            kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].frames]
+            assert all(k & _direct.SHM for k in kinds) == (how != "no_memfd")
+            await _until(lambda: len(got) == 3, show=listener.counters.as_dict)
+            assert peers.send(1, *encode([_arrays_env(3, 2 << 20, LARGE)], True))  # after it
+            await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
+            assert [e.app_seq for e in got] == [0, 1, 2, 3]
+            assert all(_intact(e, 2 << 20, LARGE) for e in got)
+            c = listener.counters
+            assert (c.shared, c.bad_frame, c.shared_fallback) == (0, 0, 1)
+            assert c.shared_refused == (how == "listener_refuses")
+            assert peers.conns[1].unacked == 0  # the rewritten frames' bytes were counted
+    asyncio.run(body())
+
+
+async def _recv_exactly(sock, n: int) -> bytes:
+    loop, data = asyncio.get_running_loop(), b""
+    while len(data) < n:
+        more = await loop.sock_recv(sock, n - len(data))
+        if not more:
+            raise ConnectionResetError
+        data += more
+    return data
+
+
+async def _prove(path: str, secret: RunSecret, fds=()):
+    """A client's handshake on a raw Unix socket, passing ``fds`` with its proof: the
+    socket and the listener's answer (``SHARED`` or ``NOT_SHARED``); for a proof that
+    does not check, the socket and None."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, path)
+    theirs = await _recv_exactly(sock, NONCE_BYTES)
+    mine = os.urandom(NONCE_BYTES + SESSION_BYTES)
+    socket.send_fds(sock, [mine + secret.mac(b"client", theirs, mine)], list(fds))
+    try:
+        answer = await _recv_exactly(sock, COUNT.size + 1)
+    except ConnectionResetError:
+        return sock, None
+    assert await _recv_exactly(sock, MAC_BYTES) == secret.mac(b"server", mine + answer, theirs)
+    return sock, answer[COUNT.size:]
+
+
+def _descriptors(name: str) -> int:
+    """This process's open descriptors of memory files called ``name``."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == f"/memfd:{name} (deleted)"
+        except OSError:
+            pass
+    return n
+
+
+def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(tmp_path):
+    """A descriptor passed with a proof that does not check is closed unused; a proven
+    peer's descriptor is taken only if it is a sealed memory file (else the answer says
+    so, counted); a shared-memory frame on a TCP connection, on one that took no
+    segment, or naming a region outside its segment is refused as a bad frame; none of
+    them delivers anything."""
     async def body():
         secret = RunSecret()
         listener, endpoint, got = await _listening(tmp_path, secret)
+        loop = asyncio.get_running_loop()
+        c = listener.counters
         segment = _direct._Segment(1 << 20)
         _, body_, _ = encode([_env(0)], True)
 
         def frame(offset):
             return (HEADER.pack(len(body_), ROWS | OOB | _direct.SHM) + OOB_COUNT.pack(1)
-                    + _direct.SHM_SEGMENT.pack(segment.fd, segment.size)
                     + _direct.SHM_ENTRY.pack(4096, offset) + body_)
 
-        r, w = await asyncio.open_unix_connection(endpoint.path)  # a stranger
-        theirs = await r.readexactly(NONCE_BYTES)
-        mine = os.urandom(NONCE_BYTES + SESSION_BYTES)
-        w.write(mine + RunSecret().mac(b"client", theirs, mine) + frame(0))
-        await _until(lambda: listener.counters.auth_failed == 1)
-        assert all(conn.segment is None for conn in listener.inbound)
-        w.close()
+        stranger = os.memfd_create("stranger")
+        sock, answer = await _prove(endpoint.path, RunSecret(), [stranger])
+        assert answer is None and c.auth_failed == 1
+        os.close(stranger)
+        sock.close()
+        assert _descriptors("stranger") == 0 and _mapped("stranger") == 0
+
         r, w = await asyncio.open_connection(endpoint.host, endpoint.port)
         await _handshake(r, w, secret)
         w.write(frame(0))
-        await _until(lambda: listener.counters.bad_frame == 1)
+        await _until(lambda: c.bad_frame == 1)
         w.close()
-        r, w = await asyncio.open_unix_connection(endpoint.path)
-        await _handshake(r, w, secret)
-        w.write(frame(segment.size - 100))
-        await _until(lambda: listener.counters.bad_frame == 2)
-        assert got == [] and listener.counters.frames == 0
-        w.close()
+
+        unsealed = os.memfd_create("unsealed")
+        os.ftruncate(unsealed, 1 << 20)
+        for k, fds in enumerate(([], [unsealed], [segment.fd, segment.fd])):
+            sock, answer = await _prove(endpoint.path, secret, fds)
+            assert answer == _direct.NOT_SHARED and c.shared_refused == min(k, len(fds))
+            await loop.sock_sendall(sock, frame(0))
+            await _until(lambda: c.bad_frame == 2 + k)
+            sock.close()
+        os.close(unsealed)
+        assert _descriptors("unsealed") == 0
+
+        sock, answer = await _prove(endpoint.path, secret, [segment.fd])
+        assert answer == _direct.SHARED and c.shared_refused == 2
+        await loop.sock_sendall(sock, frame(segment.size - 100))
+        await _until(lambda: c.bad_frame == 5, show=c.as_dict)
+        assert got == [] and c.frames == 0
+        sock.close()
         segment.close()
         listener.close()
     asyncio.run(body())

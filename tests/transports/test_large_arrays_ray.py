@@ -3,6 +3,7 @@
 the object store from there on) they arrive intact, and writable where the receiver owns
 their buffer; a ring of them survives a kill under the protocols that restart ranks in
 new processes (resends and replays of out-of-band frames)."""
+import collections
 import os
 
 import numpy as np
@@ -87,12 +88,21 @@ def test_the_out_of_band_threshold_is_an_option(ray_session):
         ft.run(Bases, 2, args=(sizes,), transport="ray", out_of_band_bytes=-1)
 
 
-def _segments() -> tuple[int, int]:
-    """This process's shared-memory segments of the direct plane: descriptors, mappings."""
-    fds = sum(os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:ftactors")
-              for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
-    with open("/proc/self/maps") as maps:
-        return fds, sum("memfd:ftactors" in line for line in maps)
+def _segments() -> dict[int, tuple[int, int]]:
+    """This process's shared-memory segments of the direct plane, by inode: how many
+    descriptors and mappings of each it holds."""
+    fds, maps = collections.Counter(), collections.Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:ftactors"):
+                fds[os.stat(f"/proc/self/fd/{fd}").st_ino] += 1
+        except OSError:  # the descriptor listdir itself held
+            pass
+    with open("/proc/self/maps") as lines:
+        for line in lines:
+            if "memfd:ftactors" in line:
+                maps[int(line.split()[4])] += 1
+    return {inode: (fds[inode], maps[inode]) for inode in fds | maps}
 
 
 def test_large_arrays_to_a_rank_on_the_node_go_through_shared_memory(ray_session):
@@ -136,14 +146,20 @@ class LargeRing(ft.Rank):
 @pytest.mark.parametrize("protocol", ["ready-flush", "standby"])
 def test_a_ring_of_large_arrays_survives_a_kill(ray_session, protocol):
     """The 3 MiB arrays go through shared memory (all ranks on one node); after a kill
-    and its recovery each rank holds one segment (to its right neighbour) and maps its
-    left neighbour's: two mappings and three descriptors (its segment's, and one that
-    Python's ``mmap`` keeps per mapping); none of the dead rank's is left."""
+    and its recovery every segment (one per channel that was used) is held by its two
+    ends only, both live ranks: its sender (its descriptor, and the one Python's
+    ``mmap`` keeps, one mapping) and its listener (one mapping and its ``mmap``
+    descriptor); none of the dead rank's is left, at either end."""
     setup = setups()[protocol]
     cls = type(f"LargeRing_{protocol}", (*setup.mixins, LargeRing), {})
     r = ft.run(cls, 4, args=(8,), transport="ray", spares=min(setup.spares, 1),
                chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, shared_memory_bytes=100 << 10,
                **setup.options)
     assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
-    assert r.results == [(0, (3, 2))] * 4
+    assert [bad for bad, _ in r.results] == [0] * 4
+    held = collections.defaultdict(lambda: [0, 0, 0])  # ranks, descriptors, mappings
+    for _, segments in r.results:
+        for inode, (fds, maps) in segments.items():
+            held[inode] = [a + b for a, b in zip(held[inode], (1, fds, maps))]
+    assert held and all(h == [2, 3, 2] for h in held.values()), dict(held)
     assert r.metrics["direct"]["shared"] > 0
