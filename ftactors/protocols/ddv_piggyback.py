@@ -214,6 +214,7 @@ class _State:
     timer_reset: asyncio.Event = field(default_factory=asyncio.Event)
     gc_asked: bool = False
     others: list | None = None                       # the other members (cached)
+    floor: int | None = None                         # this cluster's oldest CLC kept (GC)
 
 
 class DDVPiggyback(Protocol):
@@ -732,6 +733,7 @@ class DDVPiggyback(Protocol):
         SN; returns (entries before, after)."""
         st = self._hc3i
         lowest = {int(k): v for k, v in lowest.items()}
+        st.floor = lowest[st.me]  # the levels may drop copies of older parts
         before = after = 0
         for dst in list(st.log):
             floor = lowest[self._cluster_of(dst)]
@@ -743,6 +745,11 @@ class DDVPiggyback(Protocol):
             after += len(entries)
         st.gc_asked = False
         return before, after
+
+    def parts_floor(self) -> int | None:
+        """The oldest CLC of this rank's cluster the coordinator still keeps (a cascade
+        may go back to it), as the last collection said."""
+        return self._hc3i.floor
 
     # ------------------------------------------------------------------ state
     def protocol_state(self) -> dict[str, Any]:

@@ -96,6 +96,10 @@ from ._parts import HeldParts, PartTaker
 from .groups import Groups, load_groups
 
 NAME = "groups"
+PARTS_AHEAD_MAX = 3
+"""Parts a member may have made past its group's newest complete set before its next
+group checkpoint waits for one of them to complete (back-pressure): the levels keep
+every copy from the newest complete set on, so this bounds what they hold per rank."""
 
 
 def _interval(option, group: int) -> int | None:
@@ -131,6 +135,9 @@ class _GroupState:
     logged: list = field(default_factory=lambda: [0, 0])  # messages, bytes ever logged
     fenced: dict = field(default_factory=dict)    # restarting rank -> sent to it at the fence
     expect: dict | None = None                    # after a restart: peer -> resends end
+    complete: tuple | None = None                 # newest complete set of this rank's group
+    ahead: list = field(default_factory=list)     # parts made past it
+    completed: asyncio.Event = field(default_factory=asyncio.Event)  # ``complete`` moved
 
 
 class GroupCoordination(Protocol):
@@ -170,6 +177,9 @@ class GroupCoordination(Protocol):
 
     def part_units(self) -> Groups:
         return self._gc.groups
+
+    def parts_floor(self) -> tuple | None:
+        return self._gc.complete
 
     def my_group(self) -> tuple[int, ...]:
         return self._gc.groups.members(self.rank)
@@ -234,6 +244,10 @@ class GroupCoordination(Protocol):
         gc, ft = self._gc, self.ft
         pos = ft.position
         at = ft.link.clock()
+        while len(gc.ahead) >= PARTS_AHEAD_MAX:  # see "Hand-off"
+            gc.completed.clear()
+            await gc.completed.wait()
+        gc.ahead.append(pos)
         gc.flush.start(ft, NAME, ("ckpt", pos), sorted(self.my_group()))
         await gc.flush.wait(ft, ("ckpt", pos))
         flushed_at = ft.link.clock()
@@ -257,7 +271,13 @@ class GroupCoordination(Protocol):
         return self._gc.parts.give(tuple(position))
 
     def ft_rpc_group_commit(self, position) -> None:
-        """The group checkpoint at ``position`` is complete: piggyback its RR values."""
+        """The group checkpoint at ``position`` is complete: piggyback its RR values; the
+        levels may drop copies of older parts, and a member held back may go on."""
+        gc, position = self._gc, tuple(position)
+        if gc.complete is None or position > gc.complete:
+            gc.complete = position
+            gc.ahead = [p for p in gc.ahead if p > position]
+            gc.completed.set()
         rr = self._gc.rr.pop(tuple(position), None)
         for old in [p for p in self._gc.rr if p < tuple(position)]:
             del self._gc.rr[old]
@@ -358,6 +378,7 @@ class GroupCoordination(Protocol):
         gc = self._gc
         gc.flush.reset()
         gc.rr.clear()
+        gc.complete, gc.ahead = gc.last, []  # the restored part is of a complete set
         gc.skip = {int(x): n for x, n in self.ft.restore_notes.get(NAME, {}).items()
                    if n > self.ft.sent[int(x)]}
         # a restored rank's own fence: from its part's counts on, its log is re-sent by

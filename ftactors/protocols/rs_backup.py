@@ -124,7 +124,7 @@ from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 from ._flush import OPS as FLUSH_OPS, Flush
 from ._intervals import Pacer
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from ._rs_parts import PART_KEEP, EncodedParts, as_key, unit_code, unit_holder
+from ._rs_parts import EncodedParts, as_key, unit_code, unit_holder
 from ._rs_recovery import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
 from ._rs_recovery import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
 from .rs_placement import Placement
@@ -178,7 +178,6 @@ class _RS:
     restored: tuple | None = None                 # position of the last restore
     store: Any = None
     parts_mode: bool = False  # encoding a hands_parts protocol's parts, no rounds of ours
-    keep: int = KEEP_ROUNDS   # rounds (parts, in parts mode) kept per group
     next_round: int = 1       # with rs_interval_s: the iteration rank 0 chose
     pacer: Pacer | None = None
 
@@ -245,7 +244,7 @@ class RSBackup(PlannedLevel):
         st = self._rs = _RS(_options(getattr(self, "options", {})),
                             asyncio.get_running_loop().create_future())
         if parts_lead(type(self)) is not None:
-            st.parts_mode, st.keep = True, PART_KEEP
+            st.parts_mode = True
         if st.settings["stable"] is not None:
             st.store = open_store(st.settings["stable"])
         st.pacer = Pacer(self.ft.link.clock)
@@ -331,11 +330,12 @@ class RSBackup(PlannedLevel):
         await _blocks_between(self._star(pos, blob, (g, i, placement.k(g), placement.m(g)),
                                          parities, lambda j: placement.holder(g, j)))
 
-    def _star(self, pos, blob: bytes, code: tuple, parities, holder_of):
+    def _star(self, pos, blob: bytes, code: tuple, parities, holder_of, floor=None):
         """The star encoding of this rank's ``blob`` (member ``i`` of group ``g`` coded
         ``k + m``: ``code``) for the parity blocks ``parities``, held by
         ``holder_of(j)``: block by block (a generator: one step per block), partial
-        products in ring-shifted order."""
+        products in ring-shifted order. Parts mode: each product carries ``floor``, the
+        oldest part of the unit its recovery may still restore."""
         st, ft = self._rs, self.ft
         g, i, k, m = code
         targets = sorted(parities, key=lambda j: (j - i - 1) % m)  # step s: holder i + s
@@ -349,7 +349,7 @@ class RSBackup(PlannedLevel):
             last = offset + z >= data.size
             mine = []
             for j, product in zip(targets, partial_products(block, column)):
-                part = (pos, g, j, i, k, offset, data.size, last, product)
+                part = (pos, g, j, i, k, offset, data.size, last, product, floor)
                 holder = holder_of(j)
                 if holder == self.rank:
                     mine.append(part)  # a ring of one group: this rank holds its own
@@ -374,20 +374,27 @@ class RSBackup(PlannedLevel):
         g = units.group_of(self.rank)
         i = units.groups[g].index(self.rank)
         k, m = unit_code(units, g, st.settings["parity"])
+        floor = self.parts_floor()
         st.own[key] = blob
-        _keep_newest(st.own, lambda key: key, st.keep)
-        steps = self._star(key, blob, (g, i, k, m), range(m), lambda j: unit_holder(units, g, j))
+        for old in [old for old in st.own if floor is not None and old < floor]:
+            del st.own[old]
+        steps = self._star(key, blob, (g, i, k, m), range(m), lambda j: unit_holder(units, g, j),
+                           floor)
         next(steps, None)
         st.encoding.append(self.ft_spawn(_blocks_between(steps)))
 
     def _take_part(self, part: tuple) -> None:
         """A holder XORs a partial product into its parity block."""
-        pos, g, j, i, k, offset, length, last, product = part
+        pos, g, j, i, k, offset, length, last, product, floor = part
         st, key = self._rs, (g, j, as_key(pos))
+        if floor is not None:  # parts mode: older parts of unit g are never restored
+            for old in [old for old in st.held if old[0] == g and old[2] < floor]:
+                del st.held[old]
         parity = st.held.get(key)
         if parity is None:
             parity = st.held[key] = _Parity(k)
-            _keep_newest(st.held, lambda key: key[2], st.keep, lambda key: key[:2])
+            if not st.parts_mode:  # own rounds: the newest two
+                _keep_newest(st.held, lambda key: key[2], KEEP_ROUNDS, lambda key: key[:2])
         if parity.mixed:
             return
         if parity.add(i, offset, length, last, product):

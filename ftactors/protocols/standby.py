@@ -95,9 +95,6 @@ INITIAL = None
 """The round "before main() first ran": every rank can restore it without a backup."""
 KEEP_ROUNDS = 2
 """Ping-pong: the newest two complete rounds are kept."""
-PART_KEEP = 3
-"""Copies kept per rank of another protocol's parts: its recovery line may go back to an
-older part than the newest (an incomplete newer group set; a cascade to an older CLC)."""
 
 
 class State(enum.Enum):
@@ -378,8 +375,8 @@ class StandbyReplacement(PlannedLevel):
     def on_part(self, key, blob: bytes) -> None:
         super().on_part(key, blob)
         holder = part_holder(self.part_units(), self.rank)
-        if holder != self.rank:
-            self.ft.send_control(holder, NAME, "part", (key, blob))
+        if holder != self.rank:  # with the oldest part the recovery may still restore
+            self.ft.send_control(holder, NAME, "part", (key, blob, self.parts_floor()))
 
     def _next_backup_after(self, iteration: int) -> int:
         """Rank 0's decision: the iteration of the next backup (planned: not before the
@@ -411,8 +408,11 @@ class StandbyReplacement(PlannedLevel):
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
         elif op == "part":
-            key, blob = data
-            _keep(st.copies.setdefault(env.src, {}), key, bytes(blob), PART_KEEP)
+            key, blob, floor = data
+            kept = st.copies.setdefault(env.src, {})
+            kept[key] = bytes(blob)
+            for old in [k for k in kept if floor is not None and k < floor]:
+                del kept[old]
         else:
             raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
 
