@@ -124,7 +124,8 @@ the coordinator, not sent between leaders (same cascade, same result).
 handed to the levels (``on_part``; ``hands_parts``); the restart takes each part from the
 cheapest level that keeps a copy, this protocol's own copy last, and the copies held by
 ranks of a cluster the cascade restarts are rescued before they stop
-(``runtime/_escalation.PartLevels``).
+(``runtime/_escalation.PartLevels``). The levels keep copies from the oldest CLC of the
+cluster the last collection kept on (``parts_floor``).
 """
 from __future__ import annotations
 

@@ -34,7 +34,11 @@ incomplete and its group restarts from the one before, with the logs that cover 
 price: a failure within those hops of a checkpoint loses one interval more than it
 would have (ReadyMessageFlush, whose tests pin "a failure after a checkpoint restarts
 from it", waits for a copy at a holder rank), and a report still travelling when the run ends is not in its
-timeline.
+timeline. Not waiting is bounded: a member that has made ``PARTS_AHEAD_MAX`` (3) parts
+past its group's newest complete set (``group_commit`` tells it) waits at its next group
+checkpoint until one completes. The levels of a stack keep every copy from that set on
+(``parts_floor``), so this bounds what they hold; it stalls a member only when the
+coordinator is that far behind, where its pending parts would grow without bound too.
 
 *Garbage collection*: once a group checkpoint is complete (every member's part is kept by
 the coordinator), each member piggybacks RR_X on its next message to each out-of-group X;
@@ -71,7 +75,7 @@ takes each part from the cheapest level that keeps a copy, this protocol's own c
 (``runtime/_escalation.PartLevels``).
 
 *Footprint* (bounded whatever the run's length): per group, the newest complete group
-set in the object store and the sets still being taken (an older set that never
+set in the object store and the sets still being taken (at most ``PARTS_AHEAD_MAX``) (an older set that never
 completes is dropped when a newer one does); each sender's log holds its messages to
 other groups sent since their receiver's group last checkpointed (the RR piggyback
 drops the rest), so about two checkpoint intervals of inter-group traffic (sim-check

@@ -74,8 +74,11 @@ block at once and the others beside ``main()``; parity ``j`` of unit ``G``'s che
 is held by member ``j mod |G+1|`` of the next unit (``m = k``, ``rs_parity`` for fewer),
 so a unit lost whole with its node is decoded from the next one; with one unit, member
 ``j`` of the unit itself holds it (a rank's loss is decoded, the unit's falls to the
-object store). Members and holders keep the newest ``PART_KEEP`` checkpoints per unit
-(a recovery line may go back past the newest). The consistency protocol's recovery asks
+object store). Members and holders keep every checkpoint of a unit from the oldest one
+its recovery may still restore on (``parts_floor``: a group's newest complete set, the
+oldest CLC the garbage collection keeps), which each partial product carries: a
+recovery line may go back past the newest parts, and by more than any fixed count (ranks
+run parts ahead of their group's complete sets). The consistency protocol's recovery asks
 ``EncodedParts.find``: a live rank's own copy as it is, a lost part decoded from ``k``
 blocks of live members and holders (and of ranks a DDV cascade stopped, whose parts and
 parity blocks were rescued into the driver first: ``rescue``); ``forget`` drops the newer checkpoints of restarted
@@ -102,7 +105,9 @@ blocks are objects in the object store owned by their holder, released when the 
 dropped); with ``rs_stable_store``, the run's ``KEEP_STABLE`` (2) newest sets on stable
 storage, in its folder. With
 another protocol's parts, its own parts and the parity blocks it holds (as bytes in its
-memory) of the newest ``PART_KEEP`` (3) checkpoints per unit. No message log. Measured by ``ftactors bench footprint``.
+memory) of the checkpoints per unit from its floor on (under GroupCoordination at most
+``PARTS_AHEAD_MAX`` + 1, its members are held back; under DDVPiggyback the CLCs the
+coordinator keeps). No message log. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 

@@ -56,7 +56,10 @@ no global round is taken here (``runtime/_escalation``, "Levels that keep anothe
 protocol's parts"). Each part they make (``on_part``) is sent to its *holder*, the rank
 at the same place in the next unit (group or cluster; with one unit, the rank half of
 it further on), so that a unit lost with its node keeps its copies elsewhere; the
-holder keeps each rank's newest ``PART_KEEP`` parts. Their recovery asks the holders
+holder keeps each rank's parts from the oldest one the recovery may still restore on
+(``parts_floor``, sent with each copy: a group's newest complete set, the oldest CLC
+the garbage collection keeps), never a fixed number: ranks run parts ahead of their
+newest complete set, and a copy dropped by count was the one the recovery needed. Their recovery asks the holders
 first (``PartnerCopies``): a copy is pulled into the driver's object store before any
 restarted rank is stopped, and copies of parts newer than the restored ones (of the
 execution abandoned) are dropped. Spares are used by that recovery's respawns.
@@ -65,9 +68,10 @@ execution abandoned) are dropped. Spares are used by that recovery's respawns.
 newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
 (ping-pong: a round is dropped once two newer ones are complete); no message log; the
 coordinator and the object store keep nothing per round (a replacement's snapshot travels
-from the surviving partner). Keeping another protocol's parts, a rank holds the newest
-``PART_KEEP`` (3) parts of each rank it keeps copies for (one rank, more where the next
-unit is smaller); the driver holds the copies it pulled only until the round ends. Measured by ``ftactors bench footprint``.
+from the surviving partner). Keeping another protocol's parts, a rank holds the parts
+of each rank it keeps copies for (one rank, more where the next unit is smaller) from
+its floor on: under GroupCoordination at most ``PARTS_AHEAD_MAX`` + 1 (its members are
+held back), under DDVPiggyback those of the CLCs the coordinator keeps; the driver holds the copies it pulled only until the round ends. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 
