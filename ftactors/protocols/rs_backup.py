@@ -178,6 +178,7 @@ class _RS:
     flush: Flush = field(default_factory=Flush)
     own: dict = field(default_factory=dict)       # round -> snapshot blob
     held: dict = field(default_factory=dict)      # (group, parity index, round) -> _Parity
+    floors: dict = field(default_factory=dict)    # parts mode: unit -> its oldest part kept
     encoding: list = field(default_factory=list)  # encoding tasks under way
     last: tuple | None = None                     # position of the last checkpoint
     restored: tuple | None = None                 # position of the last restore
@@ -392,9 +393,12 @@ class RSBackup(PlannedLevel):
         """A holder XORs a partial product into its parity block."""
         pos, g, j, i, k, offset, length, last, product, floor = part
         st, key = self._rs, (g, j, as_key(pos))
-        if floor is not None:  # parts mode: older parts of unit g are never restored
+        if floor is not None and (g not in st.floors or floor > st.floors[g]):
+            st.floors[g] = floor  # parts mode: older parts of unit g are never restored
             for old in [old for old in st.held if old[0] == g and old[2] < floor]:
                 del st.held[old]
+        if g in st.floors and key[2] < st.floors[g]:
+            return  # a late block of an older part (its encoding ran beside a newer one)
         parity = st.held.get(key)
         if parity is None:
             parity = st.held[key] = _Parity(k)
