@@ -75,8 +75,8 @@ takes each part from the cheapest level that keeps a copy, this protocol's own c
 (``runtime/_escalation.PartLevels``).
 
 *Footprint* (bounded whatever the run's length): per group, the newest complete group
-set in the object store and the sets still being taken (at most ``PARTS_AHEAD_MAX``) (an older set that never
-completes is dropped when a newer one does); each sender's log holds its messages to
+set in the object store and the sets still being taken (at most ``PARTS_AHEAD_MAX``: an
+older set that never completes is dropped when a newer one does); each sender's log holds its messages to
 other groups sent since their receiver's group last checkpointed (the RR piggyback
 drops the rest), so about two checkpoint intervals of inter-group traffic (sim-check
 checks that bound). Measured by ``ftactors bench footprint``.
