@@ -16,12 +16,6 @@ from ftactors.protocols.erasure import RSCode
 
 from ._rs_recovery import NAME, _options
 
-PART_KEEP = 3
-"""Checkpoints kept per unit, by its members (their own parts) and by the holders of its
-parity: the consistency protocol's recovery line may go back to an older checkpoint than
-the newest (an incomplete newer group set; a cascade to an older CLC)."""
-
-
 def as_key(key):
     """A part key as ``on_part`` made it (a position tuple, or a CLC number)."""
     return tuple(key) if isinstance(key, list) else key

@@ -124,7 +124,8 @@ the coordinator, not sent between leaders (same cascade, same result).
 handed to the levels (``on_part``; ``hands_parts``); the restart takes each part from the
 cheapest level that keeps a copy, this protocol's own copy last, and the copies held by
 ranks of a cluster the cascade restarts are rescued before they stop
-(``runtime/_escalation.PartLevels``).
+(``runtime/_escalation.PartLevels``). The levels keep copies from the oldest CLC of the
+cluster the last collection kept on (``parts_floor``).
 """
 from __future__ import annotations
 
@@ -214,6 +215,7 @@ class _State:
     timer_reset: asyncio.Event = field(default_factory=asyncio.Event)
     gc_asked: bool = False
     others: list | None = None                       # the other members (cached)
+    floor: int | None = None                         # this cluster's oldest CLC kept (GC)
 
 
 class DDVPiggyback(Protocol):
@@ -732,6 +734,7 @@ class DDVPiggyback(Protocol):
         SN; returns (entries before, after)."""
         st = self._hc3i
         lowest = {int(k): v for k, v in lowest.items()}
+        st.floor = lowest[st.me]  # the levels may drop copies of older parts
         before = after = 0
         for dst in list(st.log):
             floor = lowest[self._cluster_of(dst)]
@@ -743,6 +746,11 @@ class DDVPiggyback(Protocol):
             after += len(entries)
         st.gc_asked = False
         return before, after
+
+    def parts_floor(self) -> int | None:
+        """The oldest CLC of this rank's cluster the coordinator still keeps (a cascade
+        may go back to it), as the last collection said."""
+        return self._hc3i.floor
 
     # ------------------------------------------------------------------ state
     def protocol_state(self) -> dict[str, Any]:

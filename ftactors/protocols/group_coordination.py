@@ -34,7 +34,11 @@ incomplete and its group restarts from the one before, with the logs that cover 
 price: a failure within those hops of a checkpoint loses one interval more than it
 would have (ReadyMessageFlush, whose tests pin "a failure after a checkpoint restarts
 from it", waits for a copy at a holder rank), and a report still travelling when the run ends is not in its
-timeline.
+timeline. Not waiting is bounded: a member that has made ``PARTS_AHEAD_MAX`` (3) parts
+past its group's newest complete set (``group_commit`` tells it) waits at its next group
+checkpoint until one completes. The levels of a stack keep every copy from that set on
+(``parts_floor``), so this bounds what they hold; it stalls a member only when the
+coordinator is that far behind, where its pending parts would grow without bound too.
 
 *Garbage collection*: once a group checkpoint is complete (every member's part is kept by
 the coordinator), each member piggybacks RR_X on its next message to each out-of-group X;
@@ -71,8 +75,8 @@ takes each part from the cheapest level that keeps a copy, this protocol's own c
 (``runtime/_escalation.PartLevels``).
 
 *Footprint* (bounded whatever the run's length): per group, the newest complete group
-set in the object store and the sets still being taken (an older set that never
-completes is dropped when a newer one does); each sender's log holds its messages to
+set in the object store and the sets still being taken (at most ``PARTS_AHEAD_MAX``: an
+older set that never completes is dropped when a newer one does); each sender's log holds its messages to
 other groups sent since their receiver's group last checkpointed (the RR piggyback
 drops the rest), so about two checkpoint intervals of inter-group traffic (sim-check
 checks that bound). Measured by ``ftactors bench footprint``.
@@ -96,6 +100,10 @@ from ._parts import HeldParts, PartTaker
 from .groups import Groups, load_groups
 
 NAME = "groups"
+PARTS_AHEAD_MAX = 3
+"""Parts a member may have made past its group's newest complete set before its next
+group checkpoint waits for one of them to complete (back-pressure): the levels keep
+every copy from the newest complete set on, so this bounds what they hold per rank."""
 
 
 def _interval(option, group: int) -> int | None:
@@ -131,6 +139,9 @@ class _GroupState:
     logged: list = field(default_factory=lambda: [0, 0])  # messages, bytes ever logged
     fenced: dict = field(default_factory=dict)    # restarting rank -> sent to it at the fence
     expect: dict | None = None                    # after a restart: peer -> resends end
+    complete: tuple | None = None                 # newest complete set of this rank's group
+    ahead: list = field(default_factory=list)     # parts made past it
+    completed: asyncio.Event = field(default_factory=asyncio.Event)  # ``complete`` moved
 
 
 class GroupCoordination(Protocol):
@@ -170,6 +181,9 @@ class GroupCoordination(Protocol):
 
     def part_units(self) -> Groups:
         return self._gc.groups
+
+    def parts_floor(self) -> tuple | None:
+        return self._gc.complete
 
     def my_group(self) -> tuple[int, ...]:
         return self._gc.groups.members(self.rank)
@@ -234,6 +248,10 @@ class GroupCoordination(Protocol):
         gc, ft = self._gc, self.ft
         pos = ft.position
         at = ft.link.clock()
+        while len(gc.ahead) >= PARTS_AHEAD_MAX:  # see "Hand-off"
+            gc.completed.clear()
+            await gc.completed.wait()
+        gc.ahead.append(pos)
         gc.flush.start(ft, NAME, ("ckpt", pos), sorted(self.my_group()))
         await gc.flush.wait(ft, ("ckpt", pos))
         flushed_at = ft.link.clock()
@@ -257,7 +275,13 @@ class GroupCoordination(Protocol):
         return self._gc.parts.give(tuple(position))
 
     def ft_rpc_group_commit(self, position) -> None:
-        """The group checkpoint at ``position`` is complete: piggyback its RR values."""
+        """The group checkpoint at ``position`` is complete: piggyback its RR values; the
+        levels may drop copies of older parts, and a member held back may go on."""
+        gc, position = self._gc, tuple(position)
+        if gc.complete is None or position > gc.complete:
+            gc.complete = position
+            gc.ahead = [p for p in gc.ahead if p > position]
+            gc.completed.set()
         rr = self._gc.rr.pop(tuple(position), None)
         for old in [p for p in self._gc.rr if p < tuple(position)]:
             del self._gc.rr[old]
@@ -358,6 +382,7 @@ class GroupCoordination(Protocol):
         gc = self._gc
         gc.flush.reset()
         gc.rr.clear()
+        gc.complete, gc.ahead = gc.last, []  # the restored part is of a complete set
         gc.skip = {int(x): n for x, n in self.ft.restore_notes.get(NAME, {}).items()
                    if n > self.ft.sent[int(x)]}
         # a restored rank's own fence: from its part's counts on, its log is re-sent by

@@ -74,8 +74,11 @@ block at once and the others beside ``main()``; parity ``j`` of unit ``G``'s che
 is held by member ``j mod |G+1|`` of the next unit (``m = k``, ``rs_parity`` for fewer),
 so a unit lost whole with its node is decoded from the next one; with one unit, member
 ``j`` of the unit itself holds it (a rank's loss is decoded, the unit's falls to the
-object store). Members and holders keep the newest ``PART_KEEP`` checkpoints per unit
-(a recovery line may go back past the newest). The consistency protocol's recovery asks
+object store). Members and holders keep every checkpoint of a unit from the oldest one
+its recovery may still restore on (``parts_floor``: a group's newest complete set, the
+oldest CLC the garbage collection keeps), which each partial product carries: a
+recovery line may go back past the newest parts, and by more than any fixed count (ranks
+run parts ahead of their group's complete sets). The consistency protocol's recovery asks
 ``EncodedParts.find``: a live rank's own copy as it is, a lost part decoded from ``k``
 blocks of live members and holders (and of ranks a DDV cascade stopped, whose parts and
 parity blocks were rescued into the driver first: ``rescue``); ``forget`` drops the newer checkpoints of restarted
@@ -102,7 +105,9 @@ blocks are objects in the object store owned by their holder, released when the 
 dropped); with ``rs_stable_store``, the run's ``KEEP_STABLE`` (2) newest sets on stable
 storage, in its folder. With
 another protocol's parts, its own parts and the parity blocks it holds (as bytes in its
-memory) of the newest ``PART_KEEP`` (3) checkpoints per unit. No message log. Measured by ``ftactors bench footprint``.
+memory) of the checkpoints per unit from its floor on (under GroupCoordination at most
+``PARTS_AHEAD_MAX`` + 1, its members are held back; under DDVPiggyback the CLCs the
+coordinator keeps). No message log. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 
@@ -124,7 +129,7 @@ from ftactors.protocols.erasure import RSCode, partial_products, xor_into
 from ._flush import OPS as FLUSH_OPS, Flush
 from ._intervals import Pacer
 from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from ._rs_parts import PART_KEEP, EncodedParts, as_key, unit_code, unit_holder
+from ._rs_parts import EncodedParts, as_key, unit_code, unit_holder
 from ._rs_recovery import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
 from ._rs_recovery import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
 from .rs_placement import Placement
@@ -173,12 +178,12 @@ class _RS:
     flush: Flush = field(default_factory=Flush)
     own: dict = field(default_factory=dict)       # round -> snapshot blob
     held: dict = field(default_factory=dict)      # (group, parity index, round) -> _Parity
+    floors: dict = field(default_factory=dict)    # parts mode: unit -> its oldest part kept
     encoding: list = field(default_factory=list)  # encoding tasks under way
     last: tuple | None = None                     # position of the last checkpoint
     restored: tuple | None = None                 # position of the last restore
     store: Any = None
     parts_mode: bool = False  # encoding a hands_parts protocol's parts, no rounds of ours
-    keep: int = KEEP_ROUNDS   # rounds (parts, in parts mode) kept per group
     next_round: int = 1       # with rs_interval_s: the iteration rank 0 chose
     pacer: Pacer | None = None
 
@@ -245,7 +250,7 @@ class RSBackup(PlannedLevel):
         st = self._rs = _RS(_options(getattr(self, "options", {})),
                             asyncio.get_running_loop().create_future())
         if parts_lead(type(self)) is not None:
-            st.parts_mode, st.keep = True, PART_KEEP
+            st.parts_mode = True
         if st.settings["stable"] is not None:
             st.store = open_store(st.settings["stable"])
         st.pacer = Pacer(self.ft.link.clock)
@@ -331,11 +336,12 @@ class RSBackup(PlannedLevel):
         await _blocks_between(self._star(pos, blob, (g, i, placement.k(g), placement.m(g)),
                                          parities, lambda j: placement.holder(g, j)))
 
-    def _star(self, pos, blob: bytes, code: tuple, parities, holder_of):
+    def _star(self, pos, blob: bytes, code: tuple, parities, holder_of, floor=None):
         """The star encoding of this rank's ``blob`` (member ``i`` of group ``g`` coded
         ``k + m``: ``code``) for the parity blocks ``parities``, held by
         ``holder_of(j)``: block by block (a generator: one step per block), partial
-        products in ring-shifted order."""
+        products in ring-shifted order. Parts mode: each product carries ``floor``, the
+        oldest part of the unit its recovery may still restore."""
         st, ft = self._rs, self.ft
         g, i, k, m = code
         targets = sorted(parities, key=lambda j: (j - i - 1) % m)  # step s: holder i + s
@@ -349,7 +355,7 @@ class RSBackup(PlannedLevel):
             last = offset + z >= data.size
             mine = []
             for j, product in zip(targets, partial_products(block, column)):
-                part = (pos, g, j, i, k, offset, data.size, last, product)
+                part = (pos, g, j, i, k, offset, data.size, last, product, floor)
                 holder = holder_of(j)
                 if holder == self.rank:
                     mine.append(part)  # a ring of one group: this rank holds its own
@@ -374,20 +380,30 @@ class RSBackup(PlannedLevel):
         g = units.group_of(self.rank)
         i = units.groups[g].index(self.rank)
         k, m = unit_code(units, g, st.settings["parity"])
+        floor = self.parts_floor()
         st.own[key] = blob
-        _keep_newest(st.own, lambda key: key, st.keep)
-        steps = self._star(key, blob, (g, i, k, m), range(m), lambda j: unit_holder(units, g, j))
+        for old in [old for old in st.own if floor is not None and old < floor]:
+            del st.own[old]
+        steps = self._star(key, blob, (g, i, k, m), range(m), lambda j: unit_holder(units, g, j),
+                           floor)
         next(steps, None)
         st.encoding.append(self.ft_spawn(_blocks_between(steps)))
 
     def _take_part(self, part: tuple) -> None:
         """A holder XORs a partial product into its parity block."""
-        pos, g, j, i, k, offset, length, last, product = part
+        pos, g, j, i, k, offset, length, last, product, floor = part
         st, key = self._rs, (g, j, as_key(pos))
+        if floor is not None and (g not in st.floors or floor > st.floors[g]):
+            st.floors[g] = floor  # parts mode: older parts of unit g are never restored
+            for old in [old for old in st.held if old[0] == g and old[2] < floor]:
+                del st.held[old]
+        if g in st.floors and key[2] < st.floors[g]:
+            return  # a late block of an older part (its encoding ran beside a newer one)
         parity = st.held.get(key)
         if parity is None:
             parity = st.held[key] = _Parity(k)
-            _keep_newest(st.held, lambda key: key[2], st.keep, lambda key: key[:2])
+            if not st.parts_mode:  # own rounds: the newest two
+                _keep_newest(st.held, lambda key: key[2], KEEP_ROUNDS, lambda key: key[:2])
         if parity.mixed:
             return
         if parity.add(i, offset, length, last, product):

@@ -56,7 +56,10 @@ no global round is taken here (``runtime/_escalation``, "Levels that keep anothe
 protocol's parts"). Each part they make (``on_part``) is sent to its *holder*, the rank
 at the same place in the next unit (group or cluster; with one unit, the rank half of
 it further on), so that a unit lost with its node keeps its copies elsewhere; the
-holder keeps each rank's newest ``PART_KEEP`` parts. Their recovery asks the holders
+holder keeps each rank's parts from the oldest one the recovery may still restore on
+(``parts_floor``, sent with each copy: a group's newest complete set, the oldest CLC
+the garbage collection keeps), never a fixed number: ranks run parts ahead of their
+newest complete set, and a copy dropped by count was the one the recovery needed. Their recovery asks the holders
 first (``PartnerCopies``): a copy is pulled into the driver's object store before any
 restarted rank is stopped, and copies of parts newer than the restored ones (of the
 execution abandoned) are dropped. Spares are used by that recovery's respawns.
@@ -65,9 +68,10 @@ execution abandoned) are dropped. Spares are used by that recovery's respawns.
 newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
 (ping-pong: a round is dropped once two newer ones are complete); no message log; the
 coordinator and the object store keep nothing per round (a replacement's snapshot travels
-from the surviving partner). Keeping another protocol's parts, a rank holds the newest
-``PART_KEEP`` (3) parts of each rank it keeps copies for (one rank, more where the next
-unit is smaller); the driver holds the copies it pulled only until the round ends. Measured by ``ftactors bench footprint``.
+from the surviving partner). Keeping another protocol's parts, a rank holds the parts
+of each rank it keeps copies for (one rank, more where the next unit is smaller) from
+its floor on: under GroupCoordination at most ``PARTS_AHEAD_MAX`` + 1 (its members are
+held back), under DDVPiggyback those of the CLCs the coordinator keeps; the driver holds the copies it pulled only until the round ends. Measured by ``ftactors bench footprint``.
 """
 from __future__ import annotations
 
@@ -95,9 +99,6 @@ INITIAL = None
 """The round "before main() first ran": every rank can restore it without a backup."""
 KEEP_ROUNDS = 2
 """Ping-pong: the newest two complete rounds are kept."""
-PART_KEEP = 3
-"""Copies kept per rank of another protocol's parts: its recovery line may go back to an
-older part than the newest (an incomplete newer group set; a cascade to an older CLC)."""
 
 
 class State(enum.Enum):
@@ -378,8 +379,8 @@ class StandbyReplacement(PlannedLevel):
     def on_part(self, key, blob: bytes) -> None:
         super().on_part(key, blob)
         holder = part_holder(self.part_units(), self.rank)
-        if holder != self.rank:
-            self.ft.send_control(holder, NAME, "part", (key, blob))
+        if holder != self.rank:  # with the oldest part the recovery may still restore
+            self.ft.send_control(holder, NAME, "part", (key, blob, self.parts_floor()))
 
     def _next_backup_after(self, iteration: int) -> int:
         """Rank 0's decision: the iteration of the next backup (planned: not before the
@@ -411,8 +412,11 @@ class StandbyReplacement(PlannedLevel):
             round_id, blob = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
         elif op == "part":
-            key, blob = data
-            _keep(st.copies.setdefault(env.src, {}), key, bytes(blob), PART_KEEP)
+            key, blob, floor = data
+            kept = st.copies.setdefault(env.src, {})
+            kept[key] = bytes(blob)
+            for old in [k for k in kept if floor is not None and k < floor]:
+                del kept[old]
         else:
             raise ProtocolError(f"standby: unknown control message {op!r} from rank {env.src}")
 

@@ -157,6 +157,12 @@ class Protocol:
         """This rank made ``blob``, its part ``key`` of a group or cluster checkpoint of a
         ``hands_parts`` protocol (keys of one rank grow with time): a level keeps a copy."""
 
+    def parts_floor(self) -> Any:
+        """A ``hands_parts`` protocol's oldest part key of this rank's unit that its
+        recovery may still restore (None: any): a level keeps every copy from it on and
+        may drop older ones (the recovery line is never older than a complete set)."""
+        return None
+
     def part_units(self):
         """A ``hands_parts`` protocol's units (its groups or clusters, as ``Groups``): a
         level places the copies of a unit's parts outside it."""
