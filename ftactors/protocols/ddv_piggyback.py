@@ -334,9 +334,13 @@ class DDVPiggyback(Protocol):
             if st.held_intra.get(env.src):
                 tag = max(tag or 0, st.held_intra[env.src][-1][0])
             if tag is not None and tag > st.part_sn:
-                # sent after its sender's cut for CLC ``tag``: not in this rank's part
-                self._cut(tag)
+                # sent after its sender's cut for CLC ``tag``: not in this rank's part.
+                # Held before this rank cuts (when it is the first news of the CLC here),
+                # since the cut's state leaves out every held message it has counted as
+                # received; counted, it would be dropped as a duplicate when its sender
+                # sends it again after a rollback to this CLC
                 st.held_intra.setdefault(env.src, []).append((tag, env))
+                self._cut(tag)
                 return None
             if st.cut_sn <= st.part_sn:
                 return super().on_receive(env)
