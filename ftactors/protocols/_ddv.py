@@ -100,7 +100,7 @@ def _first_at_least(clcs: Sequence[Clc], j: int, s: int, upto: int | None) -> in
 
 
 def cascade(clcs: dict[int, Sequence[Clc]], current: dict[int, Sequence[int]],
-            failed: dict[int, int]) -> RecoveryLine:
+            failed: dict[int, int], record: bool = True) -> RecoveryLine:
     """The recovery line after ``failed`` (cluster -> the CLC it rolls back to), by the
     rollback alerts of section 3.4, handled first come first served.
 
@@ -108,12 +108,16 @@ def cascade(clcs: dict[int, Sequence[Clc]], current: dict[int, Sequence[int]],
         clcs: every cluster's committed CLCs, oldest first.
         current: every cluster's DDV now (for clusters that do not roll back; it may
             exceed the last CLC's where a dependency could not be made a CLC).
+        record: keep every alert in the line (for the timeline); False for
+            :func:`collectable`, which runs a cascade per cluster at every collection
+            and needs the targets only (an alert per pair of clusters was most of its cost).
     """
     line = RecoveryLine(dict(failed))
     queue = sorted(failed.items())
+    order = sorted(clcs)
     while queue:
         j, s = queue.pop(0)
-        for k in sorted(clcs):
+        for k in order:
             if k == j:
                 continue
             rolled = line.targets.get(k)
@@ -125,7 +129,8 @@ def cascade(clcs: dict[int, Sequence[Clc]], current: dict[int, Sequence[int]],
                     to = clcs[k][-1].sn if rolled is None else rolled
                 if rolled is not None and to >= rolled:
                     to = None  # already rolled back far enough
-            line.alerts.append(Alert(j, s, k, to))
+            if record:
+                line.alerts.append(Alert(j, s, k, to))
             if to is not None:
                 line.targets[k] = to
                 queue.append((k, to))
@@ -145,7 +150,7 @@ def collectable(clcs: dict[int, Sequence[Clc]]) -> dict[int, int]:
     lowest = {k: v[-1].sn for k, v in clcs.items()}
     current = {k: v[-1].ddv for k, v in clcs.items()}
     for j, v in clcs.items():
-        line = cascade(clcs, current, {j: v[-1].sn})
+        line = cascade(clcs, current, {j: v[-1].sn}, record=False)
         for k, sn in line.targets.items():
             lowest[k] = min(lowest[k], sn)
     return lowest

@@ -262,7 +262,8 @@ class Hc3iRecovery:
                 for key in [key for key in self.parts_of if key[0] == k and key[1] < floor]:
                     del self.parts_of[key]
             after = {k: len(v) for k, v in self.clcs.items()}
-            logs = await asyncio.gather(*(c.call(r, "hc3i_collect", lowest)
+            floors = [lowest[k] for k in range(len(self.clusters))]
+            logs = await asyncio.gather(*(c.call(r, "hc3i_collect", floors)
                                           for r in range(c.n)), return_exceptions=True)
             logs = [x for x in logs if not isinstance(x, BaseException)]
             info = {"reason": reason, "lowest": lowest, "stored_before": before,

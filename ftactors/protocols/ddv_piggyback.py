@@ -35,7 +35,9 @@ already arrives first): it answers with how many messages it sent to each member
 and tags every message it sends to a member from then on with the CLC's number. Once it
 has every member's cut the initiator tells each member how many messages each other
 member sent it before its cut; a member takes its tentative checkpoint (its *part*) once
-all of those have arrived, and holds back every tagged message until then. So everything
+all of those have arrived, and holds back every tagged message until then (the one that
+made it cut included: its part counts none of them as received, else a rollback to the
+CLC would drop the sender's new copy as a duplicate). So everything
 a member sent before its cut is in the receivers' parts and nothing sent after is: the
 parts of one CLC form a consistent cut of the cluster (CoCheck's flush restricted to the
 cluster, as in GroupCoordination, with counts instead of n(n-1) markers: five control
@@ -336,9 +338,13 @@ class DDVPiggyback(Protocol):
             if st.held_intra.get(env.src):
                 tag = max(tag or 0, st.held_intra[env.src][-1][0])
             if tag is not None and tag > st.part_sn:
-                # sent after its sender's cut for CLC ``tag``: not in this rank's part
-                self._cut(tag)
+                # sent after its sender's cut for CLC ``tag``: not in this rank's part.
+                # Held before this rank cuts (when it is the first news of the CLC here),
+                # since the cut's state leaves out every held message it has counted as
+                # received; counted, it would be dropped as a duplicate when its sender
+                # sends it again after a rollback to this CLC
                 st.held_intra.setdefault(env.src, []).append((tag, env))
+                self._cut(tag)
                 return None
             if st.cut_sn <= st.part_sn:
                 return super().on_receive(env)
@@ -729,11 +735,11 @@ class DDVPiggyback(Protocol):
         ft.events.record("hc3i_resent", messages=resent, rolled_back=rolled_back)
         return resent
 
-    def ft_rpc_hc3i_collect(self, lowest: dict) -> tuple[int, int]:
+    def ft_rpc_hc3i_collect(self, lowest: list[int]) -> tuple[int, int]:
         """Algorithm 8, COLLECT: drop log entries acked below their receiver's smallest
-        SN; returns (entries before, after)."""
+        SN (``lowest[cluster]``: read only for the clusters this rank logged messages to,
+        since every rank is asked at every collection); returns (entries before, after)."""
         st = self._hc3i
-        lowest = {int(k): v for k, v in lowest.items()}
         st.floor = lowest[st.me]  # the levels may drop copies of older parts
         before = after = 0
         for dst in list(st.log):

@@ -455,3 +455,45 @@ def test_coupled_app_on_sim_rolls_back_only_dependent_clusters(victim, at, rolle
     assert (checked[1 - victim // 2] is not None) == (len(rolled) == 2)
     assert {e.rank for e in r.events_of("restored")} == {x for k in rolled
                                                          for x in (2 * k, 2 * k + 1)}
+
+
+class Overtaken(DDVPiggyback, ft.Rank):
+    """One cluster of three. In iteration 1 rank 0 sends rank 2 a large message (1 ms on
+    the wire), then initiates a CLC; rank 1 cuts at the request and sends rank 2 its
+    iteration's message, which reaches rank 2 before the request does (FIFO channels: the
+    request waits behind the large message), so rank 2 cuts at that message. Rank 2
+    returns what it received from rank 1, in order."""
+
+    async def main(self, iterations=4):
+        r = self.rank
+        self.register("got", [])
+        async for i in self.iterations(iterations):
+            await asyncio.sleep(0.01)
+            if r == 0 and i == 1:
+                await self.comm.send(b"x" * 1_000_000, dest=2, tag=2)
+                self.request_clc()
+            if r == 1:
+                if i == 1:
+                    await asyncio.sleep(1e-4)  # the request is here, not at rank 2 yet
+                await self.comm.send((1, i), dest=2, tag=1)
+            if r == 2:
+                self.got.append(await self.comm.recv(source=1, tag=1))
+                if i == 1:
+                    await self.comm.recv(source=0, tag=2)
+        return list(self.got)
+
+
+def test_a_message_that_cuts_its_receiver_is_not_in_its_part():
+    """The message that makes rank 2 cut (sent after its sender's cut) is held out of
+    rank 2's part, so the part must not count it as received either: it did, and after a
+    rollback to that CLC rank 1 sent it again, rank 2 dropped it as a duplicate and waited
+    for it for ever (sim-check hc3i on 64 ranks, seed 0)."""
+    kw = dict(clusters=[[0, 1, 2]], kwargs={"iterations": 4}, timeout_s=30)
+    reference = ft.run(Overtaken, 3, transport="sim", **kw)
+    assert reference.results[2] == [(1, i) for i in range(4)]
+    assert [(e.rank, e.detail["sn"]) for e in reference.events_of("hc3i_initiate")] == [
+        (0, 2)]
+    r = ft.run(Overtaken, 3, transport="sim", chaos=ft.Chaos(kill=[(0, 3)]), **kw)
+    assert [(e.detail["cluster"], e.detail["sn"]) for e in r.events_of("hc3i_rollback")] == [
+        (0, 2)]
+    assert r.results == reference.results
