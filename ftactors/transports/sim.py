@@ -63,6 +63,12 @@ class SimFabric(LocalFabric):
     async def start(self, ranks: int) -> None:
         await super().start(ranks)
 
+    async def wire(self, handles: list) -> None:
+        """As on ``local``; the ranks' state, built now, lives until the end of the run:
+        the collector stops walking it (``VirtualClockLoop.settle``)."""
+        await super().wire(handles)
+        self.loop.settle()
+
     def metrics(self) -> dict:
         """What the simulation cost: timers fired (its events) and callbacks run."""
         return {"sim_events": self.loop.timers_fired, "sim_callbacks": self.loop.callbacks_run}
