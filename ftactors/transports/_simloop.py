@@ -257,12 +257,17 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
         In order: take any I/O or thread wake-up that has already arrived;
         wait in real time for executor work in flight; jump the clock to the
-        earliest timer; otherwise raise :class:`SimDeadlock`.
+        earliest timer; otherwise raise :class:`SimDeadlock`.  The selector is
+        polled only when something besides the self-pipe is registered: a
+        thread's ``call_soon_threadsafe`` lands in the ready queue itself (its
+        byte on the self-pipe only wakes a blocked ``select``, and is read by
+        the next one), and a poll is a system call per simulated event.
         """
-        event_list = self._selector.select(0)
-        if event_list:
-            self._process_events(event_list)
-            return
+        if len(self._selector.get_map()) > 1:
+            event_list = self._selector.select(0)
+            if event_list:
+                self._process_events(event_list)
+                return
         if self._ready:  # appended by another thread since the check above
             return
         if self._threads_in_flight:
