@@ -110,6 +110,20 @@ def test_the_ranks_state_is_out_of_the_collector_s_passes_until_the_run_ends():
     assert min(frozen) > 0 and gc.get_freeze_count() == 0
 
 
+def test_the_collector_is_off_while_the_ranks_are_built_and_on_again_after():
+    class Built(ft.Rank):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.built_with_collector = gc.isenabled()
+
+        async def main(self):
+            return self.built_with_collector, gc.isenabled()
+
+    assert gc.isenabled()
+    assert ft.run(Built, 3, transport="sim").results == [(False, True)] * 3
+    assert gc.isenabled()
+
+
 def test_a_freeze_made_before_the_run_is_left_alone():
     class Frozen(ft.Rank):
         async def main(self):
