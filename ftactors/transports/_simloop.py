@@ -18,9 +18,11 @@ the timers the program scheduled, never of the wall clock.  (2) The ready
 queue is FIFO, exactly as in the stock loop.  (3) Timers due at the same
 virtual time run in the order they were scheduled: asyncio's heap orders
 ``TimerHandle`` objects by deadline only, and equal deadlines come out of a
-binary heap in an order that is reproducible but not FIFO, so every timer made
-by :meth:`VirtualClockLoop.call_at` carries a sequence number that breaks
-ties.  The stock loop also polls the selector on every iteration and fires
+binary heap in an order that is reproducible but not FIFO, so the heap holds
+``(when, seq, handle)`` entries, where the sequence number given by
+:meth:`VirtualClockLoop.call_at` breaks ties (tuples of a float and an int
+compare in C; a Python ``__lt__`` on the handles cost a call per comparison,
+about log2(timers pending) of them per timer, which grew with the rank count).  The stock loop also polls the selector on every iteration and fires
 whichever timers wall time has reached, which lets real time decide the
 interleaving; this loop polls only when idle and fires a timer only once the
 virtual clock has reached it.  A program that is itself deterministic (seeded
@@ -99,19 +101,6 @@ class SimDeadlock(RuntimeError):
     """
 
 
-class _SeqTimerHandle(asyncio.TimerHandle):
-    """A timer ordered by ``(when, seq)`` so equal deadlines run FIFO."""
-
-    __slots__ = ("_seq",)
-
-    def __lt__(self, other: _SeqTimerHandle) -> bool:
-        # heapq compares with ``<`` only, and the loop's heap holds nothing
-        # but these handles (``call_at`` is the only producer).
-        if self._when == other._when:
-            return self._seq < other._seq
-        return self._when < other._when
-
-
 class VirtualClockLoop(asyncio.SelectorEventLoop):
     """An asyncio loop whose clock jumps to the next timer whenever idle.
 
@@ -130,7 +119,34 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self._threads_in_flight = 0
         self.timers_fired = 0  # timers run at their virtual time: the simulated events
         self.callbacks_run = 0  # every callback run (task steps included): the work
+        self.froze = False  # settle() moved objects out of the collector's passes
+        self.paused_collector = False  # build() turned the collector off until settle()
         super().__init__()
+
+    def build(self) -> None:
+        """The objects made from now until ``settle`` live until the run ends (a
+        simulation's start-up building every rank): the cyclic collector is off
+        meanwhile, as its passes would find nothing to free in them (at 16,384 ranks
+        its collections during the start-up walked millions of them)."""
+        if gc.isenabled():
+            gc.disable()
+            self.paused_collector = True
+
+    def settle(self) -> None:
+        """Take every object alive now out of the cyclic collector's passes until the
+        run ends (``gc.freeze``): a simulation's start-up builds every rank's state,
+        which lives until the end, and each older-generation pass of the collector
+        would otherwise walk it again (their cost per event grew with the rank count).
+        ``run_virtual`` gives the objects back (``gc.unfreeze``) when the run ends, so
+        what became cyclic garbage meanwhile is collected then. Does nothing when
+        objects were frozen before the run began (their owner would lose its freeze).
+        """
+        if self.froze or not gc.get_freeze_count():
+            gc.freeze()
+            self.froze = True
+        if self.paused_collector:
+            gc.enable()
+            self.paused_collector = False
 
     def time(self) -> float:
         """Return the virtual time in seconds (0.0 when the loop is created)."""
@@ -140,7 +156,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         """Schedule ``callback`` at virtual time ``when``.
 
         Same contract as ``BaseEventLoop.call_at`` (``call_later`` delegates
-        here), but the handle carries a sequence number so that timers with
+        here), but the heap entry carries a sequence number so that timers with
         equal deadlines fire in the order they were scheduled.
         """
         if when is None:
@@ -149,11 +165,10 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
-        timer = _SeqTimerHandle(when, callback, args, self, context)
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
         if timer._source_traceback:
             del timer._source_traceback[-1]
-        timer._seq = next(self._timer_seq)
-        heapq.heappush(self._scheduled, timer)
+        heapq.heappush(self._scheduled, (when, next(self._timer_seq), timer))
         timer._scheduled = True
         return timer
 
@@ -200,27 +215,26 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
                 and self._timer_cancelled_count / sched_count
                 > _MIN_CANCELLED_TIMER_HANDLES_FRACTION):
             live = []
-            for handle in scheduled:
-                if handle._cancelled:
-                    handle._scheduled = False
+            for entry in scheduled:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False
                 else:
-                    live.append(handle)
+                    live.append(entry)
             heapq.heapify(live)
             self._scheduled = scheduled = live
             self._timer_cancelled_count = 0
         else:
-            while scheduled and scheduled[0]._cancelled:
+            while scheduled and scheduled[0][2]._cancelled:
                 self._timer_cancelled_count -= 1
-                handle = heapq.heappop(scheduled)
-                handle._scheduled = False
+                heapq.heappop(scheduled)[2]._scheduled = False
 
         ready = self._ready
         if not ready and not self._stopping:
             self._idle()
 
         now = self._vtime
-        while scheduled and scheduled[0]._when <= now:
-            handle = heapq.heappop(scheduled)
+        while scheduled and scheduled[0][0] <= now:
+            handle = heapq.heappop(scheduled)[2]
             handle._scheduled = False
             ready.append(handle)
             self.timers_fired += 1
@@ -256,19 +270,24 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
         In order: take any I/O or thread wake-up that has already arrived;
         wait in real time for executor work in flight; jump the clock to the
-        earliest timer; otherwise raise :class:`SimDeadlock`.
+        earliest timer; otherwise raise :class:`SimDeadlock`.  The selector is
+        polled only when something besides the self-pipe is registered: a
+        thread's ``call_soon_threadsafe`` lands in the ready queue itself (its
+        byte on the self-pipe only wakes a blocked ``select``, and is read by
+        the next one), and a poll is a system call per simulated event.
         """
-        event_list = self._selector.select(0)
-        if event_list:
-            self._process_events(event_list)
-            return
+        if len(self._selector.get_map()) > 1:
+            event_list = self._selector.select(0)
+            if event_list:
+                self._process_events(event_list)
+                return
         if self._ready:  # appended by another thread since the check above
             return
         if self._threads_in_flight:
             self._process_events(self._selector.select(None))
             return
         if self._scheduled:
-            when = self._scheduled[0]._when
+            when = self._scheduled[0][0]
             if when > self._vtime:
                 self._vtime = when
             return
@@ -331,6 +350,10 @@ def run_virtual(
         return loop.run_until_complete(coro)
     finally:
         gc.set_threshold(*thresholds)
+        if loop.froze:
+            gc.unfreeze()
+        if loop.paused_collector:  # the run ended before its start-up did
+            gc.enable()
         try:
             _cancel_all_tasks(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())

@@ -61,7 +61,16 @@ class SimFabric(LocalFabric):
         return self.loop.time()
 
     async def start(self, ranks: int) -> None:
+        """As on ``local``; the ranks' state built from now until ``wire`` lives until
+        the end of the run: the collector is off meanwhile (``VirtualClockLoop.build``)."""
         await super().start(ranks)
+        self.loop.build()
+
+    async def wire(self, handles: list) -> None:
+        """As on ``local``; the ranks' state, built now, lives until the end of the run:
+        the collector stops walking it (``VirtualClockLoop.settle``)."""
+        await super().wire(handles)
+        self.loop.settle()
 
     def metrics(self) -> dict:
         """What the simulation cost: timers fired (its events) and callbacks run."""

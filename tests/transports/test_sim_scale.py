@@ -99,6 +99,45 @@ def test_a_simulation_collects_garbage_rarely_and_restores_the_thresholds():
     assert seen[0] >= 100_000 and gc.get_threshold() == before
 
 
+def test_the_ranks_state_is_out_of_the_collector_s_passes_until_the_run_ends():
+    class Frozen(ft.Rank):
+        async def main(self):
+            return gc.get_freeze_count()
+
+    assert gc.get_freeze_count() == 0
+    frozen = ft.run(Frozen, 4, transport="sim").results
+    # every rank's endpoint, host and communicator was built before the freeze
+    assert min(frozen) > 0 and gc.get_freeze_count() == 0
+
+
+def test_the_collector_is_off_while_the_ranks_are_built_and_on_again_after():
+    class Built(ft.Rank):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.built_with_collector = gc.isenabled()
+
+        async def main(self):
+            return self.built_with_collector, gc.isenabled()
+
+    assert gc.isenabled()
+    assert ft.run(Built, 3, transport="sim").results == [(False, True)] * 3
+    assert gc.isenabled()
+
+
+def test_a_freeze_made_before_the_run_is_left_alone():
+    class Frozen(ft.Rank):
+        async def main(self):
+            return gc.get_freeze_count()
+
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        assert ft.run(Frozen, 2, transport="sim").results == [before, before]
+        assert gc.get_freeze_count() == before
+    finally:
+        gc.unfreeze()
+
+
 class _CountedWires(dict):
     """A wire table that counts the passes over it."""
 
