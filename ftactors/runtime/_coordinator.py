@@ -159,6 +159,10 @@ class Coordinator:
         self.collected: list[dict] = []
         self.rank_events: list[Event] = []
         self.reports: list[Event] = []
+        self._undated: dict[tuple[int, int], Event] = {}
+        """(rank, incarnation) -> its ``failure_detected`` event, found before the rank's
+        own ``killed`` report reached the coordinator (Ray delivers them on different
+        paths): the report, when it comes, gives the event its ``detection_s``."""
         self._runs: dict[int, asyncio.Task] = {}  # rank -> its main() call under way
         self._ended: set[int] = set()  # ranks whose current main() call ended, not taken
         self._results: list = [None] * ranks
@@ -442,7 +446,9 @@ class Coordinator:
         detail = {"reason": reason, "incarnation": self.incarnations[rank]}
         if killed:
             detail["detection_s"] = self.fabric.clock() - killed[-1].time
-        self.events.record("failure_detected", rank=rank, **detail)
+        detected = self.events.record("failure_detected", rank=rank, **detail)
+        if not killed:  # its last word may still be on its way: dated when it comes
+            self._undated[(rank, self.incarnations[rank])] = detected
         self._failed.add(rank)
         self._failed_life[rank] = self.incarnations[rank]
         self._fresh.discard(rank)
@@ -724,6 +730,10 @@ class Coordinator:
         take = getattr(self.policy, "on_report", None)
         if take is not None:
             take(event)
+        if event.kind == "killed":
+            detected = self._undated.pop((event.rank, event.detail.get("incarnation")), None)
+            if detected is not None:  # the failure was found before this report came
+                detected.detail["detection_s"] = detected.time - event.time
         self.reports.append(event)
         self.events.events.append(event)
         _notices.on_report(event)  # a rank restored with nothing registered: warn now

@@ -229,3 +229,34 @@ def test_a_new_host_that_dies_before_its_round_ends_is_failed_again():
     assert [x["digest"] for x in r.results] == [x["digest"] for x in plain.results]
     assert [e.detail["incarnation"] for e in r.events_of("failure_detected")
             if e.rank == 3] == [0, 1]
+
+
+def test_a_kill_reported_after_its_failure_was_found_still_dates_the_detection(monkeypatch):
+    """On Ray a rank's last word (``killed``, posted to the Inbox) and the failure found
+    by the coordinator take different paths, so the failure may be found first: the
+    report, when it comes, still gives ``failure_detected`` its ``detection_s``. Forced
+    here: every ``killed`` report is held until its failure has been found."""
+    from ftactors.runtime._coordinator import Coordinator
+    held = []
+    on_report, fail = Coordinator._on_report, Coordinator.fail
+
+    def hold_kills(self, event):
+        if event.kind == "killed" and event.rank >= 0:
+            held.append(event)
+            return None
+        return on_report(self, event)
+
+    def fail_then_report(self, rank, reason):
+        fail(self, rank, reason)
+        for event in [e for e in held if e.rank == rank]:
+            held.remove(event)
+            on_report(self, event)
+
+    monkeypatch.setattr(Coordinator, "_on_report", hold_kills)
+    monkeypatch.setattr(Coordinator, "fail", fail_then_report)
+    r = ft.run(Standby, 4, transport="local", spares=1, kwargs=ARGS,
+               chaos=ft.Chaos(kill=[(1, 4)]))
+    assert r.metrics["recoveries"] == 1 and held == []
+    detected = r.events_of("failure_detected")
+    assert [e.rank for e in detected] == [1]
+    assert detected[0].detail["detection_s"] >= 0

@@ -130,10 +130,10 @@ def test_a_freeze_made_before_the_run_is_left_alone():
             return gc.get_freeze_count()
 
     gc.freeze()
-    try:
+    try:  # frozen objects that die leave the count: it may fall, never rise or empty
         before = gc.get_freeze_count()
-        assert ft.run(Frozen, 2, transport="sim").results == [before, before]
-        assert gc.get_freeze_count() == before
+        assert all(0 < count <= before for count in ft.run(Frozen, 2, transport="sim").results)
+        assert 0 < gc.get_freeze_count() <= before
     finally:
         gc.unfreeze()
 
