@@ -450,7 +450,10 @@ class RayFabric:
         self.actors: list = []
         self.rank_of: dict = {}
         self.worker_of: dict = {}  # actor -> Ray worker id, while its death is not seen
-        self._rank_worker: dict[int, str] = {}  # rank -> its current actor's worker id
+        self._rank_worker: dict[tuple[int, int], str] = {}
+        """(rank, incarnation) -> the worker id of that incarnation's actor: a planned
+        kill's report may come after the rank's replacement was promoted, and the notice
+        to drop is the dead incarnation's, not the replacement's."""
         self.local_pid: dict = {}  # actor -> its process id, when on the driver's node
         self.on_report = lambda event: None
         self._t0 = time.time()  # the run's start: events count seconds from here
@@ -513,7 +516,8 @@ class RayFabric:
 
     def _received(self, event) -> None:
         if event.kind == "killed":  # a planned kill at an iteration: its last word
-            DEATH_NOTICES.expect(self._rank_worker.get(event.rank))
+            DEATH_NOTICES.expect(self._rank_worker.get(
+                (event.rank, event.detail.get("incarnation"))))
         self.on_report(event)
 
     async def spawn(self, spec: RankSpec):
@@ -569,7 +573,7 @@ class RayFabric:
         sources = _sources.collect(_pickle_by_value(spec.rank_cls))
         self.rank_of[actor] = spec.rank
         worker = self.worker_of.get(actor)
-        self._rank_worker[spec.rank] = worker
+        self._rank_worker[(spec.rank, spec.incarnation)] = worker
         if (spec.kill_iterations or spec.kill_at_return) and worker is not None:
             DEATH_NOTICES.doomed(worker)
         try:

@@ -40,3 +40,25 @@ def test_planned_kill_prints_no_ray_notice_an_unplanned_death_does(tmp_path):
     notices = [line for line in text.splitlines() if NOTICE in line]
     assert len(notices) == 1, text  # the planned kill's notice was dropped
     assert f"Worker PID: {pid} " in notices[0]  # the unplanned death keeps Ray's detail
+
+
+def test_a_late_kill_report_drops_the_dead_incarnations_notice_not_its_replacements():
+    """A rank's report of its planned kill can reach the driver after its replacement
+    was promoted (ranks at full speed): the notice to drop is the dead worker's; the
+    replacement's, should it die unplanned, must still be printed."""
+    from ftactors.base._events import Event
+    from ftactors.transports.ray import RayFabric
+    from ftactors.transports.ray_driver import DeathNotices
+    import ftactors.transports.ray as ray_transport
+
+    fabric = RayFabric({}, None)
+    fabric._rank_worker.update({(1, 0): "dead0", (1, 1): "spare1"})
+    reports = []
+    fabric.on_report = reports.append
+    notices = DeathNotices()
+    real, ray_transport.DEATH_NOTICES = ray_transport.DEATH_NOTICES, notices
+    try:
+        fabric._received(Event(1.0, "killed", 1, {"iteration": 4, "incarnation": 0}))
+    finally:
+        ray_transport.DEATH_NOTICES = real
+    assert notices._expected == {"dead0"} and len(reports) == 1
