@@ -204,6 +204,7 @@ class Coordinator:
         t0 = fabric.clock()
         self.events.record("run_start", ranks=self.n, spares=self.n_spares,
                            transport=fabric.name)
+        completed = False  # every rank returned and was collected
         try:
             if self.kill_method == "disconnect" or self.partitions:
                 fabric.track_wires()
@@ -225,6 +226,7 @@ class Coordinator:
                 await self._finish()
             self.events.record("run_end")
             await self._collect()
+            completed = True
         except (RankDied, NewFailure) as exc:  # a death nothing above took: never raw
             ranks = sorted(exc.ranks) if isinstance(exc, NewFailure) else [exc.rank]
             failed = RankFailed(ranks, getattr(exc, "reason", "") or "its process died")
@@ -235,7 +237,7 @@ class Coordinator:
                 task.cancel()
             if self.reporter is not None:
                 self.reporter.finish()
-            await fabric.shutdown()
+            await fabric.shutdown(completed)
         return self._result(results, fabric.clock() - t0)
 
     async def _finish(self) -> None:

@@ -227,6 +227,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
          "a rank a small share of a busy CPU); default: the driver's own, as the ranks "
          "mpiexec starts inherit it. Below the worker's 15 needs CAP_SYS_NICE, else a "
          "RankNicenessWarning and Ray's 15"),
+    _ray("reuse_processes", bool, True,
+         "keep the rank processes of a run that completed (and chaos did not touch) for "
+         "the driver's next run, instead of starting new ones: a process start costs "
+         "about a second of CPU (see transports/_warm.py); False: every run starts its "
+         "own"),
     _ray("rank_nodes", list, None, "the node id each rank starts on (one per rank; a rank "
                                    "whose node is gone starts anywhere)"),
     _ray("spare_nodes", list, None, "the node ids spares start on, used in turn (a spare "

@@ -331,7 +331,7 @@ class LocalFabric:
             self._mark_dead(host)
         host.cancel_all()
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, completed: bool = False) -> None:
         for host in self.hosts.values():
             host.cancel_all()
         await asyncio.sleep(0)

@@ -72,13 +72,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..runtime._coordinator import RankDied
 from ..runtime._options import CORE_OPTIONS
 from ..engine._endpoint import Link
-from ..base._errors import ConfigError
+from ..base._errors import ConfigError, ProtocolError
 from ..base._warnings import RankNicenessWarning, warn
 from ..engine._envelope import Envelope, from_rows, to_rows
 from ..runtime._host import RankHost, RankSpec
 from ..engine._payload import Payload, is_plain
 from . import _sources
 from ._direct import Listener, Peers, RunSecret, encode
+from ._warm import INBOXES, WARM, Warm
 from .ray_driver import DEATH_NOTICES, ensure_ray
 
 
@@ -86,8 +87,9 @@ class RayLink(Link):
     """Sends batches on the direct plane (``direct``, see ``_direct``) or with one-way
     actor calls; large buffers through the object store."""
 
-    def __init__(self, rank: int, inbox, clock_zero: float, store_bytes: int):
+    def __init__(self, rank: int, inbox, clock_zero: float, store_bytes: int, token: str):
         self.rank = rank
+        self.token = token  # the run's: an actor call from another run is dropped
         self.store_bytes = store_bytes  # out-of-band buffers from this size on: object store
         self.inbox = inbox
         self.clock_zero = clock_zero  # the run's start (epoch seconds, the driver's)
@@ -105,7 +107,7 @@ class RayLink(Link):
             if self.direct.send(dst, *encode(envs, _plain_piggyback(envs))):
                 return
         batch = pickle.dumps(to_rows(envs), protocol=5) if _plain(envs) else envs
-        self.peers[dst].deliver.remote(batch)
+        self.peers[dst].deliver.remote(batch, self.token)
 
     def congested(self, dst: int):
         return None if self.direct is None else self.direct.congested(dst)
@@ -167,7 +169,7 @@ class RayLink(Link):
         return await stream_ref, buffers
 
     def report(self, event) -> None:
-        self.posted.append(self.inbox.post.remote(event))
+        self.posted.append(self.inbox.post.remote(event, self.token))
         if len(self.posted) >= POSTED_PRUNE:
             self.posted = ray.wait(self.posted, num_returns=len(self.posted), timeout=0)[1]
 
@@ -180,7 +182,7 @@ class RayLink(Link):
         await asyncio.gather(*posted, return_exceptions=True)
 
     async def report_now(self, event) -> None:
-        await self.inbox.post.remote(event)
+        await self.inbox.post.remote(event, self.token)
 
     def clock(self) -> float:
         """Seconds since the run started (``RayFabric.clock``)."""
@@ -227,19 +229,31 @@ def _plain_piggyback(envs: list[Envelope]) -> bool:
 
 
 class Inbox:
-    """The coordinator's mailbox: ranks post events that must outlive them."""
+    """The coordinator's mailbox: ranks post events that must outlive them. It serves
+    one run at a time (``open``: a process kept for the driver's next run, ``_warm``);
+    a report of another run is dropped."""
 
-    def __init__(self):
+    def __init__(self, token: str):
+        self.token = token
         self.events: list = []
         self.arrived = asyncio.Event()
 
-    async def post(self, event) -> None:
+    def open(self, token: str) -> None:
+        """Serve the run of ``token`` from now on, with nothing posted."""
+        self.token, self.events = token, []
+        self.arrived.clear()
+
+    async def post(self, event, token: str) -> None:
+        if token != self.token:
+            return
         self.events.append(event)
         self.arrived.set()
 
-    async def wake(self) -> None:
-        """End a ``take`` that is waiting now (the run is over)."""
+    async def wake(self) -> str:
+        """End a ``take`` that is waiting now (the run is over); returns this process's
+        Ray worker id, so that the driver expects its death when it kills it."""
         self.arrived.set()
+        return ray.get_runtime_context().get_worker_id()
 
     async def take(self, wait_s: float) -> list:
         """Everything posted so far, waiting up to ``wait_s`` for the first one."""
@@ -287,17 +301,19 @@ class RankActor:
         self.link: RayLink | None = None
         self.listener: Listener | None = None
 
-    async def setup(self, spec_blob: bytes, inbox, plane: dict | None, clock_zero: float):
+    async def setup(self, spec_blob: bytes, inbox, plane: dict | None, clock_zero: float,
+                    token: str):
         """Become the rank of ``spec_blob`` (its ``RankSpec`` and the source lines of the
         user code shipped by value, ``_sources``) in a run that started at
-        ``clock_zero``; returns this process's id, its Ray node and, with ``plane``
+        ``clock_zero`` with the token ``token`` (``_warm``: a call from another run is
+        dropped); returns this process's id, its Ray node and, with ``plane``
         (``{"secret", "run_name"}``), where it listens for direct channels (a
         ``DirectEndpoint``, its socket in ``run_dir(run_name)`` on this node; else
         None)."""
         spec, sources = cloudpickle.loads(spec_blob)
         _sources.install(sources)
         self.link = RayLink(spec.rank, inbox, clock_zero,
-                            spec.options.get("object_store_bytes", OBJECT_STORE_BYTES))
+                            spec.options.get("object_store_bytes", OBJECT_STORE_BYTES), token)
         self.host = RankHost(spec, self.link, self.die)
         node = ray.get_runtime_context().get_node_id()
         if plane is None:
@@ -319,7 +335,9 @@ class RankActor:
         self.host.ep.report("peer_lost", peer=dst)
 
     def _take(self, envs: list[Envelope]) -> None:
-        """Hand a batch to the rank, from either plane."""
+        """Hand a batch to the rank, from either plane (none after ``close``)."""
+        if self.host is None:
+            return
         try:
             self.host.ep.deliver(envs)
         except Exception:  # no sender sees a result: report it here
@@ -336,24 +354,33 @@ class RankActor:
         await self.link.settle()
         return result
 
-    async def close(self, run_name: str) -> str:
-        """The run is over: close this actor's direct channels and remove the run's
-        socket directory on its node (its own socket and those of ranks that died
-        here); returns the node's id."""
+    async def close(self, run_name: str | None) -> str:
+        """The run is over: close this actor's direct channels, remove the run's socket
+        directory ``run_name`` on its node (its own socket and those of ranks that died
+        here) and drop the rank, so that the process can serve another run (``_warm``);
+        returns the node's id."""
         if self.link is not None and self.link.direct is not None:
             self.link.direct.close()
         if self.listener is not None:
             self.listener.close()
-        _remove_run_dir(run_name)
+        if run_name is not None:
+            _remove_run_dir(run_name)
+        self.host = self.link = self.listener = None
         return ray.get_runtime_context().get_node_id()
 
-    async def call(self, name: str, args: tuple):
+    def _ours(self, token: str) -> bool:
+        """Whether a call with ``token`` is for the run this process serves now."""
+        return self.link is not None and token == self.link.token
+
+    async def call(self, name: str, args: tuple, token: str):
+        if not self._ours(token):
+            raise ProtocolError(f"a call {name!r} of another run reached this process")
         return await self.host.call(name, *args)
 
     @ray.method(num_returns=2)
-    async def call_kept(self, name: str, args: tuple):
+    async def call_kept(self, name: str, args: tuple, token: str):
         """``call`` whose answer is a separate object (see ``RayFabric.call_kept``)."""
-        return True, await self.host.call(name, *args)
+        return True, await self.call(name, args, token)
 
     async def ping(self) -> None:
         """Answered by the event loop: a rank that cannot answer is hung."""
@@ -375,10 +402,13 @@ class RankActor:
         return ray.get_runtime_context().get_node_id()
 
     @ray.method(num_returns=0)
-    async def deliver(self, batch: bytes | list[Envelope]) -> None:
+    async def deliver(self, batch: bytes | list[Envelope], token: str) -> None:
         """Take a batch from a peer: pickled envelopes (see the module docstring), or
         envelopes whose object references are fetched here first. A reference that
-        cannot be fetched (its sender died) loses the batch with its sender."""
+        cannot be fetched (its sender died) loses the batch with its sender; a batch of
+        another run (``token``: one still in flight when its run ended) is dropped."""
+        if not self._ours(token):
+            return
         if type(batch) is bytes:
             envs = from_rows(pickle.loads(batch))
         else:
@@ -471,6 +501,12 @@ class RayFabric:
         # the driver's own by default, as the processes mpiexec starts inherit it
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0) if niceness is None else niceness
         self._niceness_refused = False  # warned once a run
+        self._token = secrets.token_hex(8)  # this run's, on its actor calls (``_warm``)
+        self._reuse = options.get("reuse_processes", True)
+        self._job = ""  # the Ray job whose kept processes this run may take
+        self._touched: set = set()  # actors chaos killed, stopped, stalled or cut
+        self.inbox = None
+        self._inbox_worker = None  # known once the Inbox answered ``wake``
 
     def clock(self) -> float:
         """Seconds since the run started, as on every transport (``RunResult``)."""
@@ -481,17 +517,32 @@ class RayFabric:
 
     async def start(self, ranks: int) -> None:
         ensure_ray(self.address)
+        self._job = ray.get_runtime_context().get_job_id()
         self._cls = ray.remote(RankActor)
         self._actor_options = dict(
             max_restarts=0, max_task_retries=0, max_concurrency=10_000,
             num_cpus=float(self.options.get("rank_num_cpus", 0)))
         # on the driver's node: it must outlive any other node (a rank's node may be lost)
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.inbox = ray.remote(Inbox).options(num_cpus=0, max_concurrency=1000,
-                                               scheduling_strategy=here).remote()
+        self._here = ray.get_runtime_context().get_node_id()
+        self.inbox = await self._warm_inbox()
+        if self.inbox is None:
+            self.inbox = ray.remote(Inbox).options(
+                num_cpus=0, max_concurrency=1000, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    self._here, soft=False)).remote(self._token)
         self.actors.append(self.inbox)
         self._closing = False
         self._drain = asyncio.ensure_future(self._drain_inbox())
+
+    async def _warm_inbox(self):
+        """An Inbox an earlier run of this driver left (``_warm``), opened for this run;
+        None if there is none alive."""
+        while self._reuse and (warm := INBOXES.take(self._job, self._here)) is not None:
+            try:
+                await warm.actor.open.remote(self._token)
+            except RayActorError:
+                continue
+            return warm.actor
+        return None
 
     async def _drain_inbox(self) -> None:
         while not self._closing:
@@ -503,7 +554,7 @@ class RayFabric:
         would drop the last reports the Inbox handed over), then take the rest."""
         self._closing = True
         try:
-            await self.inbox.wake.remote()
+            self._inbox_worker = await self.inbox.wake.remote()
             await asyncio.wait_for(self._drain, DRAIN_STOP_S)
             await self.drain_reports()
         except (asyncio.TimeoutError, RayActorError):
@@ -539,13 +590,22 @@ class RayFabric:
     async def _start_actor(self, node: str | None):
         """A started actor (its process is up and has imported ftactors) that is not a
         rank yet, so that promoting it costs one call, not a process start; on Ray node
-        ``node`` (a node id) when given. (Hard affinity: Ray 2.60's soft affinity put
-        every other actor elsewhere though the node was alive.)"""
+        ``node`` (a node id) when given: one an earlier run of this driver left
+        (``_warm``), else a new one. (Hard affinity: Ray 2.60's soft affinity put every
+        other actor elsewhere though the node was alive.)"""
+        if node is not None and node not in self.nodes():
+            raise ConfigError(f"no live Ray node {node!r}; live nodes: "
+                              f"{', '.join(self.nodes())}")
+        while self._reuse and (warm := WARM.take(self._job, node)) is not None:
+            try:
+                _, refused = await warm.actor.start.remote(self.niceness)
+            except RayActorError:
+                continue  # it died while it waited: the next one, or a new one
+            self.actors.append(warm.actor)
+            self.worker_of[warm.actor] = warm.worker
+            return self._started(warm.actor, refused)
         options = dict(self._actor_options)
         if node is not None:
-            if node not in self.nodes():
-                raise ConfigError(f"no live Ray node {node!r}; live nodes: "
-                                  f"{', '.join(self.nodes())}")
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = self._cls.options(**options).remote()
         self.actors.append(actor)
@@ -553,6 +613,10 @@ class RayFabric:
             self.worker_of[actor], refused = await actor.start.remote(self.niceness)
         except RayActorError as exc:
             raise RankDied(-1, f"could not start: {_death_reason(exc)}") from None
+        return self._started(actor, refused)
+
+    def _started(self, actor, refused: str | None):
+        """``actor``, warning once a run when its niceness could not be set."""
         if refused is not None and not self._niceness_refused:
             self._niceness_refused = True
             warn(RankNicenessWarning,
@@ -578,7 +642,8 @@ class RayFabric:
             DEATH_NOTICES.doomed(worker)
         try:
             pid, node, self.endpoints[actor] = await actor.setup.remote(
-                cloudpickle.dumps((spec, sources)), self.inbox, self._plane, self._t0)
+                cloudpickle.dumps((spec, sources)), self.inbox, self._plane, self._t0,
+                self._token)
         except RayActorError as exc:
             raise RankDied(spec.rank, f"could not start: {_death_reason(exc)}") from None
         if node == ray.get_runtime_context().get_node_id():
@@ -606,7 +671,7 @@ class RayFabric:
             raise self._died(handle, exc) from None
 
     async def call(self, handle, name: str, *args):
-        return await self._ask(handle, "call", name, args)
+        return await self._ask(handle, "call", name, args, self._token)
 
     async def ping(self, handle) -> None:
         await self._ask(handle, "ping")
@@ -645,7 +710,7 @@ class RayFabric:
         """Call a rank and keep its (bytes) answer in the object store, owned by the
         driver: it survives the rank's process (not its node). Returns a handle for
         ``Link.fetch``; the driver never copies the data."""
-        done, data = handle.call_kept.remote(name, args)
+        done, data = handle.call_kept.remote(name, args, self._token)
         try:
             await done  # small: says the call succeeded without fetching the data
         except RayActorError as exc:
@@ -667,6 +732,7 @@ class RayFabric:
         return RankDied(self.rank_of.get(handle, -1), _death_reason(exc))
 
     async def stall(self, handle, seconds: float) -> None:
+        self._touched.add(handle)
         handle.stall.remote(seconds)
 
     def track_wires(self) -> None:
@@ -674,9 +740,11 @@ class RayFabric:
 
     async def cut(self, handle, peers: list[int] | None, seconds: float) -> None:
         """Chaos: a network fault on a rank's direct connections (``RayLink.cut``)."""
+        self._touched.add(handle)
         await self._ask(handle, "cut", peers, seconds)
 
     async def kill(self, handle, method: str) -> None:
+        self._touched.add(handle)
         DEATH_NOTICES.expect(self.worker_of.get(handle))
         if method == "ray.kill":
             ray.kill(handle, no_restart=True)
@@ -685,26 +753,44 @@ class RayFabric:
         else:
             handle.die.remote()
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, completed: bool = False) -> None:
+        """End the run: every actor closes (its socket directory removed), and is killed
+        or, from a run that ``completed`` (every rank returned), kept for the driver's
+        next run (``_warm``) unless chaos touched it."""
         if getattr(self, "_drain", None) is not None:
             await self._stop_draining()
-        if self._plane is not None:
-            await self._remove_sockets(self._plane["run_name"])
+        run_name = self._plane["run_name"] if self._plane is not None else None
+        closed = await self._close_all(run_name)
+        if self._inbox_worker is not None:
+            closed[self.inbox] = self._here
+            self.worker_of[self.inbox] = self._inbox_worker
         for actor in self.actors:
+            pool = INBOXES if actor is self.inbox else WARM
+            keep = (completed and self._reuse and actor in closed
+                    and actor not in self._touched)
+            if keep and pool.give(self._job, Warm(actor, self.worker_of.get(actor),
+                                                  closed[actor])):
+                continue
+            if actor is self.inbox:  # on purpose: Ray once printed its crash notice
+                DEATH_NOTICES.expect(self._inbox_worker)  # (it aborted in Ray, loaded)
             ray.kill(actor, no_restart=True)
         self.actors.clear()
 
-    async def _remove_sockets(self, run_name: str) -> None:
-        """Leave no socket file of the run on any node: every live actor (rank or spare)
-        removes the run's socket directory on its node, and on a live node where a rank
-        listened but no actor of the run is left, a task does."""
+    async def _close_all(self, run_name: str | None) -> dict:
+        """Close every live actor (rank or spare: ``RankActor.close``); returns the node
+        of each that answered. Leave no socket file of the run on any node: on a live
+        node where a rank listened but no actor of the run answered, a task removes the
+        run's directory."""
         async def close(actor):
             return await asyncio.wait_for(actor.close.remote(run_name), CLOSE_TIMEOUT_S)
-        answers = await asyncio.gather(*(close(a) for a in self.actors if a is not self.inbox),
-                                       return_exceptions=True)
-        done = {node for node in answers if isinstance(node, str)}
-        used = {ep.node for ep in self.endpoints.values() if ep is not None}
-        await self._remove_dir_on(sorted((used - done) & set(self.nodes())), run_name)
+        actors = [a for a in self.actors if a is not self.inbox]
+        answers = await asyncio.gather(*(close(a) for a in actors), return_exceptions=True)
+        closed = {a: node for a, node in zip(actors, answers) if isinstance(node, str)}
+        if run_name is not None:
+            used = {ep.node for ep in self.endpoints.values() if ep is not None}
+            missing = (used - set(closed.values())) & set(self.nodes())
+            await self._remove_dir_on(sorted(missing), run_name)
+        return closed
 
     async def _remove_dir_on(self, nodes: list[str], run_name: str) -> None:
         """Remove the run's socket directory (``run_dir(run_name)``, each node's own) on

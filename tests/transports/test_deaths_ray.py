@@ -36,6 +36,7 @@ def test_a_sigkill_from_outside_at_any_moment_gives_the_failure_free_answer(
     for delay in delays(2, LENGTH_S, seed)[seed % 2:][:1]:
         outcome, hit = trial(cls, 4, delay, rng, kwargs={"problem_class": "S"},
                              spares=spares, timeout_s=180, **options)
+        assert hit is not None, f"{name}: the run ended before the kill at {delay:.2f} s"
         assert not isinstance(outcome, Exception), (
             f"{name}: SIGKILL {delay:.2f} s after the first actor ({hit}) ended the run "
             f"with {type(outcome).__module__}.{type(outcome).__name__}: {outcome}")

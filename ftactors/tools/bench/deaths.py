@@ -94,10 +94,13 @@ class Killer(threading.Thread):
 def trial(cls, ranks: int, delay_s: float, rng: random.Random, *, timeout_s: float = 300,
           **run_kw):
     """One run of ``cls`` with one outside SIGKILL ``delay_s`` after its first actor
-    started: ``(result or the exception raised, the killer's hit)``."""
+    started: ``(result or the exception raised, the killer's hit)`` (None: the run
+    ended before the kill, which tested nothing). The run starts processes of its own
+    (``reuse_processes=False``): a death during start-up needs a start."""
     with Killer(delay_s, rng) as killer:
         try:
-            outcome = ft.run(cls, ranks, timeout_s=timeout_s, **run_kw)
+            outcome = ft.run(cls, ranks, timeout_s=timeout_s, reuse_processes=False,
+                             **run_kw)
         except Exception as exc:  # noqa: BLE001 - what a user would see is the finding
             outcome = exc
     return outcome, killer.hit
@@ -157,7 +160,9 @@ def main(args) -> int:
             outcome, hit = trial(cls, args.ranks, delay, rng, kwargs=kwargs, spares=spares,
                                  **options)
             hits.append(hit)
-            if isinstance(outcome, Exception):
+            if hit is None:  # the run ended first: nothing was survived
+                raised["NOT TESTED (the kill never fired)"] += 1
+            elif isinstance(outcome, Exception):
                 raised[f"{type(outcome).__module__}.{type(outcome).__name__}"] += 1
             elif [x["zetas"] for x in outcome.results] == [x["zetas"] for x in reference]:
                 verified += 1

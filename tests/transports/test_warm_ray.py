@@ -1,0 +1,96 @@
+"""Rank processes kept between the runs of one driver (``transports/_warm``): the next
+run takes the processes a completed run left, never those of a run that failed or that
+chaos touched, and a kept process that died meanwhile is passed over."""
+import asyncio
+import os
+import signal
+
+import pytest
+
+import ftactors as ft
+from ftactors.protocols import StandbyReplacement
+from ftactors.transports._warm import WARM, Warm
+
+pytestmark = pytest.mark.ray
+
+
+class Pids(ft.Rank):
+    """Each rank's process id, after a ring exchange (messages still flow)."""
+
+    async def main(self, fail_rank=-1):
+        right, left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
+        await self.comm.send(self.rank, dest=right, tag=1)
+        got = await self.comm.recv(source=left, tag=1)
+        assert got == left
+        if self.rank == fail_rank:
+            raise ValueError("the program failed")
+        return os.getpid()
+
+
+class StandbyPids(StandbyReplacement, Pids):
+    backup_interval = 1
+
+    async def main(self, iterations=4, pause_s=0.0):
+        self.register("acc", 0)
+        async for it in self.iterations(iterations):
+            self.acc += await self.comm.allreduce(it)
+            await asyncio.sleep(pause_s)
+        return os.getpid(), self.acc
+
+
+@pytest.fixture(autouse=True)
+def empty_pool(ray_session):
+    """No process kept by earlier tests of this worker: each test sees its own runs'."""
+    import ray
+    while (warm := WARM.take(_job(), None)) is not None:
+        ray.kill(warm.actor, no_restart=True)
+
+
+def _pids(result) -> set[int]:
+    return {p if isinstance(p, int) else p[0] for p in result.results}
+
+
+def test_the_next_run_takes_the_processes_a_completed_run_left(ray_session):
+    first = _pids(ft.run(Pids, 4))
+    second = _pids(ft.run(Pids, 4))
+    assert second == first  # no process started: the same four, serving a new run
+    assert _pids(ft.run(Pids, 4, reuse_processes=False)).isdisjoint(first)
+
+
+def test_a_run_that_failed_leaves_nothing_to_reuse(ray_session):
+    kept = _pids(ft.run(Pids, 3))
+    with pytest.raises(ft.RankError):
+        ft.run(Pids, 3, args=(1,))  # takes the three kept processes, then fails
+    assert _pids(ft.run(Pids, 3)).isdisjoint(kept)
+
+
+def test_a_process_chaos_touched_is_not_kept_and_a_dead_kept_one_is_passed_over(ray_session):
+    """Rank 2's process is stalled for a moment (it goes on and returns): chaos touched
+    it, so it is not kept (a stall's SIGCONT may still be on its way); the other three
+    are."""
+    r = ft.run(StandbyPids, 4, spares=1, kwargs={"iterations": 40, "pause_s": 0.05},
+               chaos=ft.Chaos(kill_at=[(2, 0.3)], method="stall", stall_s=0.2))
+    assert [acc for _, acc in r.results] == [3120] * 4  # 4 ranks x (0+1+...+39)
+    assert not r.metrics["recoveries"]
+    ranks = [pid for pid, _ in r.results]
+    idle = []
+    while (warm := WARM.take(_job(), None)) is not None:
+        idle.append(warm)
+    pids = [_pid(w) for w in idle]
+    # ranks 0, 1 and 3, and the spare never used
+    assert ranks[2] not in pids and set(ranks[:2] + ranks[3:]) < set(pids) and len(pids) == 4
+    for warm in idle:
+        WARM.give(_job(), warm)
+    os.kill(pids[0], signal.SIGKILL)  # dies while it waits for a run
+    again = _pids(ft.run(Pids, 4))
+    assert set(pids[1:]) < again and pids[0] not in again  # passed over; one new
+
+
+def _job() -> str:
+    import ray
+    return ray.get_runtime_context().get_job_id()
+
+
+def _pid(warm: Warm) -> int:
+    import ray
+    return ray.get(warm.actor.__ray_call__.remote(lambda self: os.getpid()))
