@@ -18,36 +18,10 @@ from __future__ import annotations
 import os
 import signal
 
-PROC = "/proc"
+from ._procs import descendants
+
 ROUNDS = 10
 """Times the raylet's processes are listed and stopped, in case it started one meanwhile."""
-
-
-def _children() -> dict[int, list[int]]:
-    """Every process's children, by parent pid (``/proc/PID/stat``); {} without /proc."""
-    kids: dict[int, list[int]] = {}
-    try:
-        pids = [int(p) for p in os.listdir(PROC) if p.isdigit()]
-    except OSError:
-        return kids
-    for pid in pids:
-        try:
-            with open(f"{PROC}/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-        kids.setdefault(ppid, []).append(pid)
-    return kids
-
-
-def _descendants(pid: int) -> set[int]:
-    kids, found, todo = _children(), set(), [pid]
-    while todo:
-        for child in kids.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def _signal(pids, sig: int) -> None:
@@ -65,7 +39,7 @@ def remove_node(cluster, node) -> None:
     raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
     stopped: set[int] = set()
     for _ in range(ROUNDS):  # until the raylet has started (forked) none meanwhile
-        new = _descendants(raylet) - stopped
+        new = descendants(raylet) - stopped
         if not new:
             break
         _signal(new, signal.SIGSTOP)

@@ -20,6 +20,7 @@ from collections import Counter
 
 import ftactors as ft
 
+from .._procs import descendants, title
 from ._harness import table, write_results
 
 POLL_S = 0.005
@@ -27,28 +28,8 @@ POLL_S = 0.005
 
 def rank_actor_pids() -> dict[int, str]:
     """The rank-actor processes among this process's descendants: pid -> title."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = {}, [os.getpid()]
-    while todo:
-        for pid in children.get(todo.pop(), ()):
-            todo.append(pid)
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    title = f.read().split(b"\0")[0].decode(errors="replace").strip()
-            except OSError:
-                continue
-            if title.startswith("ray::RankActor"):
-                found[pid] = title
-    return found
+    titles = {pid: title(pid) for pid in descendants(os.getpid())}
+    return {pid: t for pid, t in titles.items() if t and t.startswith("ray::RankActor")}
 
 
 class Killer(threading.Thread):
