@@ -101,8 +101,10 @@ def head(tmp_path):
            if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN")}
     env.update(RAY_AUTH_TOKEN_PATH=str(token))
     state_dir = tmp_path / "cluster"
+    # a head with its dashboard took more than 120 s to start once, at load 24 while the
+    # node module's five-node cluster ran beside it (a slow start, not a failed one)
     state = lc.start_cluster(state_dir, workers=0, head_cpus=2, object_store_mb=128,
-                             auth="token", env=env)
+                             auth="token", env=env, timeout_s=300)
     try:
         yield state, env
     finally:
