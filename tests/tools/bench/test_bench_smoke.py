@@ -56,7 +56,7 @@ def test_sim_bench_rejects_bad_sizes():
 
 def test_transport_bench_json(tmp_path, ray_session):
     out = tmp_path / "transport.json"
-    assert bench("transport", "--quick", "--json", str(out)) == 0
+    assert bench("transport", "--quick", "--repetitions", "1", "--json", str(out)) == 0
     data = json.loads(out.read_text())
     assert data["benchmark"] == "transport" and data["quick"] is True
     reps = data["repetitions"]
