@@ -239,9 +239,10 @@ class Inbox:
         self.arrived = asyncio.Event()
 
     def open(self, token: str) -> None:
-        """Serve the run of ``token`` from now on, with nothing posted."""
+        """Serve the run of ``token`` from now on, with nothing posted (a take of the
+        last run still waiting ends with nothing)."""
         self.token, self.events = token, []
-        self.arrived.clear()
+        self.arrived.set()  # wakes that take; the next take of this run clears it
 
     async def post(self, event, token: str) -> None:
         if token != self.token:
@@ -255,13 +256,17 @@ class Inbox:
         self.arrived.set()
         return ray.get_runtime_context().get_worker_id()
 
-    async def take(self, wait_s: float) -> list:
-        """Everything posted so far, waiting up to ``wait_s`` for the first one."""
-        if not self.events:
+    async def take(self, wait_s: float, token: str) -> list:
+        """Everything the run of ``token`` posted so far, waiting up to ``wait_s`` for
+        the first one; nothing for another run (a take of the last run still waiting
+        here when this Inbox was opened for the next must not take its reports)."""
+        if token == self.token and not self.events:
             try:
                 await asyncio.wait_for(self.arrived.wait(), wait_s)
             except asyncio.TimeoutError:
                 pass
+        if token != self.token:
+            return []
         self.arrived.clear()
         out, self.events = self.events, []
         return out
@@ -359,6 +364,8 @@ class RankActor:
         directory ``run_name`` on its node (its own socket and those of ranks that died
         here) and drop the rank, so that the process can serve another run (``_warm``);
         returns the node's id."""
+        if self.host is not None:  # protocol work still beside a returned main()
+            self.host.cancel_all()
         if self.link is not None and self.link.direct is not None:
             self.link.direct.close()
         if self.listener is not None:
@@ -546,7 +553,7 @@ class RayFabric:
 
     async def _drain_inbox(self) -> None:
         while not self._closing:
-            for event in await self.inbox.take.remote(0.5):
+            for event in await self.inbox.take.remote(0.5, self._token):
                 self._received(event)
 
     async def _stop_draining(self) -> None:
@@ -562,7 +569,7 @@ class RayFabric:
 
     async def drain_reports(self) -> None:
         """Hand over every report the Inbox holds now (at the end of a run)."""
-        for event in await self.inbox.take.remote(0):
+        for event in await self.inbox.take.remote(0, self._token):
             self._received(event)
 
     def _received(self, event) -> None:

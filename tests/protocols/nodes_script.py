@@ -41,7 +41,10 @@ def main(out: str, cells: str, experiment: str, migrate: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     bench_nodes.add_arguments(parser)
-    args = parser.parse_args(["--json", os.path.join(out, "nodes.json"), "--cells", cells])
+    # HPL cells take seconds to a minute or two under load: a run stuck for 5 minutes
+    # ends its cell with its error (bench nodes' own default is 15 minutes, for CG)
+    args = parser.parse_args(["--json", os.path.join(out, "nodes.json"), "--cells", cells,
+                              "--timeout-s", "300"])
     root = tempfile.mkdtemp(prefix="ftn-")  # short: Unix socket paths are limited
     t0 = time.perf_counter()
     nodes = bench_nodes.NodeCluster(args.workers, root)

@@ -56,3 +56,22 @@ def test_a_call_or_batch_of_another_run_never_reaches_the_rank_served_now():
     asyncio.run(body())
     assert host.calls == ["group_commit"]
     assert [[env.app_seq for env in batch] for batch in host.batches] == [[2]]
+
+
+def test_a_take_of_the_last_run_takes_nothing_of_the_next():
+    """A kept Inbox opened for the next run while the last run's take still waits there
+    (the driver gave up waiting for it under load): that take ends with nothing, and
+    every report of the new run goes to the new run's take."""
+    from ftactors.transports.ray import Inbox
+    inbox = Inbox("run A")
+
+    async def body():
+        old = asyncio.ensure_future(inbox.take(5.0, "run A"))
+        await asyncio.sleep(0)  # it waits for a report
+        inbox.open("run B")
+        await inbox.post("report of B", "run B")
+        await inbox.post("late report of A", "run A")
+        assert await asyncio.wait_for(old, 1.0) == []
+        assert await inbox.take(0, "run B") == ["report of B"]
+        assert await inbox.take(0, "run A") == []
+    asyncio.run(body())

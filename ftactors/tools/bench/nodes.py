@@ -233,8 +233,19 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
                           kwargs=APPS[app], spares=args.spares, rank_nodes=homes,
                           spare_nodes=[head], timeout_s=args.timeout_s,
                           **stack_options(stack, ckpt))
-    while await gate.count.remote() < args.ranks:
+    ended = asyncio.ensure_future(run.result())
+    while not ended.done() and await gate.count.remote() < args.ranks:
         await asyncio.sleep(0.05)
+    if ended.done():  # it failed (or timed out) before every rank reached the gate
+        ray.kill(gate)
+        shutil.rmtree(ckpt, ignore_errors=True)
+        exc = ended.exception()
+        return {"stack": "+".join(stack), "app": app, "removed_workers": remove,
+                "lost_ranks": [], "wall_s": time.perf_counter() - t0,
+                "sockets": {}, "levels": [], "passed_over": [], "verified": False,
+                "identical": False, "error": "the run ended before its ranks reached the "
+                f"gate, no node was removed: {type(exc).__name__ if exc else 'no error'}: "
+                f"{str(exc).splitlines()[0][:300] if exc else ''}"}
     doomed = {nodes.workers[i].node_id for i in remove}
     lost = [r for r, home in enumerate(homes) if home in doomed]
     at_gate = [len(new_sockets(nodes.tmp[w.node_id], before.get(w.node_id, [])))
@@ -243,7 +254,7 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
     await gate.release.remote()
     error, result = "", None
     try:
-        result = await run
+        result = await ended
     except (ft.RankFailed, ft.RankError, ft.ProtocolError, TimeoutError) as exc:
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     wall = time.perf_counter() - t0
@@ -320,6 +331,8 @@ def lost_sources(cell: dict) -> str:
 
 def socket_text(cell: dict) -> str:
     s = cell["sockets"]
+    if not s:
+        return "not checked"
     if not s["left_on_survivors"] and not s["removed_listening"]:
         return "clean"
     return (f"left {s['left_on_survivors']}" if s["left_on_survivors"] else "") + (
