@@ -6,7 +6,8 @@ checkpointing every ``--every`` iterations (DDVPiggyback: an unforced CLC every
 ``--clc-interval-s`` seconds with its default clusters), and prints one table:
 
 * **wall**: the run's own clock (``metrics["wall_s"]``: from the ranks' start to the
-  end), the median of ``--repetitions`` runs interleaved with the bare app's (this machine is
+  end, their processes' start included: every run starts its own, ``reuse_processes=False``,
+  or the first run alone would pay for it), the median of ``--repetitions`` runs interleaved with the bare app's (this machine is
   shared: a single run's ratio can be off by 2x either way), and its ratio to the bare
   app's median measured in the same invocation;
 * **peak store**: the largest number of bytes Ray's object store held while the run
@@ -126,6 +127,8 @@ def measure(program, protocol: str | None, args, reference=None) -> dict:
     options = {} if protocol is None else protocol_options(protocol, args.every,
                                                            args.clc_interval_s)
     cls = protocol_stack(program.cls, protocol)
+    if args.transport == "ray":  # every run starts its processes, as the first one does:
+        options["reuse_processes"] = False  # else the bare run first pays it alone
     with StorePeak(args.transport, args.sample_s) as store:
         r = ft.run(cls, args.ranks, transport=args.transport, args=program.args,
                    kwargs=program.kwargs, timeout_s=1800, **options)
