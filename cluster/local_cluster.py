@@ -181,6 +181,9 @@ def start_cluster(state_dir: str | os.PathLike, workers: int = 2, head_cpus: int
     env.update(auth_env(auth, env))
     # a loaded machine takes more than Ray's default 30 s to register a raylet
     env.setdefault("RAY_raylet_start_wait_time_s", "120")
+    # and more than Ray's 60 s to start the dashboard's nine modules (a head gave up
+    # after 52 s with "Broken pipe" from every module, at the end of a loaded test run)
+    env.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "240")
     # on SIGTERM `ray start --block` drains its node for up to 30 s first (for Serve);
     # a trial cluster has nothing to drain
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")

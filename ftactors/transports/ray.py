@@ -605,9 +605,11 @@ class RayFabric:
                               f"{', '.join(self.nodes())}")
         while self._reuse and (warm := WARM.take(self._job, node)) is not None:
             try:
-                _, refused = await warm.actor.start.remote(self.niceness)
-            except RayActorError:
-                continue  # it died while it waited: the next one, or a new one
+                _, refused = await asyncio.wait_for(warm.actor.start.remote(self.niceness),
+                                                    WARM_START_S)
+            except (RayActorError, asyncio.TimeoutError):  # it died, or hangs (stopped),
+                ray.kill(warm.actor, no_restart=True)  # while it waited: the next one,
+                continue  # or a new one
             self.actors.append(warm.actor)
             self.worker_of[warm.actor] = warm.worker
             return self._started(warm.actor, refused)
@@ -813,6 +815,10 @@ class RayFabric:
         await asyncio.gather(*(asyncio.wait_for(t, CLOSE_TIMEOUT_S) for t in tasks),
                              return_exceptions=True)
 
+
+WARM_START_S = 10.0
+"""How long a kept process (``_warm``) may take to answer that it can start a run; one
+that does not (stopped, hung) is killed and passed over."""
 
 CLOSE_TIMEOUT_S = 5.0
 """How long the end of a run waits for an actor or task to remove socket files."""

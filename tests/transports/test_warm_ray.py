@@ -94,3 +94,20 @@ def _job() -> str:
 def _pid(warm: Warm) -> int:
     import ray
     return ray.get(warm.actor.__ray_call__.remote(lambda self: os.getpid()))
+
+
+def test_a_kept_process_that_hangs_is_killed_and_passed_over(ray_session, monkeypatch):
+    """A kept process that cannot answer (stopped) does not hang the next run: after
+    ``WARM_START_S`` it is killed and a new process takes its place."""
+    import ftactors.transports.ray as ray_transport
+    monkeypatch.setattr(ray_transport, "WARM_START_S", 2.0)
+    first = sorted(_pids(ft.run(Pids, 2)))
+    os.kill(first[0], signal.SIGSTOP)
+    try:
+        again = _pids(ft.run(Pids, 2, timeout_s=120))
+    finally:
+        try:
+            os.kill(first[0], signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # killed, as it should be
+    assert first[1] in again and first[0] not in again
