@@ -12,6 +12,7 @@ import os
 import secrets
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -100,11 +101,21 @@ def head(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN")}
     env.update(RAY_AUTH_TOKEN_PATH=str(token))
-    state_dir = tmp_path / "cluster"
-    # a head with its dashboard took more than 120 s to start once, at load 24 while the
-    # node module's five-node cluster ran beside it (a slow start, not a failed one)
-    state = lc.start_cluster(state_dir, workers=0, head_cpus=2, object_store_mb=128,
-                             auth="token", env=env, timeout_s=300)
+    # Beside the node module's five-node cluster (load 15-25) a head with its dashboard
+    # took more than 120 s to start, and twice Ray itself gave up: its raylet did not
+    # register within Ray's fixed 30 s ("node timed out during startup"). That is a
+    # start starved of CPU, not what this test checks: it is tried once more, said.
+    for attempt in (1, 2):
+        state_dir = tmp_path / f"cluster-{attempt}"
+        try:
+            state = lc.start_cluster(state_dir, workers=0, head_cpus=2, object_store_mb=128,
+                                     auth="token", env=env, timeout_s=300)
+            break
+        except (RuntimeError, TimeoutError) as exc:
+            if attempt == 2:
+                raise
+            warnings.warn(f"the test's Ray head did not start, trying once more: "
+                          f"{str(exc).splitlines()[0]}")
     try:
         yield state, env
     finally:
