@@ -9,6 +9,8 @@ next run takes the processes the last one left instead of starting new ones.
 What is kept, and why it is safe:
 
 - rank processes and the run's mailbox (``Inbox``), each in a pool of its own;
+- only from runs that reserve no CPUs per rank (``rank_num_cpus`` 0, the default): an
+  idle kept process would hold its CPUs from other work;
 - only processes of a run that *completed* (every rank returned and its results were
   collected: no user code is running in them), and spares never used; never the
   processes of a run that failed, nor one chaos touched (killed, stopped, stalled, cut);

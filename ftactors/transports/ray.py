@@ -509,7 +509,8 @@ class RayFabric:
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0) if niceness is None else niceness
         self._niceness_refused = False  # warned once a run
         self._token = secrets.token_hex(8)  # this run's, on its actor calls (``_warm``)
-        self._reuse = options.get("reuse_processes", True)
+        # not with CPUs reserved per rank: a kept process would hold them while idle
+        self._reuse = options.get("reuse_processes", True) and not options.get("rank_num_cpus")
         self._job = ""  # the Ray job whose kept processes this run may take
         self._touched: set = set()  # actors chaos killed, stopped, stalled or cut
         self.inbox = None

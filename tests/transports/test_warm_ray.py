@@ -111,3 +111,10 @@ def test_a_kept_process_that_hangs_is_killed_and_passed_over(ray_session, monkey
         except ProcessLookupError:
             pass  # killed, as it should be
     assert first[1] in again and first[0] not in again
+
+
+def test_a_run_that_reserves_cpus_per_rank_keeps_no_process(ray_session):
+    """An idle kept process would hold the CPUs it reserved from other work."""
+    first = _pids(ft.run(Pids, 2, rank_num_cpus=0.5))
+    assert WARM.take(_job(), None) is None
+    assert _pids(ft.run(Pids, 2)).isdisjoint(first)
