@@ -544,13 +544,22 @@ class RayFabric:
     async def _warm_inbox(self):
         """An Inbox an earlier run of this driver left (``_warm``), opened for this run;
         None if there is none alive."""
-        while self._reuse and (warm := INBOXES.take(self._job, self._here)) is not None:
+        warm, _ = await self._take_kept(INBOXES, self._here, "open", self._token)
+        return warm and warm.actor
+
+    async def _take_kept(self, pool, node: str | None, method: str, *args):
+        """A process ``pool`` kept on ``node`` (None: any) that answered ``method(*args)``
+        within ``WARM_START_S``, and its answer; (None, None) when none is left. One that
+        died or hangs (stopped) while it waited is killed and passed over."""
+        while self._reuse and (warm := pool.take(self._job, node)) is not None:
             try:
-                await warm.actor.open.remote(self._token)
-            except RayActorError:
+                answer = await asyncio.wait_for(getattr(warm.actor, method).remote(*args),
+                                                WARM_START_S)
+            except (RayActorError, asyncio.TimeoutError):
+                ray.kill(warm.actor, no_restart=True)
                 continue
-            return warm.actor
-        return None
+            return warm, answer
+        return None, None
 
     async def _drain_inbox(self) -> None:
         while not self._closing:
@@ -604,16 +613,11 @@ class RayFabric:
         if node is not None and node not in self.nodes():
             raise ConfigError(f"no live Ray node {node!r}; live nodes: "
                               f"{', '.join(self.nodes())}")
-        while self._reuse and (warm := WARM.take(self._job, node)) is not None:
-            try:
-                _, refused = await asyncio.wait_for(warm.actor.start.remote(self.niceness),
-                                                    WARM_START_S)
-            except (RayActorError, asyncio.TimeoutError):  # it died, or hangs (stopped),
-                ray.kill(warm.actor, no_restart=True)  # while it waited: the next one,
-                continue  # or a new one
+        warm, answer = await self._take_kept(WARM, node, "start", self.niceness)
+        if warm is not None:
             self.actors.append(warm.actor)
             self.worker_of[warm.actor] = warm.worker
-            return self._started(warm.actor, refused)
+            return self._started(warm.actor, answer[1])
         options = dict(self._actor_options)
         if node is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
