@@ -236,34 +236,30 @@ async def run_cell(stack: list[str], app: str, remove: list[int], nodes: NodeClu
     ended = asyncio.ensure_future(run.result())
     while not ended.done() and await gate.count.remote() < args.ranks:
         await asyncio.sleep(0.05)
-    if ended.done():  # it failed (or timed out) before every rank reached the gate
-        ray.kill(gate)
-        shutil.rmtree(ckpt, ignore_errors=True)
-        exc = ended.exception()
-        return {"stack": "+".join(stack), "app": app, "removed_workers": remove,
-                "lost_ranks": [], "wall_s": time.perf_counter() - t0,
-                "sockets": {}, "levels": [], "passed_over": [], "verified": False,
-                "identical": False, "error": "the run ended before its ranks reached the "
-                f"gate, no node was removed: {type(exc).__name__ if exc else 'no error'}: "
-                f"{str(exc).splitlines()[0][:300] if exc else ''}"}
-    doomed = {nodes.workers[i].node_id for i in remove}
-    lost = [r for r, home in enumerate(homes) if home in doomed]
-    at_gate = [len(new_sockets(nodes.tmp[w.node_id], before.get(w.node_id, [])))
-               for w in nodes.workers]
-    removed = await nodes.remove(remove)
-    await gate.release.remote()
+    reached = not ended.done()  # else it failed (or timed out) before the gate
+    lost, at_gate, removed = [], [], []
+    if reached:
+        doomed = {nodes.workers[i].node_id for i in remove}
+        lost = [r for r, home in enumerate(homes) if home in doomed]
+        at_gate = [len(new_sockets(nodes.tmp[w.node_id], before.get(w.node_id, [])))
+                   for w in nodes.workers]
+        removed = await nodes.remove(remove)
+        await gate.release.remote()
     error, result = "", None
     try:
         result = await ended
     except (ft.RankFailed, ft.RankError, ft.ProtocolError, TimeoutError) as exc:
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    if not reached:  # nothing was removed, so nothing was tested
+        error, result = ("the run ended before its ranks reached the gate, no node was "
+                         f"removed: {error or 'no error'}"), None
     wall = time.perf_counter() - t0
     ray.kill(gate)
     shutil.rmtree(ckpt, ignore_errors=True)
     out = {"stack": "+".join(stack), "app": app, "removed_workers": remove,
-           "lost_ranks": lost, "error": error,
-           "wall_s": wall, "sockets": {"at_gate": at_gate,
-                                       **socket_check(nodes, removed, before)}}
+           "lost_ranks": lost, "error": error, "wall_s": wall,
+           "sockets": {"at_gate": at_gate, **socket_check(nodes, removed, before)}
+           if reached else {}}
     if result is None:
         return {**out, "levels": [], "passed_over": [], "verified": False, "identical": False}
     ok, _, record = mod.summarize(result)
