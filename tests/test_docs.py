@@ -90,7 +90,7 @@ def _exists(path: str) -> bool:
 
 
 def path_problem(token: str) -> str | None:
-    """Why a quoted path (``protocols/_ddv.py``, ``cluster/``, ``runtime/_escalation.X``)
+    """Why a quoted path (``protocols/hc3i/machine.py``, ``cluster/``, ``runtime/_escalation.X``)
     names nothing in the repository (None: it exists)."""
     if _exists(token):
         return None

@@ -1,17 +1,31 @@
-"""Fault-tolerance protocols, one mixin per paper (see docs/ARCHITECTURE.md), with their
-coordinator-side recovery policies. They import the runtime, the engine and
-``ftactors.base``; never a transport or a tool.
+"""Fault-tolerance protocols, one folder per paper, named once: the folder is the
+protocol's ``--protocol`` name.
+
+==============  =================================================  ====================
+``--protocol``  paper (``../shared/papers/``)                      mixin
+==============  =================================================  ====================
+standby         NR-MPI standby replacement (Suo et al., 2016)      StandbyReplacement
+ready-flush     CoCheck ready messages (Stellner, 1996)            ReadyMessageFlush
+groups          group-based checkpoint (Ho, Wang & Lau, 2008)      GroupCoordination
+hc3i            HC3I hierarchical DDV (Monnet et al., 2004)        DDVPiggyback
+rs              diskless RS checkpoint (Bautista Gomez, 2010)      RSBackup
+==============  =================================================  ====================
+
+In each folder, ``rank.py`` is the rank side (the mixin), ``coordinator.py`` the
+coordinator side (its recovery policy) where it has its own, and ``machine.py`` the
+decisions in plain Python where they are apart already. ``shared/`` holds what several
+protocols use. Protocols import the runtime, the engine and ``ftactors.base``; never a
+transport or a tool.
 
 ``PROTOCOLS`` maps the command-line name of each protocol to its mixin class. The
 warnings a run may give about its protocols are here too, so they can be filtered.
 """
 
-from ._hc3i_storm import ForcedCheckpointStorm
-from ._level_plan import LevelPlanWarning
-from .ddv_piggyback import DDVPiggyback
-from .group_coordination import GroupCoordination
+from .groups import GroupCoordination
+from .hc3i import DDVPiggyback, ForcedCheckpointStorm
 from .ready_flush import ReadyMessageFlush
-from .rs_backup import RSBackup
+from .rs import RSBackup
+from .shared.level_plan import LevelPlanWarning
 from .standby import StandbyReplacement
 
 PROTOCOLS: dict[str, type] = {
@@ -22,4 +36,5 @@ PROTOCOLS: dict[str, type] = {
     "rs": RSBackup,
 }
 
-__all__ = ["PROTOCOLS", "DDVPiggyback", "ForcedCheckpointStorm", "LevelPlanWarning", "GroupCoordination", "RSBackup", "ReadyMessageFlush", "StandbyReplacement"]
+__all__ = ["PROTOCOLS", "DDVPiggyback", "ForcedCheckpointStorm", "LevelPlanWarning",
+           "GroupCoordination", "RSBackup", "ReadyMessageFlush", "StandbyReplacement"]

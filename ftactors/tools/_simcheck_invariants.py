@@ -96,7 +96,7 @@ def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
         return "" if spares_used_up(events) else (
             "StandbyReplacement said no spare was left, but the timeline shows one")
     if protocol == "standby":
-        from ftactors.protocols.standby import partner
+        from ftactors.protocols.standby.rank import partner
         pairs = sorted((r, partner(r, ranks)) for r in failed if partner(r, ranks) in failed)
         backed_up = any(e.kind == "backup" for e in events)
         if pairs and backed_up:
@@ -105,7 +105,7 @@ def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
                 f"failed rank's partner survived" if not pairs else
                 "StandbyReplacement gave up before any backup (the start was restorable)")
     if protocol == "rs":
-        from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
+        from ftactors.protocols.rs.placement import place, undecodable_groups, virtual_nodes
         placement = place(virtual_nodes(ranks, options["rs_ranks_per_node"]),
                           options["rs_group_size"])
         if undecodable_groups(placement, failed):
@@ -158,13 +158,13 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
     surely cannot; absent when the timeline cannot tell."""
     can: dict[str, bool] = {}
     if "standby" in levels:
-        from ftactors.protocols.standby import partner
+        from ftactors.protocols.standby.rank import partner
         if any(partner(r, ranks) in failed for r in failed):
             can["standby"] = False
         elif backed_up:  # without a spare, a new actor (below a costlier level)
             can["standby"] = True
     if "rs" in levels:
-        from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
+        from ftactors.protocols.rs.placement import place, undecodable_groups, virtual_nodes
         placement = place(virtual_nodes(ranks, options["rs_ranks_per_node"]),
                           options["rs_group_size"])
         if undecodable_groups(placement, failed):
@@ -177,7 +177,7 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
     (``levels`` cheapest first, that protocol last; ``units`` its groups or clusters;
     ``parity``: ``rs_parity``) got wrong about where its parts came from ("" if
     nothing)."""
-    from ftactors.protocols.standby import part_holder
+    from ftactors.protocols.standby.rank import part_holder
     failed, sources, named = set(), {}, False
     for e in events:
         d = e.detail
@@ -219,7 +219,7 @@ def _undecodable_units(units, failed: set[int], parity: int | None,
     """Units with fewer than ``k`` blocks left: members outside ``failed`` or whose part
     a cheaper level ``restored`` (a partner copy is a data block too), and parity
     holders outside ``failed``."""
-    from ftactors.protocols._rs_parts import unit_code, unit_holder
+    from ftactors.protocols.rs.parts import unit_code, unit_holder
     short = set()
     for g, members in enumerate(units.groups):
         k, m = unit_code(units, g, parity)

@@ -2,22 +2,22 @@
 
 ``ftactors advise --mtbf 3600 --checkpoint-cost 12`` (or ``--results DIR``: the costs
 measured in a chaos experiment's runs) prints Young's and Daly's intervals
-(``protocols/_intervals.py``; also in iterations with ``--iteration-s``) for
+(``protocols/shared/intervals.py``; also in iterations with ``--iteration-s``) for
 ``checkpoint_interval`` / ``checkpoint_interval_s``, with the expected waste (wall time
 over work, minus one) of each in Daly's model.
 
 With ``--level NAME:cost=S,restart=S`` (once per level, cheapest first) and
 ``--mtbf KIND@LEVEL=S`` (once per failure kind, naming the lowest level that recovers it;
 ``--mtbf LEVEL=S`` names the kind after its level) it prints the multi-level plan of
-``protocols/_multilevel.py`` instead, against the best plan of the top level alone.
+``protocols/shared/multilevel.py`` instead, against the best plan of the top level alone.
 """
 from __future__ import annotations
 
 import sys
 from statistics import fmean
 
-from ..protocols._intervals import daly, expected_wall, young
-from ..protocols._multilevel import FailureKind, Level, optimal_plan, top_level_plan, waste
+from ..protocols.shared.intervals import daly, expected_wall, young
+from ..protocols.shared.multilevel import FailureKind, Level, optimal_plan, top_level_plan, waste
 from .report_data import read_events, read_results
 from .run_metrics import CHECKPOINT_KINDS
 

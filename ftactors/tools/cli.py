@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from ..protocols.groups import (default_group_size, pairs_from_trace, ranks_in_trace,
+from ..protocols.shared.units import (default_group_size, pairs_from_trace, ranks_in_trace,
                                 suggest_groups, traffic_inside)
 from ..runtime._trace import plot_trace, read_traffic
 from ._common import command_parser, run_command

@@ -376,7 +376,7 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
 
 def units(setup: Setup, ranks: int):
     """The groups or clusters, on ``ranks``, of a stack whose levels keep its parts."""
-    from ftactors.protocols.groups import load_groups
+    from ftactors.protocols.shared.units import load_groups
     return load_groups(setup.options[setup.keeps_parts], ranks)
 
 

@@ -9,7 +9,7 @@ import pytest
 import ftactors as ft
 from ftactors.apps.coupled import Coupled
 from ftactors.protocols import DDVPiggyback
-from ftactors.protocols import _ddv
+from ftactors.protocols.hc3i import machine as _ddv
 
 from .programs import FLOOD, Flood, Heat1D
 
@@ -406,7 +406,7 @@ def test_clusters_by_node_are_one_cluster_on_one_node():
 def test_a_forced_checkpoint_storm_is_reported_with_its_cluster_pairs_and_remedy():
     """Two halves of a ring that cross at every step force a CLC per message: the run
     says so once per cluster, in its timeline and as a warning."""
-    from ftactors.protocols._hc3i_storm import ForcedCheckpointStorm
+    from ftactors.protocols.hc3i.storm import ForcedCheckpointStorm
     with pytest.warns(ForcedCheckpointStorm) as caught:
         r = ft.run(HHeat, 4, transport="sim", kwargs={"iterations": 60}, clusters="fixed:2")
     said = sorted(str(w.message) for w in caught)
@@ -425,7 +425,7 @@ def test_a_forced_checkpoint_storm_is_reported_with_its_cluster_pairs_and_remedy
 def test_no_storm_is_reported_when_unforced_clcs_keep_up():
     """Forced CLCs that come with as many unforced ones are the protocol's normal work."""
     import warnings
-    from ftactors.protocols._hc3i_storm import ForcedCheckpointStorm
+    from ftactors.protocols.hc3i.storm import ForcedCheckpointStorm
     with warnings.catch_warnings():
         warnings.simplefilter("error", ForcedCheckpointStorm)
         r = ft.run(Pipeline, 6, transport="sim", kwargs={"iterations": 30}, **PIPE)

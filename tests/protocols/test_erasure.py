@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ftactors.protocols.erasure import (MUL_TABLE, RSCode, cauchy_matrix, gf_inv, gf_inv_matrix,
+from ftactors.protocols.rs.erasure import (MUL_TABLE, RSCode, cauchy_matrix, gf_inv, gf_inv_matrix,
                                         gf_mul, gf_mul_block, partial_products, xor_into)
 
 

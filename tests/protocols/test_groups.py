@@ -15,7 +15,7 @@ from ftactors.runtime._trace import TraceBuffer, write_trace
 from ftactors.apps.hpl import HPL
 from ftactors.apps.stencil import Layout, Stencil
 from ftactors.tools.cli import main
-from ftactors.protocols.groups import (Groups, PairTraffic, default_group_size, form_groups,
+from ftactors.protocols.shared.units import (Groups, PairTraffic, default_group_size, form_groups,
                                        load_groups, pairs_from_trace, ranks_in_trace,
                                        suggest_groups, traffic_inside, validate_groups)
 

@@ -1,9 +1,9 @@
-"""A rank's parts waiting for the coordinator (``protocols/_parts.HeldParts``)."""
+"""A rank's parts waiting for the coordinator (``protocols/shared/parts.HeldParts``)."""
 import asyncio
 
 import pytest
 
-from ftactors.protocols._parts import HeldParts
+from ftactors.protocols.shared.parts import HeldParts
 
 
 def test_a_confirmed_part_can_be_taken_again_until_the_coordinator_keeps_it():

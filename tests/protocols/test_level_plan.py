@@ -6,8 +6,8 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols import LevelPlanWarning, ReadyMessageFlush, StandbyReplacement
-from ftactors.protocols._level_plan import FIRST
-from ftactors.protocols._multilevel import FailureKind, Level, optimal_plan
+from ftactors.protocols.shared.level_plan import FIRST
+from ftactors.protocols.shared.multilevel import FailureKind, Level, optimal_plan
 
 from .programs import Heat1D
 from .test_rs_backup import TOPOLOGY, assert_same, reference

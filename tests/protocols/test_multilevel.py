@@ -7,8 +7,8 @@ from statistics import fmean, stdev
 
 import pytest
 
-from ftactors.protocols._intervals import daly, expected_wall, young
-from ftactors.protocols._multilevel import (FailureKind, Level, _best_tau,
+from ftactors.protocols.shared.intervals import daly, expected_wall, young
+from ftactors.protocols.shared.multilevel import (FailureKind, Level, _best_tau,
                                             expected_period_s, optimal_plan, top_level_plan,
                                             waste)
 

@@ -7,7 +7,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols import DDVPiggyback, GroupCoordination, StandbyReplacement
-from ftactors.protocols._hc3i_storm import ForcedCheckpointStorm
+from ftactors.protocols.hc3i.storm import ForcedCheckpointStorm
 
 from .programs import Flood, Heat1D
 from .test_rs_backup import assert_same, reference

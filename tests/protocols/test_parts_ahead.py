@@ -9,7 +9,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols import GroupCoordination, RSBackup, StandbyReplacement
-from ftactors.protocols.group_coordination import PARTS_AHEAD_MAX, GroupRecovery
+from ftactors.protocols.groups.rank import PARTS_AHEAD_MAX, GroupRecovery
 
 from .programs import Heat1D
 from .test_rs_backup import assert_same, reference

@@ -314,7 +314,7 @@ def test_auto_interval_is_dalys_for_each_measured_cost_and_is_kept():
     """On sim (virtual time, jittered latencies): the first checkpoint is requested at the
     start; after each one the coordinator picks Daly's interval for the cost it measured
     and requests the next exactly that long after the checkpoint was stored."""
-    from ftactors.protocols._intervals import daly, young
+    from ftactors.protocols.shared.intervals import daly, young
 
     kw = {"iterations": 300}
     reference = ft.run(Heat1D, 4, transport="sim", kwargs=kw).results
@@ -370,7 +370,7 @@ def test_auto_timer_waits_out_a_rollback_and_restarts():
 def test_auto_first_request_waits_for_the_ranks_loop_with_a_doubling_retry():
     """Before its loop no rank can place a checkpoint: the first request is retried after
     FIRST_RETRY x mtbf_s, doubling up to RETRY_MAX x mtbf_s, until one is taken."""
-    from ftactors.protocols.ready_flush import FIRST_RETRY, RETRY_MAX
+    from ftactors.protocols.ready_flush.rank import FIRST_RETRY, RETRY_MAX
 
     class LateLoop(RFHeat):
         async def main(self, setup_s, **kw):

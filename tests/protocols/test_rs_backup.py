@@ -7,10 +7,10 @@ import ftactors as ft
 from ftactors.base._storage import latest_complete, open_store
 from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
-from ftactors.protocols.erasure import RSCode
+from ftactors.protocols.rs.erasure import RSCode
 from ftactors.protocols import PROTOCOLS, RSBackup, StandbyReplacement
-from ftactors.protocols.rs_backup import Plan, Undecodable, choose_recovery, rebuild_part
-from ftactors.protocols.rs_placement import place, undecodable_groups, virtual_nodes
+from ftactors.protocols.rs.rank import Plan, Undecodable, choose_recovery, rebuild_part
+from ftactors.protocols.rs.placement import place, undecodable_groups, virtual_nodes
 
 from .programs import Flood, Heat1D
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from ftactors.protocols.rs_placement import (lost_blocks, place, undecodable_groups,
+from ftactors.protocols.rs.placement import (lost_blocks, place, undecodable_groups,
                                              virtual_nodes)
 
 

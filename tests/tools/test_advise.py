@@ -5,7 +5,7 @@ import math
 import pytest
 
 from ftactors.tools import cli
-from ftactors.protocols._intervals import daly, expected_wall, young
+from ftactors.protocols.shared.intervals import daly, expected_wall, young
 from ftactors.tools.advise import advice
 
 

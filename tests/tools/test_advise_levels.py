@@ -2,8 +2,8 @@
 conventions for naming the level of each failure kind, and its refusals."""
 import pytest
 
-from ftactors.protocols._intervals import daly, expected_wall
-from ftactors.protocols._multilevel import (FailureKind, Level, optimal_plan, top_level_plan,
+from ftactors.protocols.shared.intervals import daly, expected_wall
+from ftactors.protocols.shared.multilevel import (FailureKind, Level, optimal_plan, top_level_plan,
                                             waste)
 from ftactors.tools import cli
 from ftactors.tools.advise import multilevel_advice, parse_failure, parse_level

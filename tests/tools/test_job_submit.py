@@ -50,7 +50,7 @@ def test_stage_package_layout(tmp_path):
     pkg = stage_package(tmp_path)
     assert pkg == tmp_path / "ftactors"
     for module in ("__init__.py", "tools/submit.py", "tools/chaos.py", "protocols/__init__.py",
-                   "protocols/standby.py", "apps/__init__.py", "apps/cg.py"):
+                   "protocols/standby/rank.py", "apps/__init__.py", "apps/cg.py"):
         assert (pkg / module).is_file(), module
     assert not list(pkg.rglob("__pycache__"))
     # the staged copy imports on its own, ftactors installed or not

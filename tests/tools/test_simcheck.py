@@ -120,7 +120,7 @@ def test_a_give_up_is_judged_by_the_failed_ranks_and_the_copies_placement():
                     _ev("spare_lost", spare=1, moment="idle"), _ev("failure_detected", 5)],
                    no_spare) == ""
     rs = setups()["rs"].options  # 8 ranks, groups of 2 on virtual nodes of 2 ranks
-    from ftactors.protocols.rs_placement import place, virtual_nodes
+    from ftactors.protocols.rs.placement import place, virtual_nodes
     placement = place(virtual_nodes(8, 2), 2)
     g = placement.groups[0]
     holders = [placement.holder(0, j) for j in range(placement.m(0))]

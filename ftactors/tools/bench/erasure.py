@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ftactors.protocols.erasure import RSCode, cauchy_matrix, gf_mul_block, partial_products
+from ftactors.protocols.rs.erasure import RSCode, cauchy_matrix, gf_mul_block, partial_products
 
 from ._harness import add_repetitions, best_of, table, write_results
 

@@ -3,7 +3,7 @@
 The paper's comparison (Ho, Wang & Lau 2008, Figures 5-9) with four group formations:
 NORM (one group: global coordination, nothing logged), GP1 (one rank per group: no
 coordination, every message logged), GP4 (four groups of consecutive ranks) and GP (the
-groups Algorithm 2 finds in a trace of a failure-free run, ``protocols/groups.py``).
+groups Algorithm 2 finds in a trace of a failure-free run, ``protocols/shared/units.py``).
 
 Workload (``GridWorkload``): ranks on a P x Q grid, row-major (rank = i * Q + j), like
 HPL's process grid. Every iteration a rank "computes" for ``--compute-ms`` times
@@ -52,7 +52,7 @@ import numpy as np
 
 import ftactors as ft
 from ftactors.protocols import GroupCoordination
-from ftactors.protocols.groups import load_groups, pairs_from_trace, suggest_groups
+from ftactors.protocols.shared.units import load_groups, pairs_from_trace, suggest_groups
 
 from ._harness import add_rank_counts, add_sim_network, rank_plan, sim_network, usage_error, write_results
 

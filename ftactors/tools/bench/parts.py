@@ -22,8 +22,8 @@ import statistics
 import ftactors as ft
 from ftactors.apps.cg import CG
 from ftactors.protocols import GroupCoordination, RSBackup, StandbyReplacement
-from ftactors.protocols.groups import load_groups
-from ftactors.protocols.standby import part_holder
+from ftactors.protocols.shared.units import load_groups
+from ftactors.protocols.standby.rank import part_holder
 
 from ._harness import table, write_results
 from .levels import _recovery, add_cg_kill_arguments, apply_quick

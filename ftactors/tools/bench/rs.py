@@ -28,8 +28,8 @@ import statistics
 import numpy as np
 
 import ftactors as ft
-from ftactors.protocols.rs_backup import RSBackup
-from ftactors.protocols.rs_placement import place, undecodable_groups
+from ftactors.protocols.rs.rank import RSBackup
+from ftactors.protocols.rs.placement import place, undecodable_groups
 
 from ._harness import add_repetitions, best_of, table, usage_error, write_results
 

@@ -50,7 +50,7 @@ the copy is sent, so a salvaged set's parts are all on disk when its manifest is
 requests a first checkpoint at once, measures what each checkpoint it requested held the
 job (first rank at the position to the set stored: ``cost_s`` of every ``checkpoint``
 event), and waits Daly's optimal interval for that cost and the given MTBF
-(``protocols/_intervals.py``) from the set being stored to its next request; each choice is
+(``protocols/shared/intervals.py``) from the set being stored to its next request; each choice is
 a ``checkpoint_interval_chosen`` event (``ReadyFlushCoordinator._auto_timer`` says why).
 
 Programs must not keep an ``irecv`` pending across a safe point (the code that posted it
@@ -114,11 +114,11 @@ from ftactors.runtime._options import INTERVAL, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 from ftactors.base._storage import open_store
 
-from ._flush import OPS as FLUSH_OPS, Flush
-from ._intervals import daly
-from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from ._parts import GIVEN_GRACE_S, HeldParts, PartTaker
-from .standby import partner as holder
+from ..shared.flush import OPS as FLUSH_OPS, Flush
+from ..shared.intervals import daly
+from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
+from ..shared.parts import GIVEN_GRACE_S, HeldParts, PartTaker
+from ..standby.rank import partner as holder
 
 NAME = "ready_flush"
 STORAGES = ("object", "stable", "both")

@@ -124,15 +124,15 @@ from ftactors.base._errors import ProtocolError
 from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
 from ftactors.runtime._protocol import LEVEL, parts_lead
 from ftactors.base._storage import open_store
-from ftactors.protocols.erasure import RSCode, partial_products, xor_into
+from ftactors.protocols.rs.erasure import RSCode, partial_products, xor_into
 
-from ._flush import OPS as FLUSH_OPS, Flush
-from ._intervals import Pacer
-from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from ._rs_parts import EncodedParts, as_key, unit_code, unit_holder
-from ._rs_recovery import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
-from ._rs_recovery import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
-from .rs_placement import Placement
+from ..shared.flush import OPS as FLUSH_OPS, Flush
+from ..shared.intervals import Pacer
+from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
+from .parts import EncodedParts, as_key, unit_code, unit_holder
+from .coordinator import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
+from .coordinator import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
+from .placement import Placement
 
 
 # ------------------------------------------------------------------ rank side

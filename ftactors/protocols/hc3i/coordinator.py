@@ -6,7 +6,7 @@ and rollback alerts need. A recovery round runs the alert cascade (``_ddv.cascad
 surviving clusters' DDVs read after fencing them against the rolled-back incarnations;
 a garbage collection runs Algorithm 8 (``_ddv.collectable``), by default whenever a
 commit leaves a cluster with more than ``gc_clcs_max`` CLCs. See
-``protocols/ddv_piggyback.py`` for the theory of operation.
+``protocols/hc3i/rank.py`` for the theory of operation.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from ftactors.base._errors import ProtocolError
 
-from . import _ddv
-from ._hc3i_settings import GC_CLCS_MAX, NODE, check_settings
-from ._hc3i_storm import ForcedCheckpointStorm, StormWatch, message
-from ._parts import PartTaker
-from .groups import Groups, load_groups
+from . import machine as _ddv
+from .settings import GC_CLCS_MAX, NODE, check_settings
+from .storm import ForcedCheckpointStorm, StormWatch, message
+from ..shared.parts import PartTaker
+from ..shared.units import Groups, load_groups
 
 
 @dataclass
@@ -122,7 +122,7 @@ class Hc3iRecovery:
         if storm is not None:
             self.c.events.record("hc3i_storm", **storm)
             warnings.warn_explicit(message(storm), ForcedCheckpointStorm, "ftactors", 0,
-                                   module="ftactors.protocols.ddv_piggyback")
+                                   module="ftactors.protocols.hc3i.rank")
         if self.gc_clcs_max is None or len(self.clcs[cluster]) <= self.gc_clcs_max:
             return
         if self.gc_task is not None:

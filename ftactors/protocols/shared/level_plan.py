@@ -67,7 +67,7 @@ from ftactors.runtime._coordinator import NewFailure
 from ftactors.runtime._options import INTERVAL, Option, with_role
 from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
 
-from ._multilevel import FailureKind, Level, Plan, optimal_plan
+from .multilevel import FailureKind, Level, Plan, optimal_plan
 
 AUTO = "auto"
 FIRST = 1
@@ -459,7 +459,7 @@ class LevelPlanner:
                     f"checkpoint costs {', '.join(f'{lv.checkpoint_s:.3g}' for lv in levels)} "
                     f"s, level_mtbf_s {dict((k.name, k.mtbf_s) for k in kinds)}); every "
                     f"level checkpoints at every iteration until the costs allow a plan",
-                    LevelPlanWarning, "ftactors", 0, module="ftactors.protocols._level_plan")
+                    LevelPlanWarning, "ftactors", 0, module="ftactors.protocols.shared.level_plan")
         first = max(1, round(plan.tau_s / inputs.iteration_s))
         iterations = [first * round(span / plan.tau_s) for span in plan.intervals_s]
         return {**fallback, "iteration_s": inputs.iteration_s, "levels": rows,

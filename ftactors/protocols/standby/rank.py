@@ -90,9 +90,9 @@ from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
 from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
 from ftactors.base._storage import open_store
 
-from ._flush import OPS as FLUSH_OPS, Flush
-from ._intervals import Pacer
-from ._level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
+from ..shared.flush import OPS as FLUSH_OPS, Flush
+from ..shared.intervals import Pacer
+from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 
 NAME = "standby"
 INITIAL = None

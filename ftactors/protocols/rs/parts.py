@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ftactors.protocols.erasure import RSCode
+from ftactors.protocols.rs.erasure import RSCode
 
-from ._rs_recovery import NAME, _options
+from .coordinator import NAME, _options
 
 def as_key(key):
     """A part key as ``on_part`` made it (a position tuple, or a CLC number)."""

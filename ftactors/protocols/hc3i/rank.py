@@ -1,7 +1,7 @@
 """DDVPiggyback: HC3I hierarchical checkpointing for cluster federations.
 
 Paper: hc3i-hierarchical-ddv.txt (Monnet, Morin & Badrinath, 2004), sections 2-5,
-Algorithms 1-8. The dependency rules are plain functions in ``protocols/_ddv.py``.
+Algorithms 1-8. The dependency rules are plain functions in ``protocols/hc3i/machine.py``.
 
 Theory of operation
 -------------------
@@ -17,7 +17,7 @@ policy is accepted instead (``"fixed:K"``, ``"trace:PATH"``: Algorithm 2 on a me
 trace, as ``ftactors groups suggest`` forms them, a JSON/YAML file, a list of lists). A
 cluster's smallest rank is its primary leader: it runs the unforced checkpoint timer.
 A run whose clusters force CLCs much faster than they take unforced ones says so
-(``protocols/_hc3i_storm.py``: a ``hc3i_storm`` event and a warning naming the cluster
+(``protocols/hc3i/storm.py``: a ``hc3i_storm`` event and a warning naming the cluster
 pairs and the remedy).
 
 *Sequence numbers and DDVs.* CLC 1 is the start of the run: every cluster has SN 1 and a
@@ -142,10 +142,10 @@ from ftactors.base._errors import ProtocolError
 from ftactors.runtime._options import INTERVAL, NONE, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
-from . import _ddv
-from ._hc3i_settings import GC_CLCS_MAX, NODE, check_settings
-from ._parts import HeldParts
-from .groups import Groups, load_groups
+from . import machine as _ddv
+from .settings import GC_CLCS_MAX, NODE, check_settings
+from ..shared.parts import HeldParts
+from ..shared.units import Groups, load_groups
 
 NAME = "hc3i"
 CONTROL = {"req": "_on_req", "cut": "_on_cut", "expect": "_on_expect", "ack": "_on_ack",
@@ -236,7 +236,7 @@ class DDVPiggyback(Protocol):
         # a DDV has an entry per cluster, and logs cross them: they shape the state
         Option("clusters", (str, os.PathLike, list, Groups), NODE, "cluster definition: "
                "'node' (by Ray node; one node: the default group policy), a group policy, "
-               "file or list (see protocols/groups.py)", roles=(STATE,)),
+               "file or list (see protocols/shared/units.py)", roles=(STATE,)),
         Option("clc_interval_s", (float, dict), None, "seconds between unforced CLCs: a "
                "number, or {cluster: seconds} (default: only forced CLCs)", "s",
                roles=(INTERVAL,)),
@@ -780,6 +780,6 @@ class DDVPiggyback(Protocol):
         await super().on_restored()
 
 
-from ._hc3i_recovery import Hc3iRecovery  # noqa: E402  (the policy needs this module)
+from .coordinator import Hc3iRecovery  # noqa: E402  (the policy needs this module)
 
 DDVPiggyback.recovery_policy = Hc3iRecovery

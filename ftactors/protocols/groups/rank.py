@@ -6,7 +6,7 @@ the object store by the coordinator, not on stable storage.
 
 Theory of operation
 -------------------
-*Groups* (``groups`` option: a definition file or a policy, ``protocols/groups.py``;
+*Groups* (``groups`` option: a definition file or a policy, ``protocols/shared/units.py``;
 default groups of ceil(sqrt(n)) consecutive ranks). A group checkpoints alone, at its own
 safe-point positions (``group_checkpoint_interval``: an int, or ``{group index: int}``):
 ready messages flush the channels between its members only (CoCheck restricted to the
@@ -102,9 +102,9 @@ from ftactors.base._errors import ConfigError, RankFailed
 from ftactors.runtime._options import INTERVAL, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
-from ._flush import Flush
-from ._parts import HeldParts, PartTaker
-from .groups import Groups, load_groups
+from ..shared.flush import Flush
+from ..shared.parts import HeldParts, PartTaker
+from ..shared.units import Groups, load_groups
 
 NAME = "groups"
 PARTS_AHEAD_MAX = 3

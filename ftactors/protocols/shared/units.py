@@ -1,7 +1,7 @@
 """Process groups for group-based checkpointing: definitions, policies and trace-based formation.
 
 Paper: group-based-checkpoint.txt (Ho, Wang & Lau, 2008), section 3.2, Algorithm 2,
-Table 1. The GroupCoordination protocol (not written yet) checkpoints each group in a
+Table 1. The GroupCoordination protocol (``protocols/groups``) checkpoints each group in a
 coordinated way and logs only the messages that cross groups; this module decides the
 groups.
 

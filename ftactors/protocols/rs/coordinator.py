@@ -16,9 +16,9 @@ from ftactors.runtime._coordinator import NewFailure, RankDied
 from ftactors.base._errors import ConfigError, RankFailed
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._storage import open_store
-from ftactors.protocols.erasure import RSCode
+from ftactors.protocols.rs.erasure import RSCode
 
-from .rs_placement import Placement, place, virtual_nodes
+from .placement import Placement, place, virtual_nodes
 
 NAME = "rs"
 KEEP_ROUNDS = 2
