@@ -12,8 +12,9 @@ rs              diskless RS checkpoint (Bautista Gomez, 2010)      RSBackup
 ==============  =================================================  ====================
 
 In each folder, ``rank.py`` is the rank side (the mixin), ``coordinator.py`` the
-coordinator side (its recovery policy) where it has its own, and ``machine.py`` the
-decisions in plain Python where they are apart already. ``shared/`` holds what several
+coordinator side (its recovery policy), bound to the mixin by the folder's
+``__init__.py``, and ``machine.py`` the decisions in plain Python where they are apart
+already. ``shared/`` holds what several
 protocols use. Protocols import the runtime, the engine and ``ftactors.base``; never a
 transport or a tool.
 

@@ -96,7 +96,7 @@ def needless_give_up(protocol: str, exc, ranks: int, options: dict) -> str:
         return "" if spares_used_up(events) else (
             "StandbyReplacement said no spare was left, but the timeline shows one")
     if protocol == "standby":
-        from ftactors.protocols.standby.rank import partner
+        from ftactors.protocols.standby.machine import partner
         pairs = sorted((r, partner(r, ranks)) for r in failed if partner(r, ranks) in failed)
         backed_up = any(e.kind == "backup" for e in events)
         if pairs and backed_up:
@@ -158,7 +158,7 @@ def _levels_holding(failed: set[int], levels: list[str], ranks: int, options: di
     surely cannot; absent when the timeline cannot tell."""
     can: dict[str, bool] = {}
     if "standby" in levels:
-        from ftactors.protocols.standby.rank import partner
+        from ftactors.protocols.standby.machine import partner
         if any(partner(r, ranks) in failed for r in failed):
             can["standby"] = False
         elif backed_up:  # without a spare, a new actor (below a costlier level)
@@ -177,7 +177,7 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
     (``levels`` cheapest first, that protocol last; ``units`` its groups or clusters;
     ``parity``: ``rs_parity``) got wrong about where its parts came from ("" if
     nothing)."""
-    from ftactors.protocols.standby.rank import part_holder
+    from ftactors.protocols.standby.machine import part_holder
     failed, sources, named = set(), {}, False
     for e in events:
         d = e.detail

@@ -9,7 +9,7 @@ from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
 from ftactors.protocols.rs.erasure import RSCode
 from ftactors.protocols import PROTOCOLS, RSBackup, StandbyReplacement
-from ftactors.protocols.rs.rank import Plan, Undecodable, choose_recovery, rebuild_part
+from ftactors.protocols.rs.coordinator import RecoveryPlan, Undecodable, choose_recovery, rebuild_part
 from ftactors.protocols.rs.placement import place, undecodable_groups, virtual_nodes
 
 from .programs import Flood, Heat1D
@@ -109,12 +109,12 @@ def test_plan_beyond_reach_and_before_any_commit():
         choose_recovery(p, dead, {r: v for r, v in invs.items() if r not in dead})
     assert info.value.groups == [0] and info.value.round == a
     no_parity = {r: inv([a]) for r in range(8) if r not in dead}  # first encoding cut short
-    assert choose_recovery(p, dead, no_parity) == Plan(None)
+    assert choose_recovery(p, dead, no_parity) == RecoveryPlan(None)
     # rank 6 dies as the first round is encoded: the other groups' parity is complete,
     # G1's live holders hold none of it, so no round was committed (sim-check rs 5724)
     cut = {r: inv([a], [(g, j, a) for g, j in p.held_by(r) if g != 1])
            for r in range(8) if r != 6}
-    assert choose_recovery(p, {6}, cut) == Plan(None)
+    assert choose_recovery(p, {6}, cut) == RecoveryPlan(None)
 
 
 # ---------------------------------------------------------------- failure-free

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ftactors as ft
-from ftactors.protocols.standby.rank import (
+from ftactors.protocols.standby.machine import (
     INITIAL, TRANSITIONS, Input, StandbyMachine, State, choose_round, partner)
 
 from .programs import FTHeat, Heat1D

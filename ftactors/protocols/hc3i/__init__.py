@@ -1,8 +1,14 @@
 """HC3I (Monnet, Morin & Badrinath, 2004), ``--protocol hc3i``: coordinated checkpoints
-inside clusters, DDV piggybacking and forced checkpoints between them
-(``DDVPiggyback``); the dependency rules are plain functions in ``machine.py``."""
+inside clusters, DDV piggybacking and forced checkpoints between them. ``rank.py``: the
+mixin (``DDVPiggyback``) and the theory of operation; ``machine.py``: the dependency rules
+as plain functions; ``coordinator.py``: commits, garbage collection and the recovery line
+(``Hc3iRecovery``); ``settings.py``: its options' checks; ``storm.py``: the forced
+checkpoint storm warning."""
 
+from .coordinator import Hc3iRecovery
 from .rank import DDVPiggyback
 from .storm import ForcedCheckpointStorm
+
+DDVPiggyback.recovery_policy = Hc3iRecovery
 
 __all__ = ["DDVPiggyback", "ForcedCheckpointStorm"]

@@ -778,8 +778,3 @@ class DDVPiggyback(Protocol):
     async def on_restored(self) -> None:
         self.ft.restored_from = None  # parts stay with the coordinator
         await super().on_restored()
-
-
-from .coordinator import Hc3iRecovery  # noqa: E402  (the policy needs this module)
-
-DDVPiggyback.recovery_policy = Hc3iRecovery

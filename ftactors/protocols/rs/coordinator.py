@@ -59,7 +59,7 @@ def _options(opts: dict) -> dict:
 
 # ------------------------------------------------------------ recovery planning
 @dataclass
-class Plan:
+class RecoveryPlan:
     """What a recovery round does (``choose_recovery``).
 
     Attributes:
@@ -84,7 +84,7 @@ class Undecodable(Exception):
         self.round = round_id
 
 
-def choose_recovery(placement: Placement, failed: set[int], inventories: dict) -> Plan:
+def choose_recovery(placement: Placement, failed: set[int], inventories: dict) -> RecoveryPlan:
     """The newest round every group can restore, and how.
 
     ``inventories[r]`` (survivors only): ``{"own": [rounds], "held": [(group, parity
@@ -106,7 +106,7 @@ def choose_recovery(placement: Placement, failed: set[int], inventories: dict) -
     if _committed(placement, inventories):
         raise Undecodable(first_failure or list(range(len(placement.groups))),
                           rounds[0] if rounds else None)
-    return Plan(None)  # no round was ever committed: the start of the run
+    return RecoveryPlan(None)  # no round was ever committed: the start of the run
 
 
 def _committed(placement: Placement, inventories: dict) -> bool:
@@ -132,7 +132,7 @@ def _plan_round(placement: Placement, round_id: tuple, inventories: dict):
         for g, j, rnd in inv["held"]:
             if tuple(rnd) == round_id:
                 parity.setdefault((g, j), holder)
-    plan, bad = Plan(round_id), []
+    plan, bad = RecoveryPlan(round_id), []
     for g, members in enumerate(placement.groups):
         k, m = placement.k(g), placement.m(g)
         data = {i: r for i, r in enumerate(members) if round_id in own.get(r, ())}
@@ -321,7 +321,7 @@ class RSRecovery(LowerLevel):
         """Every restored rank learns the placement (a promoted spare has none)."""
         return {} if self.placement is None else {NAME: {"placement": self.placement}}
 
-    async def _plan(self, placement, failed, inventories) -> tuple[Plan, Any]:
+    async def _plan(self, placement, failed, inventories) -> tuple[RecoveryPlan, Any]:
         """The recovery plan from memory, else from stable storage (``source`` is then
         the blobs of the newest complete set). A plan to restart from the start of the
         run (nothing known in memory: the whole job was lost) also prefers a stable set.
@@ -339,7 +339,7 @@ class RSRecovery(LowerLevel):
                 self.c.events.record("rs_undecodable", groups=lost.groups,
                                      position=lost.round, fallback="stable")
             position, blobs = stable
-            return Plan(position, {}, self._everything()), blobs
+            return RecoveryPlan(position, {}, self._everything()), blobs
         if lost is None and self.escalates:
             raise LevelExhausted(sorted(failed), "no encoded round is complete yet")
         if lost is None:
@@ -362,7 +362,7 @@ class RSRecovery(LowerLevel):
         self.c.check_reached(meta["position"], f"stable set {prefix!r}")
         return tuple(meta["position"]), blobs
 
-    async def _snapshots(self, plan: Plan, source, survivors: list[int]) -> list:
+    async def _snapshots(self, plan: RecoveryPlan, source, survivors: list[int]) -> list:
         """A snapshot handle per rank: own copies, decoded ones, stable blobs or blanks."""
         c, placement = self.c, self.placement
         if not isinstance(source, str):

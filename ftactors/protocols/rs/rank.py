@@ -129,9 +129,8 @@ from ftactors.protocols.rs.erasure import RSCode, partial_products, xor_into
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from .parts import EncodedParts, as_key, unit_code, unit_holder
-from .coordinator import (KEEP_ROUNDS, NAME, RSRecovery, _options, store_parity)
-from .coordinator import Plan, Undecodable, choose_recovery, rebuild_part  # re-exported
+from .parts import as_key, unit_code, unit_holder
+from .coordinator import KEEP_ROUNDS, NAME, _options, store_parity
 from .placement import Placement
 
 
@@ -552,7 +551,3 @@ class RSBackup(PlannedLevel):
     def ft_rpc_rs_restored(self):
         """The position this rank was last restored at (None: the start)."""
         return self._rs.restored
-
-
-RSBackup.recovery_policy = RSRecovery
-RSBackup.part_level = EncodedParts

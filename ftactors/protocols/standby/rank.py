@@ -77,14 +77,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
-from ftactors.runtime._escalation import LevelExhausted, LowerLevel
-from ftactors.base._errors import ProtocolError, RankFailed
+from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoSparesWarning
 from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
 from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
@@ -93,124 +91,11 @@ from ftactors.base._storage import open_store
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
+from .machine import INITIAL, Input, StandbyMachine, State, part_holder, partner
 
 NAME = "standby"
-INITIAL = None
-"""The round "before main() first ran": every rank can restore it without a backup."""
 KEEP_ROUNDS = 2
 """Ping-pong: the newest two complete rounds are kept."""
-
-
-class State(enum.Enum):
-    """The NR-MPI process states (Table 1)."""
-
-    INIT = "INIT"
-    RUNNING = "RUNNING"
-    FINISH = "FINISH"
-    ABORT = "ABORT"
-    FAILURE = "FAILURE"
-    RECOVER = "RECOVER"
-    REPLACE_RECOVER = "REPLACE_RECOVER"
-    REPLACE_FAILURE = "REPLACE_FAILURE"
-
-
-class Input(enum.Enum):
-    """What drives the state machine."""
-
-    STARTED = "started"              # a normal process leaves MPI_Init
-    PROMOTED = "promoted"            # a standby process is chosen as a replacement
-    FAILURE = "failure"              # a failure notice
-    CORE_RECOVERED = "core_recovered"  # communicators repaired
-    DATA_RECOVERED = "data_recovered"  # application data restored
-    FINALIZE = "finalize"            # the program ended on every rank
-    UNRECOVERABLE = "unrecoverable"
-
-
-S, I = State, Input
-TRANSITIONS: dict[tuple[State, Input], tuple[State, int]] = {
-    (S.INIT, I.FAILURE): (S.INIT, 2),
-    (S.INIT, I.PROMOTED): (S.REPLACE_RECOVER, 3),
-    (S.INIT, I.UNRECOVERABLE): (S.ABORT, 4),
-    (S.INIT, I.STARTED): (S.RUNNING, 5),
-    (S.REPLACE_RECOVER, I.DATA_RECOVERED): (S.RUNNING, 6),
-    (S.REPLACE_RECOVER, I.FAILURE): (S.REPLACE_FAILURE, 7),
-    (S.REPLACE_FAILURE, I.CORE_RECOVERED): (S.REPLACE_RECOVER, 8),
-    (S.REPLACE_FAILURE, I.FAILURE): (S.REPLACE_FAILURE, 9),
-    (S.RUNNING, I.FINALIZE): (S.FINISH, 10),
-    (S.RUNNING, I.FAILURE): (S.FAILURE, 11),
-    (S.FAILURE, I.FAILURE): (S.FAILURE, 12),
-    (S.INIT, I.FINALIZE): (S.FINISH, 13),
-    (S.FAILURE, I.CORE_RECOVERED): (S.RECOVER, 14),
-    (S.RECOVER, I.FAILURE): (S.FAILURE, 15),
-    (S.RECOVER, I.DATA_RECOVERED): (S.RUNNING, 16),
-    (S.RUNNING, I.UNRECOVERABLE): (S.ABORT, 17),
-    (S.FAILURE, I.UNRECOVERABLE): (S.ABORT, 18),
-    (S.REPLACE_FAILURE, I.UNRECOVERABLE): (S.ABORT, 19),
-}
-"""Table 2 of the paper: (state, input) -> (next state, transition id). The paper draws
-only four transitions to ABORT (4, 17, 18, 19); we read them as from INIT, RUNNING,
-FAILURE and REPLACE_FAILURE."""
-
-
-class StandbyMachine:
-    """The NR-MPI process state machine of one rank; no I/O.
-
-    ``fire`` returns the ``(from, to, id)`` of the transition so that the caller can
-    record it; an input with no transition from the current state is a ProtocolError.
-    """
-
-    def __init__(self):
-        self.state = State.INIT
-
-    def fire(self, inp: Input) -> tuple[State, State, int]:
-        try:
-            nxt, tid = TRANSITIONS[(self.state, inp)]
-        except KeyError:
-            raise ProtocolError(f"NR-MPI: no transition from {self.state.value} on "
-                                f"{inp.value}") from None
-        prev, self.state = self.state, nxt
-        return prev, nxt, tid
-
-    def set_state(self, state: State) -> tuple[State, State, int]:
-        """NR_Set_state: the program declares its data recovered (-> RUNNING)."""
-        if state is not State.RUNNING:
-            raise ProtocolError(f"NR_Set_state only sets RUNNING, not {state.value}")
-        return self.fire(Input.DATA_RECOVERED)
-
-
-def partner(rank: int, size: int) -> int:
-    """The rank that holds ``rank``'s backup copy (another node when ranks are spread)."""
-    return (rank + max(1, size // 2)) % size if size > 1 else rank
-
-
-def choose_round(size: int, failed: set[int], inventories: dict[int, dict]):
-    """The newest backup round every rank can restore, or INITIAL.
-
-    ``inventories[r]`` (survivors only) is ``{"own": [rounds], "held": {rank: [rounds]}}``.
-
-    Raises:
-        RankFailed: a failed rank's partner failed too (its copies are gone) while the
-            failed rank had backed up at least once.
-    """
-    candidates = None
-    for r in range(size):
-        if r in failed:
-            holder = partner(r, size)
-            if holder in failed or holder == r:
-                if _ever_backed_up(inventories):
-                    raise RankFailed(sorted({r, holder}),
-                                     f"rank {r} and its backup partner {holder} both failed: "
-                                     f"the backup of rank {r} is lost")
-                return INITIAL
-            have = set(inventories[holder]["held"].get(r, ()))
-        else:
-            have = set(inventories[r]["own"])
-        candidates = have if candidates is None else candidates & have
-    return max(candidates) if candidates else INITIAL
-
-
-def _ever_backed_up(inventories: dict[int, dict]) -> bool:
-    return any(inv["own"] for inv in inventories.values())
 
 
 @dataclass
@@ -234,19 +119,6 @@ def _keep(store: dict, round_id, blob: bytes, keep: int = KEEP_ROUNDS) -> None:
     store[round_id] = blob
     for old in sorted(store)[:-keep]:
         del store[old]
-
-
-def part_holder(units, rank: int) -> int:
-    """Who keeps the copies of ``rank``'s parts: the member at its place in the next unit
-    of ``units`` (a ``Groups``); with one unit, the member half of it further on (the
-    rank itself in a unit of one: no copy)."""
-    g = units.group_of(rank)
-    members = units.groups[g]
-    i = members.index(rank)
-    if len(units) == 1:
-        return members[(i + len(members) // 2) % len(members)]
-    nxt = units.groups[(g + 1) % len(units)]
-    return nxt[i % len(nxt)]
 
 
 class StandbyReplacement(PlannedLevel):
@@ -511,104 +383,3 @@ class StandbyReplacement(PlannedLevel):
         else:
             self.ft.events.record("nr_state", **detail)
 
-
-class StandbyRecovery(LowerLevel):
-    """Coordinator side: one NR-MPI recovery round (see the module docstring)."""
-
-    def __init__(self, coordinator):
-        self.c = coordinator
-
-    async def recover(self, failed: set[int]) -> None:
-        c = self.c
-        survivors = [r for r in range(c.n) if r not in failed]
-        await asyncio.gather(*(c.call(r, "pause") for r in survivors))
-        answers = await asyncio.gather(
-            *(c.call(r, "standby_failure", sorted(failed)) for r in survivors))
-        inventories = dict(zip(survivors, answers))
-        await c.phase("notified")
-        round_id = choose_round(c.n, failed, inventories)
-        if round_id is INITIAL and self.escalates:
-            raise LevelExhausted(sorted(failed), "no partner copy is held yet")
-        c.events.record("recovery_line", position=round_id, failed=sorted(failed))
-        for rank in sorted(failed):
-            if self.escalates and not c.spares and rank not in c.unstarted():
-                await c.respawn(rank)  # a new actor: cheaper than every rank going back
-            else:
-                await c.replace(rank)
-        for rank in survivors:
-            c.epochs[rank] = c.next_epoch()
-        await c.rewire()
-        c.events.record("repaired", failed=sorted(failed))
-        await c.phase("repaired")
-        sources = [partner(rank, c.n) if rank in failed else rank for rank in range(c.n)]
-        handles = await asyncio.gather(
-            *(c.call(src, "standby_share", rank, round_id) for rank, src in enumerate(sources)))
-
-        def restore(rank):
-            return c.restore_spec(handles[rank], line=None if round_id is INITIAL else round_id)
-
-        waits = []
-        for rank in survivors:
-            if c.running(rank):
-                waits.append(c.call(rank, "resume", restore(rank), c.epochs[rank]))
-            else:
-                c.start_rank(rank, restore(rank))
-                waits.append(c.call(rank, "ready"))
-        for rank in sorted(failed):
-            c.start_rank(rank, restore(rank))
-            waits.append(c.call(rank, "ready"))
-        await asyncio.gather(*waits)
-        c.events.record("resumed", position=round_id)
-
-
-class PartnerCopies:
-    """Coordinator side of the partner copies of a ``hands_parts`` protocol's parts
-    (``PartLevels``)."""
-
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.rescued: dict[int, dict] = {}  # rank -> {key: (holder, handle)}, until forget
-
-    async def rescue(self, holders: list[int]) -> None:
-        """``holders`` are about to be restarted: pull every copy they hold into the
-        driver's object store first (a cascade may still need them)."""
-        c = self.c
-        kept = await asyncio.gather(*(c.call(h, "standby_parts") for h in holders))
-        pulls = [(h, r, key) for h, held in zip(holders, kept)
-                 for r, keys in held.items() for key in keys]
-        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, key)
-                                         for h, r, key in pulls))
-        for (h, r, key), handle in zip(pulls, handles):
-            self.rescued.setdefault(r, {})[key] = (h, handle)
-
-    async def find(self, wanted: dict[int, Any], units, gone: set[int]) -> dict[int, Any]:
-        """Handles to the copies held of ``wanted`` {rank: part key}, pulled into the
-        driver's object store (they outlive their holder's process)."""
-        c = self.c
-        rescued = {r: self.rescued.get(r, {}).get(key) for r, key in wanted.items()}
-        found = {r: pulled[1] for r, pulled in rescued.items()
-                 if pulled is not None and pulled[0] not in gone}  # its node may be gone
-        holders = {r: part_holder(units, r) for r in wanted if r not in found}
-        empty = set(gone) | c.unstarted()
-        live = sorted({h for r, h in holders.items() if h != r and h not in empty})
-        kept = dict(zip(live, await asyncio.gather(*(c.call(h, "standby_parts") for h in live))))
-        take = {r: h for r, h in holders.items() if wanted[r] in kept.get(h, {}).get(r, ())}
-        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, wanted[r])
-                                         for r, h in take.items()))
-        return {**found, **dict(zip(take, handles))}
-
-    async def forget(self, after: dict[int, Any], units) -> None:
-        c = self.c
-        self.rescued.clear()
-        by_holder: dict[int, dict] = {}
-        empty = set(after) | c.unstarted()
-        for r, key in after.items():
-            h = part_holder(units, r)
-            if h not in empty:  # a restarted holder holds nothing any more
-                by_holder.setdefault(h, {})[r] = key
-        await asyncio.gather(*(c.call(h, "standby_part_drop", keys)
-                               for h, keys in by_holder.items()))
-
-
-StandbyReplacement.recovery_policy = StandbyRecovery
-StandbyReplacement.part_level = PartnerCopies

@@ -28,7 +28,7 @@ import tempfile
 import ftactors as ft
 from ftactors.apps.cg import CG
 from ftactors.protocols import ReadyMessageFlush, RSBackup, StandbyReplacement
-from ftactors.protocols.standby.rank import partner
+from ftactors.protocols.standby.machine import partner
 
 from ._harness import add_repetitions, table, write_results
 

@@ -36,7 +36,7 @@ Both t(x) = a + x/B (least squares over every move) and the object store's fetch
 (same fit) give a bandwidth; the target of the migration issue is B >= 0.5 x the object
 store's. CoCheck's published fit (Stellner 1996), t(x) = 1.77 s + x / 763 KB/s, is
 printed for comparison. Pacing: rank 0 (never the migrating rank) starts at most
-``--rate`` iterations per second (a ``Pacer`` actor); after the last move the driver
+``--rate`` iterations per second (an ``IterationGate`` actor); after the last move the driver
 tells it to stop, every rank stops after that iteration, and the reference run is the
 same program stopped after the same iteration (see ``MigrationWorkload``).
 
@@ -193,7 +193,7 @@ def instrument(rank) -> None:
           after=lambda: send("in", ("fetch_s", "load_s", "restore_s")))
 
 
-class Pacer:
+class IterationGate:
     """A Ray actor that rank 0 asks before each iteration: it lets rank 0 start at most
     one iteration per ``period_s``, tells the driver how far rank 0 got, and answers
     True ("stop after this iteration") once the driver called ``finish``."""
@@ -339,7 +339,7 @@ async def migrate_run(args, nbytes: int, address: str, nodes: list[str]) -> dict
     import ray
 
     kw = {"state_bytes": nbytes, "holder": args.rank}
-    pacer = ray.remote(Pacer).options(num_cpus=0).remote(1.0 / args.rate)
+    pacer = ray.remote(IterationGate).options(num_cpus=0).remote(1.0 / args.rate)
     t_run = time.perf_counter()
     run = await ft.launch(MigratingWorkload, args.ranks, transport="ray", address=address,
                           kwargs={**kw, "pacer": pacer}, timeout_s=args.timeout_s)

@@ -23,7 +23,7 @@ import ftactors as ft
 from ftactors.apps.cg import CG
 from ftactors.protocols import GroupCoordination, RSBackup, StandbyReplacement
 from ftactors.protocols.shared.units import load_groups
-from ftactors.protocols.standby.rank import part_holder
+from ftactors.protocols.standby.machine import part_holder
 
 from ._harness import table, write_results
 from .levels import _recovery, add_cg_kill_arguments, apply_quick
