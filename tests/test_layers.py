@@ -5,6 +5,7 @@ Read from the source (every ``import``, function-local ones included), so an imp
 hidden in a function to dodge a cycle is still seen.
 """
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,83 @@ def test_the_layer_check_sees_an_upward_import(edges, expected):
 def test_the_cycle_check_sees_a_circle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(edges) == [["a", "b", "c"]]
+
+
+# ------------------------------------------- protocols and the coordinator: one door
+from ftactors.runtime._recovery_context import HOST_CALLS, RecoveryContext  # noqa: E402
+
+PROTOCOLS = PACKAGE / "protocols"
+CONTEXT = {name for name in dir(RecoveryContext) if not name.startswith("_")}
+CALLS = {"call", "call_kept", "call_handle", "call_handle_kept"}
+HIDDEN = ("ftactors.runtime._coordinator", "ftactors.runtime._host")
+
+
+def _is_ctx(node, bound: set[str]) -> bool:
+    """``self.c``, or a local name bound to it (``c = self.c``, ``c, x = self.c, ...``)."""
+    if isinstance(node, ast.Name):
+        return node.id in bound
+    return (isinstance(node, ast.Attribute) and node.attr == "c"
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+
+def context_misuse(source: str, where: str = "<source>") -> list[str]:
+    """What ``source`` (a protocol module) reads of the coordinator outside its
+    ``RecoveryContext``, and the requests it names by a string instead of a handler."""
+    bad = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        bound = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign):
+                pairs = ([(t, node.value) for t in node.targets] if not isinstance(
+                    node.targets[0], ast.Tuple) or not isinstance(node.value, ast.Tuple)
+                    else zip(node.targets[0].elts, node.value.elts))
+                for target, value in pairs:
+                    if isinstance(target, ast.Name) and _is_ctx(value, set()):
+                        bound.add(target.id)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and _is_ctx(node.value, bound):
+                if node.attr not in CONTEXT:
+                    bad.append(f"{where}:{node.lineno}: .{node.attr} is not in RecoveryContext")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in CALLS and _is_ctx(node.func.value, bound)
+                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+                    and node.args[1].value not in HOST_CALLS):
+                bad.append(f"{where}:{node.lineno}: request {node.args[1].value!r} named by "
+                           f"a string, not its handler")
+    return sorted(bad)
+
+
+def test_protocols_use_the_coordinator_only_through_their_context():
+    bad = []
+    for path in sorted(PROTOCOLS.rglob("*.py")):
+        name = module_name(path)
+        bad += [f"{name} imports {m}" for m in imports(name, path, set(modules()))
+                if m in HIDDEN]
+        bad += context_misuse(path.read_text(), name)
+    assert bad == []
+
+
+def test_the_context_check_sees_a_reach_past_it():
+    source = '''
+class Policy:
+    async def recover(self, failed):
+        c, n = self.c, 3
+        await c.fabric.call(c.handles[0], "x")
+        self.c.events.record("e")
+        await self.c.call(0, "standby_failure")
+        await c.call(0, "pause")
+'''
+    assert context_misuse(source) == [
+        "<source>:5: .fabric is not in RecoveryContext",
+        "<source>:5: .handles is not in RecoveryContext",
+        "<source>:7: request 'standby_failure' named by a string, not its handler"]
+
+
+def test_every_coordinator_request_handler_has_a_caller():
+    """A request is named by its handler (``Mixin.ft_rpc_x``): one that nothing names is
+    dead code."""
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    handlers = set(re.findall(r"def (ft_rpc_\w+)\(", source))
+    assert handlers and {h for h in handlers if f".{h}" not in source} == set()

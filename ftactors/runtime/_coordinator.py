@@ -43,7 +43,7 @@ from typing import Any
 
 from . import _notices
 from ._chaos import Kill, Partition
-from ._deaths import RankDied
+from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
 from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
@@ -54,6 +54,7 @@ from ._identity import RunIdentity
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
 from ._options import core_default
 from ._progress import Printer, Reporter
+from ._recovery_context import RecoveryContext
 from ._protocol import parts_lead, protocol_classes
 from ._spares import SparePool
 
@@ -67,14 +68,6 @@ _ANY_SPARE = object()
 """``respawn``'s default: a warm spare if one is left, else a new host."""
 _NO_LINE = object()
 """``restore_spec``'s default: no recovery line to check the snapshot against."""
-
-
-class NewFailure(Exception):
-    """Raised inside a recovery round when more ranks are found failed."""
-
-    def __init__(self, ranks):
-        super().__init__(ranks)
-        self.ranks = set(ranks)
 
 
 @dataclass
@@ -876,23 +869,25 @@ def recovery_policy(coordinator: Coordinator, rank_cls: type):
     escalating from the cheapest level (``Protocol.level_cost``) with the stack's helpers
     (``Protocol.stack_helper``) that this run uses. A consistency protocol
     that hands its parts to the levels (``hands_parts``) recovers alone, finding parts
-    through ``coordinator.part_levels``."""
+    through ``coordinator.part_levels``. Each is handed the run's ``RecoveryContext``, not
+    the coordinator: what a protocol's coordinator side may use."""
+    ctx = RecoveryContext(coordinator)
     protos = protocol_classes(rank_cls)
     lead = parts_lead(rank_cls)
     if lead is not None:
         keepers = [(p.protocol_name, p.part_level)
                    for p in sorted(protos, key=lambda p: p.level_cost) if p.part_level]
         if keepers:
-            coordinator.part_levels = PartLevels(coordinator, lead.protocol_name, keepers)
-        return lead.recovery_policy(coordinator)
+            coordinator.part_levels = PartLevels(ctx, lead.protocol_name, keepers)
+        return lead.recovery_policy(ctx)
     levels = sorted((p for p in protos if getattr(p, "recovery_policy", None)),
                     key=lambda p: p.level_cost)
     kinds = dict.fromkeys(p.stack_helper for p in protos if p.stack_helper is not None)
-    helpers = [h for h in (kind.for_run(coordinator, rank_cls) for kind in kinds)
+    helpers = [h for h in (kind.for_run(ctx, rank_cls) for kind in kinds)
                if h is not None]
     if not levels:
         return None
     if len(levels) == 1 and not helpers:
-        return levels[0].recovery_policy(coordinator)
-    return Escalation(coordinator, [(p.protocol_name, p.recovery_policy) for p in levels],
+        return levels[0].recovery_policy(ctx)
+    return Escalation(ctx, [(p.protocol_name, p.recovery_policy) for p in levels],
                       helpers)

@@ -1,5 +1,5 @@
-"""How a fabric says that a host is gone: ``RankDied`` (the coordinator and the spare
-pool take it; it never reaches a caller of ``ft.run``)."""
+"""How a fabric says that a host is gone (``RankDied``), and how a recovery round learns
+that more ranks failed (``NewFailure``); neither reaches a caller of ``ft.run``."""
 from __future__ import annotations
 
 
@@ -10,3 +10,11 @@ class RankDied(Exception):
         super().__init__(rank, reason)
         self.rank = rank
         self.reason = reason
+
+
+class NewFailure(Exception):
+    """Raised inside a recovery round when more ranks are found failed."""
+
+    def __init__(self, ranks):
+        super().__init__(ranks)
+        self.ranks = set(ranks)

@@ -61,9 +61,9 @@ class Escalation:
     of the stack's helpers (``Protocol.stack_helper``), which hear what every level hears
     and ``level_recovered(level, seconds)`` after each round."""
 
-    def __init__(self, coordinator, levels: list[tuple[str, type]], helpers=()):
-        self.c = coordinator
-        self.levels = [(name, policy_cls(coordinator)) for name, policy_cls in levels]
+    def __init__(self, ctx, levels: list[tuple[str, type]], helpers=()):
+        self.c = ctx  # the run's RecoveryContext, which each level is handed too
+        self.levels = [(name, policy_cls(ctx)) for name, policy_cls in levels]
         self.helpers = list(helpers)
         for _, policy in self.levels[:-1]:
             policy.escalates = True
@@ -73,7 +73,7 @@ class Escalation:
 
     async def recover(self, failed: set[int]) -> None:
         c, lacks = self.c, []
-        t0 = c.fabric.clock()
+        t0 = c.clock()
         for policy in self._everyone():
             await _maybe(policy, "abandon", failed)
         for name, policy in self.levels:
@@ -89,7 +89,7 @@ class Escalation:
                 continue
             c.events.record("recovery_level", level=name, failed=sorted(failed))
             for helper in self.helpers:
-                await _maybe(helper, "level_recovered", name, c.fabric.clock() - t0)
+                await _maybe(helper, "level_recovered", name, c.clock() - t0)
             for other in self._everyone():
                 await _maybe(other, "recovered")
             return
@@ -135,10 +135,10 @@ class PartLevels:
     """Coordinator side of a stack whose consistency protocol hands its parts to the
     levels: where each part a recovery restores is found."""
 
-    def __init__(self, coordinator, own: str, levels: list[tuple[str, type]]):
-        self.c = coordinator
+    def __init__(self, ctx, own: str, levels: list[tuple[str, type]]):
+        self.c = ctx  # the run's RecoveryContext, which each level is handed too
         self.own = own  # the consistency protocol: its copies in the driver's object store
-        self.levels = [(name, level_cls(coordinator)) for name, level_cls in levels]
+        self.levels = [(name, level_cls(ctx)) for name, level_cls in levels]
         self._used = own
         self._keys: dict[int, Any] = {}  # rank -> the key of the part it restores
 
@@ -167,7 +167,7 @@ class PartLevels:
                 lacks.append(f"{name}: no copy of the parts of ranks "
                              f"{sorted(set(missing) - set(got))}")
         rest = [r for r in wanted if r not in found and kept.get(r) is not None]
-        usable = await asyncio.gather(*(c.fabric.available([kept[r]]) for r in rest))
+        usable = await asyncio.gather(*(c.available([kept[r]]) for r in rest))
         for r, ok in zip(rest, usable):
             if ok:
                 found[r], source[r] = kept[r], self.own

@@ -70,7 +70,7 @@ class Protocol:
     uses_spares: ClassVar[bool] = False
     """Whether this protocol promotes ``ft.run(spares=k)`` standby ranks."""
     stack_helper: ClassVar[type | None] = None
-    """Coordinator-side class with ``for_run(coordinator, stack) -> helper or None``: work
+    """Coordinator-side class with ``for_run(ctx, stack) -> helper or None`` (``ctx``: the run's ``RecoveryContext``): work
     for the whole stack that no one level owns (the levels' interval planner), run beside
     the recovery policies by ``runtime/_escalation.Escalation``."""
     hands_parts: ClassVar[bool] = False

@@ -219,7 +219,7 @@ def _undecodable_units(units, failed: set[int], parity: int | None,
     """Units with fewer than ``k`` blocks left: members outside ``failed`` or whose part
     a cheaper level ``restored`` (a partner copy is a data block too), and parity
     holders outside ``failed``."""
-    from ftactors.protocols.rs.parts import unit_code, unit_holder
+    from ftactors.protocols.rs.placement import unit_code, unit_holder
     short = set()
     for g, members in enumerate(units.groups):
         k, m = unit_code(units, g, parity)

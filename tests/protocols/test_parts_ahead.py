@@ -28,7 +28,7 @@ class LateGroupSets(GroupRecovery):
 
     async def _kept(self, ck, rank, handle):
         if ck.group == 1 and rank == 3:
-            await self.c.fabric.sleep(LATE_S)
+            await self.c.sleep(LATE_S)
         await super()._kept(ck, rank, handle)
 
 
@@ -93,7 +93,7 @@ node's ranks were still on their way when the node went)."""
 class NeverGroupSets(GroupRecovery):
     async def _kept(self, ck, rank, handle):
         if ck.group == 1:
-            await self.c.fabric.sleep(NEVER_S)
+            await self.c.sleep(NEVER_S)
         await super()._kept(ck, rank, handle)
 
 

@@ -9,6 +9,8 @@ every rank), so n^2 per round or recovery: 16.8 million at 4,096 ranks.
 """
 from __future__ import annotations
 
+import functools
+
 import ftactors as ft
 from ftactors.engine._endpoint import Endpoint
 from ftactors.protocols import GroupCoordination, ReadyMessageFlush, StandbyReplacement
@@ -85,6 +87,7 @@ def test_a_group_checkpoint_names_only_the_peers_heard_from(monkeypatch):
     sizes = []
     real = GroupCoordination.ft_rpc_group_commit
 
+    @functools.wraps(real)  # the coordinator names the request by its handler's name
     def counting(self, position):
         sizes.append(len(self._gc.rr.get(tuple(position), {})))
         return real(self, position)

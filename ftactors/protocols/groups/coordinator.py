@@ -13,7 +13,7 @@ from ftactors.base._errors import RankFailed
 
 from ..shared.parts import PartTaker
 from ..shared.units import load_groups
-from .rank import NAME
+from .rank import NAME, GroupCoordination
 
 
 @dataclass
@@ -28,12 +28,12 @@ class _GroupSet:
 class GroupRecovery:
     """Coordinator side: keeps every group's checkpoint parts, restarts failed groups."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.groups = load_groups(coordinator.options.get("groups"), coordinator.n)
+    def __init__(self, ctx):
+        self.c = ctx
+        self.groups = load_groups(ctx.options.get("groups"), ctx.n)
         self.pending: dict[tuple, _GroupSet] = {}   # (group, position) -> parts so far
         self.latest: dict[int, _GroupSet] = {}      # group -> newest complete set
-        self.parts = PartTaker(coordinator, "group_part")
+        self.parts = PartTaker(ctx, GroupCoordination.ft_rpc_group_part)
 
     def on_report(self, event) -> None:
         if event.kind != "group_checkpoint_part":
@@ -59,7 +59,7 @@ class GroupRecovery:
                 del self.pending[key]  # older sets that never completed can never be used
         c.events.record("group_checkpoint", group=ck.group, position=ck.position,
                         index=position_index(ck.position))
-        await asyncio.gather(*(c.fabric.call(c.handles[r], "group_commit", ck.position)
+        await asyncio.gather(*(c.call_handle(c.handle(r), GroupCoordination.ft_rpc_group_commit, ck.position)
                                for r in ck.handles), return_exceptions=True)
 
     async def finish(self) -> None:
@@ -89,7 +89,7 @@ class GroupRecovery:
         others = [x for x in range(c.n) if x not in ranks]
         restored = {r: [0] * c.n if sets[r] is None else sets[r].received[r] for r in ranks}
         holds = dict(zip(others, await asyncio.gather(*(
-            c.call(x, "group_fence", epochs, {r: restored[r][x] for r in ranks})
+            c.call(x, GroupCoordination.ft_rpc_group_fence, epochs, {r: restored[r][x] for r in ranks})
             for x in others))))
         if c.part_levels is not None:
             await c.part_levels.forget({r: sets[r] and sets[r].position for r in ranks},
@@ -99,16 +99,16 @@ class GroupRecovery:
             c.start_rank(r, c.restore_spec(handles[r], {NAME: {x: held[r] for x, held in holds.items()
                                                       if x != r}}))
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
-        got = await asyncio.gather(*(c.call(r, "group_received") for r in ranks))
+        got = await asyncio.gather(*(c.call(r, GroupCoordination.ft_rpc_group_received) for r in ranks))
         # every rank resends to the restarted ones what they lack; a restarted rank also
         # resends to the others what it had sent before its part but they never got (it
         # was in flight when the fence dropped its old life's traffic)
         lack = {x: {r: got[i][x] for i, r in enumerate(ranks)} for x in range(c.n)}
         for x in ranks:
             lack[x].update({s: holds[s][x] for s in others})
-        resent = await asyncio.gather(*(c.call(x, "group_resend", lack[x]) for x in range(c.n)))
+        resent = await asyncio.gather(*(c.call(x, GroupCoordination.ft_rpc_group_resend, lack[x]) for x in range(c.n)))
         await asyncio.gather(*(
-            c.call(r, "group_expect", {x: done["upto"][r] for x, done in enumerate(resent)
+            c.call(r, GroupCoordination.ft_rpc_group_expect, {x: done["upto"][r] for x, done in enumerate(resent)
                                        if r in done["upto"]})
             for r in ranks))
         c.events.record("group_resumed", groups=hit,

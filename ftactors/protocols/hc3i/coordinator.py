@@ -18,6 +18,7 @@ from ftactors.base._errors import ProtocolError
 
 from . import machine as _ddv
 from .settings import GC_CLCS_MAX, NODE, check_settings
+from .rank import DDVPiggyback
 from .storm import ForcedCheckpointStorm, StormWatch, message
 from ..shared.parts import PartTaker
 from ..shared.units import Groups, load_groups
@@ -36,22 +37,23 @@ class Hc3iRecovery:
     recovery line, centralized garbage collection (on commits, timer and memory pressure),
     forced-checkpoint storm warnings."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
-        opts = coordinator.options
+    def __init__(self, ctx):
+        self.c = ctx
+        opts = ctx.options
         check_settings(opts)
         spec = opts.get("clusters", NODE)
         self.by_node = spec == NODE
         self.clusters: Groups | None = None
         self.clcs: dict[int, list[_Stored]] = {}
         if spec != NODE:
-            self._set_clusters(load_groups(spec, coordinator.n))
+            self._set_clusters(load_groups(spec, ctx.n))
         self.gc_interval_s = opts.get("gc_interval_s")
         self.gc_clcs_max = opts.get("gc_clcs_max", GC_CLCS_MAX)
         self.gc_task: asyncio.Task | None = None  # the collection a commit started
         self.gc_again = False  # another commit asked for one while it ran
         self.storms = StormWatch()
-        self.parts = PartTaker(coordinator, "hc3i_part", confirm=True)
+        self.parts = PartTaker(ctx, DDVPiggyback.ft_rpc_hc3i_part,
+                               DDVPiggyback.ft_rpc_hc3i_part_kept)
         self.parts_of: dict[tuple[int, int], dict] = {}  # (cluster, sn) -> handles
         self.lock = asyncio.Lock()  # one recovery or collection at a time
         self.stopping: set[int] = set()  # clusters being rolled back: their reports are moot
@@ -70,12 +72,12 @@ class Hc3iRecovery:
         if self.gc_interval_s is None:
             return
         while True:
-            await self.c.fabric.sleep(self.gc_interval_s)
+            await self.c.sleep(self.gc_interval_s)
             await self.collect("timer")
 
     async def _resolve_nodes(self) -> None:
         c = self.c
-        nodes = await asyncio.gather(*(c.fabric.node_of(h) for h in c.handles))
+        nodes = await asyncio.gather(*(c.node_of(c.handle(r)) for r in range(c.n)))
         by_node: dict[str, list[int]] = {}
         for rank, node in enumerate(nodes):
             by_node.setdefault(node, []).append(rank)
@@ -87,7 +89,7 @@ class Hc3iRecovery:
         await asyncio.gather(*(self._tell_clusters(r) for r in range(c.n)))
 
     async def _tell_clusters(self, rank: int) -> None:
-        await self.c.call(rank, "hc3i_clusters", [list(g) for g in self.clusters.groups])
+        await self.c.call(rank, DDVPiggyback.ft_rpc_hc3i_clusters, [list(g) for g in self.clusters.groups])
 
     # ------------------------------------------------------------- reports
     def on_report(self, event) -> None:
@@ -168,7 +170,7 @@ class Hc3iRecovery:
             rolled |= set(fresh)
             epochs = {r: c.epochs[r] for k in rolled for r in groups.groups[k]}
             survivors = [r for r in range(c.n) if groups.group_of(r) not in rolled]
-            ddvs = await asyncio.gather(*(c.call(r, "hc3i_fence", epochs) for r in survivors))
+            ddvs = await asyncio.gather(*(c.call(r, DDVPiggyback.ft_rpc_hc3i_fence, epochs) for r in survivors))
             for r, ddv in zip(survivors, ddvs):
                 k = groups.group_of(r)
                 current[k] = _ddv.merge([current.get(k, ddv), ddv])
@@ -221,7 +223,7 @@ class Hc3iRecovery:
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         epochs = {r: c.epochs[r] for r in ranks}
         ddvs = {k: list(self.clcs[k][-1].clc.ddv) for k in targets}
-        resent = await asyncio.gather(*(c.call(r, "hc3i_recovered", targets, ddvs, epochs)
+        resent = await asyncio.gather(*(c.call(r, DDVPiggyback.ft_rpc_hc3i_recovered, targets, ddvs, epochs)
                                         for r in range(c.n)))
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
                         resent=sum(resent))
@@ -263,7 +265,7 @@ class Hc3iRecovery:
                     del self.parts_of[key]
             after = {k: len(v) for k, v in self.clcs.items()}
             floors = [lowest[k] for k in range(len(self.clusters))]
-            logs = await asyncio.gather(*(c.call(r, "hc3i_collect", floors)
+            logs = await asyncio.gather(*(c.call(r, DDVPiggyback.ft_rpc_hc3i_collect, floors)
                                           for r in range(c.n)), return_exceptions=True)
             logs = [x for x in logs if not isinstance(x, BaseException)]
             info = {"reason": reason, "lowest": lowest, "stored_before": before,

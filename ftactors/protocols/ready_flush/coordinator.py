@@ -10,8 +10,8 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from ftactors.runtime._coordinator import NewFailure
-from ftactors.runtime._deaths import RankDied
+from ftactors.runtime._recovery_context import NewFailure
+from ftactors.runtime._recovery_context import RankDied
 from ftactors.runtime._checkpoints import load_own, position_index, prune_sets, seal_set
 from ftactors.base._errors import ConfigError, ProtocolError
 from ftactors.base._storage import open_store
@@ -19,6 +19,7 @@ from ftactors.base._storage import open_store
 from ..shared.intervals import daly
 from ..shared.parts import GIVEN_GRACE_S, PartTaker
 from ..standby.machine import partner as holder
+from .rank import ReadyMessageFlush
 from .rank import COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, _options
 
 
@@ -40,9 +41,9 @@ class _Set:
 class ReadyFlushCoordinator:
     """Coordinator side: checkpoint requests, completion, global restart, migration."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.settings = _options(coordinator.options)
+    def __init__(self, ctx):
+        self.c = ctx
+        self.settings = _options(ctx.options)
         self.store = None if self.settings["storage"] == "object" else open_store(
             self.settings["dir"])
         self.sets: dict[tuple, _Set] = {}
@@ -50,7 +51,8 @@ class ReadyFlushCoordinator:
         self.lock = asyncio.Lock()  # one request or migration at a time
         self.sealing = asyncio.Lock()  # completions in order (pruning sees sealed sets)
         self.busy: set[asyncio.Task] = set()  # requests and moves
-        self.parts = PartTaker(coordinator, "ready_part", confirm=True)
+        self.parts = PartTaker(ctx, ReadyMessageFlush.ft_rpc_ready_part,
+                               ReadyMessageFlush.ft_rpc_ready_part_kept)
         self._ids = itertools.count()
         self.running = asyncio.Event()  # no rollback under way (the auto timer waits)
         self.running.set()
@@ -109,7 +111,7 @@ class ReadyFlushCoordinator:
         for pos in [p for p in self.sets if p < ck.position]:
             del self.sets[pos]  # older parts are no longer needed (frees the object store)
         if math.isfinite(ck.first_at):  # else salvaged with no report: cost unknown
-            ck.cost_s = self.c.fabric.clock() - ck.first_at  # Daly's C, see _auto_timer
+            ck.cost_s = self.c.clock() - ck.first_at  # Daly's C, see _auto_timer
         self.c.events.record("checkpoint", position=ck.position, index=ck.index,
                              bytes=ck.bytes, flush_s=ck.flush_s, save_s=ck.save_s,
                              cost_s=ck.cost_s, storage=self.settings["storage"])
@@ -144,11 +146,11 @@ class ReadyFlushCoordinator:
             await c.wired.wait()
             await self.running.wait()  # not while ranks are being rolled back
             request = next(self._ids)
-            notified_at = c.fabric.clock()
-            nexts = await asyncio.gather(*(c.call(r, "ready_notify", request)
+            notified_at = c.clock()
+            nexts = await asyncio.gather(*(c.call(r, ReadyMessageFlush.ft_rpc_ready_notify, request)
                                            for r in range(c.n)))
             position = None if any(p is None for p in nexts) else max(tuple(p) for p in nexts)
-            await asyncio.gather(*(c.call(r, "ready_decide", request, position)
+            await asyncio.gather(*(c.call(r, ReadyMessageFlush.ft_rpc_ready_decide, request, position)
                                    for r in range(c.n)))
             if position is None:
                 c.events.record("checkpoint_skipped", request=request,
@@ -186,7 +188,7 @@ class ReadyFlushCoordinator:
         if seconds is None:
             return
         while True:
-            await self.c.fabric.sleep(seconds)
+            await self.c.sleep(seconds)
             await self._request()
 
     async def _auto_timer(self) -> None:
@@ -232,7 +234,7 @@ class ReadyFlushCoordinator:
                 ck = await asyncio.shield(ck.done)  # None: abandoned, or lost to a failure
             if ck is None or ck.cost_s is None:
                 if interval_s is None:
-                    await c.fabric.sleep(retry_s)
+                    await c.sleep(retry_s)
                     retry_s = min(2 * retry_s, RETRY_MAX * mtbf_s)
                 continue
             interval_s = daly(max(ck.cost_s, COST_FLOOR_S), mtbf_s)
@@ -245,7 +247,7 @@ class ReadyFlushCoordinator:
         while True:
             await self.running.wait()
             self.stopped.clear()
-            sleep = asyncio.ensure_future(self.c.fabric.sleep(seconds))
+            sleep = asyncio.ensure_future(self.c.sleep(seconds))
             stop = asyncio.ensure_future(self.stopped.wait())
             try:
                 await asyncio.wait([sleep, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -311,7 +313,7 @@ class ReadyFlushCoordinator:
         async def held(rank):
             try:
                 return rank, await asyncio.wait_for(
-                    c.fabric.call(c.handles[rank], "ready_held"), GIVEN_GRACE_S)
+                    c.call_handle(c.handle(rank), ReadyMessageFlush.ft_rpc_ready_held), GIVEN_GRACE_S)
             except (RankDied, asyncio.TimeoutError):  # dead, or hung: it gives nothing
                 return rank, None
         got = await asyncio.gather(*(held(r) for r in range(c.n) if r not in failed))
@@ -328,9 +330,9 @@ class ReadyFlushCoordinator:
             sources = {}
             for r in (r for r in range(c.n) if r not in have):
                 if pos in own.get(r, ()):
-                    sources[r] = (r, "ready_part", pos)
+                    sources[r] = (r, ReadyMessageFlush.ft_rpc_ready_part, pos)
                 elif (r, pos) in copies.get(holder(r, c.n), ()):
-                    sources[r] = (holder(r, c.n), "ready_copy", r, pos)
+                    sources[r] = (holder(r, c.n), ReadyMessageFlush.ft_rpc_ready_copy, r, pos)
                 else:
                     break
             else:
@@ -338,7 +340,7 @@ class ReadyFlushCoordinator:
                     return  # complete, being sealed
                 try:
                     handles = await asyncio.wait_for(asyncio.gather(*(
-                        c.fabric.call_kept(c.handles[src], *call)
+                        c.call_handle_kept(c.handle(src), *call)
                         for src, *call in sources.values())), GIVEN_GRACE_S)
                 except (RankDied, asyncio.TimeoutError):
                     return  # a holder died (or hangs) as well: the next round sees it
@@ -367,7 +369,7 @@ class ReadyFlushCoordinator:
         none."""
         ck = self.latest
         if ck is not None and ck.handles.get(0) is not None:
-            if await self.c.fabric.available(list(ck.handles.values())):
+            if await self.c.available(list(ck.handles.values())):
                 return ck.position, [ck.handles[r] for r in range(self.c.n)]
             self.c.events.record("checkpoint_lost", position=ck.position, storage="object")
         if self.store is not None:
@@ -402,24 +404,24 @@ class ReadyFlushCoordinator:
     async def _move(self, rank: int, node: str | None) -> dict:
         c = self.c
         move = next(self._ids)
-        t0 = c.fabric.clock()
+        t0 = c.clock()
         try:
-            spare = await c.fabric.spawn_spare(node)
+            spare = await c.spawn_spare(node)
         except RankDied as died:
             raise ProtocolError(f"the new actor for rank {rank} died as it started "
                                 f"({died.reason}); rank {rank} did not move") from None
-        t_spare = c.fabric.clock()
-        stop = await c.call(rank, "ready_migrate_stop", move)
+        t_spare = c.clock()
+        stop = await c.call(rank, ReadyMessageFlush.ft_rpc_ready_migrate_stop, move)
         if stop is None:
-            await c.fabric.kill(spare, "ray.kill")
+            await c.kill(spare, "ray.kill")
             raise ProtocolError(f"rank {rank} finished before it could move")
-        t_stop = c.fabric.clock()
+        t_stop = c.clock()
         others = [r for r in range(c.n) if r != rank]
-        sent = await asyncio.gather(*(c.call(r, "ready_migrate_notice", move, rank,
+        sent = await asyncio.gather(*(c.call(r, ReadyMessageFlush.ft_rpc_ready_migrate_notice, move, rank,
                                              r in stop["out"]) for r in others))
         senders = [r for r, s in zip(others, sent) if s]
-        out = await c.call(rank, "ready_migrate_out", move, senders)
-        t_saved = c.fabric.clock()
+        out = await c.call(rank, ReadyMessageFlush.ft_rpc_ready_migrate_out, move, senders)
+        t_saved = c.clock()
         try:
             old = await c.respawn(rank, spare, stop_old=False)
         except NewFailure:  # the rank is stopped and its old life left: a failure
@@ -428,15 +430,15 @@ class ReadyFlushCoordinator:
         await c.rewire()
         c.start_rank(rank, c.restore_spec(out["handle"]))
         await c.call(rank, "ready")
-        t_restored = c.fabric.clock()
+        t_restored = c.clock()
         released = await asyncio.gather(*(
-            c.call(r, "ready_migrate_done", move, rank, c.epochs[rank])
+            c.call(r, ReadyMessageFlush.ft_rpc_ready_migrate_done, move, rank, c.epochs[rank])
             for r in others))
-        await c.fabric.kill(old, "ray.kill")
+        await c.kill(old, "ray.kill")
         info = {"rank": rank, "node": node, "position": stop["position"],
                 "bytes": out["bytes"], "partners": sorted(set(senders) | set(stop["out"])),
                 "held": sum(released), "spare_s": t_spare - t0, "stop_s": t_stop - t_spare,
                 "state_s": t_saved - t_stop, "restore_s": t_restored - t_saved,
-                "total_s": c.fabric.clock() - t_spare}
+                "total_s": c.clock() - t_spare}
         c.events.record("migrated", **info)
         return info

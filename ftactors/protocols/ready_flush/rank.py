@@ -393,7 +393,8 @@ class ReadyMessageFlush(PlannedLevel):
         for peer in out:
             ft.send_control(peer, NAME, "marker", (("move", st.move), None))
         st.stop.set_result({"position": ft.position, "out": out})
-        await st.resume  # never resolved when the move succeeds: this actor is stopped
+        await st.resume  # never resolved: once moved this actor is stopped, and a move
+        # cut short after this stop fails the rank (``ReadyFlushCoordinator._move``)
 
     async def ft_rpc_ready_migrate_notice(self, move: int, mover: int, wait_rm: bool) -> bool:
         """Rank ``mover`` is moving: clear this rank's channel to it with an RM if it
@@ -427,13 +428,6 @@ class ReadyMessageFlush(PlannedLevel):
         if epoch is not None:
             self.ft.set_peer_epoch(mover, epoch)
         return self.ft.release(mover)
-
-    def ft_rpc_ready_migrate_resume(self, move: int) -> None:
-        """MP: the move was abandoned; go on here."""
-        st = self._ready
-        if st.resume is not None and not st.resume.done():
-            st.resume.set_result(None)
-        st.stop = st.resume = None
 
     # ------------------------------------------------------------------ state
     def on_control(self, env) -> None:

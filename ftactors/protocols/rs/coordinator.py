@@ -1,60 +1,20 @@
-"""RSBackup's coordinator side: its settings, recovery planning (pure), placement and
-stable sets, recovery rounds, and the stable-storage parity helpers. The theory of
-operation is in ``rs_backup``'s module docstring.
-"""
+"""RSBackup's coordinator side: recovery planning (pure), placement and stable sets,
+recovery rounds. The theory of operation is in ``rank.py``'s docstring."""
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from ftactors.runtime._checkpoints import (load_own, part_name, position_index, prune_sets,
-                                           seal_set, set_prefix)
-from ftactors.runtime._coordinator import NewFailure, RankDied
-from ftactors.base._errors import ConfigError, RankFailed
+from ftactors.runtime._checkpoints import load_own, position_index, prune_sets, seal_set
+from ftactors.runtime._recovery_context import NewFailure, RankDied
+from ftactors.base._errors import RankFailed
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 from ftactors.base._storage import open_store
-from ftactors.protocols.rs.erasure import RSCode
 
 from .placement import Placement, place, virtual_nodes
-
-NAME = "rs"
-KEEP_ROUNDS = 2
-"""Rounds kept by ranks (own snapshots) and holders (parity): the newest two."""
-KEEP_STABLE = 2
-"""Complete checkpoint sets kept on stable storage."""
-
-
-def _options(opts: dict) -> dict:
-    """The protocol's settings with defaults, checked."""
-    def positive_int(key, default):
-        v = opts.get(key, default)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ConfigError(f"{key} must be an int >= 1, got {v!r}")
-        return v
-    settings = {
-        "group_size": positive_int("rs_group_size", 4),
-        "parity": positive_int("rs_parity", None),
-        "interval": positive_int("rs_interval", 5),
-        "interval_s": opts.get("rs_interval_s"),
-        "block_bytes": positive_int("rs_block_bytes", 1 << 20),
-        "ranks_per_node": positive_int("rs_ranks_per_node", None),
-        "interleave": opts.get("rs_interleave", True),
-        "stable": opts.get("rs_stable_store"),
-        "stable_parity": opts.get("rs_stable_parity", False),
-    }
-    seconds = settings["interval_s"]
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                or seconds <= 0):
-        raise ConfigError(f"rs_interval_s must be a number of seconds > 0, got {seconds!r}")
-    for key in ("interleave", "stable_parity"):
-        if not isinstance(settings[key], bool):
-            raise ConfigError(f"rs_{key} must be True or False, got {settings[key]!r}")
-    if settings["stable_parity"] and settings["stable"] is None:
-        raise ConfigError("rs_stable_parity needs rs_stable_store (where to write them)")
-    return settings
+from .rank import RSBackup
+from .settings import KEEP_STABLE, NAME, rs_settings
 
 
 # ------------------------------------------------------------ recovery planning
@@ -150,45 +110,13 @@ def _plan_round(placement: Placement, round_id: tuple, inventories: dict):
     return plan, bad
 
 
-def store_parity(store, run, index: int, g: int, j: int, lengths: dict, blob: bytes) -> str:
-    """Write parity block ``j`` of group ``g`` beside run ``run``'s checkpoint set ``index``."""
-    key = f"{set_prefix(run, index)}/parity-g{g:04d}-j{j:03d}"
-    store.put(key, {"lengths": lengths, "block": blob})
-    return key
-
-
-def rebuild_part(store, prefix: str, placement: Placement, rank: int) -> bytes:
-    """Decode rank ``rank``'s part of the checkpoint set at ``prefix`` from the other parts
-    of its group and the parity blocks written with ``rs_stable_parity`` (a part lost on
-    stable storage, IV.E). Raises ValueError when fewer than ``k`` blocks are there."""
-    g, i = placement.group_of(rank)
-    k, m = placement.k(g), placement.m(g)
-    blocks, lengths = {}, None
-    for idx, member in enumerate(placement.groups[g]):
-        key = f"{prefix}/{part_name(member)}"
-        if member != rank and store.exists(key):
-            blocks[idx] = store.get_bytes(key)
-    for j in range(m):
-        key = f"{prefix}/parity-g{g:04d}-j{j:03d}"
-        if store.exists(key):
-            entry = store.get(key)
-            blocks[k + j], lengths = entry["block"], entry["lengths"]
-    if lengths is None:
-        raise ValueError(f"no parity block of group {g} in set {prefix!r}")
-    size = max(lengths.values())
-    padded = {idx: np.frombuffer(b, np.uint8) for idx, b in blocks.items()}
-    padded = {idx: b if b.size == size else np.concatenate([b, np.zeros(size - b.size, np.uint8)])
-              for idx, b in padded.items()}
-    return RSCode(k, m).decode(padded, size)[i][:lengths[i]].tobytes()
-
-
 # ------------------------------------------------------------ coordinator side
 class RSRecovery(LowerLevel):
     """Coordinator side: placement, stable sets, and recovery rounds (module docstring)."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.settings = _options(coordinator.options)
+    def __init__(self, ctx):
+        self.c = ctx
+        self.settings = rs_settings(ctx.options)
         stable = self.settings["stable"]
         self.store = None if stable is None else open_store(stable)
         self.placement: Placement | None = None
@@ -216,7 +144,7 @@ class RSRecovery(LowerLevel):
 
     async def _node(self, rank: int):
         try:
-            return await self.c.fabric.node_of(self.c.handles[rank])
+            return await self.c.node_of(self.c.handle(rank))
         except RankDied:
             return ("gone", rank)
 
@@ -229,7 +157,7 @@ class RSRecovery(LowerLevel):
         try:
             await asyncio.gather(*(self._tell(r, placement) for r in range(c.n)))
             if c.restore is not None:
-                restored = await c.call(0, "rs_restored")
+                restored = await c.call(0, RSBackup.ft_rpc_rs_restored)
                 if restored is not None:
                     await self._reencode(restored, self._everything())
         except NewFailure:
@@ -237,7 +165,7 @@ class RSRecovery(LowerLevel):
 
     async def _tell(self, rank: int, placement: Placement) -> None:
         await self.c.call(rank, "ready")
-        await self.c.call(rank, "rs_placement", placement)
+        await self.c.call(rank, RSBackup.ft_rpc_rs_placement, placement)
 
     def _everything(self) -> dict:
         p = self.placement
@@ -246,7 +174,7 @@ class RSRecovery(LowerLevel):
     async def _reencode(self, round_id, reencode: dict) -> None:
         c = self.c
         for phase in ("drop", "send"):  # nobody holds stale blocks when new ones come
-            await asyncio.gather(*(c.call(r, "rs_reencode", round_id, reencode, phase)
+            await asyncio.gather(*(c.call(r, RSBackup.ft_rpc_rs_reencode, round_id, reencode, phase)
                                    for r in range(c.n)))
 
     # ------------------------------------------------------------ stable sets
@@ -287,7 +215,7 @@ class RSRecovery(LowerLevel):
         survivors = [r for r in range(c.n) if r not in failed]
         await asyncio.gather(*(c.call(r, "pause") for r in survivors))
         answers = await asyncio.gather(
-            *(c.call(r, "rs_failure", sorted(failed)) for r in survivors))
+            *(c.call(r, RSBackup.ft_rpc_rs_failure, sorted(failed)) for r in survivors))
         await c.phase("notified")
         plan, source = await self._plan(placement, failed, dict(zip(survivors, answers)))
         c.events.record("rs_recovery", position=plan.round, failed=sorted(failed),
@@ -375,7 +303,7 @@ class RSRecovery(LowerLevel):
         for g, out in zip(plan.decode, decoded):
             for i, handle in out.items():
                 handles[placement.groups[g][i]] = handle
-        shared = await asyncio.gather(*(c.call(r, "rs_share", plan.round, ("own",))
+        shared = await asyncio.gather(*(c.call(r, RSBackup.ft_rpc_rs_share, plan.round, ("own",))
                                         for r in range(c.n) if handles[r] is None))
         for r, handle in zip([r for r in range(c.n) if handles[r] is None], shared):
             handles[r] = handle
@@ -388,10 +316,10 @@ class RSRecovery(LowerLevel):
         sources, lengths = {}, {}
         for idx, rank in decode["sources"].items():
             if idx < k:
-                sources[idx] = await c.call(rank, "rs_share", round_id, ("own",))
+                sources[idx] = await c.call(rank, RSBackup.ft_rpc_rs_share, round_id, ("own",))
             else:
-                sources[idx], lengths = await c.call(rank, "rs_share", round_id,
+                sources[idx], lengths = await c.call(rank, RSBackup.ft_rpc_rs_share, round_id,
                                                      ("parity", g, idx - k))
         decoder = next(iter(decode["sources"].values()))
-        return await c.call(decoder, "rs_decode", round_id, g, k, placement.m(g), sources,
+        return await c.call(decoder, RSBackup.ft_rpc_rs_decode, round_id, g, k, placement.m(g), sources,
                             lengths, list(members), decode["lost"])

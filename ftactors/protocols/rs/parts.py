@@ -1,8 +1,8 @@
 """RSBackup in a stack whose consistency protocol hands its parts to the levels
-(GroupCoordination, DDVPiggyback: ``Protocol.hands_parts``): where the parity of a unit's
-parts is held, and the coordinator side that finds (decodes) and forgets parts. The
-theory of operation is in ``rs_backup``'s module docstring ("Keeping another protocol's
-parts").
+(GroupCoordination, DDVPiggyback: ``Protocol.hands_parts``): the coordinator side that
+finds (decodes) and forgets parts (``EncodedParts``); where a unit's parity is held is in
+``placement.py``. The theory of operation is in ``rank.py``'s docstring ("Keeping another
+protocol's parts").
 """
 from __future__ import annotations
 
@@ -14,36 +14,19 @@ import numpy as np
 
 from ftactors.protocols.rs.erasure import RSCode
 
-from .coordinator import NAME, _options
+from .placement import as_key, unit_code, unit_holder
+from .rank import RSBackup
+from .settings import NAME, rs_settings
 
-def as_key(key):
-    """A part key as ``on_part`` made it (a position tuple, or a CLC number)."""
-    return tuple(key) if isinstance(key, list) else key
-
-
-def unit_code(units, g: int, parity: int | None) -> tuple[int, int]:
-    """``(k, m)`` of unit ``g``: a data block per member, ``m = k`` parity blocks
-    (``rs_parity`` for fewer)."""
-    k = len(units.groups[g])
-    return k, k if parity is None else min(parity, k)
-
-
-def unit_holder(units, g: int, j: int) -> int:
-    """The rank that holds parity block ``j`` of unit ``g``: member ``j`` of the next
-    unit (modulo its size), so a unit lost whole keeps its parity. With one unit there
-    is no next one: member ``j`` of the unit itself holds it (a rank's loss is decoded;
-    the unit's, not)."""
-    nxt = units.groups[(g + 1) % len(units)]
-    return nxt[j % len(nxt)]
 
 
 class EncodedParts:
     """Coordinator side of RSBackup's blocks of a ``hands_parts`` protocol's parts
     (``runtime/_escalation.PartLevels``)."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.parity = _options(coordinator.options)["parity"]
+    def __init__(self, ctx):
+        self.c = ctx
+        self.parity = rs_settings(ctx.options)["parity"]
         self.rescued: dict[int, dict] = {}  # rank -> its blocks (``_blocks``), until forget
 
     def _code(self, units, g: int) -> tuple[int, int, list[int]]:
@@ -56,15 +39,15 @@ class EncodedParts:
         member lengths)}}``, the parts and parity blocks themselves if ``fetch``, else
         None in their place (fetched once chosen: ``_fetch``)."""
         c = self.c
-        inv = await c.call(rank, "rs_parts")
+        inv = await c.call(rank, RSBackup.ft_rpc_rs_parts)
         own = [as_key(key) for key in inv["own"]]
         held = [(g, j, as_key(key), {int(i): n for i, n in lengths.items()})
                 for g, j, key, lengths in inv["held"]]
         if not fetch:
             return {"own": dict.fromkeys(own), "held": {(g, j, key): (None, lengths)
                                                          for g, j, key, lengths in held}}
-        blobs = await asyncio.gather(*(c.call(rank, "rs_part", key) for key in own))
-        parity = await asyncio.gather(*(c.call(rank, "rs_part_parity", g, j, key)
+        blobs = await asyncio.gather(*(c.call(rank, RSBackup.ft_rpc_rs_part, key) for key in own))
+        parity = await asyncio.gather(*(c.call(rank, RSBackup.ft_rpc_rs_part_parity, g, j, key)
                                         for g, j, key, _ in held))
         return {"own": {key: b for key, b in zip(own, blobs) if b is not None},
                 "held": {(g, j, key): (b, lengths) for (g, j, key, lengths), b
@@ -109,16 +92,16 @@ class EncodedParts:
         parity = {j: (h, blocks[h]["held"][(g, j, key)]) for j, h in enumerate(holders)
                   if (g, j, key) in blocks.get(h, {}).get("held", {})}
         live = [r for r in ranks if members.index(r) in data]
-        own = await asyncio.gather(*(self._fetch(r, blocks[r]["own"][key], "rs_part", key)
+        own = await asyncio.gather(*(self._fetch(r, blocks[r]["own"][key], RSBackup.ft_rpc_rs_part, key)
                                      for r in live))
         found = {r: blob for r, blob in zip(live, own) if blob is not None}
         lost = [members.index(r) for r in ranks if r not in found]
         if not lost or len(data) + len(parity) < k:
             return found
         t0 = time.perf_counter()
-        sources = dict(sorted({**{i: (x, blocks[x]["own"][key], ("rs_part", key))
+        sources = dict(sorted({**{i: (x, blocks[x]["own"][key], (RSBackup.ft_rpc_rs_part, key))
                                   for i, x in data.items()},
-                               **{k + j: (h, blob, ("rs_part_parity", g, j, key))
+                               **{k + j: (h, blob, (RSBackup.ft_rpc_rs_part_parity, g, j, key))
                                   for j, (h, (blob, _)) in parity.items()}}.items())[:k])
         fetched = await asyncio.gather(*(self._fetch(x, kept, *call)
                                          for x, kept, call in sources.values()))
@@ -142,7 +125,7 @@ class EncodedParts:
         for r, key in after.items():
             drops[units.group_of(r)] = key
         keepers = {x for g in drops for x in (*units.groups[g], *self._code(units, g)[2])}
-        await asyncio.gather(*(c.call(x, "rs_part_drop", drops)
+        await asyncio.gather(*(c.call(x, RSBackup.ft_rpc_rs_part_drop, drops)
                                for x in sorted(keepers - set(after) - c.unstarted())))
 
     def restore_notes(self, keys: dict[int, Any]) -> dict:

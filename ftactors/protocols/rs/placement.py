@@ -1,5 +1,6 @@
 """RSBackup placement: groups, sectors and the virtual ring (Bautista Gomez et al.,
-section IV.B-C). Pure functions of the node topology; no I/O.
+section IV.B-C), and where the parity of another protocol's unit is held (``unit_code``,
+``unit_holder``). Pure functions of the node topology; no I/O.
 
 Theory of operation
 -------------------
@@ -136,3 +137,25 @@ def undecodable_groups(placement: Placement, dead: set[int]) -> list[int]:
     than ``k`` of their ``k + m`` blocks left)."""
     return [g for g, (data, parity) in lost_blocks(placement, dead).items()
             if data and placement.k(g) + placement.m(g) - data - parity < placement.k(g)]
+
+
+# ------------------------------------------- parity of another protocol's units
+def as_key(key):
+    """A part key as ``on_part`` made it (a position tuple, or a CLC number)."""
+    return tuple(key) if isinstance(key, list) else key
+
+
+def unit_code(units, g: int, parity: int | None) -> tuple[int, int]:
+    """``(k, m)`` of unit ``g``: a data block per member, ``m = k`` parity blocks
+    (``rs_parity`` for fewer)."""
+    k = len(units.groups[g])
+    return k, k if parity is None else min(parity, k)
+
+
+def unit_holder(units, g: int, j: int) -> int:
+    """The rank that holds parity block ``j`` of unit ``g``: member ``j`` of the next
+    unit (modulo its size), so a unit lost whole keeps its parity. With one unit there
+    is no next one: member ``j`` of the unit itself holds it (a rank's loss is decoded;
+    the unit's, not)."""
+    nxt = units.groups[(g + 1) % len(units)]
+    return nxt[j % len(nxt)]

@@ -129,9 +129,9 @@ from ftactors.protocols.rs.erasure import RSCode, partial_products, xor_into
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from .parts import as_key, unit_code, unit_holder
-from .coordinator import KEEP_ROUNDS, NAME, _options, store_parity
-from .placement import Placement
+from .settings import KEEP_ROUNDS, NAME, rs_settings
+from .stable import store_parity
+from .placement import Placement, as_key, unit_code, unit_holder
 
 
 # ------------------------------------------------------------------ rank side
@@ -240,13 +240,13 @@ class RSBackup(PlannedLevel):
     )
 
     @classmethod
-    def check_options(cls, options: dict) -> None:
-        _options(options)
-        super().check_options(options)
+    def checkrs_settings(cls, options: dict) -> None:
+        rs_settings(options)
+        super().checkrs_settings(options)
 
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:
-        st = self._rs = _RS(_options(getattr(self, "options", {})),
+        st = self._rs = _RS(rs_settings(getattr(self, "options", {})),
                             asyncio.get_running_loop().create_future())
         if parts_lead(type(self)) is not None:
             st.parts_mode = True

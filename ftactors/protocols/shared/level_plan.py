@@ -63,7 +63,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ftactors.base._errors import ConfigError
-from ftactors.runtime._coordinator import NewFailure
+from ftactors.runtime._recovery_context import NewFailure
 from ftactors.runtime._options import INTERVAL, Option, with_role
 from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
 
@@ -316,12 +316,12 @@ class LevelPlanner:
     ``runtime/_escalation.Escalation``."""
 
     @classmethod
-    def for_run(cls, coordinator, stack: type) -> LevelPlanner | None:
-        found = settings(stack, coordinator.options)
-        return None if found is None else cls(coordinator, found)
+    def for_run(cls, ctx, stack: type) -> LevelPlanner | None:
+        found = settings(stack, ctx.options)
+        return None if found is None else cls(ctx, found)
 
-    def __init__(self, coordinator, found: Settings):
-        self.c = coordinator
+    def __init__(self, ctx, found: Settings):
+        self.c = ctx
         self.settings = found
         self.parts: dict[tuple, list] = {}   # (level, position) -> rank reports
         self.stall_s: dict[str, float] = {}  # level -> its moving mean stall
@@ -396,7 +396,7 @@ class LevelPlanner:
             if position is None:  # no rank in a loop, or a failure: try again shortly
                 tries = tries + 1 if tries < RETRIES else 0
                 if tries:
-                    await self.c.fabric.sleep(max(inputs.iteration_s, 1e-3))
+                    await self.c.sleep(max(inputs.iteration_s, 1e-3))
                 continue
             tries = 0
             self.current, self.periods, self.stale = inputs, periods, False
@@ -483,10 +483,10 @@ class LevelPlanner:
         await c.wired.wait()
         request = next(self._ids)
         try:
-            nexts = await asyncio.gather(*(c.call(r, "levels_notify", request)
+            nexts = await asyncio.gather(*(c.call(r, PlannedLevel.ft_rpc_levels_notify, request)
                                            for r in range(c.n)))
             position = None if any(p is None for p in nexts) else max(map(tuple, nexts))
-            await asyncio.gather(*(c.call(r, "levels_decide", request, position, periods)
+            await asyncio.gather(*(c.call(r, PlannedLevel.ft_rpc_levels_decide, request, position, periods)
                                    for r in range(c.n)))
         except NewFailure:  # the recovery that follows restores every rank
             return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, Hashable
 
-from ftactors.runtime._coordinator import RankDied
+from ftactors.runtime._recovery_context import RankDied
 
 
 GIVEN_GRACE_S = 2.0
@@ -70,12 +70,13 @@ class HeldParts:
 
 class PartTaker:
     """Coordinator side: takes reported parts into the object store through the ranks'
-    ``ft_rpc_<rpc>(key)``."""
+    request ``give`` (a mixin's ``ft_rpc_*(key)`` handler); with ``kept``, tells the rank
+    once its part is held (``HeldParts.kept``) through that request."""
 
-    def __init__(self, coordinator, rpc: str, *, confirm: bool = False):
-        self.c = coordinator
-        self.rpc = rpc
-        self.confirm = confirm  # tell the rank once its part is held (``HeldParts.kept``)
+    def __init__(self, ctx, give: Callable, kept: Callable | None = None):
+        self.c = ctx
+        self.give = give
+        self.kept = kept
         self.tasks: dict[asyncio.Task, int | None] = {}  # task -> rank it fetches from
 
     def take(self, rank: int, key: Any, then: Callable[[Any], Awaitable[None]], *,
@@ -83,16 +84,16 @@ class PartTaker:
         """Take rank ``rank``'s part ``key``, then ``await then(handle)``; a rank that died
         first leaves its part untaken (its checkpoint stays incomplete). ``fetch=False``:
         the part is kept elsewhere (stable storage), ``then(None)`` only."""
-        host = self.c.handles[rank]  # the reporting incarnation, even if replaced meanwhile
+        host = self.c.handle(rank)  # the reporting incarnation, even if replaced meanwhile
 
         async def one():
             handle = None
             if fetch:
                 try:
-                    handle = await self.c.fabric.call_kept(host, self.rpc, key)
+                    handle = await self.c.call_handle_kept(host, self.give, key)
                 except RankDied:
                     return
-                if self.confirm:  # ``then`` records the handle before the rank hears
+                if self.kept is not None:  # ``then`` records the handle before the rank hears
                     await asyncio.gather(then(handle), self._tell_kept(host, key))
                     return
             await then(handle)
@@ -102,7 +103,7 @@ class PartTaker:
 
     async def _tell_kept(self, host, key) -> None:
         try:
-            await self.c.fabric.call(host, f"{self.rpc}_kept", key)
+            await self.c.call_handle(host, self.kept, key)
         except RankDied:
             pass  # it died: nothing waits for the news any more
 

@@ -10,20 +10,21 @@ from typing import Any
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
 
 from .machine import INITIAL, choose_round, part_holder, partner
+from .rank import StandbyReplacement
 
 
 class StandbyRecovery(LowerLevel):
     """Coordinator side: one NR-MPI recovery round (see ``rank.py``'s docstring)."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
+    def __init__(self, ctx):
+        self.c = ctx
 
     async def recover(self, failed: set[int]) -> None:
         c = self.c
         survivors = [r for r in range(c.n) if r not in failed]
         await asyncio.gather(*(c.call(r, "pause") for r in survivors))
         answers = await asyncio.gather(
-            *(c.call(r, "standby_failure", sorted(failed)) for r in survivors))
+            *(c.call(r, StandbyReplacement.ft_rpc_standby_failure, sorted(failed)) for r in survivors))
         inventories = dict(zip(survivors, answers))
         await c.phase("notified")
         round_id = choose_round(c.n, failed, inventories)
@@ -42,7 +43,7 @@ class StandbyRecovery(LowerLevel):
         await c.phase("repaired")
         sources = [partner(rank, c.n) if rank in failed else rank for rank in range(c.n)]
         handles = await asyncio.gather(
-            *(c.call(src, "standby_share", rank, round_id) for rank, src in enumerate(sources)))
+            *(c.call(src, StandbyReplacement.ft_rpc_standby_share, rank, round_id) for rank, src in enumerate(sources)))
 
         def restore(rank):
             return c.restore_spec(handles[rank], line=None if round_id is INITIAL else round_id)
@@ -65,18 +66,18 @@ class PartnerCopies:
     """Coordinator side of the partner copies of a ``hands_parts`` protocol's parts
     (``PartLevels``)."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
+    def __init__(self, ctx):
+        self.c = ctx
         self.rescued: dict[int, dict] = {}  # rank -> {key: (holder, handle)}, until forget
 
     async def rescue(self, holders: list[int]) -> None:
         """``holders`` are about to be restarted: pull every copy they hold into the
         driver's object store first (a cascade may still need them)."""
         c = self.c
-        kept = await asyncio.gather(*(c.call(h, "standby_parts") for h in holders))
+        kept = await asyncio.gather(*(c.call(h, StandbyReplacement.ft_rpc_standby_parts) for h in holders))
         pulls = [(h, r, key) for h, held in zip(holders, kept)
                  for r, keys in held.items() for key in keys]
-        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, key)
+        handles = await asyncio.gather(*(c.call_kept(h, StandbyReplacement.ft_rpc_standby_part, r, key)
                                          for h, r, key in pulls))
         for (h, r, key), handle in zip(pulls, handles):
             self.rescued.setdefault(r, {})[key] = (h, handle)
@@ -91,9 +92,9 @@ class PartnerCopies:
         holders = {r: part_holder(units, r) for r in wanted if r not in found}
         empty = set(gone) | c.unstarted()
         live = sorted({h for r, h in holders.items() if h != r and h not in empty})
-        kept = dict(zip(live, await asyncio.gather(*(c.call(h, "standby_parts") for h in live))))
+        kept = dict(zip(live, await asyncio.gather(*(c.call(h, StandbyReplacement.ft_rpc_standby_parts) for h in live))))
         take = {r: h for r, h in holders.items() if wanted[r] in kept.get(h, {}).get(r, ())}
-        handles = await asyncio.gather(*(c.call_kept(h, "standby_part", r, wanted[r])
+        handles = await asyncio.gather(*(c.call_kept(h, StandbyReplacement.ft_rpc_standby_part, r, wanted[r])
                                          for r, h in take.items()))
         return {**found, **dict(zip(take, handles))}
 
@@ -106,5 +107,5 @@ class PartnerCopies:
             h = part_holder(units, r)
             if h not in empty:  # a restarted holder holds nothing any more
                 by_holder.setdefault(h, {})[r] = key
-        await asyncio.gather(*(c.call(h, "standby_part_drop", keys)
+        await asyncio.gather(*(c.call(h, StandbyReplacement.ft_rpc_standby_part_drop, keys)
                                for h, keys in by_holder.items()))
