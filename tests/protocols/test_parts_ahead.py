@@ -10,7 +10,7 @@ import pytest
 import ftactors as ft
 from ftactors.protocols import GroupCoordination, RSBackup, StandbyReplacement
 from ftactors.protocols.groups.coordinator import GroupRecovery
-from ftactors.protocols.groups.rank import PARTS_AHEAD_MAX
+from ftactors.protocols.groups.machine import PARTS_AHEAD_MAX
 
 from .programs import Heat1D
 from .test_rs_backup import assert_same, reference

@@ -89,7 +89,7 @@ def test_a_group_checkpoint_names_only_the_peers_heard_from(monkeypatch):
 
     @functools.wraps(real)  # the coordinator names the request by its handler's name
     def counting(self, position):
-        sizes.append(len(self._gc.rr.get(tuple(position), {})))
+        sizes.append(len(self._gc.member.rr.get(tuple(position), {})))
         return real(self, position)
 
     monkeypatch.setattr(GroupCoordination, "ft_rpc_group_commit", counting)

@@ -26,7 +26,7 @@ class DropsOneLoggedMessage(GroupCoordination):
     lost."""
 
     def ft_rpc_group_resend(self, received):
-        log = self._gc.log
+        log = self._gc.member.log
         for rank, since in received.items():
             entries = log.get(int(rank), {})
             seq = min((s for s in entries if s >= since), default=None)

@@ -96,7 +96,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors.engine._envelope import APP, Envelope
+from ftactors.engine._envelope import Envelope
 from ftactors.base._errors import ConfigError
 from ftactors.runtime._options import INTERVAL, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
@@ -104,12 +104,9 @@ from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 from ..shared.flush import Flush
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups
+from .machine import GroupMember
 
 NAME = "groups"
-PARTS_AHEAD_MAX = 3
-"""Parts a member may have made past its group's newest complete set before its next
-group checkpoint waits for one of them to complete (back-pressure): the levels keep
-every copy from the newest complete set on, so this bounds what they hold per rank."""
 
 
 def _interval(option, group: int) -> int | None:
@@ -129,29 +126,18 @@ def _check_interval(option) -> None:
 
 @dataclass
 class _GroupState:
-    """One rank's GroupCoordination state (under ``self._gc``)."""
+    """One rank's GroupCoordination state (under ``self._gc``): the member's machine and
+    what the rank side keeps around it."""
 
-    groups: Groups
-    interval: int | None
+    member: GroupMember
     flush: Flush = field(default_factory=Flush)
-    log: dict = field(default_factory=dict)       # dst -> {app_seq: Envelope}
-    rr: dict = field(default_factory=dict)        # position -> {peer: RR} (not committed)
-    piggyback: dict = field(default_factory=dict)  # peer -> RR to send on the next message
-    last: tuple | None = None                     # position of the last group checkpoint
     parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
-    collected: int = 0                            # log entries dropped by garbage collection
-    skip: dict = field(default_factory=dict)      # dst -> messages it holds (after a restart)
-    skipped: int = 0                              # messages not sent again thanks to skip
-    logged: list = field(default_factory=lambda: [0, 0])  # messages, bytes ever logged
-    fenced: dict = field(default_factory=dict)    # restarting rank -> sent to it at the fence
-    expect: dict | None = None                    # after a restart: peer -> resends end
-    complete: tuple | None = None                 # newest complete set of this rank's group
-    ahead: list = field(default_factory=list)     # parts made past it
     completed: asyncio.Event = field(default_factory=asyncio.Event)  # ``complete`` moved
 
 
 class GroupCoordination(Protocol):
-    """Mixin: group checkpoints, inter-group message logs, restart of one group."""
+    """Mixin: group checkpoints, inter-group message logs, restart of one group; the
+    decisions are ``GroupMember``'s (``machine.py``), performed here."""
 
     protocol_name = NAME
     roles = {CONSISTENCY: "group cuts and inter-group message logs",
@@ -181,99 +167,70 @@ class GroupCoordination(Protocol):
     async def on_start(self) -> None:
         opts = getattr(self, "options", {})
         groups = load_groups(opts.get("groups"), self.size)
-        self._gc = _GroupState(groups, _interval(opts.get("group_checkpoint_interval"),
-                                                 groups.group_of(self.rank)))
+        self._gc = _GroupState(GroupMember(
+            self.rank, groups, _interval(opts.get("group_checkpoint_interval"),
+                                         groups.group_of(self.rank))))
         await super().on_start()
 
     def part_units(self) -> Groups:
-        return self._gc.groups
+        return self._gc.member.groups
 
     def parts_floor(self) -> tuple | None:
-        return self._gc.complete
+        return self._gc.member.complete
 
     def my_group(self) -> tuple[int, ...]:
-        return self._gc.groups.members(self.rank)
+        return self._gc.member.members()
 
     # ----------------------------------------------------------- message path
     def on_send(self, env: Envelope) -> Envelope | None:
         env = super().on_send(env)
         if env is None:
             return None
-        gc, dst = self._gc, env.dst
-        inter = not gc.groups.same_group(self.rank, dst)
-        if inter:
-            gc.log.setdefault(dst, {})[env.app_seq] = Envelope(
-                APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload)
-            gc.logged[0] += 1
-            gc.logged[1] += env.payload.nbytes
-            self.ft.logged_bytes += env.payload.nbytes
-        if dst in gc.skip:
-            if env.app_seq < gc.skip[dst]:
-                gc.skipped += 1
-                return None
-            del gc.skip[dst]
-            if not gc.skip:
-                self.ft.events.record("group_skipped", messages=gc.skipped)
-        if inter:
-            rr = gc.piggyback.pop(dst, None)
-            if rr is not None:
-                env.piggyback = {**(env.piggyback or {}), NAME: rr}
+        send, rr, skip_over, logged = self._gc.member.outgoing(env)
+        self.ft.logged_bytes += logged
+        if skip_over:
+            self.ft.events.record("group_skipped", messages=self._gc.member.skipped)
+        if not send:
+            return None
+        if rr is not None:
+            env.piggyback = {**(env.piggyback or {}), NAME: rr}
         return env
 
     def on_receive(self, env: Envelope) -> Envelope | None:
-        if env.piggyback and NAME in env.piggyback:
-            self._collect(env.src, env.piggyback[NAME])
-        if self._gc.expect is not None:
-            self._check_caught_up()
+        rr = env.piggyback.get(NAME) if env.piggyback else None
+        if self._gc.member.incoming(env.src, rr, self.ft.received):
+            self.ft.events.record("group_caught_up")
         return super().on_receive(env)
-
-    def _collect(self, peer: int, upto: int) -> None:
-        """``peer`` holds everything numbered below ``upto`` in its restart line."""
-        log = self._gc.log.get(peer)
-        if log:
-            for seq in [s for s in log if s < upto]:
-                del log[seq]
-                self._gc.collected += 1
-
-    def log_size(self) -> tuple[int, int]:
-        """(messages, bytes) in this rank's log."""
-        envs = [e for log in self._gc.log.values() for e in log.values()]
-        return len(envs), sum(e.payload.nbytes for e in envs)
 
     # ------------------------------------------------------------ checkpoints
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
-        gc, pos = self._gc, self.ft.position
-        every = gc.interval
-        if every and iteration > 0 and iteration % every == 0 and (gc.last is None or pos > gc.last):
+        if self._gc.member.due(iteration, self.ft.position):
             await self.group_checkpoint()
 
     async def group_checkpoint(self) -> None:
         """Flush the channels inside this rank's group, save this rank's part. Collective
         over the group, at one safe point."""
         gc, ft = self._gc, self.ft
+        member = gc.member
         pos = ft.position
         at = ft.link.clock()
-        while len(gc.ahead) >= PARTS_AHEAD_MAX:  # see "Hand-off"
+        while member.held_back():  # see "Hand-off"
             gc.completed.clear()
             await gc.completed.wait()
-        gc.ahead.append(pos)
         gc.flush.start(ft, NAME, ("ckpt", pos), sorted(self.my_group()))
         await gc.flush.wait(ft, ("ckpt", pos))
         flushed_at = ft.link.clock()
-        gc.last = pos
-        # only the peers heard from: an RR of 0 lets a sender drop nothing
-        gc.rr[pos] = {x: n for x, n in ft.received.nonzero()
-                      if not gc.groups.same_group(self.rank, x)}
+        member.checkpointed(pos, ft.received.nonzero())
         t0 = time.perf_counter()
         cut = gc.flush.last_cut
         blob = ft.snapshot(cut=cut)
         held = ft.received_at(cut)  # R_X in the part
         gc.parts.hold(pos, blob)  # until the coordinator takes it; this rank goes on
         self.on_part(pos, blob)  # and the stack's levels keep copies
-        n_log, log_bytes = self.log_size()
+        n_log, log_bytes = member.log_size()
         ft.link.report(ft.events.make(  # not waited for either: see "Hand-off"
-            "group_checkpoint_part", group=gc.groups.group_of(self.rank), position=pos,
+            "group_checkpoint_part", group=member.groups.group_of(self.rank), position=pos,
             bytes=len(blob), flush_s=flushed_at - at, save_s=time.perf_counter() - t0,
             log_messages=n_log, log_bytes=log_bytes, received=held))
 
@@ -283,16 +240,8 @@ class GroupCoordination(Protocol):
     def ft_rpc_group_commit(self, position) -> None:
         """The group checkpoint at ``position`` is complete: piggyback its RR values; the
         levels may drop copies of older parts, and a member held back may go on."""
-        gc, position = self._gc, tuple(position)
-        if gc.complete is None or position > gc.complete:
-            gc.complete = position
-            gc.ahead = [p for p in gc.ahead if p > position]
-            gc.completed.set()
-        rr = self._gc.rr.pop(tuple(position), None)
-        for old in [p for p in self._gc.rr if p < tuple(position)]:
-            del self._gc.rr[old]
-        if rr is not None:
-            self._gc.piggyback.update(rr)
+        if self._gc.member.committed(tuple(position)):
+            self._gc.completed.set()
 
     # ------------------------------------------------------------------ restart
     def ft_rpc_group_received(self) -> list[int]:
@@ -305,16 +254,11 @@ class GroupCoordination(Protocol):
         lives still had in flight, and return R_X for every X (final for them until
         their new lives send). A rank that is itself running again after a restart may
         not have sent again all a restarted rank holds: it skips those."""
-        ft, gc = self.ft, self._gc
+        ft = self.ft
+        epochs = {int(rank): epoch for rank, epoch in epochs.items()}
         for rank, epoch in epochs.items():
-            rank = int(rank)
             ft.set_peer_epoch(rank, epoch)
-            gc.fenced[rank] = ft.sent[rank]
-            gc.skip.pop(rank, None)  # it rolled back: it no longer holds what it held
-            if held[rank] > ft.sent[rank]:
-                gc.skip[rank] = held[rank]
-            if gc.expect is not None:
-                gc.expect.pop(rank, None)
+        self._gc.member.fence(epochs, {int(r): n for r, n in held.items()}, ft.sent)
         return list(ft.received)
 
     def ft_rpc_group_resend(self, received: dict) -> int:
@@ -323,45 +267,27 @@ class GroupCoordination(Protocol):
         log what they lack, in order, up to the fence (what was sent after it, or after a
         restored part, is sent by running on); returns how many, and where the resends
         end for each of them."""
-        ft, gc = self.ft, self._gc
-        resent = nbytes = 0
-        upto = {}
-        for rank, since in received.items():
-            rank = int(rank)
-            if rank == self.rank or gc.groups.same_group(self.rank, rank):
-                continue
-            end = gc.fenced.pop(rank, ft.sent[rank])
-            for seq in sorted(s for s in gc.log.get(rank, {}) if since <= s < end):
-                env = gc.log[rank][seq]
-                ft.transmit(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
-                                     env.payload))
-                resent += 1
-                nbytes += env.payload.nbytes
-            upto[rank] = end
-        ft.events.record("group_resent", to=sorted(int(r) for r in received), messages=resent,
-                         bytes=nbytes)
-        return {"messages": resent, "upto": upto}
+        ft = self.ft
+        received = {int(rank): n for rank, n in received.items()}
+        envs, upto = self._gc.member.resend(received, ft.sent)
+        for env in envs:
+            ft.transmit(env)
+        ft.events.record("group_resent", to=sorted(received), messages=len(envs),
+                         bytes=sum(env.payload.nbytes for env in envs))
+        return {"messages": len(envs), "upto": upto}
 
     def ft_rpc_group_expect(self, upto: dict) -> None:
         """The resends end at ``upto`` {peer: app_seq}: record ``group_caught_up`` once
         every one of them is here (the restarted rank is back to normal execution)."""
-        self._gc.expect = {int(x): n for x, n in upto.items() if self.ft.received[int(x)] < n}
-        self._check_caught_up()
-
-    def _check_caught_up(self) -> None:
-        gc = self._gc
-        if gc.expect is None:
-            return
-        for x in [x for x, n in gc.expect.items() if self.ft.received[x] >= n]:
-            del gc.expect[x]
-        if not gc.expect:
-            gc.expect = None
+        if self._gc.member.expect_resends({int(x): n for x, n in upto.items()},
+                                          self.ft.received):
             self.ft.events.record("group_caught_up")
 
     async def on_finish(self) -> None:
-        gc = self._gc
-        self.ft.events.record("group_log_total", messages=gc.logged[0], bytes=gc.logged[1],
-                              collected=gc.collected, skipped=gc.skipped)
+        member = self._gc.member
+        self.ft.events.record("group_log_total", messages=member.logged[0],
+                              bytes=member.logged[1], collected=member.collected,
+                              skipped=member.skipped)
         await super().on_finish()
 
     # ------------------------------------------------------------------ state
@@ -372,29 +298,18 @@ class GroupCoordination(Protocol):
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
-        gc = self._gc
-        state[NAME] = {"log": {d: dict(v) for d, v in gc.log.items()}, "last": gc.last,
-                       "piggyback": dict(gc.piggyback)}
+        state[NAME] = self._gc.member.state()
         return state
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         super().restore_protocol_state(state)
-        mine, gc = state[NAME], self._gc
-        gc.log = {d: dict(v) for d, v in mine["log"].items()}
-        gc.last = None if mine["last"] is None else tuple(mine["last"])
-        gc.piggyback = dict(mine["piggyback"])
+        self._gc.member.restore(state[NAME])
 
     async def on_restored(self) -> None:
         gc = self._gc
         gc.flush.reset()
-        gc.rr.clear()
-        gc.complete, gc.ahead = gc.last, []  # the restored part is of a complete set
-        gc.skip = {int(x): n for x, n in self.ft.restore_notes.get(NAME, {}).items()
-                   if n > self.ft.sent[int(x)]}
-        # a restored rank's own fence: from its part's counts on, its log is re-sent by
-        # running again, so a resend to another restarted rank stops there
-        gc.fenced = {x: n for x, n in enumerate(self.ft.sent) if x != self.rank}
-        if gc.skip:
-            self.ft.events.record("group_skip", upto=dict(gc.skip))
+        gc.member.restored(self.ft.restore_notes.get(NAME, {}), self.ft.sent)
+        if gc.member.skip:
+            self.ft.events.record("group_skip", upto=dict(gc.member.skip))
         await super().on_restored()
         self.ft.restored_from = None
