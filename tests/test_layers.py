@@ -222,3 +222,78 @@ def test_every_coordinator_request_handler_has_a_caller():
     source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
     handlers = set(re.findall(r"def (ft_rpc_\w+)\(", source))
     assert handlers and {h for h in handlers if f".{h}" not in source} == set()
+
+
+# -------------------------------------------- protocols and their rank: one door too
+from ftactors.runtime._rank_context import LinkContext, RankContext, members  # noqa: E402
+
+RANK_SIDE, LINK_SIDE = members(RankContext), members(LinkContext)
+
+
+def _is_ft(node, bound: set[str]) -> bool:
+    """``self.ft``, or a name bound to it (``ft = self.ft``, a parameter named ``ft``)."""
+    if isinstance(node, ast.Name):
+        return node.id in bound
+    return (isinstance(node, ast.Attribute) and node.attr == "ft"
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+
+def endpoint_misuse(source: str, where: str = "<source>") -> list[str]:
+    """What ``source`` (a protocol module) reads of its rank's endpoint and link outside
+    ``RankContext`` and ``LinkContext``."""
+    bad = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        bound = {a.arg for a in fn.args.args if a.arg == "ft"}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign):
+                target = node.targets[0]
+                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple)
+                         and isinstance(node.value, ast.Tuple) else [(target, node.value)])
+                bound |= {t.id for t, v in pairs
+                          if isinstance(t, ast.Name) and _is_ft(v, set())}
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Attribute):
+                continue
+            if _is_ft(node.value, bound) and node.attr not in RANK_SIDE:
+                bad.append(f"{where}:{node.lineno}: ft.{node.attr} is not in RankContext")
+            inner = node.value
+            if (isinstance(inner, ast.Attribute) and inner.attr == "link"
+                    and _is_ft(inner.value, bound) and node.attr not in LINK_SIDE):
+                bad.append(f"{where}:{node.lineno}: ft.link.{node.attr} is not in LinkContext")
+    return sorted(bad)
+
+
+def test_protocols_use_their_rank_only_through_its_context():
+    bad = []
+    for path in sorted(PROTOCOLS.rglob("*.py")):
+        bad += endpoint_misuse(path.read_text(), module_name(path))
+    assert bad == []
+
+
+def test_the_endpoint_check_sees_a_reach_past_it():
+    source = '''
+class Mixin:
+    def on_send(self, env):
+        st, ft = self._x, self.ft
+        ft._outbox.clear()
+        self.ft.link.send(1, [env])
+        return ft.position
+
+def helper(ft, env):
+    ft.matcher.arrive(env)
+'''
+    assert endpoint_misuse(source) == [
+        "<source>:10: ft.matcher is not in RankContext",
+        "<source>:5: ft._outbox is not in RankContext",
+        "<source>:6: ft.link.send is not in LinkContext"]
+
+
+async def test_the_rank_contexts_name_what_the_endpoint_and_link_have():
+    """The declarations cannot drift from the engine: every name they give exists."""
+    from ftactors.engine._endpoint import Endpoint, Link
+
+    endpoint = Endpoint(0, 2, Link(), owner=None)  # (it takes the running loop)
+    assert {n for n in RANK_SIDE if not hasattr(endpoint, n)} == set()
+    assert {n for n in LINK_SIDE if not hasattr(Link, n)} == set()
