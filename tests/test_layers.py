@@ -153,40 +153,47 @@ CALLS = {"call", "call_kept", "call_handle", "call_handle_kept"}
 HIDDEN = ("ftactors.runtime._coordinator", "ftactors.runtime._host")
 
 
-def _is_ctx(node, bound: set[str]) -> bool:
-    """``self.c``, or a local name bound to it (``c = self.c``, ``c, x = self.c, ...``)."""
+def _is_door(node, bound: set[str], door: str) -> bool:
+    """``self.<door>``, or a name bound to it."""
     if isinstance(node, ast.Name):
         return node.id in bound
-    return (isinstance(node, ast.Attribute) and node.attr == "c"
+    return (isinstance(node, ast.Attribute) and node.attr == door
             and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+
+def _through(source: str, door: str):
+    """``(node, bound)`` for every node of every function of ``source``, ``bound`` the
+    names that function binds to ``self.<door>`` (``c = self.c``, ``st, ft = x, self.ft``,
+    a parameter named ``door``)."""
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        bound = {a.arg for a in fn.args.args if a.arg == door}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign):
+                target = node.targets[0]
+                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple)
+                         and isinstance(node.value, ast.Tuple) else [(target, node.value)])
+                bound |= {t.id for t, v in pairs
+                          if isinstance(t, ast.Name) and _is_door(v, set(), door)}
+        for node in ast.walk(fn):
+            yield node, bound
 
 
 def context_misuse(source: str, where: str = "<source>") -> list[str]:
     """What ``source`` (a protocol module) reads of the coordinator outside its
     ``RecoveryContext``, and the requests it names by a string instead of a handler."""
     bad = []
-    for fn in ast.walk(ast.parse(source)):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        bound = set()
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Assign):
-                pairs = ([(t, node.value) for t in node.targets] if not isinstance(
-                    node.targets[0], ast.Tuple) or not isinstance(node.value, ast.Tuple)
-                    else zip(node.targets[0].elts, node.value.elts))
-                for target, value in pairs:
-                    if isinstance(target, ast.Name) and _is_ctx(value, set()):
-                        bound.add(target.id)
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Attribute) and _is_ctx(node.value, bound):
-                if node.attr not in CONTEXT:
-                    bad.append(f"{where}:{node.lineno}: .{node.attr} is not in RecoveryContext")
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in CALLS and _is_ctx(node.func.value, bound)
-                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
-                    and node.args[1].value not in HOST_CALLS):
-                bad.append(f"{where}:{node.lineno}: request {node.args[1].value!r} named by "
-                           f"a string, not its handler")
+    for node, bound in _through(source, "c"):
+        if isinstance(node, ast.Attribute) and _is_door(node.value, bound, "c"):
+            if node.attr not in CONTEXT:
+                bad.append(f"{where}:{node.lineno}: .{node.attr} is not in RecoveryContext")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in CALLS and _is_door(node.func.value, bound, "c")
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value not in HOST_CALLS):
+            bad.append(f"{where}:{node.lineno}: request {node.args[1].value!r} named by "
+                       f"a string, not its handler")
     return sorted(bad)
 
 
@@ -230,38 +237,19 @@ from ftactors.runtime._rank_context import LinkContext, RankContext, members  # 
 RANK_SIDE, LINK_SIDE = members(RankContext), members(LinkContext)
 
 
-def _is_ft(node, bound: set[str]) -> bool:
-    """``self.ft``, or a name bound to it (``ft = self.ft``, a parameter named ``ft``)."""
-    if isinstance(node, ast.Name):
-        return node.id in bound
-    return (isinstance(node, ast.Attribute) and node.attr == "ft"
-            and isinstance(node.value, ast.Name) and node.value.id == "self")
-
-
 def endpoint_misuse(source: str, where: str = "<source>") -> list[str]:
     """What ``source`` (a protocol module) reads of its rank's endpoint and link outside
     ``RankContext`` and ``LinkContext``."""
     bad = []
-    for fn in ast.walk(ast.parse(source)):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    for node, bound in _through(source, "ft"):
+        if not isinstance(node, ast.Attribute):
             continue
-        bound = {a.arg for a in fn.args.args if a.arg == "ft"}
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Assign):
-                target = node.targets[0]
-                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple)
-                         and isinstance(node.value, ast.Tuple) else [(target, node.value)])
-                bound |= {t.id for t, v in pairs
-                          if isinstance(t, ast.Name) and _is_ft(v, set())}
-        for node in ast.walk(fn):
-            if not isinstance(node, ast.Attribute):
-                continue
-            if _is_ft(node.value, bound) and node.attr not in RANK_SIDE:
-                bad.append(f"{where}:{node.lineno}: ft.{node.attr} is not in RankContext")
-            inner = node.value
-            if (isinstance(inner, ast.Attribute) and inner.attr == "link"
-                    and _is_ft(inner.value, bound) and node.attr not in LINK_SIDE):
-                bad.append(f"{where}:{node.lineno}: ft.link.{node.attr} is not in LinkContext")
+        if _is_door(node.value, bound, "ft") and node.attr not in RANK_SIDE:
+            bad.append(f"{where}:{node.lineno}: ft.{node.attr} is not in RankContext")
+        inner = node.value
+        if (isinstance(inner, ast.Attribute) and inner.attr == "link"
+                and _is_door(inner.value, bound, "ft") and node.attr not in LINK_SIDE):
+            bad.append(f"{where}:{node.lineno}: ft.link.{node.attr} is not in LinkContext")
     return sorted(bad)
 
 
