@@ -23,6 +23,10 @@ dependency could not be turned into a CLC: ``current``) has DDV[j] >= s rolls ba
 CLC - or to its last one, when only ``current`` has the entry - and alerts the others in
 turn: the recovery line is the fixpoint of these alerts (:func:`cascade`).
 
+*A CLC's two-phase commit* (Algorithms 3-4), as one member sees it: :class:`ClcRound`
+(the smallest initiator wins; the initiator tallies the members' cuts into what each
+must receive before its part, then their acknowledgements into the commit's DDV).
+
 *Garbage collection* (Algorithm 8): simulate the failure of each cluster (it rolls back to
 its last CLC) and keep, per cluster, the smallest SN it could be sent back to
 (:func:`collectable`); CLCs older than that and log entries acknowledged below it can
@@ -31,7 +35,7 @@ never be needed again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 UNACKED = None
 """A logged message's acknowledgement before it arrives: infinity (Algorithm 5)."""
@@ -154,3 +158,71 @@ def collectable(clcs: dict[int, Sequence[Clc]]) -> dict[int, int]:
         for k, sn in line.targets.items():
             lowest[k] = min(lowest[k], sn)
     return lowest
+
+
+@dataclass
+class ClcRound:
+    """A two-phase commit for CLC ``sn`` as one member sees it (Algorithms 3-4): who leads
+    it, what this member did, and on the initiator the members' cuts and acknowledgements.
+    Each method takes one event and says what the member must do; the mixin does it."""
+
+    sn: int
+    initiator: int                 # the smallest initiator seen (Algorithm 4)
+    forced_by: int | None = None   # this rank started it for a message from this cluster
+    part: bool = False             # this rank's tentative checkpoint is taken (or refused)
+    ddv: list | None = None        # the DDV of this rank's acknowledgement
+    told: bool = False             # this rank's cut went to the initiator
+    acked: bool = False            # the acknowledgement went out
+    cuts: dict = field(default_factory=dict)  # as initiator: rank -> its cut
+    acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced_by)
+    committing: bool = False
+
+    def requested_by(self, initiator: int) -> tuple[bool, bool]:
+        """Another member asks for this CLC: the smallest initiator wins (unless the
+        commit is under way), and what the old one was told is forgotten. Returns
+        ``(cut, ack)``: whether this member must send its cut, and its acknowledgement,
+        again, to the new initiator."""
+        if initiator >= self.initiator or self.committing:
+            return False, False
+        self.initiator = initiator
+        self.cuts.clear()
+        self.acks.clear()
+        return self.told, self.acked
+
+    def led_by(self, me: int, sn: int) -> bool:
+        """Whether ``me`` leads this round for CLC ``sn`` and still tallies it (an answer
+        for a round it no longer leads is dropped)."""
+        return self.sn == sn and self.initiator == me and not self.committing
+
+    def cut_in(self, member: int, sent: dict[int, int], members: Iterable[int]
+               ) -> dict[int, dict[int, int]] | None:
+        """Initiator: ``member`` cut, having sent ``sent[q]`` messages to each member
+        ``q``. With every member's cut: what each member must have received from each
+        other before it takes its part, ``{q: {p: n}}`` (sparse: senders only)."""
+        self.cuts[member] = sent
+        members = list(members)
+        if len(self.cuts) < len(members):
+            return None
+        expect: dict[int, dict[int, int]] = {q: {} for q in members}
+        for p, sent_by_p in self.cuts.items():
+            for q, n in sent_by_p.items():
+                expect[q][p] = n
+        return expect
+
+    def ack_in(self, member: int, ddv: Sequence[int], forced_by: int | None,
+               size: int) -> bool:
+        """Initiator: ``member`` holds its part (with its DDV, and the cluster whose
+        message made it start the round, if any). True once all ``size`` members did:
+        the round commits (``commit_ddv``) and takes no more answers."""
+        self.acks[member] = (ddv, forced_by)
+        if len(self.acks) < size:
+            return False
+        self.committing = True
+        return True
+
+    def commit_ddv(self, me: int) -> tuple[list[int], list[int]]:
+        """The commit: the element-wise max of the members' DDVs with this cluster's
+        (``me``) entry the new SN, and the clusters whose messages forced it."""
+        ddv = merge(d for d, _ in self.acks.values())
+        ddv[me] = self.sn
+        return ddv, sorted({b for _, b in self.acks.values() if b is not None})

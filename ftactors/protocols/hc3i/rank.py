@@ -172,22 +172,6 @@ class _Logged:
 
 
 @dataclass
-class _Round:
-    """A two-phase commit for CLC ``sn`` as one member sees it."""
-
-    sn: int
-    initiator: int                 # the smallest initiator seen (Algorithm 4)
-    forced_by: int | None = None   # this rank started it for a message from this cluster
-    part: bool = False             # this rank's tentative checkpoint is taken (or refused)
-    ddv: list | None = None        # the DDV of this rank's acknowledgement
-    told: bool = False             # this rank's cut went to the initiator
-    acked: bool = False            # the acknowledgement went out
-    cuts: dict = field(default_factory=dict)  # as initiator: rank -> its cut
-    acks: dict = field(default_factory=dict)  # as initiator: rank -> (ddv, forced_by)
-    committing: bool = False
-
-
-@dataclass
 class _State:
     """One rank's HC3I state (under ``self._hc3i``)."""
 
@@ -200,7 +184,7 @@ class _State:
     ddv: list = field(default_factory=list)
     log: dict = field(default_factory=dict)          # dst -> {app_seq: _Logged}
     log_bytes: int = 0
-    round: _Round | None = None
+    round: _ddv.ClcRound | None = None
     early: dict = field(default_factory=dict)        # sn -> initiators of future rounds
     cut_sn: int = 1                                  # the last CLC this rank has cut for
     cuts: dict = field(default_factory=dict)         # sn -> {member: sent to it at the cut}
@@ -409,7 +393,7 @@ class DDVPiggyback(Protocol):
         st = self._hc3i
         if st.round is not None or st.closed:
             return
-        r = st.round = _Round(st.sn + 1, self.rank, forced_by)
+        r = st.round = _ddv.ClcRound(st.sn + 1, self.rank, forced_by)
         self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced_by is not None,
                               cause=cause)
         self._cut(r.sn)
@@ -434,7 +418,7 @@ class DDVPiggyback(Protocol):
             unreceived.update(env.src for env in st.held_inter)
             st.captured = (ft.state_now(unreceived=dict(unreceived)), self._part_state(sn))
 
-    def _tell_cut(self, r: _Round) -> None:
+    def _tell_cut(self, r: _ddv.ClcRound) -> None:
         r.told = True
         data = (r.sn, self._hc3i.cuts.get(r.sn, {}))
         if r.initiator == self.rank:
@@ -452,18 +436,16 @@ class DDVPiggyback(Protocol):
             return
         if r is None:
             self._join(sn, src)
-        elif src < r.initiator and not r.committing:
-            r.initiator = src  # Algorithm 4: the smallest initiator wins
-            r.cuts.clear()
-            r.acks.clear()
-            if r.told:
-                self._tell_cut(r)
-            if r.acked:
-                self._send_ack(r)
+            return
+        cut, ack = r.requested_by(src)  # Algorithm 4: the smallest initiator wins
+        if cut:
+            self._tell_cut(r)
+        if ack:
+            self._send_ack(r)
 
     def _join(self, sn: int, initiator: int) -> None:
         st = self._hc3i
-        r = st.round = _Round(sn, initiator)
+        r = st.round = _ddv.ClcRound(sn, initiator)
         if st.closed:
             r.part = True
             self._refuse(r)
@@ -476,18 +458,12 @@ class DDVPiggyback(Protocol):
         messages every other member sent it before its cut."""
         sn, sent = data
         r = self._hc3i.round
-        if r is None or r.sn != sn or r.initiator != self.rank or r.committing:
+        if r is None or not r.led_by(self.rank, sn):
             return
-        r.cuts[src] = sent
-        members = self._others() + [self.rank]
-        if len(r.cuts) < len(members):
+        expect_all = r.cut_in(src, sent, self._others() + [self.rank])
+        if expect_all is None:
             return
-        expect_all: dict[int, dict] = {q: {} for q in members}  # sparse: senders only
-        for p, sent in r.cuts.items():
-            for q, n in sent.items():
-                expect_all[q][p] = n
-        for q in members:
-            expect = expect_all[q]
+        for q, expect in expect_all.items():
             if q == self.rank:
                 self._on_expect(self.rank, (sn, expect))
             else:
@@ -541,7 +517,7 @@ class DDVPiggyback(Protocol):
         mine["ddv"][self._hc3i.me] = sn
         return state
 
-    async def _keep_part(self, r: _Round, blob: bytes) -> None:
+    async def _keep_part(self, r: _ddv.ClcRound, blob: bytes) -> None:
         st, ft = self._hc3i, self.ft
         taken = st.parts.hold(r.sn, blob)
         self.on_part(r.sn, blob)  # the stack's levels keep copies
@@ -557,7 +533,7 @@ class DDVPiggyback(Protocol):
     def ft_rpc_hc3i_part_kept(self, sn: int) -> None:
         self._hc3i.parts.kept(sn)
 
-    def _send_ack(self, r: _Round) -> None:
+    def _send_ack(self, r: _ddv.ClcRound) -> None:
         r.acked = True
         data = (r.sn, r.ddv, r.forced_by)
         if r.initiator == self.rank:
@@ -565,7 +541,7 @@ class DDVPiggyback(Protocol):
         else:
             self.ft.send_control(r.initiator, NAME, "ack", data)
 
-    def _refuse(self, r: _Round) -> None:
+    def _refuse(self, r: _ddv.ClcRound) -> None:
         if r.initiator == self.rank:
             self._abort(r.sn, self.rank)
         else:
@@ -574,20 +550,16 @@ class DDVPiggyback(Protocol):
     def _on_ack(self, src: int, data) -> None:
         sn, ddv, forced_by = data
         r = self._hc3i.round
-        if r is None or r.sn != sn or r.initiator != self.rank or r.committing:
+        if r is None or not r.led_by(self.rank, sn):
             return  # for a round this rank no longer leads
-        r.acks[src] = (ddv, forced_by)
-        if len(r.acks) == len(self._others()) + 1:
-            r.committing = True
+        if r.ack_in(src, ddv, forced_by, len(self._others()) + 1):
             self.ft_spawn(self._commit(r))
 
-    async def _commit(self, r: _Round) -> None:
+    async def _commit(self, r: _ddv.ClcRound) -> None:
         """Algorithm 4, all acknowledgements in: the CLC exists once the coordinator
         has the commit; then every member learns it."""
         st, ft = self._hc3i, self.ft
-        ddv = _ddv.merge(d for d, _ in r.acks.values())
-        ddv[st.me] = r.sn
-        by = sorted({b for _, b in r.acks.values() if b is not None})
+        ddv, by = r.commit_ddv(st.me)
         await ft.link.report_now(ft.events.make("hc3i_commit", cluster=st.me, sn=r.sn,
                                                 ddv=list(ddv), forced=bool(by), by=by,
                                                 incarnation=self.incarnation))
