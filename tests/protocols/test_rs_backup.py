@@ -9,7 +9,7 @@ from ftactors.apps.cg import CG
 from ftactors.apps.hpl import HPL
 from ftactors.protocols.rs.erasure import RSCode
 from ftactors.protocols import PROTOCOLS, RSBackup, StandbyReplacement
-from ftactors.protocols.rs.coordinator import RecoveryPlan, Undecodable, choose_recovery
+from ftactors.protocols.rs.machine import RecoveryPlan, Undecodable, choose_recovery
 from ftactors.protocols.rs.stable import rebuild_part
 from ftactors.protocols.rs.placement import place, undecodable_groups, virtual_nodes
 

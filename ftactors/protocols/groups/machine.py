@@ -30,6 +30,9 @@ every copy from the newest complete set on, so this bounds what they hold per ra
 class GroupMember:
     """One rank's GroupCoordination state and rules (see the module docstring)."""
 
+    __slots__ = ("rank", "groups", "interval", "log", "rr", "piggyback", "last", "complete",
+                 "ahead", "skip", "fenced", "expect", "collected", "skipped", "logged")
+
     def __init__(self, rank: int, groups: Groups, interval: int | None):
         self.rank = rank
         self.groups = groups

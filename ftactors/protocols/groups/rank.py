@@ -124,7 +124,7 @@ def _check_interval(option) -> None:
                               f"group -> int), got {option!r}")
 
 
-@dataclass
+@dataclass(slots=True)  # a misspelt field fails, not becomes a new attribute
 class _GroupState:
     """One rank's GroupCoordination state (under ``self._gc``): the member's machine and
     what the rank side keeps around it."""

@@ -114,6 +114,7 @@ from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ..shared.parts import HeldParts
 from ..standby.machine import partner as holder
+from .machine import ReadyRank
 
 NAME = "ready_flush"
 STORAGES = ("object", "stable", "both")
@@ -168,21 +169,21 @@ def _options(opts: dict) -> dict:
             "auto": auto, "mtbf_s": mtbf, "dir": directory}
 
 
-@dataclass
+@dataclass(slots=True)  # a misspelt field fails, not becomes a new attribute
 class _Ready:
     """One rank's ReadyMessageFlush state (under ``self._ready``)."""
 
     settings: dict
+    where: ReadyRank                                 # where this rank checkpoints
     flush: Flush = field(default_factory=Flush)
     store: Any = None
     undecided: dict = field(default_factory=dict)   # request id -> future of K (or None)
-    targets: set = field(default_factory=set)       # decided positions not reached yet
-    last: tuple | None = None                        # position of the last checkpoint taken
     parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
     copied: dict = field(default_factory=dict)      # position -> future: the holder has it
     copies: dict = field(default_factory=dict)      # (rank, position) -> its part, held
     stop: asyncio.Future | None = None               # migration: resolved where MP stops
-    resume: asyncio.Future | None = None             # migration aborted: MP goes on
+    resume: asyncio.Future | None = None             # never resolved: MP parks on it
+    move: int | None = None                          # the move MP stops for
 
 
 class ReadyMessageFlush(PlannedLevel):
@@ -230,7 +231,8 @@ class ReadyMessageFlush(PlannedLevel):
 
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:
-        st = self._ready = _Ready(_options(getattr(self, "options", {})))
+        settings = _options(getattr(self, "options", {}))
+        st = self._ready = _Ready(settings, ReadyRank(settings["interval"]))
         if st.settings["storage"] != "object":
             st.store = open_store(st.settings["dir"])
         await super().on_start()
@@ -241,7 +243,7 @@ class ReadyMessageFlush(PlannedLevel):
         st = self._ready
         for fut in st.undecided.values():
             await fut
-        self._abandon(set(st.targets) | {k for k in self._decided() if k is not None})
+        self._abandon(set(st.where.targets) | {k for k in self._decided() if k is not None})
         if st.stop is not None and not st.stop.done():
             st.stop.set_result(None)
         await super().on_finish()
@@ -254,7 +256,7 @@ class ReadyMessageFlush(PlannedLevel):
         for pos in sorted(positions):
             st.flush.start(self.ft, NAME, ("ckpt", pos), range(self.size), ABORT)
             self.ft.report("checkpoint_abandoned", position=pos)
-        st.targets.clear()
+        st.where.targets.clear()
         st.undecided.clear()
 
     # ------------------------------------------------------------ safe points
@@ -263,18 +265,11 @@ class ReadyMessageFlush(PlannedLevel):
         st, pos = self._ready, self.ft.position
         for fut in list(st.undecided.values()):
             await fut  # notified: wait here for the position (never past it)
-        st.targets |= {fut.result() for fut in st.undecided.values()} - {None}
+        st.where.decided(fut.result() for fut in st.undecided.values())
         st.undecided.clear()
-        every = st.settings["interval"]
-        due = self.planned_due(NAME, iteration)
-        if due is None:
-            due = bool(every) and iteration > 0 and iteration % every == 0
-        if st.last is not None and pos <= st.last:
-            due = False  # restored here: this position's checkpoint was taken already
-        if due or pos in st.targets:
-            st.targets.discard(pos)
+        here, passed = st.where.at_safe_point(iteration, pos, self.planned_due(NAME, iteration))
+        if here:
             await self.checkpoint_here()
-        passed = {k for k in st.targets if k < pos}
         if passed:  # a new loop began before the position (SPMD programs do not)
             self._abandon(passed)
         if st.stop is not None and not st.stop.done():
@@ -296,7 +291,7 @@ class ReadyMessageFlush(PlannedLevel):
             ft.events.record("checkpoint_aborted", position=pos,
                              by=sorted(r for r, d in markers.items() if d == ABORT))
             return
-        st.last = pos
+        st.where.taken(pos)
         blob = ft.snapshot(cut=st.flush.last_cut)
         index = position_index(pos)
         if st.store is not None:  # first: a copy at the holder implies the part on disk
@@ -417,7 +412,7 @@ class ReadyMessageFlush(PlannedLevel):
         st, ft = self._ready, self.ft
         await st.flush.wait_markers(("move", move), senders)
         state = self.protocol_state()
-        state[NAME]["targets"] = sorted(st.targets)  # MP goes on with the same plan
+        state[NAME]["targets"] = sorted(st.where.targets)  # MP goes on with the same plan
         stream, buffers = ft.transfer(protocol_state=state)
         size = len(stream) + sum(memoryview(b).nbytes for b in buffers)
         return {"handle": ft.link.share((stream, buffers)), "bytes": size}
@@ -457,14 +452,14 @@ class ReadyMessageFlush(PlannedLevel):
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
         # a rollback forgets the requests in flight (the coordinator dropped them too)
-        state[NAME] = {"targets": [], "last": self._ready.last}
+        state[NAME] = {"targets": [], "last": self._ready.where.last}
         return state
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         super().restore_protocol_state(state)
         mine = state[NAME]
-        self._ready.targets = {tuple(t) for t in mine["targets"]}
-        self._ready.last = None if mine["last"] is None else tuple(mine["last"])
+        self._ready.where.targets = {tuple(t) for t in mine["targets"]}
+        self._ready.where.last = None if mine["last"] is None else tuple(mine["last"])
 
     async def on_restored(self) -> None:
         st = self._ready

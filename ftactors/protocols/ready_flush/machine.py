@@ -1,0 +1,56 @@
+"""ReadyMessageFlush's decisions in plain Python, no I/O: where a checkpoint is taken
+(CoCheck section 4). A rank checkpoints at a safe point when its interval (or the levels'
+plan) says so, or at a position the coordinator decided for a request: every rank told
+the coordinator its next safe point, and the checkpoint is at the furthest of them, which
+every rank can still reach (``checkpoint_position``; none when a rank has left its loop).
+``ReadyRank`` keeps one rank's side of it; the mixin (``rank.py``) flushes, saves and
+waits, and the coordinator side (``coordinator.py``) asks and tells.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def checkpoint_position(nexts: Iterable[tuple | list | None]) -> tuple | None:
+    """The position of a requested checkpoint from every rank's next safe point: the
+    furthest one (each rank waits at its own until told), or None when a rank has none
+    left (it left its loop: no position is reachable by all)."""
+    nexts = list(nexts)
+    if any(p is None for p in nexts):
+        return None
+    return max(tuple(p) for p in nexts)
+
+
+class ReadyRank:
+    """When one rank checkpoints: at its interval's iterations (or the levels' plan), and
+    at the positions decided for requests; never twice at one position."""
+
+    __slots__ = ("interval", "targets", "last")
+
+    def __init__(self, interval: int | None):
+        self.interval = interval
+        self.targets: set[tuple] = set()  # decided positions not reached yet
+        self.last: tuple | None = None    # the position of the last checkpoint taken
+
+    def decided(self, positions: Iterable[tuple | None]) -> None:
+        """The coordinator decided these positions (None: a request not taken)."""
+        self.targets |= {p for p in positions if p is not None}
+
+    def at_safe_point(self, iteration: int, position: tuple,
+                      planned: bool | None = None) -> tuple[bool, set[tuple]]:
+        """This rank is at ``position`` (``iteration`` of its loop); ``planned``: the
+        levels' plan says whether a checkpoint is due (None: no plan, the interval
+        decides). Returns ``(checkpoint here, passed)``: ``passed`` are decided positions
+        this rank went past without reaching them (a new loop began): abandoned."""
+        due = planned
+        if due is None:
+            due = bool(self.interval) and iteration > 0 and iteration % self.interval == 0
+        if self.last is not None and position <= self.last:
+            due = False  # restored here: this position's checkpoint was taken already
+        here = due or position in self.targets
+        self.targets.discard(position)
+        return here, {k for k in self.targets if k < position}
+
+    def taken(self, position: tuple) -> None:
+        """Every rank flushed and this rank saved its part at ``position``."""
+        self.last = position
