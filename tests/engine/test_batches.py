@@ -5,7 +5,8 @@ import asyncio
 
 import numpy as np
 
-from ftactors.engine._endpoint import BATCH_BYTES, BATCH_MAX, Endpoint, Link
+from ftactors.engine._endpoint import Endpoint, Link
+from ftactors.engine._outbox import BATCH_BYTES, BATCH_MAX
 
 
 class Recording(Link):
