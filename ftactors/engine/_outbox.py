@@ -18,11 +18,12 @@ flush would cost. A message to this rank itself is received as it is sent (see
 ``Outbox`` is a mixin of ``Endpoint`` (``_endpoint``), not an object the endpoint calls:
 ``send_app`` -> ``transmit`` -> ``_flush_one`` -> the link is the hot path, and a
 delegating call per message would cost more than the split is worth. Its own state is
-set in ``_init_outbox``. From the rest of the endpoint it reads ``rank``, ``epoch``,
-``peer_epochs`` (the destination's incarnation to stamp), ``link``, ``owner`` (the
-protocol stack), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
+set in ``_init_outbox``. From the rest of the endpoint it reads ``rank``, ``size``,
+``epoch``, ``peer_epochs`` (the destination's incarnation to stamp), ``link``, ``owner``
+(the protocol stack), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
 positions' ``_replay_sent`` (sends of a restored rank before its resume point are
-dropped); ``sent`` is set back by restores and resume points (``_positions``).
+dropped); ``sent`` is set back by restores and resume points (``_positions``). The
+batching tests run it with only those (``tests/engine/test_batches.py``).
 """
 from __future__ import annotations
 
