@@ -25,7 +25,8 @@ the endpoint, and a restore has each part start again (the outbox's
 ``_resume_at``). Its own state is set in ``_init_snapshots``. From the rest of the
 endpoint it reads ``rank``, ``size``, ``owner`` (the registered attributes and the
 protocols' state), ``sent``, ``received``, ``matcher``, the positions' ``position``,
-``registered``, loop and log state, and the receiving side's ``_in_flight``.
+``registered``, loop and log state, and the receiving side's ``_in_flight``; a restore
+sets ``epoch`` and this rank's own entry of ``peer_epochs``.
 """
 from __future__ import annotations
 
