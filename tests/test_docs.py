@@ -72,13 +72,16 @@ NAMES = _namespace()
 
 def _has(owner, member: str) -> bool:
     """``member`` is an attribute of ``owner``, or (an instance attribute or a field
-    set in code) a word of its source."""
+    set in code) a word of its source or of a base class's (a mixin sets its own)."""
     if hasattr(owner, member):
         return True
-    try:
-        return re.search(rf"\b{member}\b", inspect.getsource(owner)) is not None
-    except (OSError, TypeError):
-        return False
+    for cls in getattr(owner, "__mro__", (owner,)):
+        try:
+            if re.search(rf"\b{member}\b", inspect.getsource(cls)):
+                return True
+        except (OSError, TypeError):
+            pass
+    return False
 
 
 def _exists(path: str) -> bool:

@@ -1,0 +1,253 @@
+"""The inbox and matching: how messages reach a rank's receives.
+
+Theory of operation
+-------------------
+The transport hands over batches (``deliver``). The channel layer (``_channels``)
+restores FIFO order and drops duplicates and stale incarnations. Control envelopes go to
+the protocol stack (``on_control``) in channel order, so a marker really flushes a
+channel; acknowledgements of synchronous sends are taken before it (``_synchronous``).
+Application envelopes are checked against ``received[src]``: an ``app_seq`` already
+received is a re-sent duplicate (after a rollback) and is dropped; a later one waits for
+the gap to fill. Then ``on_receive`` runs (a protocol may buffer or hold it) and the
+matcher (``_matching``) completes a posted receive or queues the message. Batches that
+come before the rank has started, or for a restored incarnation before its protocols
+have reset, wait until ``open``.
+
+A receive takes the first queued message that matches, else posts itself and waits; a
+blocking receive's message is *in flight* from the moment it matches until its task
+resumes (neither queued nor consumed), so a snapshot taken in between (``state_now``)
+finds it there.
+
+A peer that comes back as a new incarnation (``set_peer_epoch``) makes its older traffic
+stale, here and in the channels.
+
+``Receiving`` is a mixin of ``Endpoint`` (``_endpoint``): ``deliver`` -> ``_dispatch``
+-> ``_accept_app`` -> ``Matcher.arrive`` and ``receive`` are the hot path, so they are
+the endpoint's own methods, with no delegating call. Its own state is set in
+``_init_receiving``. From the rest of the endpoint it reads ``rank``, ``owner``,
+``link``, ``trace``, ``sync``, ``peer_epochs``, ``_loop``, ``keep_base`` (whether
+``state_now`` needs what is in flight), the positions' ``_reentry``,
+``_received_again`` and ``_consumed`` (a consumed message is logged for replay), and the
+outbox's ``_flush_before_wait``.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from ._channels import InChannels
+from ._envelope import COLLECTIVE_SUFFIX, CTRL, KIND_NAMES, Envelope
+from ._matching import Matcher, Posted
+from ._payload import unpack
+from ._synchronous import SYNC
+from ._vector import RankVector
+
+
+class Receiving:
+    """Arrival, ordering by application number, dispatch, receives and probes (module
+    docstring)."""
+
+    def _init_receiving(self) -> None:
+        self.received = RankVector(self.size)  # application messages taken from each rank
+        self.duplicates_dropped = 0
+        self.matcher = Matcher()
+        self._in = InChannels(self.epoch)
+        self._in.epochs = self.peer_epochs
+        self._gaps: dict[int, dict[int, Envelope]] = {}
+        self._waiting: list[list[Envelope]] | None = []
+        self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
+        self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
+
+    # ------------------------------------------------------------------ arrivals
+    def deliver(self, envs: list[Envelope]) -> None:
+        """Take a batch from the transport (payload references already resolved).
+
+        Batches that come before the rank has started (its protocols' ``on_start`` has
+        not run yet) wait in arrival order and are taken by ``open``.
+        """
+        if self._waiting is not None:
+            self._waiting.append(envs)
+            return
+        accept = self._in.accept
+        for env in envs:
+            for e in accept(env):
+                self._dispatch(e)
+
+    def open(self) -> None:
+        """The rank has started (or been restored): take what arrived before."""
+        early, self._early = self._early, []
+        waiting, self._waiting = self._waiting, None
+        for env in early:
+            self._dispatch(env)
+        for envs in waiting or ():
+            self.deliver(envs)
+
+    def _dispatch(self, env: Envelope) -> None:
+        if self.trace is not None:
+            kind = "coll" if env.comm.endswith(COLLECTIVE_SUFFIX) else KIND_NAMES[env.kind]
+            self.trace.record(env.t_send, self.link.clock(), env.src, env.dst, env.tag,
+                              env.payload.nbytes, kind, env.comm)
+        if env.kind == CTRL:
+            if env.comm == SYNC:  # not a protocol's: see _synchronous
+                self.sync.on_ack(env.src, unpack(env.payload)[1])
+            else:
+                self.owner.on_control(env)
+            return
+        src = env.src
+        expected = self.received[src]
+        if env.app_seq != expected:
+            if env.app_seq < expected:
+                self.duplicates_dropped += 1
+            else:
+                self._gaps.setdefault(src, {})[env.app_seq] = env
+            return
+        self.received.bump(src)
+        self._accept_app(env)
+        gaps = self._gaps.get(src)
+        while gaps and self.received[src] in gaps:
+            nxt = gaps.pop(self.received.bump(src))
+            self._accept_app(nxt)
+
+    def _accept_app(self, env: Envelope) -> None:
+        env = self.owner.on_receive(env)
+        if env is not None:
+            self.matcher.arrive(env)
+
+    def deliver_now(self, env: Envelope) -> None:
+        """Hand an application envelope to matching (protocols release held ones here)."""
+        self.matcher.arrive(env)
+
+    def control_data(self, env: Envelope) -> tuple[str, Any]:
+        """The ``(op, data)`` carried by a control envelope."""
+        return unpack(env.payload)
+
+    # ---------------------------------------------------------- receives, probes
+    async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
+        """Wait for and consume the first message matching (world ``source``)."""
+        env = self.matcher.find(ctx, source, tag, consume=True)
+        if self._reentry is not None:
+            self._received_again(env, source, tag)
+        if env is not None:  # already here: no waiter to build
+            return self._consumed(env)
+        fut = self._loop.create_future()
+        track = self.keep_base  # only snapshot_now reads what is in flight
+        p = Posted(ctx, source, tag,
+                   _resolver(fut, self.matcher, self._matched if track else None))
+        self.matcher.post(p)
+        self._flush_before_wait()
+        try:
+            env = await fut
+        except asyncio.CancelledError:
+            self.matcher.withdraw(p)
+            if fut.done() and not fut.cancelled():
+                if track:
+                    self._unmatched(fut.result())
+                self.matcher.arrive(fut.result())  # matched just before the cancel: give back
+            raise
+        if track:
+            self._unmatched(env)
+        return self._consumed(env)
+
+    def _matched(self, env: Envelope) -> Envelope:
+        """A blocking receive got ``env``; until its task resumes, the message is neither
+        queued nor consumed, so ``state_now`` takes it from here."""
+        self._in_flight.append(env)
+        return env
+
+    def _unmatched(self, env: Envelope) -> None:
+        for i, e in enumerate(self._in_flight):
+            if e is env:
+                del self._in_flight[i]
+                return
+
+    def receive_later(self, ctx: str, source: int, tag: int) -> asyncio.Future:
+        """Post a receive now; the future completes with the consumed envelope."""
+        fut = self._loop.create_future()
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._consumed))
+        env = self.matcher.post(p)
+        if self._reentry is not None:
+            if env is None:
+                self.matcher.withdraw(p)
+            self._received_again(env, source, tag)
+        if env is not None:
+            fut.set_result(self._consumed(env))
+        else:
+            fut.add_done_callback(lambda f: f.cancelled() and self.matcher.withdraw(p))
+        return fut
+
+    async def probe(self, ctx: str, source: int, tag: int) -> Envelope:
+        """Wait until a matching message is queued; it stays queued."""
+        env = self.matcher.find(ctx, source, tag, consume=False)
+        if env is not None:
+            return env
+        fut = self._loop.create_future()
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
+        self.matcher.post(p)
+        self._flush_before_wait()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self.matcher.withdraw(p)
+            raise
+
+    def iprobe(self, ctx: str, source: int, tag: int) -> Envelope | None:
+        return self.matcher.find(ctx, source, tag, consume=False)
+
+    # ------------------------------------------------------- peers' incarnations
+    def set_peer_epoch(self, rank: int, epoch: int) -> None:
+        """Peer ``rank`` now runs as ``epoch``; traffic from its older lives is stale,
+        including what waits for an earlier message (it would fill in the new life's
+        numbers with the old life's messages)."""
+        restarted = epoch != self.peer_epochs[rank]
+        self.peer_epochs[rank] = epoch
+        self._in.peer_epoch(rank, epoch)
+        gaps = self._gaps.get(rank)
+        if gaps:
+            for seq in [s for s, env in gaps.items() if env.src_epoch < epoch]:
+                del gaps[seq]
+                self._in.stale += 1
+        if restarted:
+            self.sync.peer_restarted(rank)
+
+    def set_peer_epochs(self, epochs) -> None:
+        """Every other rank's epoch at once (a restore's table; this rank's own entry is
+        the restore's to set). The channels read the table as traffic arrives
+        (``InChannels.epochs``), so only the peers with state waiting here are visited:
+        a rollback renumbers every rank, and a pass over all of them in every rank cost
+        O(ranks^2) per recovery (4,096 ranks: 16.8 million calls)."""
+        table = RankVector.of(epochs)
+        table[self.rank] = self.peer_epochs[self.rank]
+        for rank in sorted((self._gaps.keys() | self.sync.peers()) - {self.rank}):
+            if table[rank] != self.peer_epochs[rank]:
+                self.set_peer_epoch(rank, table[rank])
+        self.peer_epochs = self._in.epochs = table
+
+    def _restart_receiving(self, epoch: int, received, replay: list[Envelope]) -> None:
+        """A restore: become incarnation ``epoch`` with the snapshot's ``received``
+        counts, and queue ``replay`` in front of the matcher.
+
+        Closed until the host has run ``on_restored`` (``open``): envelopes that arrived
+        early for the new incarnation (a fast peer's marker, say) would otherwise reach
+        the protocols before they reset, and the matcher before its restored messages,
+        and be lost."""
+        self.received = RankVector.of(received)
+        self._gaps.clear()
+        self._early = self._in.new_epoch(epoch)
+        if self._waiting is None:
+            self._waiting = []
+        self._in_flight.clear()
+        self.matcher.reset(replay)
+
+
+def _resolver(fut: asyncio.Future, matcher: Matcher,
+              on_done: Callable[[Envelope], Envelope] | None = None, requeue: bool = True):
+    """Completion callback for a posted receive: a cancelled waiter gives the message back."""
+
+    def deliver(env: Envelope) -> None:
+        if fut.done():
+            if requeue:
+                matcher.arrive(env)
+            return
+        fut.set_result(on_done(env) if on_done else env)
+
+    return deliver
