@@ -19,7 +19,7 @@ import numpy as np
 
 import ftactors as ft
 
-from .._common import write_json
+from ftactors.tools._common import write_json
 
 TRANSPORTS = ("ray", "local", "sim")
 """The order a benchmark runs its rank counts in: real ranks first, simulated last."""

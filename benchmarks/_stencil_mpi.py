@@ -1,6 +1,6 @@
 """The Jacobi stencil on mpi4py, the same kernel, layout and halo exchange as
 ``ftactors.apps.stencil``: the baseline of the halo row of ``ftactors bench solver``. Run as
-``mpiexec -n N python -m ftactors.tools.bench._stencil_mpi NY NX ITERATIONS PY PX``; rank 0
+``mpiexec -n N python -m benchmarks._stencil_mpi NY NX ITERATIONS PY PX``; rank 0
 prints one JSON line with the slowest rank's seconds for the timed iterations and the
 checksum of the gathered grid (bit-identical to the serial run's and to ftactors').
 
@@ -16,8 +16,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...apps import _stencil_ref as ref
-from ...apps.stencil import DOWN, LEFT, RIGHT, UP, Layout
+from ftactors.apps import _stencil_ref as ref
+from ftactors.apps.stencil import DOWN, LEFT, RIGHT, UP, Layout
 
 
 def main(ny: int, nx: int, iterations: int, py: int, px: int) -> None:

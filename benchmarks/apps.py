@@ -34,13 +34,13 @@ import numpy as np
 
 import ftactors as ft
 
-from ...apps import _hpl_matgen as hpl_ref
-from ...apps import _npb_cg as npb
-from ...apps import _stencil_ref as stencil_ref
-from ...apps.cg import CG
-from ...apps.coupled import Coupled, coupled_serial
-from ...apps.hpl import HPL
-from ...apps.stencil import Stencil
+from ftactors.apps import _hpl_matgen as hpl_ref
+from ftactors.apps import _npb_cg as npb
+from ftactors.apps import _stencil_ref as stencil_ref
+from ftactors.apps.cg import CG
+from ftactors.apps.coupled import Coupled, coupled_serial
+from ftactors.apps.hpl import HPL
+from ftactors.apps.stencil import Stencil
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 
 FULL = {"cg": {"problem_class": "A"}, "hpl": {"n": 2000, "nb": 64},
@@ -139,7 +139,7 @@ def run_baseline(app: str, problem: dict, transport: str, address: str | None) -
 
     import ray
 
-    from ...transports.ray import ensure_ray
+    from ftactors.transports.ray import ensure_ray
     ensure_ray(address)
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
     return ray.get(ray.remote(_reniced).remote(BASELINES[app], niceness, problem))
@@ -147,7 +147,7 @@ def run_baseline(app: str, problem: dict, transport: str, address: str | None) -
 
 def _reniced(baseline, niceness: int, problem: dict) -> dict:
     """``baseline(**problem)`` with this process's threads at ``niceness``."""
-    from ...transports.ray import set_niceness
+    from ftactors.transports.ray import set_niceness
     set_niceness(niceness)
     return baseline(**problem)
 

@@ -35,10 +35,10 @@ import time
 
 import ftactors as ft
 
-from ...apps import _stencil_ref as stencil_ref
-from ...apps._npb_cg import CG_CLASSES as CLASSES
-from ...apps.cg import CG
-from ...apps.stencil import Stencil
+from ftactors.apps import _stencil_ref as stencil_ref
+from ftactors.apps._npb_cg import CG_CLASSES as CLASSES
+from ftactors.apps.cg import CG
+from ftactors.apps.stencil import Stencil
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 from .kernel import run_plain
 
@@ -95,7 +95,7 @@ def run_mpi(problem: str, ranks: int, exe: str) -> dict:
     else:
         argv = ["_cg_mpi", problem]
     out = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m",
-                          f"ftactors.tools.bench.{argv[0]}", *argv[1:]],
+                          f"benchmarks.{argv[0]}", *argv[1:]],
                          capture_output=True, text=True, timeout=1800,
                          env={"OMP_NUM_THREADS": "1", **os.environ})
     if out.returncode != 0:

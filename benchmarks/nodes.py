@@ -40,10 +40,10 @@ import time
 
 import ftactors as ft
 
-from ...runtime._protocol import working_stacks
-from ..apps_cli import app_module, protocol_stack
-from .._node_loss import remove_node
-from ..chaos import same_answer
+from ftactors.runtime._protocol import working_stacks
+from ftactors.tools.apps_cli import app_module, protocol_stack
+from ftactors.tools._node_loss import remove_node
+from ftactors.tools.chaos import same_answer
 from ._harness import machine_info, table, usage_error, write_results
 
 APPS = {"cg": {"problem_class": "S"}, "hpl": {"n": 96, "nb": 8, "p": 2, "q": 4}}

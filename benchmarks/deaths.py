@@ -20,7 +20,7 @@ from collections import Counter
 
 import ftactors as ft
 
-from .._procs import descendants, title
+from ftactors.tools._procs import descendants, title
 from ._harness import table, write_results
 
 POLL_S = 0.005

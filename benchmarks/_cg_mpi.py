@@ -1,6 +1,6 @@
 """NPB CG on mpi4py, the same kernel and row-block layout as ``ftactors.apps.cg``: the
 baseline of ``ftactors bench solver``. Run as
-``mpiexec -n N python -m ftactors.tools.bench._cg_mpi CLASS``; rank 0 prints one JSON line with
+``mpiexec -n N python -m benchmarks._cg_mpi CLASS``; rank 0 prints one JSON line with
 the slowest rank's seconds for the timed outer iterations, the last zeta and the check.
 
 ``Allgatherv`` of the ``p`` blocks and ``allreduce`` of the partial dot products, as an
@@ -16,8 +16,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...apps import _npb_cg as npb
-from ...apps.cg import row_range
+from ftactors.apps import _npb_cg as npb
+from ftactors.apps.cg import row_range
 
 
 def main(problem_class: str) -> None:
