@@ -30,8 +30,8 @@ import subprocess
 import sys
 
 import ftactors as ft
+from ftactors.apps.cg import CG_CLASSES
 
-from ftactors.apps._npb_cg import CG_CLASSES
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 from .apps import baseline_cg
 
