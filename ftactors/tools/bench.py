@@ -26,23 +26,21 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = "benchmarks"
 
 
-def load_benchmarks(root: Path | None = None) -> ModuleType:
-    """The ``benchmarks`` package of the checkout at ``root`` (default ``ROOT``), imported
-    once per process.
+def load_benchmarks() -> ModuleType:
+    """The ``benchmarks`` package of the checkout at ``ROOT``, imported once per process.
 
     Raises:
-        ImportError: ``root`` has no ``benchmarks/`` (ftactors is installed from a wheel),
+        ImportError: ``ROOT`` has no ``benchmarks/`` (ftactors is installed from a wheel),
             another ``benchmarks`` is imported already, or the package failed to import.
     """
-    init = (ROOT if root is None else root) / NAME / "__init__.py"
+    init = ROOT / NAME / "__init__.py"
     loaded = sys.modules.get(NAME)
     if loaded is not None:
         if Path(getattr(loaded, "__file__", "") or "").resolve() != init.resolve():
             raise ImportError(f"another {NAME!r} is imported already ({loaded.__file__})")
         return loaded
     if not init.is_file():
-        raise ModuleNotFoundError(f"no {NAME}/ next to {init.parent.parent / 'ftactors'}",
-                                  name=NAME)
+        raise ModuleNotFoundError(f"no {NAME}/ next to {ROOT / 'ftactors'}", name=NAME)
     spec = importlib.util.spec_from_file_location(
         NAME, init, submodule_search_locations=[str(init.parent)])
     module = importlib.util.module_from_spec(spec)
