@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+import benchmarks
 import ftactors
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "docs/ARCHITECTURE.md"]
-SOURCES = [*ROOT.glob("ftactors/**/*.py"), *ROOT.glob("tests/**/*.py"),
-           *ROOT.glob("cluster/**/*"), *ROOT.glob("experiments/*"), *ROOT.glob("examples/*"),
-           ROOT / "pyproject.toml",
+SOURCES = [*ROOT.glob("ftactors/**/*.py"), *ROOT.glob("benchmarks/*.py"),
+           *ROOT.glob("tests/**/*.py"), *ROOT.glob("cluster/**/*"), *ROOT.glob("experiments/*"),
+           *ROOT.glob("examples/*"), ROOT / "pyproject.toml",
            ROOT / ".ci/run"]
 NOT_PATHS = ("/", "DIR", "RESULTS_DIR", "s3://", "~", "events/<", "ray://", "../shared/",
              "results.parquet", "experiment.yaml")
@@ -47,10 +48,11 @@ WORDS = _words()
 
 
 def _namespace() -> dict[str, list]:
-    """Every module of ftactors by its dotted tails (``_escalation``,
-    ``runtime._escalation``), and every class and function by its name."""
+    """Every module of ftactors and of the benchmarks by its dotted tails
+    (``_escalation``, ``runtime._escalation``), and every class and function by its name."""
     found: dict[str, list] = {}
-    for info in pkgutil.walk_packages(ftactors.__path__, "ftactors."):
+    for info in [*pkgutil.walk_packages(ftactors.__path__, "ftactors."),
+                 *pkgutil.walk_packages(benchmarks.__path__, "benchmarks.")]:
         if info.name.endswith("__main__"):
             continue  # runs the command line
         try:

@@ -27,7 +27,7 @@ from ..base._storage import open_filesystem
 from ..runtime._chaos import KILL_METHODS
 from ..runtime._notices import kill_text
 from ..runtime._options import add_option_flags
-from ._node_loss import remove_node
+from .node_loss import remove_node
 from .apps_cli import protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
                          experiment_from_flags, load_experiment)

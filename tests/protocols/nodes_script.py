@@ -27,9 +27,12 @@ import tempfile
 import time
 import traceback
 
-from ftactors.tools.bench import nodes as bench_nodes
+from ftactors.tools.bench import load_benchmarks
 from ftactors.tools.chaos import run_experiment
 from ftactors.tools.experiment import load_experiment
+
+load_benchmarks()  # the checkout's benchmarks/, found as ``ftactors bench`` finds them
+from benchmarks import nodes as bench_nodes  # noqa: E402 - importable once loaded
 
 
 def _chaos(path: str, out: str, cluster) -> int:

@@ -1,6 +1,6 @@
 """A node lost as a machine is: its raylet's processes (Ray's workers: ranks, spares)
 are stopped before the node is removed and dead once it is, not left running until each
-notices its raylet gone (``tools/_node_loss.py``). A fake raylet with a worker child
+notices its raylet gone (``tools/node_loss.py``). A fake raylet with a worker child
 stands in for a Ray node: no Ray is started."""
 import os
 import signal
@@ -9,7 +9,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from ftactors.tools._node_loss import remove_node
+from ftactors.tools.node_loss import remove_node
 
 # a "raylet" that starts a "worker" (its child, which computes on), says its pid, waits
 RAYLET = ("import subprocess, sys, time\n"

@@ -10,7 +10,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.apps.cg import CG
-from ftactors.tools.bench.deaths import delays, protocols, trial
+from benchmarks.deaths import delays, protocols, trial
 from ftactors.tools.cli import main
 
 pytestmark = pytest.mark.ray

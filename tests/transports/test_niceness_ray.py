@@ -73,7 +73,7 @@ def test_the_apps_bench_runs_its_numpy_baseline_at_the_drivers_niceness(ray_sess
     the driver's niceness: the task must too, not at Ray's 15."""
     import ray
 
-    from ftactors.tools.bench.apps import _reniced
+    from benchmarks.apps import _reniced
 
     def probe():
         return {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}

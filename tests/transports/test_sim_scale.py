@@ -17,7 +17,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.engine._vector import RankVector
-from ftactors.tools.bench.sim import SimWorkload
+from benchmarks.sim import SimWorkload
 
 
 class Peers(ft.Rank):

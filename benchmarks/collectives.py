@@ -81,7 +81,7 @@ class CollectivesBench(ft.Rank):
 
 def run_mpi(plan: dict, ranks: int, exe: str) -> dict:
     out = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m",
-                          "ftactors.tools.bench._colls_mpi", json.dumps(plan)],
+                          "benchmarks._colls_mpi", json.dumps(plan)],
                          capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"mpiexec failed ({out.returncode}): {out.stderr.strip()[-500:]}")

@@ -31,8 +31,7 @@ import tempfile
 import time
 
 import ftactors as ft
-from ftactors.apps._npb_cg import CG_CLASSES
-from ftactors.apps.cg import CG
+from ftactors.apps.cg import CG, CG_CLASSES
 from ftactors.protocols import StandbyReplacement
 
 from ._harness import add_repetitions, table, write_results

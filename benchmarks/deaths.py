@@ -19,8 +19,8 @@ import time
 from collections import Counter
 
 import ftactors as ft
+from ftactors.tools.procs import descendants, title
 
-from .._procs import descendants, title
 from ._harness import table, write_results
 
 POLL_S = 0.005

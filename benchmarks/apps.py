@@ -33,14 +33,11 @@ import time
 import numpy as np
 
 import ftactors as ft
+from ftactors.apps.cg import CG, CG_CLASSES, csr_matvec, make_matrix, power_step
+from ftactors.apps.coupled import Coupled, coupled_serial
+from ftactors.apps.hpl import HPL, back_solve, generate_system, lu_factor
+from ftactors.apps.stencil import Stencil, checksum, stencil_serial
 
-from ...apps import _hpl_matgen as hpl_ref
-from ...apps import _npb_cg as npb
-from ...apps import _stencil_ref as stencil_ref
-from ...apps.cg import CG
-from ...apps.coupled import Coupled, coupled_serial
-from ...apps.hpl import HPL
-from ...apps.stencil import Stencil
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 
 FULL = {"cg": {"problem_class": "A"}, "hpl": {"n": 2000, "nb": 64},
@@ -62,13 +59,13 @@ def _now() -> float:
 def baseline_cg(problem_class: str) -> dict:
     """Serial NPB CG: the matrix, then the ``niter`` outer iterations the app runs
     (``compute_s``; ``compute_cpu_s``: the CPU time of this thread in them)."""
-    cls = npb.CG_CLASSES[problem_class]
+    cls = CG_CLASSES[problem_class]
     t0 = _now()
-    a = npb.make_matrix(cls)
+    a = make_matrix(cls)
     t1, c1 = _now(), time.thread_time()
     x = np.ones(cls.na)
     for _ in range(cls.niter):
-        x, zeta, _ = npb.power_step(lambda p: npb.csr_matvec(a, p), x, np.dot, cls.shift)
+        x, zeta, _ = power_step(lambda p: csr_matvec(a, p), x, np.dot, cls.shift)
     t2, c2 = _now(), time.thread_time()
     return {"total_s": t2 - t0, "compute_s": t2 - t1, "compute_cpu_s": c2 - c1, "zeta": zeta}
 
@@ -76,26 +73,26 @@ def baseline_cg(problem_class: str) -> dict:
 def baseline_hpl(n: int, nb: int) -> dict:
     """Serial HPL: generate ``[A|b]``, then factorise and solve (the app's timed part)."""
     t0 = _now()
-    aug = hpl_ref.generate_system(n)
+    aug = generate_system(n)
     t1 = _now()
-    hpl_ref.lu_factor(aug, nb)
-    hpl_ref.back_solve(aug[:, :n], aug[:, n], nb)
+    lu_factor(aug, nb)
+    back_solve(aug[:, :n], aug[:, n], nb)
     t2 = _now()
     return {"total_s": t2 - t0, "compute_s": t2 - t1}
 
 
 def baseline_stencil(ny: int, nx: int, iterations: int) -> dict:
     t0 = _now()
-    grid = stencil_ref.stencil_serial(ny, nx, iterations)
+    grid = stencil_serial(ny, nx, iterations)
     t1 = _now()
-    return {"total_s": t1 - t0, "compute_s": t1 - t0, "checksum": stencil_ref.checksum(grid)}
+    return {"total_s": t1 - t0, "compute_s": t1 - t0, "checksum": checksum(grid)}
 
 
 def baseline_coupled(ny: int, nx: int, iterations: int, couple_every: int) -> dict:
     t0 = _now()
     grid = coupled_serial(ny, nx, nx // 2, iterations, couple_every)
     t1 = _now()
-    return {"total_s": t1 - t0, "compute_s": t1 - t0, "checksum": stencil_ref.checksum(grid)}
+    return {"total_s": t1 - t0, "compute_s": t1 - t0, "checksum": checksum(grid)}
 
 
 BASELINES = {"cg": baseline_cg, "hpl": baseline_hpl, "stencil": baseline_stencil,
@@ -139,7 +136,7 @@ def run_baseline(app: str, problem: dict, transport: str, address: str | None) -
 
     import ray
 
-    from ...transports.ray import ensure_ray
+    from ftactors.transports.ray import ensure_ray
     ensure_ray(address)
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
     return ray.get(ray.remote(_reniced).remote(BASELINES[app], niceness, problem))
@@ -147,7 +144,7 @@ def run_baseline(app: str, problem: dict, transport: str, address: str | None) -
 
 def _reniced(baseline, niceness: int, problem: dict) -> dict:
     """``baseline(**problem)`` with this process's threads at ``niceness``."""
-    from ...transports.ray import set_niceness
+    from ftactors.transports.ray import set_niceness
     set_niceness(niceness)
     return baseline(**problem)
 
@@ -237,7 +234,7 @@ def problems_from_args(args) -> dict:
     """The problems to run, after ``--quick`` and the size options; ValueError if bad."""
     problems = {app: dict(p) for app, p in (QUICK if args.quick else FULL).items()}
     if args.cg_class is not None:
-        if args.cg_class not in npb.CG_CLASSES:
+        if args.cg_class not in CG_CLASSES:
             raise ValueError(f"unknown CG class {args.cg_class!r}")
         problems["cg"]["problem_class"] = args.cg_class
     for key, value in (("n", args.hpl_n), ("nb", args.hpl_nb)):

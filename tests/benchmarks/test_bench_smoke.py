@@ -79,7 +79,7 @@ def test_transport_bench_json(tmp_path, ray_session):
 def test_transport_bench_measures_more_sizes_on_request():
     """``--sizes-kib`` adds array sizes (either side of a crossover) to the plan, each
     with a bandwidth row of its own; a size that is no whole number of float64 is refused."""
-    from ftactors.tools.bench import transport
+    from benchmarks import transport
     plan = transport.plan_of(transport.QUICK, "96, 104,16384")
     assert list(plan["arrays"]) == sorted({96 << 10, 104 << 10, *transport.SIZES})
     assert plan["arrays"][96 << 10] == transport.EXTRA_BYTES["quick"] // (96 << 10)
@@ -95,7 +95,7 @@ def test_transport_bench_passes_options_to_the_ftactors_side():
     """``--option NAME=VALUE`` (a Python literal, repeatable) becomes an option of the
     ftactors side's ``ft.run``, to measure either side of a threshold; anything else is
     a usage error."""
-    from ftactors.tools.bench import transport
+    from benchmarks import transport
     assert transport.options_of(["shared_memory_bytes=None", " object_store_bytes = 1073741824"]) == {
         "shared_memory_bytes": None, "object_store_bytes": 1 << 30}
     for bad in ("shared_memory_bytes", "=3", "x=not a literal"):
@@ -201,7 +201,7 @@ def test_rs_bench_rejects_bad_settings():
 def test_solver_bench_table_from_samples():
     """The solver table's ratios, target verdicts and the row of a missing mpi4py (the
     CG runs themselves are too slow for a test; ``bench solver`` is run by hand)."""
-    from ftactors.tools.bench import solver
+    from benchmarks import solver
     samples = {("W", 8): {"serial": [1.0, 3.0], "mpi4py": "not installed: " + solver.MPI_HINT,
                           "ray": [40.0, 50.0], "direct": [8.0, 9.0]},
                ("S", 4): {"serial": [0.5, 0.5], "mpi4py": "not installed: " + solver.MPI_HINT,
@@ -244,12 +244,12 @@ def test_solver_bench_json(tmp_path):
 def test_the_mpi4py_stencil_is_bit_identical_to_the_serial_run(grid):
     """The halo row's baseline computes what ftactors' stencil does (rows and columns)."""
     from ftactors.apps import _stencil_ref as ref
-    from ftactors.tools.bench import solver
+    from benchmarks import solver
     exe = solver.mpiexec()
     if exe is None:
         pytest.skip(f"mpi4py is not installed: {solver.MPI_HINT}")
     ny, nx, iterations = 12, 20, 7
-    argv = [sys.executable, "-m", "ftactors.tools.bench._stencil_mpi",
+    argv = [sys.executable, "-m", "benchmarks._stencil_mpi",
             *map(str, (ny, nx, iterations, *grid))]
     out = subprocess.run([exe, "-n", str(grid[0] * grid[1]), *argv], capture_output=True,
                          text=True, timeout=120)
@@ -305,7 +305,7 @@ def test_collectives_bench_rows_and_rank_side():
     """The collectives table from samples, and the ranks' side on the local transport
     (one call of every op and size under both schedules; Ray and mpi4py are run by hand)."""
     import ftactors as ft
-    from ftactors.tools.bench import collectives
+    from benchmarks import collectives
     plan = {"repetitions": 1, "calls": {"65536": 1}}
     samples = ft.run(collectives.CollectivesBench, 3, args=(plan,), transport="local").results[0]
     assert set(samples) == {f"{op} 65536 {side}" for op in collectives.OPS
@@ -324,7 +324,7 @@ def test_collectives_bench_json(tmp_path, ray_session):
     out = tmp_path / "collectives.json"
     assert bench("collectives", "--ranks", "2", "--sizes", "0.125", "--repetitions", "1",
                  "--quick", "--json", str(out)) == 0
-    from ftactors.tools.bench.collectives import OPS
+    from benchmarks.collectives import OPS
     data = json.loads(out.read_text())
     assert data["benchmark"] == "collectives" and data["ranks"] == 2
     assert [r["op"] for r in data["rows"]] == list(OPS)

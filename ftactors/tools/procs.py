@@ -1,7 +1,7 @@
 """The process tree as ``/proc`` lists it (Linux): who started whom, and what each is.
 
 Tools that strike processes from outside the framework need them: a node loss stops
-every process its raylet started (``_node_loss``), and ``bench deaths`` kills one of a
+every process its raylet started (``node_loss``), and ``bench deaths`` kills one of a
 run's rank actors, found among the driver's descendants by title. Without ``/proc``
 the tree is empty.
 """

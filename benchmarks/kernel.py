@@ -4,7 +4,7 @@ What a rank adds to the compute alone, isolated from messaging: the serial NPB C
 (``apps.baseline_cg``: the matrix, then the timed outer iterations, no message sent)
 run, in turn within each repetition,
 
-* **plain**: in a fresh Python process (``python -m ftactors.tools.bench.kernel CLASS``)
+* **plain**: in a fresh Python process (``python -m benchmarks.kernel CLASS``)
   with ``OMP_NUM_THREADS=1``, the BLAS threads Ray gives its workers (a plain process
   with the machine's default threads runs a different kernel: on a busy machine its
   spinning BLAS threads make it several times slower, on a quiet one slightly faster);
@@ -30,8 +30,8 @@ import subprocess
 import sys
 
 import ftactors as ft
+from ftactors.apps.cg import CG_CLASSES
 
-from ...apps._npb_cg import CG_CLASSES
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 from .apps import baseline_cg
 

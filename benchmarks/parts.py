@@ -26,7 +26,7 @@ from ftactors.protocols.shared.units import load_groups
 from ftactors.protocols.standby.machine import part_holder
 
 from ._harness import table, write_results
-from .levels import _recovery, add_cg_kill_arguments, apply_quick
+from .levels import add_cg_kill_arguments, apply_quick, recovery_figures
 
 
 def add_arguments(parser) -> None:
@@ -88,7 +88,8 @@ def main(args) -> int:
                                                 spares=args.ranks),
             "copy holder lost too": _run(CopiedGroupsCG, args, spares=args.ranks, kills=[
                 (victim, k), ft.Kill(holder, recovery_round=0)])}
-    recoveries = {name: {**_recovery(r), "sources": _sources(r)} for name, r in runs.items()}
+    recoveries = {name: {**recovery_figures(r), "sources": _sources(r)}
+                  for name, r in runs.items()}
     print(f"\n  failure-free solve time, median of {args.repetitions}:")
     print(table([("stack", "solve s", "vs groups alone")]
                 + [(name, f"{t:.3f}", f"x{t / alone:.3f}") for name, t in solve.items()]))

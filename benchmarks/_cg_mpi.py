@@ -1,6 +1,6 @@
 """NPB CG on mpi4py, the same kernel and row-block layout as ``ftactors.apps.cg``: the
 baseline of ``ftactors bench solver``. Run as
-``mpiexec -n N python -m ftactors.tools.bench._cg_mpi CLASS``; rank 0 prints one JSON line with
+``mpiexec -n N python -m benchmarks._cg_mpi CLASS``; rank 0 prints one JSON line with
 the slowest rank's seconds for the timed outer iterations, the last zeta and the check.
 
 ``Allgatherv`` of the ``p`` blocks and ``allreduce`` of the partial dot products, as an
@@ -16,23 +16,23 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...apps import _npb_cg as npb
-from ...apps.cg import row_range
+from ftactors.apps.cg import (CG_CLASSES, CSRMatrix, csr_matvec, make_matrix, power_step,
+                              row_block, row_range, verify_zeta)
 
 
 def main(problem_class: str) -> None:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    cls = npb.CG_CLASSES[problem_class]
+    cls = CG_CLASSES[problem_class]
     lo, hi = row_range(cls.na, rank, size)
-    rows = npb.row_block(npb.make_matrix(cls), lo, hi)
-    block = npb.CSRMatrix(rows.rowptr, rows.colidx.copy(), rows.values.copy(), rows.n)
+    rows = row_block(make_matrix(cls), lo, hi)
+    block = CSRMatrix(rows.rowptr, rows.colidx.copy(), rows.values.copy(), rows.n)
     counts = [row_range(cls.na, r, size)[1] - row_range(cls.na, r, size)[0] for r in range(size)]
     full = np.empty(cls.na)
 
     def matvec(p_local):
         comm.Allgatherv(np.ascontiguousarray(p_local), [full, counts])
-        return npb.csr_matvec(block, full)
+        return csr_matvec(block, full)
 
     def dot(a, b):
         return comm.allreduce(float(np.dot(a, b)))
@@ -41,10 +41,10 @@ def main(problem_class: str) -> None:
     comm.Barrier()
     t0 = time.perf_counter()
     for _ in range(cls.niter):
-        x, zeta, _ = npb.power_step(matvec, x, dot, cls.shift)
+        x, zeta, _ = power_step(matvec, x, dot, cls.shift)
     seconds = comm.reduce(time.perf_counter() - t0, op=MPI.MAX)
     if rank == 0:
-        verified, error = npb.verify_zeta(cls, zeta)
+        verified, error = verify_zeta(cls, zeta)
         print(json.dumps({"time_s": seconds, "zeta": zeta, "verified": verified}))
 
 

@@ -386,7 +386,7 @@ def main(args) -> int:
           f"{args.sim_jitter_us:g} us", flush=True)
     machine = machine_info()
     if any(t == "ray" for t, _ in plan):
-        from ...transports.ray import ensure_ray
+        from ftactors.transports.ray import ensure_ray
         ensure_ray()  # once for the whole process
     configs = []
     t_all = time.perf_counter()

@@ -3,7 +3,7 @@
 On a local multi-node Ray (``ray.cluster_utils.Cluster``: a head, which runs the driver
 and the spares, and ``--workers`` worker nodes running ``--ranks`` ranks in blocks,
 ``rank_nodes``), each run removes worker ``--remove`` (or the cell's own workers, see
-``--cells``) without grace (``tools/_node_loss.remove_node``: its raylet, object store
+``--cells``) without grace (``tools/node_loss.remove_node``: its raylet, object store
 and every process on it, the ranks too, go at once)
 while every rank waits at iteration ``--gate`` of its first loop (a gate actor on the
 head, so the loss hits a known iteration whatever the load; the survivors go on when the
@@ -39,11 +39,10 @@ import tempfile
 import time
 
 import ftactors as ft
+from ftactors.tools.apps_cli import protocol_stack, working_stacks
+from ftactors.tools.node_loss import remove_node
+from ftactors.tools.programs import app_module, same_answer
 
-from ...runtime._protocol import working_stacks
-from ..apps_cli import app_module, protocol_stack
-from .._node_loss import remove_node
-from ..chaos import same_answer
 from ._harness import machine_info, table, usage_error, write_results
 
 APPS = {"cg": {"problem_class": "S"}, "hpl": {"n": 96, "nb": 8, "p": 2, "q": 4}}
@@ -100,7 +99,7 @@ def stack_options(stack: list[str], checkpoint_dir: str) -> dict:
     protocol that hands its parts to the levels, a level's own-round options are left
     out: the options of role ``OWN_ROUNDS``)."""
     from ftactors.protocols import PROTOCOLS
-    from ftactors.runtime._options import OWN_ROUNDS, with_role
+    from ftactors.tools.options import OWN_ROUNDS, with_role
     parts = any(PROTOCOLS[name].hands_parts for name in stack)
     options = {}
     for name in stack:

@@ -1,5 +1,5 @@
 """The collectives of ``ftactors bench collectives`` on mpi4py, its anchor. Run as
-``mpiexec -n N python -m ftactors.tools.bench._colls_mpi PLAN_JSON``; rank 0 prints one
+``mpiexec -n N python -m benchmarks._colls_mpi PLAN_JSON``; rank 0 prints one
 JSON line: ``{"OP SIZE": [seconds per call, one per repetition]}``, each the slowest
 rank's, timed between barriers as the ftactors side is."""
 from __future__ import annotations

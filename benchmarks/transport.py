@@ -259,7 +259,7 @@ def _anchor_actors(address: str | None):
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from ...transports.ray import ensure_ray
+    from ftactors.transports.ray import ensure_ray
     ensure_ray(address)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     peer = ray.remote(RawPeer).options(num_cpus=0).remote()

@@ -9,6 +9,7 @@ and reports ratios; ``machine_info`` says where it ran.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import sys
@@ -18,8 +19,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 import ftactors as ft
-
-from .._common import write_json
 
 TRANSPORTS = ("ray", "local", "sim")
 """The order a benchmark runs its rank counts in: real ranks first, simulated last."""
@@ -136,6 +135,10 @@ def machine_info() -> dict:
 
 def write_results(args, bench: str, results: dict, machine: dict | None = None) -> None:
     """Write ``--json``: the benchmark's name, its results and the machine (as measured
-    before the runs, when given: the load average then is the one that counts)."""
-    write_json(args.json, {"benchmark": bench, **results,
-                           "machine": machine or machine_info()})
+    before the runs, when given: the load average then is the one that counts), and say
+    so; no ``--json``: nothing."""
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": bench, **results, "machine": machine or machine_info()}, f,
+                      indent=2, default=str)
+        print(f"wrote {args.json}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 
-from ._procs import descendants
+from .procs import descendants
 
 ROUNDS = 10
 """Times the raylet's processes are listed and stopped, in case it started one meanwhile."""

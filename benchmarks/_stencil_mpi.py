@@ -1,6 +1,6 @@
 """The Jacobi stencil on mpi4py, the same kernel, layout and halo exchange as
 ``ftactors.apps.stencil``: the baseline of the halo row of ``ftactors bench solver``. Run as
-``mpiexec -n N python -m ftactors.tools.bench._stencil_mpi NY NX ITERATIONS PY PX``; rank 0
+``mpiexec -n N python -m benchmarks._stencil_mpi NY NX ITERATIONS PY PX``; rank 0
 prints one JSON line with the slowest rank's seconds for the timed iterations and the
 checksum of the gathered grid (bit-identical to the serial run's and to ftactors').
 
@@ -16,8 +16,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...apps import _stencil_ref as ref
-from ...apps.stencil import DOWN, LEFT, RIGHT, UP, Layout
+from ftactors.apps.stencil import DOWN, LEFT, RIGHT, UP, Layout, checksum, jacobi_step
 
 
 def main(ny: int, nx: int, iterations: int, py: int, px: int) -> None:
@@ -38,14 +37,14 @@ def main(ny: int, nx: int, iterations: int, py: int, px: int) -> None:
             cart.Sendrecv(np.ascontiguousarray(u[1:-1, edge]), dest, tag, halo, source, tag)
             if source != MPI.PROC_NULL:
                 u[1:-1, into] = halo
-        u[1:-1, 1:-1] = ref.jacobi_step(u)
+        u[1:-1, 1:-1] = jacobi_step(u)
     seconds = cart.reduce(time.perf_counter() - t0, op=MPI.MAX)
     blocks = cart.gather((layout.bounds(cart.Get_rank()), u[1:-1, 1:-1]), root=0)
     if cart.Get_rank() == 0:
         grid = np.empty((ny, nx))
         for (r0, r1, c0, c1), block in blocks:
             grid[r0 - 1:r1 - 1, c0 - 1:c1 - 1] = block
-        print(json.dumps({"time_s": seconds, "checksum": ref.checksum(grid)}))
+        print(json.dumps({"time_s": seconds, "checksum": checksum(grid)}))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def measure_overhead(args, store: str) -> dict:
             "ratio": statistics.median(stacked) / statistics.median(bare)}
 
 
-def _recovery(r) -> dict:
+def recovery_figures(r) -> dict:
     """Detection to every rank restored, and the level that recovered (the last round)."""
     detected = [e for e in r.events if e.kind == "failure_detected"]
     end = [e for e in r.events if e.kind == "recovery_end"][-1]
@@ -117,8 +117,9 @@ def measure_recoveries(args, store: str) -> dict:
                 kills=[(victim, k), ft.Kill(partner(victim, args.ranks), recovery_round=0)])
     restart = _run(StableCG, args, store, kills=[(victim, k)])
     warm = _run(StableCG, args, store, kills=[(victim, k)], spares=args.ranks)
-    return {"partner": _recovery(single), "rs": _recovery(pair),
-            "global_restart": _recovery(restart), "global_restart_warm": _recovery(warm)}
+    return {"partner": recovery_figures(single), "rs": recovery_figures(pair),
+            "global_restart": recovery_figures(restart),
+            "global_restart_warm": recovery_figures(warm)}
 
 
 def main(args) -> int:

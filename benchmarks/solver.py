@@ -34,11 +34,9 @@ import sys
 import time
 
 import ftactors as ft
+from ftactors.apps.cg import CG, CG_CLASSES as CLASSES
+from ftactors.apps.stencil import Stencil, checksum, stencil_serial
 
-from ...apps import _stencil_ref as stencil_ref
-from ...apps._npb_cg import CG_CLASSES as CLASSES
-from ...apps.cg import CG
-from ...apps.stencil import Stencil
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 from .kernel import run_plain
 
@@ -95,7 +93,7 @@ def run_mpi(problem: str, ranks: int, exe: str) -> dict:
     else:
         argv = ["_cg_mpi", problem]
     out = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m",
-                          f"ftactors.tools.bench.{argv[0]}", *argv[1:]],
+                          f"benchmarks.{argv[0]}", *argv[1:]],
                          capture_output=True, text=True, timeout=1800,
                          env={"OMP_NUM_THREADS": "1", **os.environ})
     if out.returncode != 0:
@@ -131,8 +129,8 @@ def run_serial(problem: str, ranks: int) -> dict:
         return {"time_s": run_plain(problem)["compute_s"]}
     g = halo_grid(ranks)
     t0 = time.perf_counter()
-    grid = stencil_ref.stencil_serial(g["ny"], g["nx"], g["iterations"])
-    return {"time_s": time.perf_counter() - t0, "checksum": stencil_ref.checksum(grid)}
+    grid = stencil_serial(g["ny"], g["nx"], g["iterations"])
+    return {"time_s": time.perf_counter() - t0, "checksum": checksum(grid)}
 
 
 def run_way(problem: str, ranks: int, way: str, address: str | None, exe: str | None) -> dict:
