@@ -70,9 +70,10 @@ class Protocol:
     uses_spares: ClassVar[bool] = False
     """Whether this protocol promotes ``ft.run(spares=k)`` standby ranks."""
     stack_helper: ClassVar[type | None] = None
-    """Coordinator-side class with ``for_run(ctx, stack) -> helper or None`` (``ctx``: the run's ``RecoveryContext``): work
-    for the whole stack that no one level owns (the levels' interval planner), run beside
-    the recovery policies by ``runtime/_escalation.Escalation``."""
+    """Coordinator-side class with ``for_run(ctx, stack) -> helper or None`` (``ctx``: the
+    run's ``RecoveryContext``): work for the whole stack that no one level owns (the
+    levels' interval planner), run beside the recovery policies by
+    ``runtime/_escalation.Escalation``."""
     hands_parts: ClassVar[bool] = False
     """A consistency protocol whose checkpoints are parts of group or cluster cuts, taken
     by each unit on its own: it hands every part to the stack's levels (``on_part``), and

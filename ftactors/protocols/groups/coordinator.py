@@ -59,8 +59,9 @@ class GroupRecovery:
                 del self.pending[key]  # older sets that never completed can never be used
         c.events.record("group_checkpoint", group=ck.group, position=ck.position,
                         index=position_index(ck.position))
-        await asyncio.gather(*(c.call_handle(c.handle(r), GroupCoordination.ft_rpc_group_commit, ck.position)
-                               for r in ck.handles), return_exceptions=True)
+        await asyncio.gather(*(
+            c.call_handle(c.handle(r), GroupCoordination.ft_rpc_group_commit, ck.position)
+            for r in ck.handles), return_exceptions=True)
 
     async def finish(self) -> None:
         await self.parts.finish()
@@ -89,27 +90,30 @@ class GroupRecovery:
         others = [x for x in range(c.n) if x not in ranks]
         restored = {r: [0] * c.n if sets[r] is None else sets[r].received[r] for r in ranks}
         holds = dict(zip(others, await asyncio.gather(*(
-            c.call(x, GroupCoordination.ft_rpc_group_fence, epochs, {r: restored[r][x] for r in ranks})
+            c.call(x, GroupCoordination.ft_rpc_group_fence, epochs,
+                   {r: restored[r][x] for r in ranks})
             for x in others))))
         if c.part_levels is not None:
             await c.part_levels.forget({r: sets[r] and sets[r].position for r in ranks},
                                        self.groups)
         holds.update(restored)  # a restarted rank will hold what its part holds
         for r in ranks:
-            c.start_rank(r, c.restore_spec(handles[r], {NAME: {x: held[r] for x, held in holds.items()
-                                                      if x != r}}))
+            held_from = {x: held[r] for x, held in holds.items() if x != r}
+            c.start_rank(r, c.restore_spec(handles[r], {NAME: held_from}))
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
-        got = await asyncio.gather(*(c.call(r, GroupCoordination.ft_rpc_group_received) for r in ranks))
+        got = await asyncio.gather(*(
+            c.call(r, GroupCoordination.ft_rpc_group_received) for r in ranks))
         # every rank resends to the restarted ones what they lack; a restarted rank also
         # resends to the others what it had sent before its part but they never got (it
         # was in flight when the fence dropped its old life's traffic)
         lack = {x: {r: got[i][x] for i, r in enumerate(ranks)} for x in range(c.n)}
         for x in ranks:
             lack[x].update({s: holds[s][x] for s in others})
-        resent = await asyncio.gather(*(c.call(x, GroupCoordination.ft_rpc_group_resend, lack[x]) for x in range(c.n)))
+        resent = await asyncio.gather(*(
+            c.call(x, GroupCoordination.ft_rpc_group_resend, lack[x]) for x in range(c.n)))
         await asyncio.gather(*(
-            c.call(r, GroupCoordination.ft_rpc_group_expect, {x: done["upto"][r] for x, done in enumerate(resent)
-                                       if r in done["upto"]})
+            c.call(r, GroupCoordination.ft_rpc_group_expect,
+                   {x: done["upto"][r] for x, done in enumerate(resent) if r in done["upto"]})
             for r in ranks))
         c.events.record("group_resumed", groups=hit,
                         resent=sum(done["messages"] for done in resent))

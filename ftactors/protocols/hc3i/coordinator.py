@@ -89,7 +89,8 @@ class Hc3iRecovery:
         await asyncio.gather(*(self._tell_clusters(r) for r in range(c.n)))
 
     async def _tell_clusters(self, rank: int) -> None:
-        await self.c.call(rank, DDVPiggyback.ft_rpc_hc3i_clusters, [list(g) for g in self.clusters.groups])
+        await self.c.call(rank, DDVPiggyback.ft_rpc_hc3i_clusters,
+                          [list(g) for g in self.clusters.groups])
 
     # ------------------------------------------------------------- reports
     def on_report(self, event) -> None:
@@ -170,7 +171,8 @@ class Hc3iRecovery:
             rolled |= set(fresh)
             epochs = {r: c.epochs[r] for k in rolled for r in groups.groups[k]}
             survivors = [r for r in range(c.n) if groups.group_of(r) not in rolled]
-            ddvs = await asyncio.gather(*(c.call(r, DDVPiggyback.ft_rpc_hc3i_fence, epochs) for r in survivors))
+            ddvs = await asyncio.gather(*(
+                c.call(r, DDVPiggyback.ft_rpc_hc3i_fence, epochs) for r in survivors))
             for r, ddv in zip(survivors, ddvs):
                 k = groups.group_of(r)
                 current[k] = _ddv.merge([current.get(k, ddv), ddv])
@@ -223,8 +225,9 @@ class Hc3iRecovery:
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         epochs = {r: c.epochs[r] for r in ranks}
         ddvs = {k: list(self.clcs[k][-1].clc.ddv) for k in targets}
-        resent = await asyncio.gather(*(c.call(r, DDVPiggyback.ft_rpc_hc3i_recovered, targets, ddvs, epochs)
-                                        for r in range(c.n)))
+        resent = await asyncio.gather(*(
+            c.call(r, DDVPiggyback.ft_rpc_hc3i_recovered, targets, ddvs, epochs)
+            for r in range(c.n)))
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
                         resent=sum(resent))
         c.refill_spares()

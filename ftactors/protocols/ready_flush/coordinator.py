@@ -19,6 +19,7 @@ from ftactors.base._storage import open_store
 from ..shared.intervals import daly
 from ..shared.parts import GIVEN_GRACE_S, PartTaker
 from ..standby.machine import partner as holder
+from .machine import checkpoint_position
 from .rank import ReadyMessageFlush
 from .rank import COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, _options
 
@@ -147,11 +148,12 @@ class ReadyFlushCoordinator:
             await self.running.wait()  # not while ranks are being rolled back
             request = next(self._ids)
             notified_at = c.clock()
-            nexts = await asyncio.gather(*(c.call(r, ReadyMessageFlush.ft_rpc_ready_notify, request)
-                                           for r in range(c.n)))
-            position = None if any(p is None for p in nexts) else max(tuple(p) for p in nexts)
-            await asyncio.gather(*(c.call(r, ReadyMessageFlush.ft_rpc_ready_decide, request, position)
-                                   for r in range(c.n)))
+            nexts = await asyncio.gather(*(
+                c.call(r, ReadyMessageFlush.ft_rpc_ready_notify, request) for r in range(c.n)))
+            position = checkpoint_position(nexts)
+            await asyncio.gather(*(
+                c.call(r, ReadyMessageFlush.ft_rpc_ready_decide, request, position)
+                for r in range(c.n)))
             if position is None:
                 c.events.record("checkpoint_skipped", request=request,
                                 reason="a rank has no safe point left in its loop")
@@ -276,7 +278,8 @@ class ReadyFlushCoordinator:
         await c.rewire()
         for rank in range(c.n):
             handle = c.blank(rank) if restore is None else restore[1][rank]
-            c.start_rank(rank, c.restore_spec(handle, line=None if restore is None else restore[0]))
+            line = None if restore is None else restore[0]
+            c.start_rank(rank, c.restore_spec(handle, line=line))
         await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
         self.sets.clear()
         c.events.record("resumed", position=None if restore is None else restore[0])
@@ -313,7 +316,8 @@ class ReadyFlushCoordinator:
         async def held(rank):
             try:
                 return rank, await asyncio.wait_for(
-                    c.call_handle(c.handle(rank), ReadyMessageFlush.ft_rpc_ready_held), GIVEN_GRACE_S)
+                    c.call_handle(c.handle(rank), ReadyMessageFlush.ft_rpc_ready_held),
+                    GIVEN_GRACE_S)
             except (RankDied, asyncio.TimeoutError):  # dead, or hung: it gives nothing
                 return rank, None
         got = await asyncio.gather(*(held(r) for r in range(c.n) if r not in failed))
@@ -417,8 +421,9 @@ class ReadyFlushCoordinator:
             raise ProtocolError(f"rank {rank} finished before it could move")
         t_stop = c.clock()
         others = [r for r in range(c.n) if r != rank]
-        sent = await asyncio.gather(*(c.call(r, ReadyMessageFlush.ft_rpc_ready_migrate_notice, move, rank,
-                                             r in stop["out"]) for r in others))
+        sent = await asyncio.gather(*(
+            c.call(r, ReadyMessageFlush.ft_rpc_ready_migrate_notice, move, rank,
+                   r in stop["out"]) for r in others))
         senders = [r for r, s in zip(others, sent) if s]
         out = await c.call(rank, ReadyMessageFlush.ft_rpc_ready_migrate_out, move, senders)
         t_saved = c.clock()

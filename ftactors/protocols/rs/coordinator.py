@@ -81,8 +81,9 @@ class RSRecovery(LowerLevel):
     async def _reencode(self, round_id, reencode: dict) -> None:
         c = self.c
         for phase in ("drop", "send"):  # nobody holds stale blocks when new ones come
-            await asyncio.gather(*(c.call(r, RSBackup.ft_rpc_rs_reencode, round_id, reencode, phase)
-                                   for r in range(c.n)))
+            await asyncio.gather(*(
+                c.call(r, RSBackup.ft_rpc_rs_reencode, round_id, reencode, phase)
+                for r in range(c.n)))
 
     # ------------------------------------------------------------ stable sets
     def on_report(self, event) -> None:
@@ -228,5 +229,5 @@ class RSRecovery(LowerLevel):
                 sources[idx], lengths = await c.call(rank, RSBackup.ft_rpc_rs_share, round_id,
                                                      ("parity", g, idx - k))
         decoder = next(iter(decode["sources"].values()))
-        return await c.call(decoder, RSBackup.ft_rpc_rs_decode, round_id, g, k, placement.m(g), sources,
-                            lengths, list(members), decode["lost"])
+        return await c.call(decoder, RSBackup.ft_rpc_rs_decode, round_id, g, k, placement.m(g),
+                            sources, lengths, list(members), decode["lost"])

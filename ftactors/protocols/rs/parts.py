@@ -92,8 +92,8 @@ class EncodedParts:
         parity = {j: (h, blocks[h]["held"][(g, j, key)]) for j, h in enumerate(holders)
                   if (g, j, key) in blocks.get(h, {}).get("held", {})}
         live = [r for r in ranks if members.index(r) in data]
-        own = await asyncio.gather(*(self._fetch(r, blocks[r]["own"][key], RSBackup.ft_rpc_rs_part, key)
-                                     for r in live))
+        own = await asyncio.gather(*(
+            self._fetch(r, blocks[r]["own"][key], RSBackup.ft_rpc_rs_part, key) for r in live))
         found = {r: blob for r, blob in zip(live, own) if blob is not None}
         lost = [members.index(r) for r in ranks if r not in found]
         if not lost or len(data) + len(parity) < k:

@@ -486,8 +486,9 @@ class LevelPlanner:
             nexts = await asyncio.gather(*(c.call(r, PlannedLevel.ft_rpc_levels_notify, request)
                                            for r in range(c.n)))
             position = None if any(p is None for p in nexts) else max(map(tuple, nexts))
-            await asyncio.gather(*(c.call(r, PlannedLevel.ft_rpc_levels_decide, request, position, periods)
-                                   for r in range(c.n)))
+            await asyncio.gather(*(
+                c.call(r, PlannedLevel.ft_rpc_levels_decide, request, position, periods)
+                for r in range(c.n)))
         except NewFailure:  # the recovery that follows restores every rank
             return None
         return position

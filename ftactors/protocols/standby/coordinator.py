@@ -24,7 +24,8 @@ class StandbyRecovery(LowerLevel):
         survivors = [r for r in range(c.n) if r not in failed]
         await asyncio.gather(*(c.call(r, "pause") for r in survivors))
         answers = await asyncio.gather(
-            *(c.call(r, StandbyReplacement.ft_rpc_standby_failure, sorted(failed)) for r in survivors))
+            *(c.call(r, StandbyReplacement.ft_rpc_standby_failure, sorted(failed))
+              for r in survivors))
         inventories = dict(zip(survivors, answers))
         await c.phase("notified")
         round_id = choose_round(c.n, failed, inventories)
@@ -43,7 +44,8 @@ class StandbyRecovery(LowerLevel):
         await c.phase("repaired")
         sources = [partner(rank, c.n) if rank in failed else rank for rank in range(c.n)]
         handles = await asyncio.gather(
-            *(c.call(src, StandbyReplacement.ft_rpc_standby_share, rank, round_id) for rank, src in enumerate(sources)))
+            *(c.call(src, StandbyReplacement.ft_rpc_standby_share, rank, round_id)
+              for rank, src in enumerate(sources)))
 
         def restore(rank):
             return c.restore_spec(handles[rank], line=None if round_id is INITIAL else round_id)
@@ -74,11 +76,13 @@ class PartnerCopies:
         """``holders`` are about to be restarted: pull every copy they hold into the
         driver's object store first (a cascade may still need them)."""
         c = self.c
-        kept = await asyncio.gather(*(c.call(h, StandbyReplacement.ft_rpc_standby_parts) for h in holders))
+        kept = await asyncio.gather(*(
+            c.call(h, StandbyReplacement.ft_rpc_standby_parts) for h in holders))
         pulls = [(h, r, key) for h, held in zip(holders, kept)
                  for r, keys in held.items() for key in keys]
-        handles = await asyncio.gather(*(c.call_kept(h, StandbyReplacement.ft_rpc_standby_part, r, key)
-                                         for h, r, key in pulls))
+        handles = await asyncio.gather(*(
+            c.call_kept(h, StandbyReplacement.ft_rpc_standby_part, r, key)
+            for h, r, key in pulls))
         for (h, r, key), handle in zip(pulls, handles):
             self.rescued.setdefault(r, {})[key] = (h, handle)
 
@@ -92,10 +96,12 @@ class PartnerCopies:
         holders = {r: part_holder(units, r) for r in wanted if r not in found}
         empty = set(gone) | c.unstarted()
         live = sorted({h for r, h in holders.items() if h != r and h not in empty})
-        kept = dict(zip(live, await asyncio.gather(*(c.call(h, StandbyReplacement.ft_rpc_standby_parts) for h in live))))
+        kept = dict(zip(live, await asyncio.gather(*(
+            c.call(h, StandbyReplacement.ft_rpc_standby_parts) for h in live))))
         take = {r: h for r, h in holders.items() if wanted[r] in kept.get(h, {}).get(r, ())}
-        handles = await asyncio.gather(*(c.call_kept(h, StandbyReplacement.ft_rpc_standby_part, r, wanted[r])
-                                         for r, h in take.items()))
+        handles = await asyncio.gather(*(
+            c.call_kept(h, StandbyReplacement.ft_rpc_standby_part, r, wanted[r])
+            for r, h in take.items()))
         return {**found, **dict(zip(take, handles))}
 
     async def forget(self, after: dict[int, Any], units) -> None:
