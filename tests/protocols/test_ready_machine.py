@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ftactors.protocols.ready_flush.machine import ReadyRank, checkpoint_position
+from ftactors.protocols.ready_flush.machine import ReadyRank
+from ftactors.protocols.shared.flush import checkpoint_position
 
 
 @pytest.mark.parametrize("nexts, position", [

@@ -16,10 +16,10 @@ from ftactors.runtime._checkpoints import load_own, position_index, prune_sets, 
 from ftactors.base._errors import ConfigError, ProtocolError
 from ftactors.base._storage import open_store
 
+from ..shared.flush import checkpoint_position
 from ..shared.intervals import daly
 from ..shared.parts import GIVEN_GRACE_S, PartTaker
 from ..standby.machine import partner as holder
-from .machine import checkpoint_position
 from .rank import ReadyMessageFlush
 from .rank import COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, _options
 

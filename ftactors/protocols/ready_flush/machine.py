@@ -2,23 +2,14 @@
 (CoCheck section 4). A rank checkpoints at a safe point when its interval (or the levels'
 plan) says so, or at a position the coordinator decided for a request: every rank told
 the coordinator its next safe point, and the checkpoint is at the furthest of them, which
-every rank can still reach (``checkpoint_position``; none when a rank has left its loop).
-``ReadyRank`` keeps one rank's side of it; the mixin (``rank.py``) flushes, saves and
-waits, and the coordinator side (``coordinator.py``) asks and tells.
+every rank can still reach (``shared/flush.checkpoint_position``, which the levels' planner
+uses too; none when a rank has left its loop). ``ReadyRank`` keeps one rank's side of it;
+the mixin (``rank.py``) flushes, saves and waits, and the coordinator side
+(``coordinator.py``) asks and tells.
 """
 from __future__ import annotations
 
 from typing import Iterable
-
-
-def checkpoint_position(nexts: Iterable[tuple | list | None]) -> tuple | None:
-    """The position of a requested checkpoint from every rank's next safe point: the
-    furthest one (each rank waits at its own until told), or None when a rank has none
-    left (it left its loop: no position is reachable by all)."""
-    nexts = list(nexts)
-    if any(p is None for p in nexts):
-        return None
-    return max(tuple(p) for p in nexts)
 
 
 class ReadyRank:

@@ -42,6 +42,16 @@ OPS = ("marker", "flush_count", "flush_go")
 """The control operations a protocol hands to ``Flush.take``."""
 
 
+def checkpoint_position(nexts: Iterable[tuple | list | None]) -> tuple | None:
+    """The position of a requested checkpoint from every rank's next safe point: the
+    furthest one (each rank waits at its own until told), or None when a rank has none
+    left (it left its loop: no position is reachable by all)."""
+    nexts = list(nexts)
+    if any(p is None for p in nexts):
+        return None
+    return max(tuple(p) for p in nexts)
+
+
 @dataclass
 class _Round:
     """One flush round as one participant sees it."""

@@ -67,6 +67,7 @@ from ftactors.runtime._recovery_context import NewFailure
 from ftactors.runtime._options import INTERVAL, Option, with_role
 from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
 
+from .flush import checkpoint_position
 from .multilevel import FailureKind, Level, Plan, optimal_plan
 
 AUTO = "auto"
@@ -483,9 +484,9 @@ class LevelPlanner:
         await c.wired.wait()
         request = next(self._ids)
         try:
-            nexts = await asyncio.gather(*(c.call(r, PlannedLevel.ft_rpc_levels_notify, request)
-                                           for r in range(c.n)))
-            position = None if any(p is None for p in nexts) else max(map(tuple, nexts))
+            nexts = await asyncio.gather(*(
+                c.call(r, PlannedLevel.ft_rpc_levels_notify, request) for r in range(c.n)))
+            position = checkpoint_position(nexts)
             await asyncio.gather(*(
                 c.call(r, PlannedLevel.ft_rpc_levels_decide, request, position, periods)
                 for r in range(c.n)))
