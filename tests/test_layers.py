@@ -285,3 +285,10 @@ async def test_the_rank_contexts_name_what_the_endpoint_and_link_have():
     endpoint = Endpoint(0, 2, Link(), owner=None)  # (it takes the running loop)
     assert {n for n in RANK_SIDE if not hasattr(endpoint, n)} == set()
     assert {n for n in LINK_SIDE if not hasattr(Link, n)} == set()
+
+
+def test_the_recovery_context_names_nothing_no_protocol_uses():
+    """A member of the door that no coordinator side uses is dead weight on it."""
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py")
+                       if p.name != "_recovery_context.py")
+    assert {n for n in CONTEXT if not re.search(rf"\.{n}\b", source)} == set()

@@ -14,9 +14,11 @@ strings.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
 
 from ..base._errors import ProtocolError
+from ._checkpoints import load_own
 from ._deaths import NewFailure, RankDied
 
 __all__ = ["HOST_CALLS", "NewFailure", "RankDied", "RecoveryContext", "rpc_name"]
@@ -187,8 +189,16 @@ class RecoveryContext:
     def stored(self, position) -> None:
         self._c.stored(position)
 
-    def check_reached(self, position, source: str) -> None:
-        self._c.check_reached(position, source)
-
     async def collect_events(self) -> None:
         await self._c.collect_events()
+
+    async def newest_stable_set(self, store, what: str) -> tuple[tuple, list] | None:
+        """``(position, blob per rank)`` of this run's newest complete checkpoint set in
+        ``store`` (never another run's, nor one past what this run reached: ``what`` names
+        it in that error), or None."""
+        own = await asyncio.to_thread(load_own, store, self._c.identity, self._c.n)
+        if own is None:
+            return None
+        prefix, blobs, meta = own
+        self._c.check_reached(meta["position"], f"{what} {prefix!r}")
+        return tuple(meta["position"]), blobs

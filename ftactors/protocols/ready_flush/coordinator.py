@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ftactors.runtime._recovery_context import NewFailure
 from ftactors.runtime._recovery_context import RankDied
-from ftactors.runtime._checkpoints import load_own, position_index, prune_sets, seal_set
+from ftactors.runtime._checkpoints import position_index, prune_sets, seal_set
 from ftactors.base._errors import ConfigError, ProtocolError
 from ftactors.base._storage import open_store
 
@@ -377,12 +377,7 @@ class ReadyFlushCoordinator:
                 return ck.position, [ck.handles[r] for r in range(self.c.n)]
             self.c.events.record("checkpoint_lost", position=ck.position, storage="object")
         if self.store is not None:
-            own = await asyncio.to_thread(load_own, self.store, self.c.identity, self.c.n)
-            if own is None:
-                return None
-            prefix, blobs, meta = own
-            self.c.check_reached(meta["position"], f"checkpoint set {prefix!r}")
-            return tuple(meta["position"]), blobs
+            return await self.c.newest_stable_set(self.store, "checkpoint set")
         return None
 
     async def finish(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ftactors.runtime._checkpoints import load_own, position_index, prune_sets, seal_set
+from ftactors.runtime._checkpoints import position_index, prune_sets, seal_set
 from ftactors.runtime._recovery_context import NewFailure, RankDied
 from ftactors.base._errors import RankFailed
 from ftactors.runtime._escalation import LevelExhausted, LowerLevel
@@ -191,12 +191,7 @@ class RSRecovery(LowerLevel):
         if self.store is None:
             return None
         async with self.sealing:  # not while a set is being sealed or pruned
-            own = await asyncio.to_thread(load_own, self.store, self.c.identity, self.c.n)
-        if own is None:
-            return None
-        prefix, blobs, meta = own
-        self.c.check_reached(meta["position"], f"stable set {prefix!r}")
-        return tuple(meta["position"]), blobs
+            return await self.c.newest_stable_set(self.store, "stable set")
 
     async def _snapshots(self, plan: RecoveryPlan, source, survivors: list[int]) -> list:
         """A snapshot handle per rank: own copies, decoded ones, stable blobs or blanks."""
