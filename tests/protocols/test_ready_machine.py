@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ftactors.protocols.ready_flush.machine import ReadyRank
+from ftactors.protocols.ready_flush.machine import ReadyRank, salvage
+from ftactors.protocols.standby.machine import partner as holder
 from ftactors.protocols.shared.flush import checkpoint_position
 
 
@@ -42,3 +43,33 @@ def test_a_decided_position_is_taken_once_and_one_passed_is_abandoned():
     assert r.at_safe_point(2, (0, 2)) == (True, set())
     assert r.at_safe_point(2, (0, 2)) == (False, set())   # reached: no longer a target
     assert r.at_safe_point(0, (1, 0)) == (False, {(0, 5)})  # a new loop began before it
+
+
+# salvage: 4 ranks, each rank's copy at holder (r + 2) % 4; rank 1 died
+P1, P2 = (0, 4), (0, 8)
+
+
+def test_a_dead_ranks_part_not_taken_comes_from_its_holders_copy():
+    own = {0: {P2}, 2: {P2}, 3: set()}         # rank 3's part of P2 was taken already
+    copies = {0: set(), 2: set(), 3: {(1, P2)}}  # rank 3 holds rank 1's copy
+    assert salvage(4, own, copies, {P1: {0, 1, 2, 3}, P2: {3}}, P1, holder) == (
+        P2, {0: 0, 1: 3, 2: 2})
+
+
+def test_a_part_lost_with_its_holder_falls_back_to_an_older_checkpoint():
+    own = {0: {P1, P2}, 2: {P1, P2}, 3: {P1, P2}}  # rank 1 died, and no copy of its P2
+    copies = {3: {(1, P1)}}
+    assert salvage(4, own, copies, {}, None, holder) == (P1, {0: 0, 1: 3, 2: 2, 3: 3})
+    assert salvage(4, own, copies, {}, P1, holder) is None  # nothing newer than complete
+
+
+def test_a_checkpoint_the_coordinator_holds_whole_is_left_to_its_sealing():
+    own = {0: {P2}}
+    assert salvage(4, own, {}, {P2: {0, 1, 2, 3}}, P1, holder) is None
+    assert salvage(4, {}, {}, {}, None, holder) is None  # no checkpoint at all
+
+
+def test_the_newest_checkpoint_that_can_be_completed_wins():
+    own = {0: {P1, P2}, 2: {P1, P2}, 3: {P1, P2}}
+    copies = {3: {(1, P1), (1, P2)}}
+    assert salvage(4, own, copies, {}, None, holder)[0] == P2

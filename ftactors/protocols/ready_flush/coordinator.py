@@ -20,8 +20,9 @@ from ..shared.flush import checkpoint_position
 from ..shared.intervals import daly
 from ..shared.parts import GIVEN_GRACE_S, PartTaker
 from ..standby.machine import partner as holder
-from .rank import ReadyMessageFlush
-from .rank import COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, _options
+from .machine import salvage
+from .rank import (COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, ReadyMessageFlush,
+                   _options)
 
 
 @dataclass
@@ -324,36 +325,24 @@ class ReadyFlushCoordinator:
         held_by = {r: h for r, h in got if h is not None}
         own = {r: {tuple(p) for p in h["own"]} for r, h in held_by.items()}
         copies = {r: {(src, tuple(p)) for src, p in h["copies"]} for r, h in held_by.items()}
-        candidates = {p for ps in own.values() for p in ps}
-        candidates |= {p for cs in copies.values() for _, p in cs}
-        candidates |= {p for p, ck in self.sets.items() if len(ck.handles) < c.n}
-        for pos in sorted(candidates, reverse=True):
-            if self.latest is not None and pos <= self.latest.position:
-                return
-            have = self.sets[pos].handles if pos in self.sets else {}
-            sources = {}
-            for r in (r for r in range(c.n) if r not in have):
-                if pos in own.get(r, ()):
-                    sources[r] = (r, ReadyMessageFlush.ft_rpc_ready_part, pos)
-                elif (r, pos) in copies.get(holder(r, c.n), ()):
-                    sources[r] = (holder(r, c.n), ReadyMessageFlush.ft_rpc_ready_copy, r, pos)
-                else:
-                    break
-            else:
-                if not sources:
-                    return  # complete, being sealed
-                try:
-                    handles = await asyncio.wait_for(asyncio.gather(*(
-                        c.call_handle_kept(c.handle(src), *call)
-                        for src, *call in sources.values())), GIVEN_GRACE_S)
-                except (RankDied, asyncio.TimeoutError):
-                    return  # a holder died (or hangs) as well: the next round sees it
-                ck = self._set(pos)
-                c.events.record("checkpoint_salvaged", position=pos, from_holders=sorted(
-                    r for r, (src, *_) in sources.items() if src != r))
-                for r, handle in zip(sources, handles):
-                    await self._kept(ck, r, handle)
-                return
+        found = salvage(c.n, own, copies, {p: set(ck.handles) for p, ck in self.sets.items()},
+                        None if self.latest is None else self.latest.position, holder)
+        if found is None:
+            return
+        pos, sources = found
+        try:
+            handles = await asyncio.wait_for(asyncio.gather(*(
+                c.call_handle_kept(c.handle(r), ReadyMessageFlush.ft_rpc_ready_part, pos)
+                if src == r else
+                c.call_handle_kept(c.handle(src), ReadyMessageFlush.ft_rpc_ready_copy, r, pos)
+                for r, src in sources.items())), GIVEN_GRACE_S)
+        except (RankDied, asyncio.TimeoutError):
+            return  # a holder died (or hangs) as well: the next round sees it
+        ck = self._set(pos)
+        c.events.record("checkpoint_salvaged", position=pos, from_holders=sorted(
+            r for r, src in sources.items() if src != r))
+        for r, handle in zip(sources, handles):
+            await self._kept(ck, r, handle)
 
     def _abandon_execution(self, failed: set[int] | None = None) -> None:
         """Drop the requests and moves under way, and the parts still being taken from

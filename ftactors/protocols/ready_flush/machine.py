@@ -1,5 +1,6 @@
 """ReadyMessageFlush's decisions in plain Python, no I/O: where a checkpoint is taken
-(CoCheck section 4). A rank checkpoints at a safe point when its interval (or the levels'
+(CoCheck section 4), and which checkpoint a recovery can still complete from the parts
+the survivors hold (``salvage``). A rank checkpoints at a safe point when its interval (or the levels'
 plan) says so, or at a position the coordinator decided for a request: every rank told
 the coordinator its next safe point, and the checkpoint is at the furthest of them, which
 every rank can still reach (``shared/flush.checkpoint_position``, which the levels' planner
@@ -9,7 +10,7 @@ the mixin (``rank.py``) flushes, saves and waits, and the coordinator side
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 
 class ReadyRank:
@@ -45,3 +46,36 @@ class ReadyRank:
     def taken(self, position: tuple) -> None:
         """Every rank flushed and this rank saved its part at ``position``."""
         self.last = position
+
+
+def salvage(n: int, own: dict[int, set], copies: dict[int, set], taken: dict[tuple, set],
+            latest: tuple | None, holder: Callable[[int, int], int]
+            ) -> tuple[tuple, dict[int, int]] | None:
+    """The newest checkpoint past ``latest`` (the newest complete one) that the live ranks
+    can still give whole, and where each part the coordinator lacks comes from: ``{rank:
+    source}``, the rank itself (its own part, not taken yet) or its holder (the copy a
+    rank hands over before it goes on). None: no newer one can be completed (a rank and
+    its holder both lost), or the newest is complete already (being sealed).
+
+    ``own[r]``: the positions of the parts live rank ``r`` still holds; ``copies[h]``:
+    the ``(rank, position)`` copies live holder ``h`` keeps; ``taken[p]``: the ranks
+    whose parts of ``p`` the coordinator holds; ``holder(r, n)``: who keeps ``r``'s copy.
+    """
+    candidates = {p for ps in own.values() for p in ps}
+    candidates |= {p for cs in copies.values() for _, p in cs}
+    candidates |= {p for p, ranks in taken.items() if len(ranks) < n}
+    for pos in sorted(candidates, reverse=True):
+        if latest is not None and pos <= latest:
+            return None
+        have = taken.get(pos, set())
+        sources = {}
+        for r in (r for r in range(n) if r not in have):
+            if pos in own.get(r, ()):
+                sources[r] = r
+            elif (r, pos) in copies.get(holder(r, n), ()):
+                sources[r] = holder(r, n)
+            else:
+                break
+        else:
+            return (pos, sources) if sources else None
+    return None
