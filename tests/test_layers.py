@@ -232,7 +232,15 @@ def test_every_coordinator_request_handler_has_a_caller():
 
 
 # -------------------------------------------- protocols and their rank: one door too
-from ftactors.runtime._rank_context import LinkContext, RankContext, members  # noqa: E402
+from ftactors.runtime._rank_context import LinkContext, RankContext  # noqa: E402
+
+
+def members(context: type) -> set[str]:
+    """The names a context declares (attributes and methods)."""
+    names = set(getattr(context, "__annotations__", {}))
+    names |= {n for n, v in vars(context).items() if callable(v) and not n.startswith("_")}
+    return names
+
 
 RANK_SIDE, LINK_SIDE = members(RankContext), members(LinkContext)
 

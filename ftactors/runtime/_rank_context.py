@@ -76,10 +76,3 @@ class RankContext(Protocol):
     def next_safe_point(self) -> tuple[int, int] | None: ...
     def received_at(self, cut: dict[int, int]) -> RankVector: ...
     def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]: ...
-
-
-def members(context: type) -> set[str]:
-    """The names a context declares (attributes and methods)."""
-    names = set(getattr(context, "__annotations__", {}))
-    names |= {n for n, v in vars(context).items() if callable(v) and not n.startswith("_")}
-    return names
