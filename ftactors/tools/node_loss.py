@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
-from .procs import descendants
+from .procs import descendants, state
 
 ROUNDS = 10
 """Times the raylet's processes are listed and stopped, in case it started one meanwhile."""
+STOP_WAIT_S = 2.0
+"""How long ``remove_node`` waits for the stopped processes to be stopped: ``SIGSTOP``
+returns before the kernel has taken a running process off its CPU (on a loaded machine
+one was still running when the node went)."""
 
 
 def _signal(pids, sig: int) -> None:
@@ -44,7 +49,18 @@ def remove_node(cluster, node) -> None:
             break
         _signal(new, signal.SIGSTOP)
         stopped |= new
+    _wait_stopped(stopped)
     try:
         cluster.remove_node(node, False)
     finally:
         _signal(stopped, signal.SIGKILL)
+
+
+def _wait_stopped(pids: set[int]) -> None:
+    """Return once every one of ``pids`` is stopped or gone (at most ``STOP_WAIT_S``)."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    waiting = set(pids)
+    while waiting and time.monotonic() < deadline:
+        waiting = {pid for pid in waiting if state(pid) not in (None, "T", "t", "Z", "X")}
+        if waiting:
+            time.sleep(0.001)

@@ -48,3 +48,13 @@ def title(pid: int) -> str | None:
             return f.read().split(b"\0")[0].decode(errors="replace").strip()
     except OSError:
         return None
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (R running, S sleeping, T stopped, Z dead and not
+    reaped), or None if it is gone."""
+    try:
+        with open(f"{PROC}/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None

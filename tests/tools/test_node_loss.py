@@ -10,21 +10,13 @@ import time
 from types import SimpleNamespace
 
 from ftactors.tools.node_loss import remove_node
+from ftactors.tools.procs import state
 
 # a "raylet" that starts a "worker" (its child, which computes on), says its pid, waits
 RAYLET = ("import subprocess, sys, time\n"
           "w = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
           "print(w.pid, flush=True)\n"
           "time.sleep(600)\n")
-
-
-def state(pid: int) -> str | None:
-    """A process's state letter (R, S, T: stopped, Z: dead, not reaped); None: gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
 
 
 class FakeCluster:
