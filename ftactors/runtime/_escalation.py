@@ -206,6 +206,16 @@ class PartLevels:
         for _, level in self.levels:
             await level.rescue(live)
 
+    async def reprotect(self, restarted: set[int], parts: dict[int, dict], units) -> None:
+        """After a recovery restarted ``restarted`` (running again): the levels whose
+        copies lived in those processes keep again the parts ``parts`` {rank: {key:
+        handle}} (the protocol's own copies) of the ranks that went on. A level that
+        cannot (RS blocks are re-made at the unit's next part) has no ``reprotect``."""
+        for _, level in self.levels:
+            again = getattr(level, "reprotect", None)
+            if again is not None:
+                await again(restarted, parts, units)
+
     async def forget(self, after: dict[int, Any], units) -> None:
         """Ranks ``after`` rolled back to their part ``after[rank]`` (None: the start):
         every level drops its copies of their newer parts, which belong to the execution

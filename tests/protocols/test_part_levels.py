@@ -68,6 +68,31 @@ def test_a_part_whose_copy_died_with_its_holder_comes_from_the_object_store(tran
     assert levels(r) == ["groups"]
 
 
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_restarted_holder_keeps_its_copies_again(transport):
+    """Group 2 restarts from (0, 8) after rank 4 dies: ranks 4 and 5 held the copies of
+    group 1's parts, and those went with their processes. The coordinator gives them the
+    copies again, so when rank 2 dies before group 1's next part, group 1 still restarts
+    from partner copies (before, from the coordinator's copies: on the failed rank's node,
+    gone with a node loss)."""
+    r = run(GroupsOnSpares, [(4, 9), (2, 11)], transport, GROUPS)
+    assert_same(r.results, reference())
+    rounds = [e.kind for e in r.events if e.kind in ("recovery_end", "killed")]
+    assert rounds == ["killed", "recovery_end", "killed", "recovery_end"]  # one at a time
+    assert [e.detail["positions"] for e in r.events_of("group_rollback")] == [
+        {2: (0, 8)}, {1: (0, 8)}]  # group 1's part of (0, 8): made before group 2 restarted
+    assert r.events_of("part_copies_restored")[0].detail["holders"] == {2: 4, 3: 5}
+    assert sources(r) == {2: "standby", 3: "standby"} and levels(r) == ["standby", "standby"]
+
+
+def test_restarted_clusters_keep_their_copies_again():
+    r = run(ClustersOnSpares, [(4, 9), (2, 11)], "local", CLUSTERS)
+    assert_same(r.results, reference())
+    restored = [e.detail for e in r.events_of("part_copies_restored")]
+    assert restored and all(d["holders"] and not d["failed"] for d in restored)
+    assert set(sources(r).values()) == {"standby"}
+
+
 def test_one_group_keeps_its_copies_inside_itself():
     """With a single group every rank restarts; the copies are pulled from the live
     holders before any of them is stopped."""

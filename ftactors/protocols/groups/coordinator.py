@@ -101,6 +101,8 @@ class GroupRecovery:
             held_from = {x: held[r] for x, held in holds.items() if x != r}
             c.start_rank(r, c.restore_spec(handles[r], {NAME: held_from}))
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
+        if c.part_levels is not None:
+            await c.part_levels.reprotect(set(ranks), self._restorable(), self.groups)
         got = await asyncio.gather(*(
             c.call(r, GroupCoordination.ft_rpc_group_received) for r in ranks))
         # every rank resends to the restarted ones what they lack; a restarted rank also
@@ -120,6 +122,16 @@ class GroupRecovery:
         if c.part_levels is not None:
             c.part_levels.recovered(failed)
         c.refill_spares()
+
+    def _restorable(self) -> dict[int, dict]:
+        """{rank: {position: handle}}: the parts a later recovery may restore that the
+        coordinator holds (every group's complete set, and its newer reported ones)."""
+        sets = [*self.latest.values(), *self.pending.values()]
+        parts: dict[int, dict] = {}
+        for ck in sets:
+            for r, handle in ck.handles.items():
+                parts.setdefault(r, {})[ck.position] = handle
+        return parts
 
     def _lines(self, g: int) -> list[_GroupSet | None]:
         """Group ``g``'s restart lines, newest first: with levels that keep parts, the

@@ -215,6 +215,10 @@ class Hc3iRecovery:
                             ranks=list(groups.groups[k]))
         await c.rewire()
         handles = await self._parts(ranks, failed)
+        for r in ranks:  # the target's parts as found (a copy on a lost node is gone)
+            target = self.clcs[groups.group_of(r)][-1]
+            if target.clc.sn > 1:
+                target.handles[r] = handles[r]
         if c.part_levels is not None:
             sns = {r: self.clcs[groups.group_of(r)][-1].clc.sn for r in ranks}
             await c.part_levels.forget({r: sn if sn > 1 else None for r, sn in sns.items()},
@@ -223,6 +227,8 @@ class Hc3iRecovery:
             c.start_rank(r, c.restore_spec(handles[r]))
         self.stopping -= set(targets)
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
+        if c.part_levels is not None:
+            await c.part_levels.reprotect(set(ranks), self._restorable(set(targets)), groups)
         epochs = {r: c.epochs[r] for r in ranks}
         ddvs = {k: list(self.clcs[k][-1].clc.ddv) for k in targets}
         resent = await asyncio.gather(*(
@@ -231,6 +237,18 @@ class Hc3iRecovery:
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
                         resent=sum(resent))
         c.refill_spares()
+
+    def _restorable(self, restarted: set[int]) -> dict[int, dict]:
+        """{rank: {sn: handle}}: the parts of the stored CLCs (a later recovery line may
+        be any of them) but the start of the run; of the ``restarted`` clusters, the CLC
+        they restarted from only (their older parts may have been on a lost node)."""
+        parts: dict[int, dict] = {}
+        for k, stored in self.clcs.items():
+            for s in stored[-1:] if k in restarted else stored:
+                if s.clc.sn > 1:
+                    for r, handle in s.handles.items():
+                        parts.setdefault(r, {})[s.clc.sn] = handle
+        return parts
 
     async def _parts(self, ranks: list[int], gone: set[int]) -> dict:
         """What each restarted rank restores: its part of its cluster's target CLC (the

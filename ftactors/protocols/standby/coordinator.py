@@ -104,6 +104,25 @@ class PartnerCopies:
             for r, h in take.items()))
         return {**found, **dict(zip(take, handles))}
 
+    async def reprotect(self, restarted: set[int], parts: dict[int, dict], units) -> None:
+        """Holders among ``restarted`` lost the copies they held with their old lives:
+        give them again the parts ``parts`` {rank: {key: handle}} of the ranks that went
+        on, which a later recovery may still restore (until then a rank's only other copy
+        is on its own node)."""
+        c = self.c
+        given = {}
+        for r, kept in parts.items():
+            h = part_holder(units, r)
+            if h in restarted and h != r and kept:
+                given[r] = h
+        done = await asyncio.gather(*(
+            c.call(h, StandbyReplacement.ft_rpc_standby_part_keep, r, parts[r])
+            for r, h in given.items()), return_exceptions=True)
+        lost = {r: repr(x) for r, x in zip(given, done) if isinstance(x, BaseException)}
+        if given:  # a failure here is the next round's: the copy is just missing then
+            c.events.record("part_copies_restored", holders={r: given[r] for r in sorted(given)
+                                                             if r not in lost}, failed=lost)
+
     async def forget(self, after: dict[int, Any], units) -> None:
         c = self.c
         self.rescued.clear()

@@ -324,6 +324,16 @@ class StandbyReplacement(PlannedLevel):
     def ft_rpc_standby_part(self, rank: int, key) -> bytes:
         return self._standby.copies[rank][key]
 
+    async def ft_rpc_standby_part_keep(self, rank: int, handles: dict) -> None:
+        """This rank was restarted and held copies of ``rank``'s parts, which went with
+        its old life: keep them again, from the consistency protocol's own copies
+        (``handles`` {key: object-store handle}). A part ``rank`` sent meanwhile wins."""
+        keys = list(handles)
+        blobs = await asyncio.gather(*(self.ft.link.fetch(handles[k]) for k in keys))
+        kept = self._standby.copies.setdefault(int(rank), {})
+        for key, blob in zip(keys, blobs):
+            kept.setdefault(key, bytes(blob))
+
     def ft_rpc_standby_part_drop(self, after: dict) -> None:
         """Ranks rolled back to their parts ``after`` {rank: key, None: the start): drop
         the copies of their newer parts."""
