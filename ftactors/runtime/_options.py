@@ -259,6 +259,13 @@ def core_default(name: str):
     return next(o.default for o in CORE_OPTIONS if o.name == name)
 
 
+def declared_values(declared, options: dict) -> dict:
+    """``{name: value}`` for each option of ``declared``: its value in ``options``, else its
+    declared default. Protocols read their options through it, so that a default is
+    written once, in its declaration (the layer test refuses ``options.get(name, ...)``)."""
+    return {o.name: options.get(o.name, o.default) for o in declared}
+
+
 def stack_options(protocols) -> dict[str, tuple[Option, tuple[str, ...]]]:
     """``{name: (option, protocol names that take it)}``: the core's options (no
     protocol) then those of ``protocols`` (classes, in order); an option shared by

@@ -13,6 +13,7 @@ from ftactors.base._errors import RankFailed
 
 from ..shared.parts import PartTaker
 from ..shared.units import load_groups
+from .options import group_settings
 from .rank import NAME, GroupCoordination
 
 
@@ -30,7 +31,7 @@ class GroupRecovery:
 
     def __init__(self, ctx):
         self.c = ctx
-        self.groups = load_groups(ctx.options.get("groups"), ctx.n)
+        self.groups = load_groups(group_settings(ctx.options)["groups"], ctx.n)
         self.pending: dict[tuple, _GroupSet] = {}   # (group, position) -> parts so far
         self.latest: dict[int, _GroupSet] = {}      # group -> newest complete set
         self.parts = PartTaker(ctx, GroupCoordination.ft_rpc_group_part)

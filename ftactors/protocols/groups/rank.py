@@ -91,37 +91,20 @@ checks that bound). Measured by ``ftactors bench footprint``.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.engine._envelope import Envelope
-from ftactors.base._errors import ConfigError
-from ftactors.runtime._options import INTERVAL, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from ..shared.flush import Flush
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups
 from .machine import GroupMember
+from .options import OPTIONS, group_interval, group_settings
 
 NAME = "groups"
-
-
-def _interval(option, group: int) -> int | None:
-    """The checkpoint interval of group ``group`` (None: it never checkpoints)."""
-    if isinstance(option, dict):
-        option = option.get(group, option.get(str(group)))
-    return option
-
-
-def _check_interval(option) -> None:
-    values = option.values() if isinstance(option, dict) else [option]
-    for v in values:
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ConfigError(f"group_checkpoint_interval must be an int >= 1 (or a dict "
-                              f"group -> int), got {option!r}")
 
 
 @dataclass(slots=True)  # a misspelt field fails, not becomes a new attribute
@@ -148,28 +131,19 @@ class GroupCoordination(Protocol):
     uses_spares = True
     needs_safe_points = True
     hands_parts = True
-    OPTIONS = (
-        # the logs kept and the cuts taken follow the groups: they shape the state
-        Option("groups", (str, os.PathLike, list, Groups), None, "group definition: a "
-               "JSON/YAML file, or one / single / fixed:K / trace:PATH, or a list of groups "
-               "(default: groups of ceil(sqrt(n)) consecutive ranks)", roles=(STATE,)),
-        Option("group_checkpoint_interval", (int, dict), None, "iterations between a "
-               "group's checkpoints: an int, or {group index: int} (default: never)",
-               "iterations", roles=(INTERVAL,)),
-    )
+    OPTIONS = OPTIONS
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        _check_interval(options.get("group_checkpoint_interval"))
+        group_settings(options)
         super().check_options(options)
 
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:
-        opts = getattr(self, "options", {})
-        groups = load_groups(opts.get("groups"), self.size)
+        settings = group_settings(getattr(self, "options", {}))
+        groups = load_groups(settings["groups"], self.size)
         self._gc = _GroupState(GroupMember(
-            self.rank, groups, _interval(opts.get("group_checkpoint_interval"),
-                                         groups.group_of(self.rank))))
+            self.rank, groups, group_interval(settings, groups.group_of(self.rank))))
         await super().on_start()
 
     def part_units(self) -> Groups:

@@ -4,7 +4,7 @@ Reed-Solomon encoded checkpoints in memory across nodes. ``rank.py``: the mixin
 restores, and how (``choose_recovery``); ``coordinator.py``: the recovery
 (``RSRecovery``); ``parts.py``: another protocol's parts encoded across its unit
 (``EncodedParts``); ``placement.py``: groups across nodes; ``erasure.py``: the code over
-GF(2^8); ``settings.py``, ``stable.py``: its options, its parity on stable storage."""
+GF(2^8); ``options.py``: its name and options; ``stable.py``: its parity on stable storage."""
 
 from .coordinator import RSRecovery
 from .parts import EncodedParts

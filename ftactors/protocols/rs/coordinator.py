@@ -14,7 +14,7 @@ from ftactors.base._storage import open_store
 from .machine import RecoveryPlan, Undecodable, choose_recovery
 from .placement import Placement, place, virtual_nodes
 from .rank import RSBackup
-from .settings import KEEP_STABLE, NAME, rs_settings
+from .options import KEEP_STABLE, NAME, rs_settings
 
 
 class RSRecovery(LowerLevel):

@@ -16,7 +16,7 @@ from ftactors.protocols.rs.erasure import RSCode
 
 from .placement import as_key, unit_code, unit_holder
 from .rank import RSBackup
-from .settings import NAME, rs_settings
+from .options import NAME, rs_settings
 
 
 

@@ -112,7 +112,6 @@ coordinator keeps). No message log. Measured by ``ftactors bench footprint``.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,15 +120,14 @@ import numpy as np
 
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
 from ftactors.runtime._protocol import LEVEL, parts_lead
 from ftactors.base._storage import open_store
 from ftactors.protocols.rs.erasure import RSCode, partial_products, xor_into
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
-from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
-from .settings import KEEP_ROUNDS, NAME, rs_settings
+from ..shared.level_plan import PlannedLevel
+from .options import KEEP_ROUNDS, NAME, OPTIONS, rs_settings
 from .stable import store_parity
 from .placement import Placement, as_key, unit_code, unit_holder
 
@@ -214,35 +212,12 @@ class RSBackup(PlannedLevel):
     level_cost = 2
     uses_spares = True
     needs_safe_points = True
-    OPTIONS = (
-        Option("rs_group_size", int, 4, "ranks per encoding group, on different nodes",
-               roles=(OWN_ROUNDS,)),
-        Option("rs_parity", int, None, "parity blocks per group (default: as many as "
-               "members, m = k)"),
-        Option("rs_interval", int, 5, "iterations between encoded checkpoints",
-               "iterations", roles=(INTERVAL, OWN_ROUNDS)),
-        Option("rs_interval_s", float, None, "seconds between encoded checkpoints, about "
-               "(overrides rs_interval; rank 0 turns it into iterations)", "s",
-               roles=(INTERVAL, OWN_ROUNDS)),
-        Option("rs_block_bytes", int, 1 << 20, "z: bytes of each block of the star "
-               "encoding", "bytes"),
-        Option("rs_ranks_per_node", int, None, "virtual topology: rank r on node r // this "
-               "(default: the transport's nodes; one rank per node if there is one node)",
-               roles=(OWN_ROUNDS,)),
-        Option("rs_interleave", bool, True, "interleave the sectors' groups on the ring",
-               roles=(OWN_ROUNDS,)),
-        Option("rs_stable_store", (str, os.PathLike), None, "also write every round to this directory or "
-               "pyarrow URI (slow recovery; ft.run(restart_from=...) restarts from it)",
-               roles=(OWN_ROUNDS,)),
-        Option("rs_stable_parity", bool, False, "also write the parity blocks to "
-               "rs_stable_store", roles=(OWN_ROUNDS,)),
-        *PLAN_OPTIONS,
-    )
+    OPTIONS = OPTIONS
 
     @classmethod
-    def checkrs_settings(cls, options: dict) -> None:
+    def check_options(cls, options: dict) -> None:
         rs_settings(options)
-        super().checkrs_settings(options)
+        super().check_options(options)
 
     # ----------------------------------------------------------------- start, end
     async def on_start(self) -> None:

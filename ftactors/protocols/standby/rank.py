@@ -76,7 +76,6 @@ held back), under DDVPiggyback those of the CLCs the coordinator keeps; the driv
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -84,14 +83,15 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoSparesWarning
-from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
+from ftactors.runtime._options import declared_values
 from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
 from ftactors.base._storage import open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
-from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
+from ..shared.level_plan import PlannedLevel
 from .machine import INITIAL, Input, StandbyMachine, State, part_holder, partner
+from .options import OPTIONS
 
 NAME = "standby"
 KEEP_ROUNDS = 2
@@ -135,18 +135,7 @@ class StandbyReplacement(PlannedLevel):
     """Iterations between backups (NR_Need_backup)."""
     backup_interval_s: ClassVar[float | None] = None
     """If set, back up about this often instead, in seconds (rank 0 decides)."""
-    OPTIONS = (
-        Option("backup_interval", int, 5, "iterations between partner backups (overrides "
-               "the class value)", "iterations", roles=(INTERVAL, OWN_ROUNDS)),
-        Option("backup_interval_s", float, None, "seconds between partner backups, about "
-               "(overrides backup_interval; rank 0 turns it into iterations)", "s",
-               roles=(INTERVAL, OWN_ROUNDS)),
-        Option("stable_store", (str, os.PathLike), None, "also write every backup round to this directory "
-               "or pyarrow URI as a checkpoint set (ft.run(restart_from=...) restarts from "
-               "it); round k's set is sealed at backup k+1 (the last one at the end)",
-               roles=(OWN_ROUNDS,)),
-        *PLAN_OPTIONS,
-    )
+    OPTIONS = OPTIONS
 
     @classmethod
     def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
@@ -173,7 +162,7 @@ class StandbyReplacement(PlannedLevel):
         self._standby = _Standby(
             parts_mode=parts_lead(type(self)) is not None)
         self._standby.pacer = Pacer(self.ft.link.clock)
-        uri = getattr(self, "options", {}).get("stable_store")
+        uri = declared_values(OPTIONS, getattr(self, "options", {}))["stable_store"]
         self._standby.stable = None if uri is None else open_store(uri)
         self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
         await super().on_start()
@@ -188,9 +177,10 @@ class StandbyReplacement(PlannedLevel):
 
     # ------------------------------------------------------------------ backups
     def _interval(self) -> tuple[int, float | None]:
-        opts = getattr(self, "options", {})
-        seconds = opts.get("backup_interval_s", self.backup_interval_s)
-        return int(opts.get("backup_interval", self.backup_interval)), seconds
+        v = declared_values(OPTIONS, getattr(self, "options", {}))
+        every, seconds = v["backup_interval"], v["backup_interval_s"]
+        return (int(self.backup_interval if every is None else every),
+                self.backup_interval_s if seconds is None else seconds)
 
     def need_backup(self, iteration: int) -> bool:
         """NR_Need_backup: whether the backup agreed for this iteration is due (with
