@@ -141,3 +141,18 @@ def test_a_name_declared_twice_is_refused():
     with pytest.raises(TypeError, match="Shadow declares option 'progress', which the core "
                                         "declares too"):
         ft.run(R, 2, transport="local")
+
+
+@pytest.mark.parametrize("name, options", [
+    ("standby", {"backup_interval": 0}),
+    ("ready-flush", {"checkpoint_interval": 0}),
+    ("groups", {"group_checkpoint_interval": {0: 0}}),
+    ("hc3i", {"gc_clcs_max": 0}),
+    ("rs", {"rs_interval_s": -1}),
+])
+def test_each_protocol_checks_its_own_settings_at_the_door(name, options):
+    """What the declared types let through but the protocol refuses (a value out of
+    range) is refused by the protocol's ``check_options``, which ``ft.run`` calls before
+    anything starts (RSBackup's was once misnamed, and only its coordinator caught it)."""
+    with pytest.raises(ft.ConfigError):
+        PROTOCOLS[name].check_options(options)

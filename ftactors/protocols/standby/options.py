@@ -1,11 +1,11 @@
 """StandbyReplacement's options, declared once (``runtime/_options``: validation, help,
-command-line flags and the README's table come from here); read with
-``declared_values``, so a default is written only here."""
+command-line flags and the README's table come from here), checked and read here."""
 from __future__ import annotations
 
 import os
 
-from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option
+from ftactors.base._errors import ConfigError
+from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option, declared_values
 
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS
 
@@ -21,3 +21,18 @@ OPTIONS = (
            roles=(OWN_ROUNDS,)),
     *PLAN_OPTIONS,
 )
+
+
+def standby_settings(options: dict) -> dict:
+    """The options' values (declared defaults for those not given), checked.
+
+    Raises:
+        ConfigError: an interval below one iteration, or of no time.
+    """
+    v = declared_values(OPTIONS, options)
+    every, seconds = v["backup_interval"], v["backup_interval_s"]
+    if every is not None and (isinstance(every, bool) or every < 1):
+        raise ConfigError(f"backup_interval must be an int >= 1, got {every!r}")
+    if seconds is not None and not seconds > 0:
+        raise ConfigError(f"backup_interval_s must be > 0 seconds, got {seconds!r}")
+    return v

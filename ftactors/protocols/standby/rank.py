@@ -83,7 +83,6 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoSparesWarning
-from ftactors.runtime._options import declared_values
 from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
 from ftactors.base._storage import open_store
 
@@ -91,7 +90,7 @@ from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
 from ..shared.level_plan import PlannedLevel
 from .machine import INITIAL, Input, StandbyMachine, State, part_holder, partner
-from .options import OPTIONS
+from .options import OPTIONS, standby_settings
 
 NAME = "standby"
 KEEP_ROUNDS = 2
@@ -138,6 +137,11 @@ class StandbyReplacement(PlannedLevel):
     OPTIONS = OPTIONS
 
     @classmethod
+    def check_options(cls, options: dict) -> None:
+        standby_settings(options)
+        super().check_options(options)
+
+    @classmethod
     def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
         """With ``spares=0`` there is no standby rank to promote: say what a failure
         does instead (``StandbyRecovery.recover``, or the lead protocol's respawns)."""
@@ -162,7 +166,7 @@ class StandbyReplacement(PlannedLevel):
         self._standby = _Standby(
             parts_mode=parts_lead(type(self)) is not None)
         self._standby.pacer = Pacer(self.ft.link.clock)
-        uri = declared_values(OPTIONS, getattr(self, "options", {}))["stable_store"]
+        uri = standby_settings(getattr(self, "options", {}))["stable_store"]
         self._standby.stable = None if uri is None else open_store(uri)
         self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
         await super().on_start()
@@ -177,7 +181,7 @@ class StandbyReplacement(PlannedLevel):
 
     # ------------------------------------------------------------------ backups
     def _interval(self) -> tuple[int, float | None]:
-        v = declared_values(OPTIONS, getattr(self, "options", {}))
+        v = standby_settings(getattr(self, "options", {}))
         every, seconds = v["backup_interval"], v["backup_interval_s"]
         return (int(self.backup_interval if every is None else every),
                 self.backup_interval_s if seconds is None else seconds)
