@@ -168,20 +168,22 @@ def test_a_cluster_that_cannot_checkpoint_keeps_a_forcing_message_as_a_dependenc
 
 
 # ----------------------------------------------- the cut and holding (Alg. 2-4)
-def test_a_message_from_another_cluster_during_a_clc_waits_for_the_commit():
+def test_messages_from_another_cluster_during_a_clc_wait_for_the_commit_in_order():
     p = Pair()
     r = p.start(0)                        # cluster 0 starts CLC 2
-    m = p.send(2, 0)
-    assert p.receive(m) == HELD and p.acks == [] and p.delivered[0] == []
+    for _ in range(2):
+        assert p.receive(p.send(2, 0)) == HELD
+    assert p.acks == [] and p.delivered[0] == []
     p.join(1, r)
     p.tell(r)
     assert p.part(0) and p.part(1)
-    assert p.m[0].unreceived() == {2: 1}  # not counted as received in the part
+    assert p.m[0].unreceived() == {2: 2}  # not counted as received in the part
     p.commit(r)
-    # handled at the commit: its SN 1 is news to cluster 0, so it forces CLC 3
+    # handled at the commit: the first one's SN 1 is news to cluster 0, so it forces
+    # CLC 3 and both wait for it, in order
     assert p.acks == [(0, 2, 0, 3)] and p.forced == [0] and p.delivered[0] == []
     p.finish(p.m[0].round)
-    assert p.delivered[0] == [(2, 0)] and p.m[0].sn == 3
+    assert p.delivered[0] == [(2, 0), (2, 1)] and p.m[0].sn == 3
 
 
 def test_a_message_to_another_cluster_after_the_cut_leaves_at_the_commit_with_the_new_sn():
@@ -251,6 +253,7 @@ def test_a_request_for_the_clc_after_the_next_waits_for_the_commit():
     p.tell(r)
     assert p.part(0) and p.part(1)
     p.commit(r)
+    assert p.m[0].committed(2, [9, 9]) is None and p.m[0].ddv == [2, 0]  # again: moot
     assert p.m[0].requested(1, 2) == (None, False, False)  # committed: moot
     joined = p.m[0].early_round()
     assert (joined.sn, joined.initiator, p.m[0].round) == (3, 1, joined)
@@ -284,12 +287,13 @@ def test_a_rolled_back_rank_sends_again_what_it_never_saw_acknowledged():
     sends_acked(p)
     p.m[0].ddv[1] = 3                         # as if it had received from cluster 1
     saved = p.m[0].state(sn=2)                # its part of a CLC 2 (log included)
+    assert (saved["sn"], saved["ddv"]) == (2, [2, 3])  # as after the commit
     back = ClcMember(0, GROUPS)
     back.restore(saved)
     assert (back.sn, back.cut_sn, back.part_sn, back.ddv) == (2, 2, 2, [2, 3])
-    again = back.recovered({0: 2}, [2, 1])    # only its own cluster rolled back
+    again = back.recovered({0: 2}, [2, 4])    # only its own cluster rolled back
     assert [e.env.app_seq for e in again] == [3]
-    assert back.ddv == [2, 3]                 # its state's DDV, merged with the committed one
+    assert back.ddv == [2, 4]  # merged with the commit's (another member's entry was newer)
 
 
 def test_a_collection_trims_what_was_acknowledged_below_the_receivers_smallest_sn():
