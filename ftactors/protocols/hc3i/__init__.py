@@ -1,7 +1,8 @@
 """HC3I (Monnet, Morin & Badrinath, 2004), ``--protocol hc3i``: coordinated checkpoints
 inside clusters, DDV piggybacking and forced checkpoints between them. ``rank.py``: the
 mixin (``DDVPiggyback``) and the theory of operation; ``machine.py``: the dependency rules
-as plain functions; ``coordinator.py``: commits, garbage collection and the recovery line
+as plain functions; ``member.py``: one member's cut, holding and log (``ClcMember``, ``Log``);
+``coordinator.py``: commits, garbage collection and the recovery line
 (``Hc3iRecovery``); ``settings.py``: its options' checks; ``storm.py``: the forced
 checkpoint storm warning."""
 

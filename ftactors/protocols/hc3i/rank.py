@@ -1,7 +1,9 @@
 """DDVPiggyback: HC3I hierarchical checkpointing for cluster federations.
 
 Paper: hc3i-hierarchical-ddv.txt (Monnet, Morin & Badrinath, 2004), sections 2-5,
-Algorithms 1-8. The dependency rules are plain functions in ``protocols/hc3i/machine.py``.
+Algorithms 1-8. The dependency rules are plain functions in ``protocols/hc3i/machine.py``;
+each member's cut, holding and log are decided by ``protocols/hc3i/member.ClcMember``, which
+this mixin drives and whose effects it performs.
 
 Theory of operation
 -------------------
@@ -133,7 +135,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +144,7 @@ from ftactors.runtime._options import INTERVAL, NONE, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from . import machine as _ddv
+from .member import AT_COMMIT, CUT, DELIVER, DEPEND, FORCE, LATE, ClcMember, Logged
 from .settings import GC_CLCS_MAX, NODE, check_settings
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups
@@ -161,46 +163,19 @@ def clc_interval(options: dict, cluster: int) -> float | None:
     return v
 
 
-@dataclass
-class _Logged:
-    """A message sent to another cluster: the envelope, the SN (or DDV) it carried (None:
-    held, not sent yet) and the receiver's acknowledgement (None: infinity)."""
-
-    env: Envelope
-    sn: Any = None
-    ack: int | None = _ddv.UNACKED
-
-
-@dataclass
+@dataclass(slots=True)
 class _State:
-    """One rank's HC3I state (under ``self._hc3i``)."""
+    """One rank's HC3I state (under ``self._hc3i``): its member machine and what the
+    machine leaves to the rank (the state captured at the cut, the parts, the timer)."""
 
+    m: ClcMember
     clusters: Groups
-    me: int
     interval_s: float | None
-    transitive: bool
-    log_bytes_max: float | None
-    sn: int = 1
-    ddv: list = field(default_factory=list)
-    log: dict = field(default_factory=dict)          # dst -> {app_seq: _Logged}
-    log_bytes: int = 0
-    round: _ddv.ClcRound | None = None
-    early: dict = field(default_factory=dict)        # sn -> initiators of future rounds
-    cut_sn: int = 1                                  # the last CLC this rank has cut for
-    cuts: dict = field(default_factory=dict)         # sn -> {member: sent to it at the cut}
-    expect: dict = field(default_factory=dict)       # sn -> {member: its sends before its cut}
     captured: tuple | None = None                    # (state, protocol state) at the cut
     late: list = field(default_factory=list)         # in transit at the cut, arrived since
-    part_sn: int = 1                                 # the last CLC this rank has a part of
-    held_intra: dict = field(default_factory=dict)   # src -> [(its cut's CLC, env)]
-    held_inter: list = field(default_factory=list)   # messages from other clusters
-    held_out: list = field(default_factory=list)     # envelopes to other clusters
-    closed: bool = False                             # a member can no longer checkpoint
     parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
     timer: asyncio.Task | None = None
     timer_reset: asyncio.Event = field(default_factory=asyncio.Event)
-    gc_asked: bool = False
-    others: list | None = None                       # the other members (cached)
     floor: int | None = None                         # this cluster's oldest CLC kept (GC)
 
 
@@ -246,10 +221,9 @@ class DDVPiggyback(Protocol):
             groups = await self._given_clusters()
         else:
             groups = load_groups(spec, self.size)
-        me = groups.group_of(self.rank)
-        self._hc3i = _State(groups, me, clc_interval(opts, me),
-                            bool(opts.get("ddv_transitive")), opts.get("log_bytes_max"))
-        self._hc3i.ddv = _ddv.initial_ddv(len(groups), me)
+        m = ClcMember(self.rank, groups, bool(opts.get("ddv_transitive")),
+                      opts.get("log_bytes_max"))
+        self._hc3i = _State(m, groups, clc_interval(opts, m.me))
         self.ft.keep_base = True
         self._start_timer()
         await super().on_start()
@@ -268,199 +242,129 @@ class DDVPiggyback(Protocol):
         await self._clusters_event().wait()
         return load_groups(self._hc3i_given, self.size)
 
-    def _others(self) -> list[int]:
-        """The other members of this rank's cluster."""
-        st = self._hc3i
-        if st.others is None:
-            st.others = [r for r in st.clusters.members(self.rank) if r != self.rank]
-        return st.others
-
     def part_units(self) -> Groups:
         return self._hc3i.clusters
-
-    def _cluster_of(self, rank: int) -> int:
-        return self._hc3i.clusters.group_of(rank)
 
     # ----------------------------------------------------------- message path
     def on_send(self, env: Envelope) -> Envelope | None:
         env = super().on_send(env)
         if env is None:
             return None
-        st = self._hc3i
-        cut = st.cut_sn > st.sn and not st.closed  # after a cut for a CLC not committed
-        if self._cluster_of(env.dst) == st.me:
-            if cut:  # the receiver must know it comes after this rank's part
-                env.piggyback = {**(env.piggyback or {}), NAME: st.cut_sn}
+        carried, logged, ask_gc = self._hc3i.m.outgoing(env)
+        if logged:
+            self.ft.logged_bytes += logged
+            if ask_gc:
+                self.ft.report("hc3i_gc_request", bytes=self._hc3i.m.log.bytes)
+        if carried is None:
             return env
-        entry = _Logged(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
-                                 env.payload))
-        st.log.setdefault(env.dst, {})[env.app_seq] = entry
-        st.log_bytes += env.payload.nbytes
-        self.ft.logged_bytes += env.payload.nbytes
-        self._check_memory()
-        if cut:
-            st.held_out.append(entry)  # after this rank's cut: goes with the new SN
+        if carried is AT_COMMIT:
             return None
-        entry.sn = self._stamp()
-        env.piggyback = {**(env.piggyback or {}), NAME: entry.sn}
+        env.piggyback = {**(env.piggyback or {}), NAME: carried}
         return env
-
-    def _stamp(self):
-        st = self._hc3i
-        return tuple(st.ddv) if st.transitive else st.sn
-
-    def _check_memory(self) -> None:
-        st = self._hc3i
-        if st.log_bytes_max is not None and st.log_bytes > st.log_bytes_max and not st.gc_asked:
-            st.gc_asked = True
-            self.ft.report("hc3i_gc_request", bytes=st.log_bytes)
 
     def on_receive(self, env: Envelope) -> Envelope | None:
         st = self._hc3i
-        if self._cluster_of(env.src) == st.me:
+        m = st.m
+        if m.cluster_of[env.src] == m.me:
             tag = env.piggyback.get(NAME) if env.piggyback else None
-            if st.held_intra.get(env.src):
-                tag = max(tag or 0, st.held_intra[env.src][-1][0])
-            if tag is not None and tag > st.part_sn:
-                # sent after its sender's cut for CLC ``tag``: not in this rank's part.
-                # Held before this rank cuts (when it is the first news of the CLC here),
-                # since the cut's state leaves out every held message it has counted as
-                # received; counted, it would be dropped as a duplicate when its sender
-                # sends it again after a rollback to this CLC
-                st.held_intra.setdefault(env.src, []).append((tag, env))
-                self._cut(tag)
-                return None
-            if st.cut_sn <= st.part_sn:
+            what = m.from_member(env, tag, self.ft.sent)
+            if what is DELIVER:
                 return super().on_receive(env)
-            st.late.append(env)  # sent before its sender's cut, arrived after this one's
-            self._deliver(env)
-            self._maybe_take_part()  # this may be the last message from before a cut
+            if what is CUT:
+                self._capture(m.cut_sn)
+            elif what is LATE:
+                st.late.append(env)
+                self._deliver(env)
+                self._maybe_take_part()  # this may be the last message from before a cut
             return None
-        if self._in_clc():  # during a 2PC (Algorithm 2: storeMessFromOut)
-            st.held_inter.append(env)
-            return None
-        env = self._from_outside(env)
-        return None if env is None else super().on_receive(env)
+        return env if self._from_outside(env) else None
 
-    def _from_outside(self, env: Envelope) -> Envelope | None:
-        """Algorithm 6 for a message from another cluster, outside a 2PC."""
-        st, ft = self._hc3i, self.ft
-        j = self._cluster_of(env.src)
-        carried = env.piggyback[NAME]
-        sn = carried[j] if isinstance(carried, tuple) else carried
-        if _ddv.must_force(sn, st.ddv, j):
-            if self._can_checkpoint():
-                self._ack_message(env, st.sn + 1)
-                st.ddv[j] = sn
-                if isinstance(carried, tuple):  # transitive: the sender's other entries
-                    for i, x in enumerate(carried):
-                        if i != st.me:
-                            st.ddv[i] = max(st.ddv[i], x)
-                st.held_inter.insert(0, env)  # before any held after it
-                self._initiate(forced_by=j, cause=(env.src, env.app_seq, sn))
-                return None
-            st.ddv[j] = sn  # no CLC possible any more: a dependency of the current state
-            ft.events.record("hc3i_dependency", cluster=j, sn=sn, src=env.src)
-        self._ack_message(env, st.sn)
-        return env
-
-    def _ack_message(self, env: Envelope, sn: int) -> None:
-        self.ft.send_control(env.src, NAME, "got", (env.app_seq, sn))
+    def _from_outside(self, env: Envelope) -> bool:
+        """A message from another cluster: perform what the member decides (Algorithm 6);
+        True if it is to be handed on now."""
+        what, ack, j, sn = self._hc3i.m.from_outside(env, env.piggyback[NAME],
+                                                     self.ft.can_snapshot_now)
+        if ack is None:
+            return False  # held during a CLC
+        if what is DEPEND:  # no CLC possible any more: a dependency of the current state
+            self.ft.events.record("hc3i_dependency", cluster=j, sn=sn, src=env.src)
+        self.ft.send_control(env.src, NAME, "got", (env.app_seq, ack))
+        if what is FORCE:
+            self._initiate(forced_by=j, cause=(env.src, env.app_seq, sn))
+            return False
+        return True
 
     def _deliver(self, env: Envelope) -> None:
         env = super().on_receive(env)
         if env is not None:
             self.ft.deliver_now(env)
 
-    def _in_clc(self) -> bool:
-        """Between this rank's cut (or a request) and the commit or abort of the CLC."""
-        st = self._hc3i
-        return st.round is not None or (st.cut_sn > st.part_sn and not st.closed)
-
-    def _can_checkpoint(self) -> bool:
-        return not self._hc3i.closed and self.ft.can_snapshot_now()
-
     # ------------------------------------------------------- two-phase commit
     def request_clc(self) -> None:
         """Start an unforced CLC of this rank's cluster now (what the leader's timer
         does); ignored during a 2PC or once the cluster can no longer checkpoint."""
-        if self._can_checkpoint():
+        if not self._hc3i.m.closed and self.ft.can_snapshot_now():
             self._initiate(forced_by=None)
 
     def _initiate(self, forced_by: int | None, cause=None) -> None:
         """Algorithm 3: ask the cluster for CLC SN+1 (forced by a message from cluster
         ``forced_by``, or unforced: None)."""
-        st = self._hc3i
-        if st.round is not None or st.closed:
+        m = self._hc3i.m
+        r = m.initiate(forced_by)
+        if r is None:
             return
-        r = st.round = _ddv.ClcRound(st.sn + 1, self.rank, forced_by)
         self.ft.events.record("hc3i_initiate", sn=r.sn, forced=forced_by is not None,
                               cause=cause)
         self._cut(r.sn)
-        self.ft.send_control_all(self._others(), NAME, "req", r.sn)
+        self.ft.send_control_all(m.others, NAME, "req", r.sn)
         self._tell_cut(r)
 
     def _cut(self, sn: int) -> None:
-        """This rank's cut for CLC ``sn``: its state now is its part (sealed once the
-        messages in transit to it have arrived); what it sent to each member until now is
-        before the CLC; what it sends from now on carries ``sn`` and is held by members
-        that have no part of the CLC yet."""
+        if self._hc3i.m.cut(sn, self.ft.sent):
+            self._capture(sn)
+
+    def _capture(self, sn: int) -> None:
+        """This rank just cut for CLC ``sn``: its state now is its part (sealed once the
+        messages in transit to it have arrived, ``late``), without the messages it holds."""
         st, ft = self._hc3i, self.ft
-        if st.cut_sn >= sn or st.closed:
-            return
-        st.cut_sn = sn
-        sent = ft.sent
-        st.cuts[sn] = {q: sent[q] for q in self._others() if sent[q]}  # sparse: few peers
         st.late = []
         st.captured = None
         if ft.can_snapshot_now():
-            unreceived = Counter(e.src for held in st.held_intra.values() for _, e in held)
-            unreceived.update(env.src for env in st.held_inter)
-            st.captured = (ft.state_now(unreceived=dict(unreceived)), self._part_state(sn))
+            st.captured = (ft.state_now(unreceived=st.m.unreceived()), self._part_state(sn))
 
     def _tell_cut(self, r: _ddv.ClcRound) -> None:
         r.told = True
-        data = (r.sn, self._hc3i.cuts.get(r.sn, {}))
+        data = (r.sn, self._hc3i.m.cuts.get(r.sn, {}))
         if r.initiator == self.rank:
             self._on_cut(self.rank, data)
         else:
             self.ft.send_control(r.initiator, NAME, "cut", data)
 
     def _on_req(self, src: int, sn: int) -> None:
-        st = self._hc3i
-        if sn <= st.sn:
-            return  # a concurrent initiator's request for a CLC already committed
-        r = st.round
-        if sn > st.sn + 1:
-            st.early.setdefault(sn, set()).add(src)  # the commit of SN+1 is on its way
-            return
-        if r is None:
-            self._join(sn, src)
-            return
-        cut, ack = r.requested_by(src)  # Algorithm 4: the smallest initiator wins
+        joined, cut, ack = self._hc3i.m.requested(src, sn)
+        if joined is not None:
+            self._join(joined)
         if cut:
-            self._tell_cut(r)
+            self._tell_cut(self._hc3i.m.round)
         if ack:
-            self._send_ack(r)
+            self._send_ack(self._hc3i.m.round)
 
-    def _join(self, sn: int, initiator: int) -> None:
-        st = self._hc3i
-        r = st.round = _ddv.ClcRound(sn, initiator)
-        if st.closed:
-            r.part = True
+    def _join(self, r: _ddv.ClcRound) -> None:
+        if r.part:  # this cluster can no longer checkpoint
             self._refuse(r)
             return
-        self._cut(sn)
+        self._cut(r.sn)
         self._tell_cut(r)
 
     def _on_cut(self, src: int, data) -> None:
         """Initiator: a member's cut; with all of them, tell each member how many
         messages every other member sent it before its cut."""
         sn, sent = data
-        r = self._hc3i.round
+        m = self._hc3i.m
+        r = m.round
         if r is None or not r.led_by(self.rank, sn):
             return
-        expect_all = r.cut_in(src, sent, self._others() + [self.rank])
+        expect_all = r.cut_in(src, sent, m.others + [self.rank])
         if expect_all is None:
             return
         for q, expect in expect_all.items():
@@ -470,61 +374,44 @@ class DDVPiggyback(Protocol):
                 self.ft.send_control(q, NAME, "expect", (sn, expect))
 
     def _on_expect(self, src: int, data) -> None:
-        sn, expect = data
-        st = self._hc3i
-        if sn > st.sn:
-            st.expect[sn] = expect
+        if self._hc3i.m.expected(*data):
             self._maybe_take_part()
 
     def _maybe_take_part(self) -> None:
         """Take this rank's tentative checkpoint once every member's messages from
         before its cut are here."""
         st, ft = self._hc3i, self.ft
-        r = st.round
-        if r is None or r.part or r.sn not in st.expect:
+        r = st.m.part_due(ft.received)
+        if r is None:
             return
-        if any(ft.received[p] < n for p, n in st.expect[r.sn].items()):
-            return
-        r.part = True
-        if st.captured is None or st.cut_sn != r.sn:
+        if st.captured is None or st.m.cut_sn != r.sn:
             self._refuse(r)  # this rank had left its loop at the cut
             return
         state, protocols = st.captured
         blob = ft.seal_state(state, protocols, st.late)
         st.captured, st.late = None, []
-        st.part_sn = r.sn
-        r.ddv = list(st.ddv)
-        self._release_intra(r.sn)
+        self._deliver_all(st.m.part_taken(r))
         self.ft_spawn(self._keep_part(r, blob))
 
-    def _release_intra(self, sn: int) -> None:
-        """Deliver the held intra-cluster messages their senders sent after a cut for a
-        CLC up to ``sn`` (later ones stay held for the next part)."""
-        st = self._hc3i
-        for src in list(st.held_intra):
-            held = st.held_intra[src]
-            while held and held[0][0] <= sn:
-                self._deliver(held.pop(0)[1])
-            if not held:
-                del st.held_intra[src]
+    def _deliver_all(self, envs: list[Envelope]) -> None:
+        for env in envs:
+            self._deliver(env)
 
     def _part_state(self, sn: int) -> dict:
         """The protocol state saved in a part of CLC ``sn``: as after its commit (the
         coordinator hands the committed DDV over after a rollback)."""
         state = self.protocol_state()
-        mine = state[NAME]
-        mine["sn"] = sn
-        mine["ddv"][self._hc3i.me] = sn
+        state[NAME] = self._hc3i.m.state(sn)
         return state
 
     async def _keep_part(self, r: _ddv.ClcRound, blob: bytes) -> None:
         st, ft = self._hc3i, self.ft
         taken = st.parts.hold(r.sn, blob)
         self.on_part(r.sn, blob)  # the stack's levels keep copies
-        await ft.link.report_now(ft.events.make("hc3i_part", cluster=st.me, sn=r.sn,
+        await ft.link.report_now(ft.events.make("hc3i_part", cluster=st.m.me, sn=r.sn,
                                                 bytes=len(blob), incarnation=self.incarnation))
         await taken  # the coordinator holds it: the acknowledgement may go
-        if st.round is r:
+        if st.m.round is r:
             self._send_ack(r)
 
     def ft_rpc_hc3i_part(self, sn: int) -> bytes:
@@ -549,82 +436,70 @@ class DDVPiggyback(Protocol):
 
     def _on_ack(self, src: int, data) -> None:
         sn, ddv, forced_by = data
-        r = self._hc3i.round
+        m = self._hc3i.m
+        r = m.round
         if r is None or not r.led_by(self.rank, sn):
             return  # for a round this rank no longer leads
-        if r.ack_in(src, ddv, forced_by, len(self._others()) + 1):
+        if r.ack_in(src, ddv, forced_by, len(m.others) + 1):
             self.ft_spawn(self._commit(r))
 
     async def _commit(self, r: _ddv.ClcRound) -> None:
         """Algorithm 4, all acknowledgements in: the CLC exists once the coordinator
         has the commit; then every member learns it."""
-        st, ft = self._hc3i, self.ft
-        ddv, by = r.commit_ddv(st.me)
-        await ft.link.report_now(ft.events.make("hc3i_commit", cluster=st.me, sn=r.sn,
+        m, ft = self._hc3i.m, self.ft
+        ddv, by = r.commit_ddv(m.me)
+        await ft.link.report_now(ft.events.make("hc3i_commit", cluster=m.me, sn=r.sn,
                                                 ddv=list(ddv), forced=bool(by), by=by,
                                                 incarnation=self.incarnation))
-        ft.send_control_all(self._others(), NAME, "commit", (r.sn, ddv))
-        self._apply_commit(r.sn, ddv)
+        ft.send_control_all(m.others, NAME, "commit", (r.sn, ddv))
+        self._on_commit(self.rank, (r.sn, ddv))
 
     def _on_commit(self, src: int, data) -> None:
-        sn, ddv = data
-        if sn == self._hc3i.sn + 1:
-            self._apply_commit(sn, ddv)
-
-    def _apply_commit(self, sn: int, ddv: list) -> None:
         st = self._hc3i
-        st.sn, st.ddv, st.round = sn, list(ddv), None
-        self._end_round(sn)
+        released = st.m.committed(*data)
+        if released is None:
+            return
+        self._end_round(*released)
         st.timer_reset.set()
-        initiators = st.early.pop(sn + 1, None)
-        if initiators and st.round is None:
-            self._join(sn + 1, min(initiators))
+        r = st.m.early_round()
+        if r is not None:
+            self._join(r)
 
     def _on_nack(self, src: int, sn: int) -> None:
-        r = self._hc3i.round
+        r = self._hc3i.m.round
         if r is not None and r.sn == sn and r.initiator == self.rank:
             self._abort(sn, src)
 
     def _abort(self, sn: int, by: int) -> None:
         """A member cannot checkpoint any more: no CLC in this cluster from now on."""
         st, ft = self._hc3i, self.ft
-        ft.report("hc3i_abort", cluster=st.me, sn=sn, by=by)
-        ft.send_control_all(self._others(), NAME, "abort", sn)
+        ft.report("hc3i_abort", cluster=st.m.me, sn=sn, by=by)
+        ft.send_control_all(st.m.others, NAME, "abort", sn)
         self._on_abort(self.rank, sn)
 
     def _on_abort(self, src: int, sn: int) -> None:
         st = self._hc3i
-        st.closed = True
-        st.round = None
-        st.early.clear()
         st.captured, st.late = None, []
-        st.part_sn = st.cut_sn  # nothing is held for a CLC that will not come
-        self._release_intra(st.cut_sn)
-        self._end_round(st.sn)
+        self._end_round(*st.m.aborted())
         if st.timer is not None:
             st.timer.cancel()
 
-    def _end_round(self, sn: int) -> None:
-        """The 2PC is over (committed with SN ``sn``, or aborted): send what was held for
-        other clusters, handle what came from them."""
-        st, ft = self._hc3i, self.ft
-        for table in (st.cuts, st.expect):
-            for old in [k for k in table if k <= sn]:
-                del table[old]
-        st.part_sn = max(st.part_sn, sn)
-        self._release_intra(sn)
-        held_out, st.held_out = st.held_out, []
-        for entry in held_out:
-            entry.sn = self._stamp()
-            e = entry.env
-            ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq, e.payload,
-                                 piggyback={NAME: entry.sn}))
-        # one at a time, the rest still held: a forced CLC may begin at any of them, and
-        # its part must not count the ones after it
-        while st.held_inter and not self._in_clc():
-            env = self._from_outside(st.held_inter.pop(0))
-            if env is not None:
+    def _end_round(self, intra: list[Envelope], out: list[Logged]) -> None:
+        """The 2PC is over: deliver what the member held from members, send what it held
+        for other clusters, then handle what came from them."""
+        self._deliver_all(intra)
+        for entry in out:
+            self._transmit(entry)
+        m = self._hc3i.m
+        while (env := m.next_outside()) is not None:
+            if self._from_outside(env):
                 self._deliver(env)
+
+    def _transmit(self, entry: Logged) -> None:
+        """Send a logged message with what it carries now."""
+        e = entry.env
+        self.ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq, e.payload,
+                                  piggyback={NAME: entry.sn}))
 
     # ------------------------------------------------------------ control path
     def on_control(self, env) -> None:
@@ -638,22 +513,19 @@ class DDVPiggyback(Protocol):
 
     def _on_got(self, src: int, data) -> None:
         """Algorithm 7: the receiver's SN replaces infinity in the log."""
-        app_seq, sn = data
-        entry = self._hc3i.log.get(src, {}).get(app_seq)
-        if entry is not None:
-            entry.ack = sn
+        self._hc3i.m.log.acked(src, *data)
 
     # ------------------------------------------------------------------ timer
     def _start_timer(self) -> None:
         st = self._hc3i
         leader = min(st.clusters.members(self.rank)) == self.rank
-        if leader and st.interval_s is not None and not st.closed:
+        if leader and st.interval_s is not None and not st.m.closed:
             st.timer = self.ft_spawn(self._unforced_timer())
 
     async def _unforced_timer(self) -> None:
         """The leader's ckPtTimer: a CLC when no CLC committed for ``interval_s``."""
         st = self._hc3i
-        while not st.closed:
+        while not st.m.closed:
             st.timer_reset.clear()
             try:
                 await asyncio.wait_for(st.timer_reset.wait(), st.interval_s)
@@ -673,57 +545,31 @@ class DDVPiggyback(Protocol):
         for rank, epoch in epochs.items():
             if int(rank) != self.rank:
                 self.ft.set_peer_epoch(int(rank), epoch)
-        return list(self._hc3i.ddv)
+        return list(self._hc3i.m.ddv)
 
     def ft_rpc_hc3i_recovered(self, targets: dict, ddvs: dict, epochs: dict) -> int:
         """The recovery line: ``targets`` {cluster: SN it rolled back to}, ``ddvs`` their
         committed DDVs, ``epochs`` the new incarnations. Send again from the log what the
         rolled-back clusters may lack; returns how many."""
-        st, ft = self._hc3i, self.ft
+        m, ft = self._hc3i.m, self.ft
         targets = {int(k): v for k, v in targets.items()}
         for rank, epoch in epochs.items():
             if int(rank) != self.rank:
                 ft.set_peer_epoch(int(rank), epoch)
-        rolled_back = st.me in targets
-        if rolled_back:
-            st.ddv = _ddv.merge([st.ddv, ddvs[st.me] if st.me in ddvs else ddvs[str(st.me)]])
-        resent = 0
-        for dst in sorted(st.log):
-            k = self._cluster_of(dst)
-            for seq in sorted(st.log[dst]):
-                entry = st.log[dst][seq]
-                if entry.sn is None:
-                    continue  # held for a commit: it has not left yet
-                if k in targets:
-                    again = _ddv.must_resend(entry.ack, targets[k])
-                else:
-                    again = rolled_back and entry.ack is _ddv.UNACKED
-                if again:  # its receipt is undone: the new one acknowledges it again
-                    entry.ack = _ddv.UNACKED  # (an old SN would let GC drop it too early)
-                    e = entry.env
-                    ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq,
-                                         e.payload, piggyback={NAME: entry.sn}))
-                    resent += 1
-        ft.events.record("hc3i_resent", messages=resent, rolled_back=rolled_back)
-        return resent
+        ddv = ddvs.get(m.me, ddvs.get(str(m.me)))
+        again = m.recovered(targets, ddv)
+        for entry in again:
+            self._transmit(entry)
+        ft.events.record("hc3i_resent", messages=len(again), rolled_back=m.me in targets)
+        return len(again)
 
     def ft_rpc_hc3i_collect(self, lowest: list[int]) -> tuple[int, int]:
         """Algorithm 8, COLLECT: drop log entries acked below their receiver's smallest
         SN (``lowest[cluster]``: read only for the clusters this rank logged messages to,
         since every rank is asked at every collection); returns (entries before, after)."""
         st = self._hc3i
-        st.floor = lowest[st.me]  # the levels may drop copies of older parts
-        before = after = 0
-        for dst in list(st.log):
-            floor = lowest[self._cluster_of(dst)]
-            entries = st.log[dst]
-            before += len(entries)
-            for seq in [s for s, e in entries.items()
-                        if e.ack is not _ddv.UNACKED and e.ack < floor]:
-                st.log_bytes -= entries.pop(seq).env.payload.nbytes
-            after += len(entries)
-        st.gc_asked = False
-        return before, after
+        st.floor = lowest[st.m.me]  # the levels may drop copies of older parts
+        return st.m.log.collect(lowest)
 
     def parts_floor(self) -> int | None:
         """The oldest CLC of this rank's cluster the coordinator still keeps (a cascade
@@ -733,19 +579,12 @@ class DDVPiggyback(Protocol):
     # ------------------------------------------------------------------ state
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
-        st = self._hc3i
-        state[NAME] = {"sn": st.sn, "ddv": list(st.ddv),
-                       "log": {d: {s: (e.env, e.sn, e.ack) for s, e in v.items()}
-                               for d, v in st.log.items()}}
+        state[NAME] = self._hc3i.m.state()
         return state
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         super().restore_protocol_state(state)
-        mine, st = state[NAME], self._hc3i
-        st.sn, st.ddv = mine["sn"], list(mine["ddv"])
-        st.log = {d: {s: _Logged(*e) for s, e in v.items()} for d, v in mine["log"].items()}
-        st.log_bytes = sum(e.env.payload.nbytes for v in st.log.values() for e in v.values())
-        st.part_sn = st.cut_sn = st.sn
+        self._hc3i.m.restore(state[NAME])
 
     async def on_restored(self) -> None:
         self.ft.restored_from = None  # parts stay with the coordinator
