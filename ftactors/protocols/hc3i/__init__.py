@@ -3,7 +3,7 @@ inside clusters, DDV piggybacking and forced checkpoints between them. ``rank.py
 mixin (``DDVPiggyback``) and the theory of operation; ``machine.py``: the dependency rules
 as plain functions; ``member.py``: one member's cut, holding and log (``ClcMember``, ``Log``);
 ``coordinator.py``: commits, garbage collection and the recovery line
-(``Hc3iRecovery``); ``settings.py``: its options' checks; ``storm.py``: the forced
+(``Hc3iRecovery``); ``options.py``: its options; ``storm.py``: the forced
 checkpoint storm warning."""
 
 from .coordinator import Hc3iRecovery

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ftactors.base._errors import ProtocolError
 
 from . import machine as _ddv
-from .settings import GC_CLCS_MAX, NODE, check_settings
+from .options import NODE, hc3i_settings
 from .rank import DDVPiggyback
 from .storm import ForcedCheckpointStorm, StormWatch, message
 from ..shared.parts import PartTaker
@@ -39,16 +39,15 @@ class Hc3iRecovery:
 
     def __init__(self, ctx):
         self.c = ctx
-        opts = ctx.options
-        check_settings(opts)
-        spec = opts.get("clusters", NODE)
+        settings = hc3i_settings(ctx.options)
+        spec = settings["clusters"]
         self.by_node = spec == NODE
         self.clusters: Groups | None = None
         self.clcs: dict[int, list[_Stored]] = {}
         if spec != NODE:
             self._set_clusters(load_groups(spec, ctx.n))
-        self.gc_interval_s = opts.get("gc_interval_s")
-        self.gc_clcs_max = opts.get("gc_clcs_max", GC_CLCS_MAX)
+        self.gc_interval_s = settings["gc_interval_s"]
+        self.gc_clcs_max = settings["gc_clcs_max"]
         self.gc_task: asyncio.Task | None = None  # the collection a commit started
         self.gc_again = False  # another commit asked for one while it ran
         self.storms = StormWatch()

@@ -134,18 +134,16 @@ cluster the last collection kept on (``parts_floor``).
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._options import INTERVAL, NONE, STATE, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from . import machine as _ddv
 from .member import AT_COMMIT, CUT, DELIVER, DEPEND, FORCE, LATE, ClcMember, Logged
-from .settings import GC_CLCS_MAX, NODE, check_settings
+from .options import NODE, OPTIONS, clc_interval, hc3i_settings
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups
 
@@ -153,14 +151,6 @@ NAME = "hc3i"
 CONTROL = {"req": "_on_req", "cut": "_on_cut", "expect": "_on_expect", "ack": "_on_ack",
            "nack": "_on_nack", "commit": "_on_commit", "abort": "_on_abort", "got": "_on_got"}
 """This protocol's control messages and their handlers (one per message)."""
-
-
-def clc_interval(options: dict, cluster: int) -> float | None:
-    """Cluster ``cluster``'s unforced CLC interval (None: only forced CLCs)."""
-    v = options.get("clc_interval_s")
-    if isinstance(v, dict):
-        v = v.get(cluster, v.get(str(cluster)))
-    return v
 
 
 @dataclass(slots=True)
@@ -191,39 +181,23 @@ class DDVPiggyback(Protocol):
     level_cost = 3
     uses_spares = True
     hands_parts = True
-    OPTIONS = (
-        # a DDV has an entry per cluster, and logs cross them: they shape the state
-        Option("clusters", (str, os.PathLike, list, Groups), NODE, "cluster definition: "
-               "'node' (by Ray node; one node: the default group policy), a group policy, "
-               "file or list (see protocols/shared/units.py)", roles=(STATE,)),
-        Option("clc_interval_s", (float, dict), None, "seconds between unforced CLCs: a "
-               "number, or {cluster: seconds} (default: only forced CLCs)", "s",
-               roles=(INTERVAL,)),
-        Option("gc_interval_s", float, None, "seconds between garbage collections "
-               "(default: none on a timer)", "s"),
-        Option("gc_clcs_max", (int, NONE), GC_CLCS_MAX, "a garbage collection starts when "
-               "a cluster stores more CLCs than this (None: not on commits)"),
-        Option("log_bytes_max", float, None, "a rank whose log passes this many bytes asks "
-               "for a garbage collection (default: never)", "bytes"),
-        Option("ddv_transitive", bool, False, "piggyback the whole DDV, not only the SN"),
-    )
+    OPTIONS = OPTIONS
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        check_settings(options)
+        hc3i_settings(options)
         super().check_options(options)
 
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:
-        opts = getattr(self, "options", {})
-        spec = opts.get("clusters", NODE)
+        settings = hc3i_settings(getattr(self, "options", {}))
+        spec = settings["clusters"]
         if spec == NODE:
             groups = await self._given_clusters()
         else:
             groups = load_groups(spec, self.size)
-        m = ClcMember(self.rank, groups, bool(opts.get("ddv_transitive")),
-                      opts.get("log_bytes_max"))
-        self._hc3i = _State(m, groups, clc_interval(opts, m.me))
+        m = ClcMember(self.rank, groups, settings["ddv_transitive"], settings["log_bytes_max"])
+        self._hc3i = _State(m, groups, clc_interval(settings, m.me))
         self.ft.keep_base = True
         self._start_timer()
         await super().on_start()
