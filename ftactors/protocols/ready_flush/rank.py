@@ -25,21 +25,19 @@ during a checkpoint leaves the previous one in force. After a restart, receives 
 served first from the restored in-transit messages, in arrival order, then from the
 network (the core's matcher).
 
-*Hand-off* (object store). A rank past a checkpoint must never hold the only copy of its
-part: a failure just after it must restart from it. The coordinator's take (a Ray call
-whose answer is lost with the rank's process if the rank dies before it arrives) and its
-confirmation are three control-plane hops, too slow to wait for (41 ms a checkpoint on
-CG W x8 on Ray on a loaded machine, against 15 ms for the holder's copy). So the rank sends a copy of its part on the direct plane to
-its *holder*, rank ``(r + n // 2) % n`` (StandbyReplacement's partner: another node when
-ranks are spread), reports the part without waiting, and goes on once the holder says it
-has the copy (one data-plane round trip). The coordinator takes the part from the rank
-while it computes and confirms it (``ready_part_kept``); the rank then tells its holder to
-drop the copy (a holder keeps at most ``KEEP_COPIES`` per rank, for a rank that died
-after the take). A recovery first lets the takes under way finish, then *salvages*
-(``ReadyFlushCoordinator._salvage``): it asks every live rank what it still holds (own
-parts not taken, copies) and completes the newest checkpoint past the last complete one
-from the survivors' parts and the dead ranks' holders, so a rank that died between going
-on and the confirmation (its part, even its report, lost with it) restarts from that
+*Hand-off* (object store; ``handoff.py`` has its rules and their reasons). A rank past a
+checkpoint must never hold the only copy of its part, yet waiting for the coordinator's
+take and confirmation (three control-plane hops: 41 ms a checkpoint on CG W x8 on Ray on a
+loaded machine, against 15 ms for a copy) is too slow. So the rank sends a copy of its
+part on the direct plane to its *holder*, rank ``(r + n // 2) % n`` (StandbyReplacement's
+partner: another node when ranks are spread), reports the part without waiting, and goes
+on once the holder acknowledged the copy or the coordinator confirmed it holds the part
+(``ready_part_kept``), which also lets the holder drop the copy. A recovery first lets
+the takes under way finish, then *salvages* (``ReadyFlushCoordinator._salvage``, decided
+by ``machine.salvage``): it asks every live rank what it still holds (own parts not
+taken, copies) and completes the newest checkpoint past the last complete one from the
+survivors' parts and the dead ranks' holders, so a rank that died between going on and
+the confirmation (its part, even its report, lost with it) restarts from that
 checkpoint; with its holder dead too the checkpoint stays incomplete and the previous
 complete one is restored. With one rank there is no holder, and the rank waits for the
 confirmation; with stable storage only, the part is on disk before the rank reports it
@@ -89,7 +87,7 @@ way are dropped (``abandon``), whichever level recovers; complete sets stay.
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
 a newer one is complete. Each rank holds, in its own memory, its part until taken and the
-copies it holds for other ranks until confirmed (at most ``KEEP_COPIES`` each). Stable
+copies it holds for other ranks until confirmed (at most ``handoff.KEEP_COPIES`` each). Stable
 storage keeps the run's ``KEEP_STABLE`` (2) newest sets in its folder (other runs'
 folders are not touched). No message log. Measured by
 ``ftactors bench footprint``.
@@ -113,7 +111,7 @@ from ftactors.base._storage import open_store
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ..shared.parts import HeldParts
-from ..standby.machine import partner as holder
+from .handoff import GoOn, HandOff
 from .machine import ReadyRank
 
 NAME = "ready_flush"
@@ -130,9 +128,6 @@ retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
 RETRY_MAX = 1e-2
 COST_FLOOR_S = 1e-9
 """A measured cost of zero (a sim without latency) would give a zero interval."""
-KEEP_COPIES = 2
-"""Copies of one rank's parts a holder keeps at most: each is dropped once the coordinator
-took the part, but a rank that died after the take cannot say so."""
 
 
 def _options(opts: dict) -> dict:
@@ -175,12 +170,12 @@ class _Ready:
 
     settings: dict
     where: ReadyRank                                 # where this rank checkpoints
+    handoff: HandOff                                 # parts and copies (``handoff.py``)
     flush: Flush = field(default_factory=Flush)
     store: Any = None
     undecided: dict = field(default_factory=dict)   # request id -> future of K (or None)
     parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
-    copied: dict = field(default_factory=dict)      # position -> future: the holder has it
-    copies: dict = field(default_factory=dict)      # (rank, position) -> its part, held
+    safe: dict = field(default_factory=dict)        # position -> future: the part is safe
     stop: asyncio.Future | None = None               # migration: resolved where MP stops
     resume: asyncio.Future | None = None             # never resolved: MP parks on it
     move: int | None = None                          # the move MP stops for
@@ -232,7 +227,8 @@ class ReadyMessageFlush(PlannedLevel):
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:
         settings = _options(getattr(self, "options", {}))
-        st = self._ready = _Ready(settings, ReadyRank(settings["interval"]))
+        st = self._ready = _Ready(settings, ReadyRank(settings["interval"]),
+                                  HandOff(self.rank, self.size))
         if st.settings["storage"] != "object":
             st.store = open_store(st.settings["dir"])
         await super().on_start()
@@ -299,8 +295,9 @@ class ReadyMessageFlush(PlannedLevel):
                                     blob)
         safe = None  # what makes the part safe from this rank's death (stable: the disk)
         if st.settings["storage"] != "stable":
-            taken = st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
-            safe = self._copy_to_holder(pos, blob) or taken  # one rank: no holder
+            st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
+            safe = st.safe[pos] = asyncio.get_running_loop().create_future()
+            self._perform(st.handoff.saved(pos, blob))
         t_saved = time.perf_counter()
         event = ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
@@ -311,20 +308,20 @@ class ReadyMessageFlush(PlannedLevel):
         else:
             ft.link.report(event)  # lost with this rank? the coordinator finds the copy (salvage)
             await safe  # a rank past the position never holds the only copy of its part
-            to = None if self.size == 1 else holder(self.rank, self.size)
-            ft.events.record("checkpoint_copied", position=pos, holder=to,
+            ft.events.record("checkpoint_copied", position=pos, holder=st.handoff.holder,
                              wait_s=time.perf_counter() - t_saved)
         self.planned_cost(NAME, at)
 
-    def _copy_to_holder(self, pos: tuple, blob: bytes) -> asyncio.Future | None:
-        """Send this rank's part at ``pos`` to its holder (``holder``); the future
-        completes when the holder says it has it (None: one rank, no holder)."""
-        st, to = self._ready, holder(self.rank, self.size)
-        if to == self.rank:
-            return None
-        st.copied[pos] = asyncio.get_running_loop().create_future()
-        self.ft.send_control(to, NAME, "copy", (pos, blob))
-        return st.copied[pos]
+    def _perform(self, effects: list) -> None:
+        """Do what the hand-off machine (``handoff.HandOff``) says."""
+        st = self._ready
+        for effect in effects:
+            if isinstance(effect, GoOn):
+                safe = st.safe.pop(effect.position)
+                if not safe.done():  # else cancelled: the checkpoint's task was
+                    safe.set_result(None)
+            else:
+                self.ft.send_control(effect.to, NAME, effect.op, effect.data)
 
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
@@ -336,21 +333,19 @@ class ReadyMessageFlush(PlannedLevel):
         longer needed (with one rank, the rank may go on)."""
         position = tuple(position)
         self._ready.parts.kept(position)
-        to = holder(self.rank, self.size)
-        if to != self.rank:
-            self.ft.send_control(to, NAME, "drop", position)
+        self._perform(self._ready.handoff.kept(position))
 
     def ft_rpc_ready_held(self) -> dict:
         """What the coordinator can still take from this rank (``ReadyFlushCoordinator.
         _salvage``): the positions of its own parts not handed over, and the
         ``(rank, position)`` of the copies it holds for other ranks."""
         st = self._ready
-        return {"own": st.parts.keys(), "copies": list(st.copies)}
+        return {"own": st.parts.keys(), "copies": st.handoff.held()}
 
     def ft_rpc_ready_copy(self, rank: int, position) -> bytes:
         """The copy of rank ``rank``'s part at ``position`` held here, for the coordinator
         (which keeps it in the object store)."""
-        return self._ready.copies[(rank, tuple(position))]
+        return self._ready.handoff.copies[(rank, tuple(position))]
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint (any rank, any time; it is taken at a
@@ -434,18 +429,11 @@ class ReadyMessageFlush(PlannedLevel):
             st.flush.take(ft, env, op, data)
         elif op == "copy":  # a part to hold for env.src until the coordinator took it
             pos, blob = data
-            pos = tuple(pos)
-            mine = sorted(p for r, p in st.copies if r == env.src)
-            for old in mine[:len(mine) + 1 - KEEP_COPIES]:
-                del st.copies[(env.src, old)]  # its own confirmation was lost with it
-            st.copies[(env.src, pos)] = bytes(blob)
-            ft.send_control(env.src, NAME, "copied", pos)
+            self._perform(st.handoff.copy_received(env.src, tuple(pos), bytes(blob)))
         elif op == "copied":
-            fut = st.copied.pop(tuple(data), None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+            self._perform(st.handoff.copied(tuple(data)))
         elif op == "drop":
-            st.copies.pop((env.src, tuple(data)), None)
+            self._perform(st.handoff.dropped(env.src, tuple(data)))
         else:
             raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
 
@@ -465,8 +453,8 @@ class ReadyMessageFlush(PlannedLevel):
         st = self._ready
         st.flush.reset()
         st.undecided.clear()
-        st.copied.clear()  # the copies under way belong to the execution left
-        st.copies.clear()
+        st.safe.clear()  # the parts under way belong to the execution left
+        st.handoff.restored()
         st.stop = st.resume = None
         await super().on_restored()
         self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
