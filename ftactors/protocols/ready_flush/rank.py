@@ -113,6 +113,7 @@ from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ..shared.parts import HeldParts
 from .handoff import GoOn, HandOff
 from .machine import ReadyRank
+from .migration import Hold, Marker, Move, Release, Stopped, WaitMarkers
 
 NAME = "ready_flush"
 STORAGES = ("object", "stable", "both")
@@ -171,14 +172,13 @@ class _Ready:
     settings: dict
     where: ReadyRank                                 # where this rank checkpoints
     handoff: HandOff                                 # parts and copies (``handoff.py``)
+    moving: Move                                     # migrations (``migration.py``)
     flush: Flush = field(default_factory=Flush)
     store: Any = None
     undecided: dict = field(default_factory=dict)   # request id -> future of K (or None)
     parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
     safe: dict = field(default_factory=dict)        # position -> future: the part is safe
-    stop: asyncio.Future | None = None               # migration: resolved where MP stops
-    resume: asyncio.Future | None = None             # never resolved: MP parks on it
-    move: int | None = None                          # the move MP stops for
+    stop: asyncio.Future | None = None               # MP's answer: where it stopped
 
 
 class ReadyMessageFlush(PlannedLevel):
@@ -228,7 +228,7 @@ class ReadyMessageFlush(PlannedLevel):
     async def on_start(self) -> None:
         settings = _options(getattr(self, "options", {}))
         st = self._ready = _Ready(settings, ReadyRank(settings["interval"]),
-                                  HandOff(self.rank, self.size))
+                                  HandOff(self.rank, self.size), Move(self.rank))
         if st.settings["storage"] != "object":
             st.store = open_store(st.settings["dir"])
         await super().on_start()
@@ -240,8 +240,7 @@ class ReadyMessageFlush(PlannedLevel):
         for fut in st.undecided.values():
             await fut
         self._abandon(set(st.where.targets) | {k for k in self._decided() if k is not None})
-        if st.stop is not None and not st.stop.done():
-            st.stop.set_result(None)
+        await self._migrate(st.moving.finished())
         await super().on_finish()
 
     def _decided(self) -> set:
@@ -268,7 +267,7 @@ class ReadyMessageFlush(PlannedLevel):
             await self.checkpoint_here()
         if passed:  # a new loop began before the position (SPMD programs do not)
             self._abandon(passed)
-        if st.stop is not None and not st.stop.done():
+        if st.moving.stopping:
             await self._stop_for_migration()
 
     async def checkpoint_here(self) -> None:
@@ -368,23 +367,41 @@ class ReadyMessageFlush(PlannedLevel):
             fut.set_result(None if position is None else tuple(position))
 
     # --------------------------------------------------------------- migration
-    def ft_rpc_ready_migrate_stop(self, move: int) -> asyncio.Future:
+    async def _migrate(self, effects: list) -> int:
+        """Do what the migration machine (``migration.Move``) says; returns how many
+        messages kept for a mover were released."""
+        st, ft = self._ready, self.ft
+        released = 0
+        for effect in effects:
+            if isinstance(effect, Marker):
+                ft.send_control(effect.to, NAME, "marker", (("move", effect.move), None))
+            elif isinstance(effect, Hold):
+                ft.hold(effect.rank)
+            elif isinstance(effect, WaitMarkers):
+                await st.flush.wait_markers(("move", effect.move), effect.ranks)
+            elif isinstance(effect, Release):
+                if effect.epoch is not None:
+                    ft.set_peer_epoch(effect.rank, effect.epoch)
+                released += ft.release(effect.rank)
+            elif isinstance(effect, Stopped):
+                st.stop.set_result(effect.where)
+        return released
+
+    async def ft_rpc_ready_migrate_stop(self, move: int) -> dict | None:
         """MP: stop at the next safe point; the answer says where, and to whom this rank
         sent an RM there (None: ``main()`` ended first)."""
         st = self._ready
-        loop = asyncio.get_running_loop()
-        st.stop, st.resume = loop.create_future(), loop.create_future()
-        st.move = move
-        return st.stop
+        st.stop = asyncio.get_running_loop().create_future()
+        await self._migrate(st.moving.stop_asked(move))
+        return await st.stop
 
     async def _stop_for_migration(self) -> None:
-        st, ft = self._ready, self.ft
-        out = [r for r, _ in ft.sent.nonzero() if r != self.rank]
-        for peer in out:
-            ft.send_control(peer, NAME, "marker", (("move", st.move), None))
-        st.stop.set_result({"position": ft.position, "out": out})
-        await st.resume  # never resolved: once moved this actor is stopped, and a move
-        # cut short after this stop fails the rank (``ReadyFlushCoordinator._move``)
+        ft = self.ft
+        await self._migrate(self._ready.moving.at_safe_point(
+            ft.position, (r for r, _ in ft.sent.nonzero())))
+        await asyncio.get_running_loop().create_future()  # never resolved: once moved this
+        # actor is stopped, and a move cut short after this stop fails the rank
+        # (``ReadyFlushCoordinator._move``)
 
     async def ft_rpc_ready_migrate_notice(self, move: int, mover: int, wait_rm: bool) -> bool:
         """Rank ``mover`` is moving: clear this rank's channel to it with an RM if it
@@ -392,32 +409,26 @@ class ReadyMessageFlush(PlannedLevel):
         mover sent to this rank) wait for the mover's RM, so everything its old
         incarnation sent has arrived before the new one exists (the new incarnation's
         first envelope makes the old one's stale). Returns whether an RM was sent."""
-        ft = self.ft
-        partner = ft.sent[mover] > 0
-        if partner:
-            ft.send_control(mover, NAME, "marker", (("move", move), None))
-        ft.hold(mover)
-        if wait_rm:
-            await self._ready.flush.wait_markers(("move", move), [mover])
-        return partner
+        sent, effects = self._ready.moving.notice(move, mover, self.ft.sent[mover] > 0,
+                                                  wait_rm)
+        await self._migrate(effects)
+        return sent
 
     async def ft_rpc_ready_migrate_out(self, move: int, senders: list[int]) -> dict:
         """MP: wait for the RMs of the ranks that sent to it, then hand over the state
         (its large buffers straight to the object store, see ``Endpoint.transfer``)."""
         st, ft = self._ready, self.ft
-        await st.flush.wait_markers(("move", move), senders)
+        await self._migrate(st.moving.hand_over(senders))
         state = self.protocol_state()
         state[NAME]["targets"] = sorted(st.where.targets)  # MP goes on with the same plan
         stream, buffers = ft.transfer(protocol_state=state)
         size = len(stream) + sum(memoryview(b).nbytes for b in buffers)
         return {"handle": ft.link.share((stream, buffers)), "bytes": size}
 
-    def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None) -> int:
+    async def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None) -> int:
         """The move is over: ``mover`` runs as ``epoch`` (None: the move was abandoned
         and it stays where it was); send it what was kept. Returns how many."""
-        if epoch is not None:
-            self.ft.set_peer_epoch(mover, epoch)
-        return self.ft.release(mover)
+        return await self._migrate(self._ready.moving.done(move, mover, epoch))
 
     # ------------------------------------------------------------------ state
     def on_control(self, env) -> None:
@@ -455,6 +466,7 @@ class ReadyMessageFlush(PlannedLevel):
         st.undecided.clear()
         st.safe.clear()  # the parts under way belong to the execution left
         st.handoff.restored()
-        st.stop = st.resume = None
+        st.stop = None
+        st.moving.restored()
         await super().on_restored()
         self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
