@@ -258,6 +258,28 @@ def test_a_move_whose_new_actor_dies_is_refused_or_recovered(dies, flood_referen
     assert bool(r.events_of("rollback")) == (dies == "promoted")
 
 
+class ReturnsEarly(ReadyMessageFlush, ft.Rank):
+    """Rank 0 returns at once, rank 1 two seconds later."""
+
+    async def main(self):
+        if self.rank == 1:
+            await asyncio.sleep(2.0)
+        return self.rank
+
+
+def test_a_move_asked_after_the_rank_returned_is_refused_at_once():
+    """No safe point is left to stop at: the move is refused as it is asked (it used to
+    wait until the run ended)."""
+    async def go():
+        run = await ft.launch(ReturnsEarly, 2, transport="local")
+        await asyncio.sleep(0.2)
+        with pytest.raises(ft.ProtocolError, match="rank 0 finished before it could move"):
+            await asyncio.wait_for(run.migrate(0), 1.0)
+        return await run
+
+    assert asyncio.run(go()).results == [0, 1]
+
+
 def test_migration_then_failure_rolls_back_every_rank():
     reference = ft.run(Heat1D, 4, transport="local", kwargs={"iterations": 300}).results
 
