@@ -65,17 +65,16 @@ handle table is CoCheck's virtual-address mapping, handed to every rank by ``rew
 same program, ranks, arguments and stack (``runtime/_identity``); a run's own rollbacks
 read only the sets it wrote itself (its folder of ``checkpoint_dir``, shared or not).
 
-*Migration* (section 5.2, the optimised protocol). ``await run.migrate(rank, node)``
-starts a warm actor on ``node`` (Ray node affinity), stops the migrating rank (MP) at its
-next safe point, where it sends an RM to every rank it has sent to; every other rank
-sends an RM to MP if it has ever sent to it (its channel to MP may hold messages) and from
-then on keeps every envelope for MP (``Endpoint.hold``). MP waits for the RMs of those
-partners, so every message sent to its old location is in its snapshot, and the snapshot
-moves to the new actor, which becomes MP's next incarnation. Each partner waits for MP's
-RM (so MP's last messages were delivered before the old actor goes), learns the new
-incarnation, and sends what it kept (``Endpoint.release``): nothing was sent to the old
-location after its snapshot, nothing is lost, nothing duplicated. Only MP rolls back to
-its snapshot, which is the state it was stopped in.
+*Migration* (section 5.2, the optimised protocol; ``migration.py`` has its rules and
+their reasons). ``await run.migrate(rank, node)`` starts a warm actor on ``node`` (Ray
+node affinity) and stops the migrating rank (MP) at its next safe point, where it sends
+an RM to every rank it has sent to; every other rank sends an RM to MP if it has ever
+sent to it and from then on keeps every envelope for MP (``Endpoint.hold``), and waits
+for MP's RM if MP sent to it. MP waits for the RMs of the ranks that sent to it, so
+every message sent to its old location is in its snapshot, which moves to the new actor
+as MP's next incarnation; each other rank then learns the new incarnation and sends what
+it kept (``Endpoint.release``). Only MP rolls back to its snapshot, which is the state
+it was stopped in. A move asked once MP's ``main()`` has returned is refused.
 
 *In a stack* the global sets are the costliest level (``roles``), under partner copies
 (StandbyReplacement) and encoded blocks (RSBackup), each on its own schedule: recovery
