@@ -61,8 +61,8 @@ class Order:
 
 class Logged(ReadyMessageFlush, Flood):
     """Notes each rank's passing of every safe point, every copy its holder keeps and
-    every confirmation it hears; its answer to the coordinator's take of a part waits for ``Order.answer`` (the test's
-    rule: True, it is sent; False, it never is)."""
+    every confirmation it hears; its answer to the coordinator's take of a part waits
+    for ``Order.answer`` (the test's rule: True, it is sent; False, it never is)."""
 
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)

@@ -295,7 +295,7 @@ class ReadyMessageFlush(PlannedLevel):
         if st.settings["storage"] != "stable":
             st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
             safe = st.safe[pos] = asyncio.get_running_loop().create_future()
-            self._perform(st.handoff.saved(pos, blob))
+            self._hand_off(st.handoff.saved(pos, blob))
         t_saved = time.perf_counter()
         event = ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
@@ -310,7 +310,7 @@ class ReadyMessageFlush(PlannedLevel):
                              wait_s=time.perf_counter() - t_saved)
         self.planned_cost(NAME, at)
 
-    def _perform(self, effects: list) -> None:
+    def _hand_off(self, effects: list) -> None:
         """Do what the hand-off machine (``handoff.HandOff``) says."""
         st = self._ready
         for effect in effects:
@@ -328,10 +328,11 @@ class ReadyMessageFlush(PlannedLevel):
 
     def ft_rpc_ready_part_kept(self, position) -> None:
         """The coordinator holds this rank's part at ``position``: the holder's copy is no
-        longer needed (with one rank, the rank may go on)."""
+        longer needed, and the rank may go on if it has not yet (its holder has not
+        answered, or it has none: one rank)."""
         position = tuple(position)
         self._ready.parts.kept(position)
-        self._perform(self._ready.handoff.kept(position))
+        self._hand_off(self._ready.handoff.kept(position))
 
     def ft_rpc_ready_held(self) -> dict:
         """What the coordinator can still take from this rank (``ReadyFlushCoordinator.
@@ -439,11 +440,11 @@ class ReadyMessageFlush(PlannedLevel):
             st.flush.take(ft, env, op, data)
         elif op == "copy":  # a part to hold for env.src until the coordinator took it
             pos, blob = data
-            self._perform(st.handoff.copy_received(env.src, tuple(pos), bytes(blob)))
+            self._hand_off(st.handoff.copy_received(env.src, tuple(pos), bytes(blob)))
         elif op == "copied":
-            self._perform(st.handoff.copied(tuple(data)))
+            self._hand_off(st.handoff.copied(tuple(data)))
         elif op == "drop":
-            self._perform(st.handoff.dropped(env.src, tuple(data)))
+            self._hand_off(st.handoff.dropped(env.src, tuple(data)))
         else:
             raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
 
