@@ -67,14 +67,11 @@ read only the sets it wrote itself (its folder of ``checkpoint_dir``, shared or 
 
 *Migration* (section 5.2, the optimised protocol; ``migration.py`` has its rules and
 their reasons). ``await run.migrate(rank, node)`` starts a warm actor on ``node`` (Ray
-node affinity) and stops the migrating rank (MP) at its next safe point, where it sends
-an RM to every rank it has sent to; every other rank sends an RM to MP if it has ever
-sent to it and from then on keeps every envelope for MP (``Endpoint.hold``), and waits
-for MP's RM if MP sent to it. MP waits for the RMs of the ranks that sent to it, so
-every message sent to its old location is in its snapshot, which moves to the new actor
-as MP's next incarnation; each other rank then learns the new incarnation and sends what
-it kept (``Endpoint.release``). Only MP rolls back to its snapshot, which is the state
-it was stopped in. A move asked once MP's ``main()`` has returned is refused.
+node affinity); only the migrating rank (MP) stops, at its next safe point. Ready
+messages clear the channels to MP, the other ranks keep what they send it
+(``Endpoint.hold``), MP's snapshot moves to the new actor as its next incarnation, and
+they send it what they kept (``Endpoint.release``). Only MP rolls back to its snapshot,
+which is the state it was stopped in.
 
 *In a stack* the global sets are the costliest level (``roles``), under partner copies
 (StandbyReplacement) and encoded blocks (RSBackup), each on its own schedule: recovery
