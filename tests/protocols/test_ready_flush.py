@@ -73,24 +73,32 @@ def test_kill_during_a_checkpoint_restarts_from_the_previous_one(flood_reference
     assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
 
 
-@pytest.mark.parametrize("lost_with_the_rank", [False, True], ids=["late", "lost"])
-def test_a_failure_right_after_a_checkpoint_restarts_from_it(monkeypatch, flood_reference,
-                                                             lost_with_the_rank):
-    """The answer that hands a part over reaches the coordinator 50 ms later (as a loaded
-    Ray's can), or never, when the rank died meanwhile (on Ray it is lost with the
-    rank's process). A failure found meanwhile must not drop the part, and a rank goes on
-    only once the coordinator holds it: the restart uses the checkpoint just taken."""
-    from ftactors.runtime._coordinator import RankDied
-    from ftactors.transports.local import LocalFabric
+class SlowAnswer(RFFlood):
+    """Its answers to the coordinator's takes of its parts arrive 50 ms late (as a loaded
+    Ray's can); the one of ``unanswered`` ``(rank, position)`` never does (on Ray it is
+    lost with the rank's process when the rank died meanwhile)."""
 
-    async def slow_answer(self, host, name, *args):
-        answer = await self.call(host, name, *args)
+    unanswered: set = set()
+
+    async def ft_rpc_ready_part(self, position) -> bytes:
+        blob = super().ft_rpc_ready_part(position)
         await asyncio.sleep(0.05)  # the answer on its way
-        if lost_with_the_rank and host.spec.rank in self.dead:
-            raise RankDied(host.spec.rank, "its actor died")
-        return answer
-    monkeypatch.setattr(LocalFabric, "call_kept", slow_answer)
-    r = ft.run(RFFlood, 5, transport="local", kwargs=FLOOD, checkpoint_interval=4,
+        if (self.rank, tuple(position)) in self.unanswered:
+            self.unanswered.discard((self.rank, tuple(position)))
+            await asyncio.get_running_loop().create_future()
+        return blob
+
+
+@pytest.mark.parametrize("lost_with_the_rank", [False, True], ids=["late", "lost"])
+def test_a_failure_right_after_a_checkpoint_restarts_from_it(flood_reference,
+                                                             lost_with_the_rank):
+    """Rank 2 dies at 9, an instant after the checkpoint at 8, while the answers that hand
+    the parts over are on their way, or its own never comes. A failure found meanwhile
+    must not drop the parts (the coordinator lets the takes under way finish), and a
+    rank goes on only once its part is safe outside its process (at its holder): the
+    restart uses the checkpoint just taken."""
+    SlowAnswer.unanswered = {(2, (0, 8))} if lost_with_the_rank else set()
+    r = ft.run(SlowAnswer, 5, transport="local", kwargs=FLOOD, checkpoint_interval=4,
                chaos=ft.Chaos(kill=[(2, 9)]), timeout_s=60)
     assert positions(r, "rollback") == [(0, 8)]
     assert [res["digest"] for res in r.results] == [x["digest"] for x in flood_reference(5)]
@@ -248,6 +256,28 @@ def test_a_move_whose_new_actor_dies_is_refused_or_recovered(dies, flood_referen
     r = asyncio.run(go())
     assert [res["digest"] for res in r.results] == [x["digest"] for x in reference]
     assert bool(r.events_of("rollback")) == (dies == "promoted")
+
+
+class ReturnsEarly(ReadyMessageFlush, ft.Rank):
+    """Rank 0 returns at once, rank 1 two seconds later."""
+
+    async def main(self):
+        if self.rank == 1:
+            await asyncio.sleep(2.0)
+        return self.rank
+
+
+def test_a_move_asked_after_the_rank_returned_is_refused_at_once():
+    """No safe point is left to stop at: the move is refused as it is asked (it used to
+    wait until the run ended)."""
+    async def go():
+        run = await ft.launch(ReturnsEarly, 2, transport="local")
+        await asyncio.sleep(0.2)
+        with pytest.raises(ft.ProtocolError, match="rank 0 finished before it could move"):
+            await asyncio.wait_for(run.migrate(0), 1.0)
+        return await run
+
+    assert asyncio.run(go()).results == [0, 1]
 
 
 def test_migration_then_failure_rolls_back_every_rank():

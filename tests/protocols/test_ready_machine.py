@@ -1,10 +1,15 @@
 """ReadyMessageFlush's machine (``protocols/ready_flush/machine.py``) step by step: where a
-rank checkpoints and where a requested checkpoint is placed, with no transport (the
-whole-run tests are in ``test_ready_flush.py``)."""
+rank checkpoints, where a requested checkpoint is placed and which one a recovery
+completes, with no transport (the whole-run tests are in ``test_ready_flush.py``); and
+that its machines (``machine.py``, ``handoff.py``, ``migration.py``) do no I/O."""
 from __future__ import annotations
+
+import ast
+import pathlib
 
 import pytest
 
+import ftactors.protocols.ready_flush as package
 from ftactors.protocols.ready_flush.machine import ReadyRank, salvage
 from ftactors.protocols.standby.machine import partner as holder
 from ftactors.protocols.shared.flush import checkpoint_position
@@ -73,3 +78,17 @@ def test_the_newest_checkpoint_that_can_be_completed_wins():
     own = {0: {P1, P2}, 2: {P1, P2}, 3: {P1, P2}}
     copies = {3: {(1, P1), (1, P2)}}
     assert salvage(4, own, copies, {}, None, holder)[0] == P2
+
+
+@pytest.mark.parametrize("module", ["machine", "handoff", "migration"])
+def test_the_machines_import_no_io(module):
+    """The decisions are plain Python: no event loop, no Ray, no transport, no runtime."""
+    path = pathlib.Path(package.__file__).with_name(f"{module}.py")
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or ""))
+    io = ("asyncio", "ray", "ftactors.transports", "ftactors.runtime", "ftactors.engine")
+    assert not [n for n in names if n.split(".")[0] in io or n.startswith(io)], names

@@ -19,7 +19,7 @@ from ftactors.base._storage import open_store
 from ..shared.flush import checkpoint_position
 from ..shared.intervals import daly
 from ..shared.parts import GIVEN_GRACE_S, PartTaker
-from ..standby.machine import partner as holder
+from .handoff import holder
 from .machine import salvage
 from .rank import (COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, ReadyMessageFlush,
                    _options)

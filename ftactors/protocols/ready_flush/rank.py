@@ -25,21 +25,19 @@ during a checkpoint leaves the previous one in force. After a restart, receives 
 served first from the restored in-transit messages, in arrival order, then from the
 network (the core's matcher).
 
-*Hand-off* (object store). A rank past a checkpoint must never hold the only copy of its
-part: a failure just after it must restart from it. The coordinator's take (a Ray call
-whose answer is lost with the rank's process if the rank dies before it arrives) and its
-confirmation are three control-plane hops, too slow to wait for (41 ms a checkpoint on
-CG W x8 on Ray on a loaded machine, against 15 ms for the holder's copy). So the rank sends a copy of its part on the direct plane to
-its *holder*, rank ``(r + n // 2) % n`` (StandbyReplacement's partner: another node when
-ranks are spread), reports the part without waiting, and goes on once the holder says it
-has the copy (one data-plane round trip). The coordinator takes the part from the rank
-while it computes and confirms it (``ready_part_kept``); the rank then tells its holder to
-drop the copy (a holder keeps at most ``KEEP_COPIES`` per rank, for a rank that died
-after the take). A recovery first lets the takes under way finish, then *salvages*
-(``ReadyFlushCoordinator._salvage``): it asks every live rank what it still holds (own
-parts not taken, copies) and completes the newest checkpoint past the last complete one
-from the survivors' parts and the dead ranks' holders, so a rank that died between going
-on and the confirmation (its part, even its report, lost with it) restarts from that
+*Hand-off* (object store; ``handoff.py`` has its rules and their reasons). A rank past a
+checkpoint must never hold the only copy of its part, yet waiting for the coordinator's
+take and confirmation (three control-plane hops: 41 ms a checkpoint on CG W x8 on Ray on a
+loaded machine, against 15 ms for a copy) is too slow. So the rank sends a copy of its
+part on the direct plane to its *holder*, rank ``(r + n // 2) % n`` (StandbyReplacement's
+partner: another node when ranks are spread), reports the part without waiting, and goes
+on once the holder acknowledged the copy or the coordinator confirmed it holds the part
+(``ready_part_kept``), which also lets the holder drop the copy. A recovery first lets
+the takes under way finish, then *salvages* (``ReadyFlushCoordinator._salvage``, decided
+by ``machine.salvage``): it asks every live rank what it still holds (own parts not
+taken, copies) and completes the newest checkpoint past the last complete one from the
+survivors' parts and the dead ranks' holders, so a rank that died between going on and
+the confirmation (its part, even its report, lost with it) restarts from that
 checkpoint; with its holder dead too the checkpoint stays incomplete and the previous
 complete one is restored. With one rank there is no holder, and the rank waits for the
 confirmation; with stable storage only, the part is on disk before the rank reports it
@@ -67,17 +65,13 @@ handle table is CoCheck's virtual-address mapping, handed to every rank by ``rew
 same program, ranks, arguments and stack (``runtime/_identity``); a run's own rollbacks
 read only the sets it wrote itself (its folder of ``checkpoint_dir``, shared or not).
 
-*Migration* (section 5.2, the optimised protocol). ``await run.migrate(rank, node)``
-starts a warm actor on ``node`` (Ray node affinity), stops the migrating rank (MP) at its
-next safe point, where it sends an RM to every rank it has sent to; every other rank
-sends an RM to MP if it has ever sent to it (its channel to MP may hold messages) and from
-then on keeps every envelope for MP (``Endpoint.hold``). MP waits for the RMs of those
-partners, so every message sent to its old location is in its snapshot, and the snapshot
-moves to the new actor, which becomes MP's next incarnation. Each partner waits for MP's
-RM (so MP's last messages were delivered before the old actor goes), learns the new
-incarnation, and sends what it kept (``Endpoint.release``): nothing was sent to the old
-location after its snapshot, nothing is lost, nothing duplicated. Only MP rolls back to
-its snapshot, which is the state it was stopped in.
+*Migration* (section 5.2, the optimised protocol; ``migration.py`` has its rules and
+their reasons). ``await run.migrate(rank, node)`` starts a warm actor on ``node`` (Ray
+node affinity); only the migrating rank (MP) stops, at its next safe point. Ready
+messages clear the channels to MP, the other ranks keep what they send it
+(``Endpoint.hold``), MP's snapshot moves to the new actor as its next incarnation, and
+they send it what they kept (``Endpoint.release``). Only MP rolls back to its snapshot,
+which is the state it was stopped in.
 
 *In a stack* the global sets are the costliest level (``roles``), under partner copies
 (StandbyReplacement) and encoded blocks (RSBackup), each on its own schedule: recovery
@@ -89,7 +83,7 @@ way are dropped (``abandon``), whichever level recovers; complete sets stay.
 store the newest complete checkpoint set (one part per rank) and the parts of sets still
 being taken; every older set is dropped, and its object references released, as soon as
 a newer one is complete. Each rank holds, in its own memory, its part until taken and the
-copies it holds for other ranks until confirmed (at most ``KEEP_COPIES`` each). Stable
+copies it holds for other ranks until confirmed (at most ``handoff.KEEP_COPIES`` each). Stable
 storage keeps the run's ``KEEP_STABLE`` (2) newest sets in its folder (other runs'
 folders are not touched). No message log. Measured by
 ``ftactors bench footprint``.
@@ -113,8 +107,9 @@ from ftactors.base._storage import open_store
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
 from ..shared.parts import HeldParts
-from ..standby.machine import partner as holder
+from .handoff import GoOn, HandOff
 from .machine import ReadyRank
+from .migration import Hold, Marker, Move, Release, Stopped, WaitMarkers
 
 NAME = "ready_flush"
 STORAGES = ("object", "stable", "both")
@@ -130,9 +125,6 @@ retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
 RETRY_MAX = 1e-2
 COST_FLOOR_S = 1e-9
 """A measured cost of zero (a sim without latency) would give a zero interval."""
-KEEP_COPIES = 2
-"""Copies of one rank's parts a holder keeps at most: each is dropped once the coordinator
-took the part, but a rank that died after the take cannot say so."""
 
 
 def _options(opts: dict) -> dict:
@@ -175,15 +167,14 @@ class _Ready:
 
     settings: dict
     where: ReadyRank                                 # where this rank checkpoints
+    handoff: HandOff                                 # parts and copies (``handoff.py``)
+    moving: Move                                     # migrations (``migration.py``)
     flush: Flush = field(default_factory=Flush)
     store: Any = None
     undecided: dict = field(default_factory=dict)   # request id -> future of K (or None)
     parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
-    copied: dict = field(default_factory=dict)      # position -> future: the holder has it
-    copies: dict = field(default_factory=dict)      # (rank, position) -> its part, held
-    stop: asyncio.Future | None = None               # migration: resolved where MP stops
-    resume: asyncio.Future | None = None             # never resolved: MP parks on it
-    move: int | None = None                          # the move MP stops for
+    safe: dict = field(default_factory=dict)        # position -> future: the part is safe
+    stop: asyncio.Future | None = None               # MP's answer: where it stopped
 
 
 class ReadyMessageFlush(PlannedLevel):
@@ -232,7 +223,8 @@ class ReadyMessageFlush(PlannedLevel):
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:
         settings = _options(getattr(self, "options", {}))
-        st = self._ready = _Ready(settings, ReadyRank(settings["interval"]))
+        st = self._ready = _Ready(settings, ReadyRank(settings["interval"]),
+                                  HandOff(self.rank, self.size), Move(self.rank))
         if st.settings["storage"] != "object":
             st.store = open_store(st.settings["dir"])
         await super().on_start()
@@ -244,8 +236,7 @@ class ReadyMessageFlush(PlannedLevel):
         for fut in st.undecided.values():
             await fut
         self._abandon(set(st.where.targets) | {k for k in self._decided() if k is not None})
-        if st.stop is not None and not st.stop.done():
-            st.stop.set_result(None)
+        await self._migrate(st.moving.finished())
         await super().on_finish()
 
     def _decided(self) -> set:
@@ -272,7 +263,7 @@ class ReadyMessageFlush(PlannedLevel):
             await self.checkpoint_here()
         if passed:  # a new loop began before the position (SPMD programs do not)
             self._abandon(passed)
-        if st.stop is not None and not st.stop.done():
+        if st.moving.stopping:
             await self._stop_for_migration()
 
     async def checkpoint_here(self) -> None:
@@ -299,8 +290,9 @@ class ReadyMessageFlush(PlannedLevel):
                                     blob)
         safe = None  # what makes the part safe from this rank's death (stable: the disk)
         if st.settings["storage"] != "stable":
-            taken = st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
-            safe = self._copy_to_holder(pos, blob) or taken  # one rank: no holder
+            st.parts.hold(pos, blob)  # until the coordinator takes it (ready_part)
+            safe = st.safe[pos] = asyncio.get_running_loop().create_future()
+            self._hand_off(st.handoff.saved(pos, blob))
         t_saved = time.perf_counter()
         event = ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
@@ -311,20 +303,20 @@ class ReadyMessageFlush(PlannedLevel):
         else:
             ft.link.report(event)  # lost with this rank? the coordinator finds the copy (salvage)
             await safe  # a rank past the position never holds the only copy of its part
-            to = None if self.size == 1 else holder(self.rank, self.size)
-            ft.events.record("checkpoint_copied", position=pos, holder=to,
+            ft.events.record("checkpoint_copied", position=pos, holder=st.handoff.holder,
                              wait_s=time.perf_counter() - t_saved)
         self.planned_cost(NAME, at)
 
-    def _copy_to_holder(self, pos: tuple, blob: bytes) -> asyncio.Future | None:
-        """Send this rank's part at ``pos`` to its holder (``holder``); the future
-        completes when the holder says it has it (None: one rank, no holder)."""
-        st, to = self._ready, holder(self.rank, self.size)
-        if to == self.rank:
-            return None
-        st.copied[pos] = asyncio.get_running_loop().create_future()
-        self.ft.send_control(to, NAME, "copy", (pos, blob))
-        return st.copied[pos]
+    def _hand_off(self, effects: list) -> None:
+        """Do what the hand-off machine (``handoff.HandOff``) says."""
+        st = self._ready
+        for effect in effects:
+            if isinstance(effect, GoOn):
+                safe = st.safe.pop(effect.position)
+                if not safe.done():  # else cancelled: the checkpoint's task was
+                    safe.set_result(None)
+            else:
+                self.ft.send_control(effect.to, NAME, effect.op, effect.data)
 
     def ft_rpc_ready_part(self, position) -> bytes:
         """Hand this rank's part of the checkpoint at ``position`` to the coordinator,
@@ -333,24 +325,23 @@ class ReadyMessageFlush(PlannedLevel):
 
     def ft_rpc_ready_part_kept(self, position) -> None:
         """The coordinator holds this rank's part at ``position``: the holder's copy is no
-        longer needed (with one rank, the rank may go on)."""
+        longer needed, and the rank may go on if it has not yet (its holder has not
+        answered, or it has none: one rank)."""
         position = tuple(position)
         self._ready.parts.kept(position)
-        to = holder(self.rank, self.size)
-        if to != self.rank:
-            self.ft.send_control(to, NAME, "drop", position)
+        self._hand_off(self._ready.handoff.kept(position))
 
     def ft_rpc_ready_held(self) -> dict:
         """What the coordinator can still take from this rank (``ReadyFlushCoordinator.
         _salvage``): the positions of its own parts not handed over, and the
         ``(rank, position)`` of the copies it holds for other ranks."""
         st = self._ready
-        return {"own": st.parts.keys(), "copies": list(st.copies)}
+        return {"own": st.parts.keys(), "copies": st.handoff.held()}
 
     def ft_rpc_ready_copy(self, rank: int, position) -> bytes:
         """The copy of rank ``rank``'s part at ``position`` held here, for the coordinator
         (which keeps it in the object store)."""
-        return self._ready.copies[(rank, tuple(position))]
+        return self._ready.handoff.copies[(rank, tuple(position))]
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint (any rank, any time; it is taken at a
@@ -373,23 +364,41 @@ class ReadyMessageFlush(PlannedLevel):
             fut.set_result(None if position is None else tuple(position))
 
     # --------------------------------------------------------------- migration
-    def ft_rpc_ready_migrate_stop(self, move: int) -> asyncio.Future:
+    async def _migrate(self, effects: list) -> int:
+        """Do what the migration machine (``migration.Move``) says; returns how many
+        messages kept for a mover were released."""
+        st, ft = self._ready, self.ft
+        released = 0
+        for effect in effects:
+            if isinstance(effect, Marker):
+                ft.send_control(effect.to, NAME, "marker", (("move", effect.move), None))
+            elif isinstance(effect, Hold):
+                ft.hold(effect.rank)
+            elif isinstance(effect, WaitMarkers):
+                await st.flush.wait_markers(("move", effect.move), effect.ranks)
+            elif isinstance(effect, Release):
+                if effect.epoch is not None:
+                    ft.set_peer_epoch(effect.rank, effect.epoch)
+                released += ft.release(effect.rank)
+            elif isinstance(effect, Stopped):
+                st.stop.set_result(effect.where)
+        return released
+
+    async def ft_rpc_ready_migrate_stop(self, move: int) -> dict | None:
         """MP: stop at the next safe point; the answer says where, and to whom this rank
         sent an RM there (None: ``main()`` ended first)."""
         st = self._ready
-        loop = asyncio.get_running_loop()
-        st.stop, st.resume = loop.create_future(), loop.create_future()
-        st.move = move
-        return st.stop
+        st.stop = asyncio.get_running_loop().create_future()
+        await self._migrate(st.moving.stop_asked(move))
+        return await st.stop
 
     async def _stop_for_migration(self) -> None:
-        st, ft = self._ready, self.ft
-        out = [r for r, _ in ft.sent.nonzero() if r != self.rank]
-        for peer in out:
-            ft.send_control(peer, NAME, "marker", (("move", st.move), None))
-        st.stop.set_result({"position": ft.position, "out": out})
-        await st.resume  # never resolved: once moved this actor is stopped, and a move
-        # cut short after this stop fails the rank (``ReadyFlushCoordinator._move``)
+        ft = self.ft
+        await self._migrate(self._ready.moving.at_safe_point(
+            ft.position, (r for r, _ in ft.sent.nonzero())))
+        await asyncio.get_running_loop().create_future()  # never resolved: once moved this
+        # actor is stopped, and a move cut short after this stop fails the rank
+        # (``ReadyFlushCoordinator._move``)
 
     async def ft_rpc_ready_migrate_notice(self, move: int, mover: int, wait_rm: bool) -> bool:
         """Rank ``mover`` is moving: clear this rank's channel to it with an RM if it
@@ -397,32 +406,26 @@ class ReadyMessageFlush(PlannedLevel):
         mover sent to this rank) wait for the mover's RM, so everything its old
         incarnation sent has arrived before the new one exists (the new incarnation's
         first envelope makes the old one's stale). Returns whether an RM was sent."""
-        ft = self.ft
-        partner = ft.sent[mover] > 0
-        if partner:
-            ft.send_control(mover, NAME, "marker", (("move", move), None))
-        ft.hold(mover)
-        if wait_rm:
-            await self._ready.flush.wait_markers(("move", move), [mover])
-        return partner
+        sent, effects = self._ready.moving.notice(move, mover, self.ft.sent[mover] > 0,
+                                                  wait_rm)
+        await self._migrate(effects)
+        return sent
 
     async def ft_rpc_ready_migrate_out(self, move: int, senders: list[int]) -> dict:
         """MP: wait for the RMs of the ranks that sent to it, then hand over the state
         (its large buffers straight to the object store, see ``Endpoint.transfer``)."""
         st, ft = self._ready, self.ft
-        await st.flush.wait_markers(("move", move), senders)
+        await self._migrate(st.moving.hand_over(senders))
         state = self.protocol_state()
         state[NAME]["targets"] = sorted(st.where.targets)  # MP goes on with the same plan
         stream, buffers = ft.transfer(protocol_state=state)
         size = len(stream) + sum(memoryview(b).nbytes for b in buffers)
         return {"handle": ft.link.share((stream, buffers)), "bytes": size}
 
-    def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None) -> int:
+    async def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None) -> int:
         """The move is over: ``mover`` runs as ``epoch`` (None: the move was abandoned
         and it stays where it was); send it what was kept. Returns how many."""
-        if epoch is not None:
-            self.ft.set_peer_epoch(mover, epoch)
-        return self.ft.release(mover)
+        return await self._migrate(self._ready.moving.done(move, mover, epoch))
 
     # ------------------------------------------------------------------ state
     def on_control(self, env) -> None:
@@ -434,18 +437,11 @@ class ReadyMessageFlush(PlannedLevel):
             st.flush.take(ft, env, op, data)
         elif op == "copy":  # a part to hold for env.src until the coordinator took it
             pos, blob = data
-            pos = tuple(pos)
-            mine = sorted(p for r, p in st.copies if r == env.src)
-            for old in mine[:len(mine) + 1 - KEEP_COPIES]:
-                del st.copies[(env.src, old)]  # its own confirmation was lost with it
-            st.copies[(env.src, pos)] = bytes(blob)
-            ft.send_control(env.src, NAME, "copied", pos)
+            self._hand_off(st.handoff.copy_received(env.src, tuple(pos), bytes(blob)))
         elif op == "copied":
-            fut = st.copied.pop(tuple(data), None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+            self._hand_off(st.handoff.copied(tuple(data)))
         elif op == "drop":
-            st.copies.pop((env.src, tuple(data)), None)
+            self._hand_off(st.handoff.dropped(env.src, tuple(data)))
         else:
             raise ProtocolError(f"{NAME}: unknown control message {op!r} from rank {env.src}")
 
@@ -465,8 +461,9 @@ class ReadyMessageFlush(PlannedLevel):
         st = self._ready
         st.flush.reset()
         st.undecided.clear()
-        st.copied.clear()  # the copies under way belong to the execution left
-        st.copies.clear()
-        st.stop = st.resume = None
+        st.safe.clear()  # the parts under way belong to the execution left
+        st.handoff.restored()
+        st.stop = None
+        st.moving.restored()
         await super().on_restored()
         self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive
