@@ -300,3 +300,32 @@ def test_the_recovery_context_names_nothing_no_protocol_uses():
     source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py")
                        if p.name != "_recovery_context.py")
     assert {n for n in CONTEXT if not re.search(rf"\.{n}\b", source)} == set()
+
+
+def option_reads_with_a_default(source: str, names: set[str]) -> list[str]:
+    """``x.get("name", ...)`` or ``x.get("name")`` of a declared option: a default written
+    again at the read site (or None where the declaration says otherwise)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and node.args
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in names):
+            bad.append(f"line {node.lineno}: .get({node.args[0].value!r}, ...)")
+    return bad
+
+
+def test_protocols_read_their_options_through_the_declarations():
+    """A protocol reads its options with ``declared_values`` (in its folder's
+    ``options.py``), so a default is written once, in its declaration."""
+    from ftactors.protocols import PROTOCOLS
+    from ftactors.runtime._options import stack_options
+    names = set(stack_options(PROTOCOLS.values()))
+    bad = {str(p.relative_to(PACKAGE)): found for p in sorted((PACKAGE / "protocols").rglob("*.py"))
+           if (found := option_reads_with_a_default(p.read_text(), names))}
+    assert bad == {}
+
+
+def test_the_option_read_check_sees_a_default_at_a_read_site():
+    source = "def f(opts):\n    return opts.get('rs_interval', 5), opts.get('other', 1)\n"
+    assert option_reads_with_a_default(source, {"rs_interval"}) == [
+        "line 2: .get('rs_interval', ...)"]

@@ -3,8 +3,9 @@
 An option is an ``Option`` record: its name, the Python type(s) a value may have, its
 default, its unit, what it means, the transports it applies to and its roles in a stack.
 The core's options are ``CORE_OPTIONS`` (here); a protocol's are its class's ``OPTIONS``
-tuple, in its own module (a subclass that refines a protocol names it again and extends
-its parent's: ``protocol_name = "rs"; OPTIONS = (*RSBackup.OPTIONS, Option(...))``). From those declarations alone come:
+tuple, declared in its folder's ``options.py`` and read there with ``declared_values`` (a
+subclass that refines a protocol names it again and extends its parent's:
+``protocol_name = "rs"; OPTIONS = (*RSBackup.OPTIONS, Option(...))``). From those declarations alone come:
 
 * validation (``check_options``): unknown names, types, choices, transports, and the
   refusals of the roles below;
@@ -15,7 +16,7 @@ its parent's: ``protocol_name = "rs"; OPTIONS = (*RSBackup.OPTIONS, Option(...))
   option of its stack, checked by the same validation);
 * the README's options table (``options_table``, kept equal by a test).
 
-So adding an option to a protocol touches that protocol's module and its tests only.
+So adding an option to a protocol touches that protocol's ``options.py`` and its tests only.
 
 Roles (``Option.roles``) say what the stack machinery must know of an option:
 ``INTERVAL``: it sets when its protocol checkpoints (refused beside

@@ -21,8 +21,8 @@ from ..shared.intervals import daly
 from ..shared.parts import GIVEN_GRACE_S, PartTaker
 from .handoff import holder
 from .machine import salvage
-from .rank import (COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, ReadyMessageFlush,
-                   _options)
+from .options import ready_settings
+from .rank import COST_FLOOR_S, FIRST_RETRY, KEEP_STABLE, NAME, RETRY_MAX, ReadyMessageFlush
 
 
 @dataclass
@@ -45,7 +45,7 @@ class ReadyFlushCoordinator:
 
     def __init__(self, ctx):
         self.c = ctx
-        self.settings = _options(ctx.options)
+        self.settings = ready_settings(ctx.options)
         self.store = None if self.settings["storage"] == "object" else open_store(
             self.settings["dir"])
         self.sets: dict[tuple, _Set] = {}

@@ -91,74 +91,35 @@ folders are not touched). No message log. Measured by
 from __future__ import annotations
 
 import asyncio
-import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.runtime._checkpoints import position_index, store_part
-from ftactors.base._errors import ConfigError, ProtocolError
+from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoCheckpointWarning
-from ftactors.runtime._options import INTERVAL, Option
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 from ftactors.base._storage import open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
-from ..shared.level_plan import OPTIONS as PLAN_OPTIONS, PlannedLevel
+from ..shared.level_plan import PlannedLevel
 from ..shared.parts import HeldParts
 from .handoff import GoOn, HandOff
 from .machine import ReadyRank
 from .migration import Hold, Marker, Move, Release, Stopped, WaitMarkers
+from .options import OPTIONS, ready_settings
 
 NAME = "ready_flush"
-STORAGES = ("object", "stable", "both")
 KEEP_STABLE = 2
 """Complete checkpoint sets kept on stable storage (older ones are deleted)."""
 ABORT = "abort"
 """A marker's data when its sender cannot reach the checkpoint position (its loop ended)."""
-AUTO = "auto"
-"""``checkpoint_interval=AUTO``: Daly's interval from the measured cost and ``mtbf_s``."""
 FIRST_RETRY = 1e-4
 """Before the first auto checkpoint, a request no rank could place (not in a loop yet) is
 retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
 RETRY_MAX = 1e-2
 COST_FLOOR_S = 1e-9
 """A measured cost of zero (a sim without latency) would give a zero interval."""
-
-
-def _options(opts: dict) -> dict:
-    """The protocol's settings with defaults, checked."""
-    storage = opts.get("checkpoint_storage", "object")
-    if storage not in STORAGES:
-        raise ConfigError(f"checkpoint_storage must be one of {', '.join(STORAGES)}, "
-                          f"got {storage!r}")
-    interval = opts.get("checkpoint_interval")
-    auto = isinstance(interval, str) and interval == AUTO
-    if interval is not None and not auto and (
-            not isinstance(interval, int) or isinstance(interval, bool) or interval < 1):
-        raise ConfigError(f"checkpoint_interval must be an int >= 1 or {AUTO!r}, "
-                          f"got {interval!r}")
-    seconds = opts.get("checkpoint_interval_s")
-    if seconds is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
-        raise ConfigError(f"checkpoint_interval_s must be > 0, got {seconds!r}")
-    mtbf = opts.get("mtbf_s")
-    if mtbf is not None and not (isinstance(mtbf, (int, float)) and not isinstance(mtbf, bool)
-                                 and math.isfinite(mtbf) and mtbf > 0):
-        raise ConfigError(f"mtbf_s must be a number of seconds > 0, got {mtbf!r}")
-    if auto and mtbf is None:
-        raise ConfigError(f"checkpoint_interval={AUTO!r} needs mtbf_s: the job's mean time "
-                          f"between failures (s), from which Daly's interval is chosen")
-    if auto and seconds is not None:
-        raise ConfigError(f"checkpoint_interval={AUTO!r} and checkpoint_interval_s both "
-                          f"set the checkpoint timer: give one of them")
-    if mtbf is not None and not auto:
-        raise ConfigError(f"mtbf_s is only used with checkpoint_interval={AUTO!r}")
-    directory = opts.get("checkpoint_dir")
-    if storage != "object" and directory is None:
-        directory = os.path.join(os.getcwd(), "ftactors-checkpoints")
-    return {"storage": storage, "interval": None if auto else interval, "interval_s": seconds,
-            "auto": auto, "mtbf_s": mtbf, "dir": directory}
 
 
 @dataclass(slots=True)  # a misspelt field fails, not becomes a new attribute
@@ -187,31 +148,18 @@ class ReadyMessageFlush(PlannedLevel):
     level_cost = 3
     uses_spares = True
     needs_safe_points = True
-    OPTIONS = (
-        Option("checkpoint_interval", (int, str), None, "take a checkpoint every k "
-               "iterations of every loop, or \"auto\": Daly's interval from the measured "
-               "checkpoint cost and mtbf_s", "iterations", roles=(INTERVAL,)),
-        Option("checkpoint_interval_s", float, None, "the coordinator requests a checkpoint "
-               "this often", "s", roles=(INTERVAL,)),
-        Option("mtbf_s", float, None, "the job's mean time between failures, for "
-               "checkpoint_interval=\"auto\"", "s", roles=(INTERVAL,)),
-        Option("checkpoint_storage", str, "object", "object (object store, owned by the "
-               "coordinator), stable (checkpoint_dir) or both", choices=STORAGES),
-        Option("checkpoint_dir", (str, os.PathLike), None, "directory or pyarrow URI of stable checkpoints "
-               "(default ./ftactors-checkpoints)"),
-        *PLAN_OPTIONS,
-    )
+    OPTIONS = OPTIONS
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        _options(options)
+        ready_settings(options)
         super().check_options(options)
 
     @classmethod
     def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
         """With no interval of any kind, only an explicit request checkpoints."""
-        s = _options(options)
-        if s["interval"] or s["interval_s"] or s["auto"] or options.get("level_intervals"):
+        s = ready_settings(options)
+        if s["interval"] or s["interval_s"] or s["auto"] or s["level_intervals"]:
             return []
         return [(NoCheckpointWarning,
                  "ReadyMessageFlush has no checkpoint interval: it checkpoints only when "
@@ -222,7 +170,7 @@ class ReadyMessageFlush(PlannedLevel):
 
     # ------------------------------------------------------------------ start
     async def on_start(self) -> None:
-        settings = _options(getattr(self, "options", {}))
+        settings = ready_settings(getattr(self, "options", {}))
         st = self._ready = _Ready(settings, ReadyRank(settings["interval"]),
                                   HandOff(self.rank, self.size), Move(self.rank))
         if st.settings["storage"] != "object":

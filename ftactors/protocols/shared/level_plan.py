@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 from ftactors.base._errors import ConfigError
 from ftactors.runtime._recovery_context import NewFailure
-from ftactors.runtime._options import INTERVAL, Option, with_role
+from ftactors.runtime._options import INTERVAL, Option, declared_values, with_role
 from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
 
 from .flush import checkpoint_position
@@ -210,7 +210,7 @@ class PlannedLevel(Protocol):
         super().check_stack_options(stack, options)
 
     async def on_start(self) -> None:
-        auto = getattr(self, "options", {}).get("level_intervals") == AUTO
+        auto = declared_values(OPTIONS, getattr(self, "options", {}))["level_intervals"] == AUTO
         self._levels_plan = _RankPlan() if auto else None
         await super().on_start()
 
