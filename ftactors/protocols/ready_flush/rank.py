@@ -323,7 +323,7 @@ class ReadyMessageFlush(PlannedLevel):
             elif isinstance(effect, Hold):
                 ft.hold(effect.rank)
             elif isinstance(effect, WaitMarkers):
-                await st.flush.wait_markers(("move", effect.move), effect.ranks)
+                await st.flush.wait_markers(ft, ("move", effect.move), effect.ranks)
             elif isinstance(effect, Release):
                 if effect.epoch is not None:
                     ft.set_peer_epoch(effect.rank, effect.epoch)

@@ -29,6 +29,11 @@ in use. The root does O(n) work per round, once; no participant does O(n) work.
 A marker may carry a small value (for example rank 0's decision on when to take the next
 backup) so that one exchange also makes the participants agree: the root hands every
 participant the values of all of them (``wait`` returns them).
+
+The rules are a machine, ``FlushRounds`` (one rank's side of every round: events in, the
+control messages to send out, no I/O), stepped by ``tests/protocols/test_flush_machine.py``
+with several ranks' machines and their application messages carried by the test;
+``Flush`` performs its sends on the endpoint and waits for a round to complete.
 """
 from __future__ import annotations
 
@@ -52,7 +57,16 @@ def checkpoint_position(nexts: Iterable[tuple | list | None]) -> tuple | None:
     return max(tuple(p) for p in nexts)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Send:
+    """Effect: send control message ``op`` with ``data`` to the ranks ``to``."""
+
+    to: tuple[int, ...]
+    op: str
+    data: Any
+
+
+@dataclass(slots=True)
 class _Round:
     """One flush round as one participant sees it."""
 
@@ -67,60 +81,58 @@ class _Round:
     given: dict = field(default_factory=dict)
 
 
-class Flush:
-    """Markers of flush rounds, and waiting for a round to complete."""
+class FlushRounds:
+    """One rank's side of every flush round: what it sends when it joins a round or hears
+    a flush message, and when a round is complete for it (the module docstring)."""
 
-    def __init__(self):
-        self._rounds: dict[Hashable, _Round] = {}
-        self._arrived = asyncio.Event()
-        self.last_cut: dict[int, int] = {}  # of the round ``wait`` returned last
+    __slots__ = ("me", "rounds")
+
+    def __init__(self, me: int):
+        self.me = me
+        self.rounds: dict[Hashable, _Round] = {}
 
     def _round(self, round_id) -> _Round:
-        r = self._rounds.get(round_id)
+        r = self.rounds.get(round_id)
         if r is None:
-            r = self._rounds[round_id] = _Round()
+            r = self.rounds[round_id] = _Round()
         return r
 
-    def start(self, ft, protocol: str, round_id: Hashable, members: Sequence[int],
-              data: Any = None, also: Iterable[int] = ()) -> None:
+    def start(self, round_id: Hashable, members: Sequence[int], sent_to: Iterable[int],
+              data: Any = None, also: Iterable[int] = ()) -> list[Send]:
         """Join round ``round_id`` of ``members`` (sorted, this rank among them; a
-        ``range`` for every rank: never walked): send this rank's marker on every
-        channel to a member it sent application messages on, and on those to ``also``
-        (where the protocol's own messages must have arrived when the round ends: a
-        partner's copy, parity blocks), and the list of them to the root."""
-        me, root = ft.rank, members[0]
-        out = sorted({p for p, _ in ft.sent.nonzero()}.union(also).difference((me,)))
+        ``range`` for every rank: never walked); ``sent_to``: the ranks this one ever sent
+        an application message to. Its marker goes to those among the members and to
+        ``also``; the list of them to the root."""
+        me, root = self.me, members[0]
+        out = sorted(set(sent_to).union(also).difference((me,)))
         out = [p for p in out if p in members]
-        if out:
-            ft.send_control_all(out, protocol, "marker", (round_id, data))
+        effects = [Send(tuple(out), "marker", (round_id, data))] if out else []
         r = self._round(round_id)
         r.members = members
         if me == root:
-            self._count(ft, protocol, round_id, out, data, me)
-        else:
-            ft.send_control(root, protocol, "flush_count", (round_id, out, data))
+            return effects + self._count(round_id, out, data, me)
+        return effects + [Send((root,), "flush_count", (round_id, out, data))]
 
-    def take(self, ft, env, op: str, data) -> None:
-        """A control message of this flush (``op`` in ``OPS``) from ``env.src``."""
+    def take(self, src: int, op: str, data, received: int) -> list[Send]:
+        """Flush message ``op`` (in ``OPS``) from ``src``; ``received``: how many
+        application messages from ``src`` this rank has received (a marker's cut)."""
         if op == "marker":
-            self.on_marker(ft, env.src, data)
-        elif op == "flush_count":
+            round_id, value = data
+            r = self._round(round_id)
+            r.markers[src] = value
+            r.cuts[src] = received
+            return []
+        if op == "flush_count":
             round_id, out, value = data
-            self._count(ft, env.comm, round_id, out, value, env.src)
-        elif op == "flush_go":
+            return self._count(round_id, out, value, src)
+        if op == "flush_go":
             round_id, expected, values = data
             r = self._round(round_id)
             r.expected, r.values = expected, values
-            self._arrived.set()
-        else:
-            raise ProtocolError(f"{env.comm}: unknown control message {op!r} from rank {env.src}")
+            return []
+        raise ProtocolError(f"unknown flush message {op!r} from rank {src}")
 
-    def take_marker(self, ft, env) -> None:
-        """A protocol's control envelope whose only messages are this flush's."""
-        op, data = ft.control_data(env)
-        self.take(ft, env, op, data)
-
-    def _count(self, ft, protocol: str, round_id, out: list[int], value, src: int) -> None:
+    def _count(self, round_id, out: list[int], value, src: int) -> list[Send]:
         """The root: ``src`` sent its markers to ``out``; once every participant has
         said so, tell each how many markers to wait for."""
         r = self._round(round_id)
@@ -130,50 +142,99 @@ class Flush:
         if value is not None:
             r.given[src] = value
         if r.members is None or r.heard < len(r.members):
-            return
+            return []
+        effects = []
         for p in r.members:
-            if p == ft.rank:
+            if p == self.me:
                 r.expected, r.values = r.counts.get(p, 0), r.given
             else:
-                ft.send_control(p, protocol, "flush_go", (round_id, r.counts.get(p, 0), r.given))
+                effects.append(Send((p,), "flush_go", (round_id, r.counts.get(p, 0), r.given)))
+        return effects
+
+    def complete(self, round_id: Hashable, received_from: Iterable[int]
+                 ) -> tuple[dict, dict[int, int]] | None:
+        """Whether every marker of ``round_id`` to this rank arrived: None, or the
+        participants' values (not None, by rank) and the cut, each member's receive count
+        at its marker (``received_from``: the ranks this one received anything from; a
+        member that sent no marker had sent nothing before its snapshot: cut at 0). The
+        round is over then."""
+        r = self.rounds.get(round_id)
+        if r is None or r.members is None:
+            raise ProtocolError(f"flush round {round_id!r} waited for before it was started")
+        if r.expected is None or len(r.markers) < r.expected:
+            return None
+        del self.rounds[round_id]
+        # the channel to self is never in transit: nothing of it is cut
+        cut = {p: 0 for p in received_from if p != self.me and p in r.members}
+        cut.update(r.cuts)
+        return r.values, cut
+
+    def markers_from(self, round_id: Hashable, peers: Iterable[int]) -> dict | None:
+        """The markers of ``round_id`` once ``peers`` all sent theirs (a migration's,
+        where the peers are known), else None. The round is over then."""
+        r = self._round(round_id)
+        if not set(peers) <= r.markers.keys():
+            return None
+        del self.rounds[round_id]
+        return r.markers
+
+
+class Flush:
+    """Performs one rank's ``FlushRounds`` on its endpoint and waits for rounds."""
+
+    def __init__(self):
+        self.rounds: FlushRounds | None = None  # made at the first start (the rank known)
+        self._arrived = asyncio.Event()
+        self.last_cut: dict[int, int] = {}  # of the round ``wait`` returned last
+
+    def _machine(self, ft) -> FlushRounds:
+        if self.rounds is None:
+            self.rounds = FlushRounds(ft.rank)
+        return self.rounds
+
+    def _send(self, ft, protocol: str, effects: list[Send]) -> None:
+        for e in effects:
+            if len(e.to) == 1:
+                ft.send_control(e.to[0], protocol, e.op, e.data)
+            else:
+                ft.send_control_all(list(e.to), protocol, e.op, e.data)
         self._arrived.set()
 
-    def on_marker(self, ft, src: int, payload: tuple) -> None:
-        """``src``'s marker arrived: everything it sent before is received or queued."""
-        round_id, data = payload
-        r = self._round(round_id)
-        r.markers[src] = data
-        r.cuts[src] = ft.received[src]
-        self._arrived.set()
+    def start(self, ft, protocol: str, round_id: Hashable, members: Sequence[int],
+              data: Any = None, also: Iterable[int] = ()) -> None:
+        """Join round ``round_id`` (``FlushRounds.start``)."""
+        sent_to = [p for p, _ in ft.sent.nonzero()]
+        self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data, also))
+
+    def take(self, ft, env, op: str, data) -> None:
+        """A control message of this flush (``op`` in ``OPS``) from ``env.src``."""
+        effects = self._machine(ft).take(env.src, op, data, ft.received[env.src])
+        self._send(ft, env.comm, effects)
+
+    def take_marker(self, ft, env) -> None:
+        """A protocol's control envelope whose only messages are this flush's."""
+        op, data = ft.control_data(env)
+        self.take(ft, env, op, data)
 
     async def wait(self, ft, round_id: Hashable) -> dict[int, Any]:
         """Wait until every marker of ``round_id`` to this rank arrived (``start`` first);
         returns the participants' values that are not None, by rank."""
-        r = self._round(round_id)
-        if r.members is None:
-            raise ProtocolError(f"flush round {round_id!r} waited for before it was started")
-        while r.expected is None or len(r.markers) < r.expected:
+        machine = self._machine(ft)
+        while (done := machine.complete(round_id, (p for p, _ in ft.received.nonzero()))) is None:
             self._arrived.clear()
             await self._arrived.wait()
-        del self._rounds[round_id]
-        # a member that sent no marker had sent nothing before its snapshot: cut at 0
-        # (the channel to self is never in transit: nothing of it is cut)
-        cut = {p: 0 for p, _ in ft.received.nonzero() if p != ft.rank and p in r.members}
-        cut.update(r.cuts)
-        self.last_cut = cut
-        return r.values
+        values, self.last_cut = done
+        return values
 
-    async def wait_markers(self, round_id: Hashable, peers: Iterable[int]) -> dict[int, Any]:
-        """Wait for the markers of ``round_id`` from ``peers`` (sent as ``"marker"`` control
-        messages: a migration's, where the peers are known); returns their data."""
-        peers = set(peers)
-        r = self._round(round_id)
-        while not peers <= r.markers.keys():
+    async def wait_markers(self, ft, round_id: Hashable, peers: Iterable[int]) -> dict[int, Any]:
+        """Wait for the markers of ``round_id`` from ``peers``; returns their data."""
+        machine, peers = self._machine(ft), set(peers)
+        while (markers := machine.markers_from(round_id, peers)) is None:
             self._arrived.clear()
             await self._arrived.wait()
-        del self._rounds[round_id]
-        return r.markers
+        return markers
 
     def reset(self) -> None:
         """Forget every round (after a rollback the peers start over)."""
-        self._rounds.clear()
+        if self.rounds is not None:
+            self.rounds.rounds.clear()
