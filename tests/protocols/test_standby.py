@@ -4,7 +4,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols.standby.machine import (
-    INITIAL, TRANSITIONS, Input, StandbyMachine, State, choose_round, partner)
+    INITIAL, TRANSITIONS, Input, StandbyMachine, State, choose_round, next_backup, partner)
 
 from .programs import FTHeat, Heat1D
 
@@ -249,3 +249,24 @@ def test_corrupted_stable_checkpoint_is_never_loaded(tmp_path):
     open(part, "wb").write(bytes(data))
     with pytest.raises(ft.CheckpointCorrupted):
         ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, restart_from=store)
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_next_backup_every_k_iterations_or_about_every_s_seconds_or_as_planned():
+    from ftactors.protocols.shared.intervals import Pacer
+    clock = _Clock()
+    pacer = Pacer(clock)
+    assert next_backup(10, False, 4, None, pacer) == 14
+    assert next_backup(10, False, 0, None, pacer) == 11  # never the same iteration again
+    assert next_backup(10, True, 4, None, pacer) == 11   # the plan asks at every iteration
+    clock.t = 2.0                                        # 10 iterations in 2 s
+    assert next_backup(10, False, 4, 1.0, pacer) == 15   # about 1 s: 5 iterations on
+    pacer.mark(10)
+    assert next_backup(10, False, 4, 1.0, pacer) == 11   # nothing measured since: look again

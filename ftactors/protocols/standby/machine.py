@@ -136,3 +136,16 @@ def part_holder(units, rank: int) -> int:
         return members[(i + len(members) // 2) % len(members)]
     nxt = units.groups[(g + 1) % len(units)]
     return nxt[i % len(nxt)]
+
+
+def next_backup(iteration: int, planned: bool, every: int, seconds: float | None,
+                pacer) -> int:
+    """NR_Need_backup's agreement, rank 0's decision at the round of ``iteration``: the
+    iteration of the next backup round. ``planned``: the levels' plan decides at each
+    iteration (so the next iteration is asked); else every ``every`` iterations, or about
+    every ``seconds`` in iterations measured by ``pacer`` (``shared/intervals.Pacer``)."""
+    if planned:
+        return iteration + 1
+    if seconds is None:
+        return iteration + max(1, every)
+    return pacer.next_after(iteration, seconds)

@@ -89,7 +89,8 @@ from ftactors.base._storage import open_store
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
 from ..shared.level_plan import PlannedLevel
-from .machine import INITIAL, Input, StandbyMachine, State, part_holder, partner
+from .machine import (INITIAL, Input, StandbyMachine, State, next_backup, part_holder,
+                      partner)
 from .options import OPTIONS, standby_settings
 
 NAME = "standby"
@@ -212,7 +213,11 @@ class StandbyReplacement(PlannedLevel):
         t0, at = time.perf_counter(), ft.link.clock()
         iteration = ft.position[1]
         round_id = ft.position
-        decision = self._next_backup_after(iteration) if self.rank == 0 else None
+        decision = None
+        if self.rank == 0:  # the next round's iteration, agreed in this round's markers
+            every, seconds = self._interval()
+            decision = next_backup(iteration, self._levels_plan is not None, every, seconds,
+                                   st.pacer)
         # the partner's channel too: the last round's copy is held once this one is over
         st.flush.start(ft, NAME, round_id, range(self.size), decision,
                        also=(partner(self.rank, self.size),))
@@ -247,16 +252,6 @@ class StandbyReplacement(PlannedLevel):
         holder = part_holder(self.part_units(), self.rank)
         if holder != self.rank:  # with the oldest part the recovery may still restore
             self.ft.send_control(holder, NAME, "part", (key, blob, self.parts_floor()))
-
-    def _next_backup_after(self, iteration: int) -> int:
-        """Rank 0's decision: the iteration of the next backup (planned: not before the
-        next iteration, ``need_backup`` asks the plan)."""
-        if self._levels_plan is not None:
-            return iteration + 1
-        every, seconds = self._interval()
-        if seconds is None:
-            return iteration + max(1, every)
-        return self._standby.pacer.next_after(iteration, seconds)
 
     async def _seal_stable(self, round_id) -> None:
         """Rank 0: write the manifest that makes the round's checkpoint set complete."""
