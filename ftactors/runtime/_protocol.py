@@ -44,6 +44,10 @@ ROLES = {
 EXCLUSIVE_ROLES = (CONSISTENCY, SPARES)
 
 
+MOVED = "moved"
+"""The entry of a migration's handed-over protocol state that holds ``moving_state()``."""
+
+
 class Protocol:
     """Base of every protocol mixin and of ``ft.Rank``."""
 
@@ -177,6 +181,13 @@ class Protocol:
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         """Each protocol takes back its own entry."""
+
+    def moving_state(self) -> dict[str, Any]:
+        """What this rank's protocols keep only in its process's memory (copies held for
+        partners, their own rounds), under each one's name: a migration carries it to
+        the rank's new process (``MOVED`` in the state it hands over), where the
+        protocol takes it back in ``restore_protocol_state``; a snapshot never holds it."""
+        return {}
 
     # ------------------------------------------------------------------ helpers
     def ft_spawn(self, coro) -> asyncio.Task:

@@ -226,6 +226,35 @@ def test_migration_while_messages_flow(mover, flood_reference):
     assert [e.rank for e in r.events_of("respawned")] == [mover]
 
 
+@pytest.mark.parametrize("stack", ["standby+ready-flush", "rs+ready-flush",
+                                   "rs+standby+ready-flush"])
+def test_a_rank_moves_in_every_stack_with_ready_flush(stack):
+    """The mover's process held the other levels' rounds under way and their copies in
+    memory: they move with it (``Protocol.moving_state``). Before, a stack with
+    StandbyReplacement hung on the first move: a partner's marker of the backup round at
+    the move's safe point had reached the old process only, and the new one sent the
+    migration's handed-over state to its partner as a backup copy (a type error there).
+    Then a failure after the move is recovered by the cheapest level."""
+    from ftactors.tools.simcheck import setups
+    setup = setups()[stack]
+    cls = type("Moving", (*setup.mixins, Flood), {})
+    kwargs = dict(FLOOD, iterations=40)
+
+    async def go():
+        run = await ft.launch(cls, setup.ranks, transport="local", spares=setup.spares,
+                              kwargs=kwargs, chaos=ft.Chaos(kill=[(0, 30)]), timeout_s=60,
+                              **setup.options)
+        info = await run.migrate(2)
+        return info, await run
+
+    info, r = asyncio.run(go())
+    reference = ft.run(Flood, setup.ranks, transport="local", kwargs=kwargs).results
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in reference]
+    assert r.events_of("migrated") and info["rank"] == 2
+    cheapest = "rs" if stack == "rs+ready-flush" else "standby"
+    assert [e.detail["level"] for e in r.events_of("recovery_level")] == [cheapest]
+
+
 @pytest.mark.parametrize("dies", ["starting", "promoted"])
 def test_a_move_whose_new_actor_dies_is_refused_or_recovered(dies, flood_reference):
     """The target actor dies as it starts (the rank never stopped: the move is refused,

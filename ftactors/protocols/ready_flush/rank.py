@@ -98,7 +98,7 @@ from typing import Any
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoCheckpointWarning
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL
+from ftactors.runtime._protocol import CONSISTENCY, LEVEL, MOVED
 from ftactors.base._storage import open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
@@ -136,6 +136,7 @@ class _Ready:
     parts: HeldParts = field(default_factory=lambda: HeldParts(confirmed=True))
     safe: dict = field(default_factory=dict)        # position -> future: the part is safe
     stop: asyncio.Future | None = None               # MP's answer: where it stopped
+    moved: dict | None = None                        # restored by a migration: what came
 
 
 class ReadyMessageFlush(PlannedLevel):
@@ -366,6 +367,7 @@ class ReadyMessageFlush(PlannedLevel):
         await self._migrate(st.moving.hand_over(senders))
         state = self.protocol_state()
         state[NAME]["targets"] = sorted(st.where.targets)  # MP goes on with the same plan
+        state[MOVED] = self.moving_state()  # the stack's copies in memory move with it
         stream, buffers = ft.transfer(protocol_state=state)
         size = len(stream) + sum(memoryview(b).nbytes for b in buffers)
         return {"handle": ft.link.share((stream, buffers)), "bytes": size}
@@ -399,19 +401,30 @@ class ReadyMessageFlush(PlannedLevel):
         state[NAME] = {"targets": [], "last": self._ready.where.last}
         return state
 
+    def moving_state(self) -> dict[str, Any]:
+        st = self._ready
+        return {**super().moving_state(),
+                NAME: {"flush": st.flush.moving(), "copies": st.handoff.copies}}
+
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         super().restore_protocol_state(state)
+        self._ready.moved = state.get(MOVED, {}).get(NAME)
         mine = state[NAME]
         self._ready.where.targets = {tuple(t) for t in mine["targets"]}
         self._ready.where.last = None if mine["last"] is None else tuple(mine["last"])
 
     async def on_restored(self) -> None:
         st = self._ready
-        st.flush.reset()
         st.undecided.clear()
         st.safe.clear()  # the parts under way belong to the execution left
-        st.handoff.restored()
         st.stop = None
         st.moving.restored()
+        if st.moved is None:
+            st.flush.reset()
+            st.handoff.restored()
+        else:  # a migration: the same execution, its rounds and the copies it keeps came too
+            st.flush.moved(self.rank, st.moved["flush"])
+            st.handoff.copies = st.moved["copies"]
+            st.moved = None
         await super().on_restored()
         self.ft.restored_from = None  # nothing here needs the blob: do not keep it alive

@@ -120,7 +120,7 @@ import numpy as np
 
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import LEVEL, parts_lead
+from ftactors.runtime._protocol import LEVEL, MOVED, parts_lead
 from ftactors.base._storage import open_store
 from ftactors.protocols.rs.erasure import RSCode, partial_products, xor_into
 
@@ -183,6 +183,7 @@ class _RS:
     parts_mode: bool = False  # encoding a hands_parts protocol's parts, no rounds of ours
     next_round: int = 1       # with rs_interval_s: the iteration rank 0 chose
     pacer: Pacer | None = None
+    moved: dict | None = None  # restored by a migration: what came with it
 
 
 async def _blocks_between(steps) -> None:
@@ -415,6 +416,13 @@ class RSBackup(PlannedLevel):
         last = state[NAME]["last"]
         self._rs.last = None if last is None else tuple(last)
         self._rs.next_round = state[NAME]["next_round"]
+        self._rs.moved = state.get(MOVED, {}).get(NAME)
+
+    def moving_state(self) -> dict[str, Any]:
+        st = self._rs
+        return {**super().moving_state(),
+                NAME: {"own": st.own, "held": st.held, "floors": st.floors,
+                       "restored": st.restored, "flush": st.flush.moving()}}
 
     # ------------------------------------------------- recovery (coordinator calls)
     def ft_rpc_rs_failure(self, failed: list[int]) -> dict:
@@ -511,9 +519,15 @@ class RSBackup(PlannedLevel):
         notes = ft.restore_notes.get(NAME)
         if notes is not None:
             self.ft_rpc_rs_placement(notes["placement"])
-        st.flush.reset()
         st.encoding = []
         position, blob = ft.restored_from
+        if st.moved is not None:  # a migration: the same execution, its rounds and blocks too
+            st.own, st.held, st.floors, st.restored = (
+                st.moved[k] for k in ("own", "held", "floors", "restored"))
+            st.flush.moved(self.rank, st.moved["flush"])
+            st.moved = None
+            return await super().on_restored()
+        st.flush.reset()
         st.restored = position
         # the restored round is one of ours if its snapshot says it was taken (another
         # level's snapshot at the same position may precede our round there)

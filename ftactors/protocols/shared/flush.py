@@ -238,3 +238,13 @@ class Flush:
         """Forget every round (after a rollback the peers start over)."""
         if self.rounds is not None:
             self.rounds.rounds.clear()
+
+    def moving(self) -> dict:
+        """The rounds under way, for a migration to carry: a peer's marker that reached
+        this process before the move is not sent again."""
+        return {} if self.rounds is None else dict(self.rounds.rounds)
+
+    def moved(self, rank: int, rounds: dict) -> None:
+        """Take back the rounds ``moving`` gave, in the rank's new process."""
+        self.rounds = FlushRounds(rank)
+        self.rounds.rounds.update(rounds)

@@ -83,7 +83,7 @@ from typing import Any, ClassVar
 from ftactors.runtime._checkpoints import position_index, seal_set, store_part
 from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoSparesWarning
-from ftactors.runtime._protocol import LEVEL, SPARES, parts_lead, protocol_classes
+from ftactors.runtime._protocol import LEVEL, MOVED, SPARES, parts_lead, protocol_classes
 from ftactors.base._storage import open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
@@ -113,6 +113,7 @@ class _Standby:
     pacer: Pacer | None = None                        # backup_interval_s in iterations
     parts_mode: bool = False  # keeping a hands_parts protocol's parts, no rounds of ours
     copies: dict = field(default_factory=dict)  # rank -> {part key -> its part}
+    moved: bool = False  # restored by a migration: own and held copies came with it
 
 
 def _keep(store: dict, round_id, blob: bytes, keep: int = KEEP_ROUNDS) -> None:
@@ -288,7 +289,20 @@ class StandbyReplacement(PlannedLevel):
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         super().restore_protocol_state(state)
-        self._standby.next_backup = state[NAME]["next_backup"]
+        st = self._standby
+        st.next_backup = state[NAME]["next_backup"]
+        moved = state.get(MOVED, {}).get(NAME)
+        st.moved = moved is not None
+        if st.moved:
+            st.own, st.held, st.copies = moved["own"], moved["held"], moved["copies"]
+            st.unsealed = moved["unsealed"]
+            st.flush.moved(self.rank, moved["flush"])
+
+    def moving_state(self) -> dict[str, Any]:
+        st = self._standby
+        return {**super().moving_state(),
+                NAME: {"own": st.own, "held": st.held, "copies": st.copies,
+                       "unsealed": st.unsealed, "flush": st.flush.moving()}}
 
     # ------------------------------------------------- recovery (coordinator calls)
     async def ft_rpc_standby_failure(self, failed: list[int]) -> dict:
@@ -340,16 +354,17 @@ class StandbyReplacement(PlannedLevel):
             return await super().on_restored()
         if st.machine.state in (State.FAILURE, State.REPLACE_FAILURE):
             self._nr_fire(Input.CORE_RECOVERED)
-        st.flush.reset()
-        st.unsealed = None  # its parts may belong to the abandoned execution
         position, blob = ft.restored_from
-        if position is not None:
+        if st.moved:  # the same execution in a new process: its rounds and copies came too
+            st.moved = False
+        else:
+            st.flush.reset()
+            st.unsealed = None  # its parts may belong to the abandoned execution
             # the restored round becomes this rank's newest copy, and the partner (maybe
             # a fresh replacement) gets it again, so every pair is whole at once
-            st.own = {position: blob}
-            self._send_to_partner(position, blob)
-        else:
-            st.own = {}
+            st.own = {} if position is None else {position: blob}
+            if position is not None:
+                self._send_to_partner(position, blob)
         if st.machine.state is State.RUNNING:
             # a new job restarted from stable storage: not a transition of NR-MPI's machine
             ft.events.record("restarted_from_stable", position=position)
