@@ -168,8 +168,11 @@ class Outbox:
 
     def _restart_outbox(self) -> None:
         """A restore: the queued batches belong to the abandoned execution, and every
-        channel out starts afresh for the new incarnation (what ``hold`` keeps stays
-        until ``release``)."""
+        channel out starts afresh for the new incarnation. So do the holds: a move under
+        way is abandoned with the execution (ReadyMessageFlush's ``Move.restored``), and
+        no ``release`` would ever come for a rank restored in place (a cheaper level's
+        recovery during a move) that kept holding what it sends the mover."""
         self._outbox.clear()
         self._outbox_bytes.clear()
+        self._held.clear()
         self._out.reset()

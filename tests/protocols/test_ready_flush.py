@@ -255,6 +255,49 @@ def test_a_rank_moves_in_every_stack_with_ready_flush(stack):
     assert [e.detail["level"] for e in r.events_of("recovery_level")] == [cheapest]
 
 
+@pytest.mark.parametrize("stack", ["ready-flush", "standby+ready-flush", "rs+ready-flush",
+                                   "rs+standby+ready-flush"])
+def test_a_failure_elsewhere_during_a_move_is_recovered_with_the_mover(stack):
+    """Rank 4 dies while rank 2 hands its state over (its partners hold what they send
+    it). The move is cut short; the mover, stopped in its old process and not started
+    in its new one, is recovered with rank 4 by the cheapest level that can (alone,
+    ReadyMessageFlush restarts every rank). Before: with a cheaper level the survivors,
+    restored in place, kept holding what they sent rank 2 for a move that never ended,
+    and the run hung; and the recovery asked the mover's new, unstarted process for its
+    state (AttributeError)."""
+    from ftactors.tools.simcheck import setups
+    setup = setups()[stack]
+    launched = {}
+
+    class Moving(*setup.mixins, Flood):
+        async def ft_rpc_ready_migrate_out(self, move, senders):
+            c = launched["run"]._c
+            await c.fabric.kill(c.handles[4], "chaos")
+            return await super().ft_rpc_ready_migrate_out(move, senders)
+
+    kwargs = dict(FLOOD, iterations=40)
+
+    async def go():
+        run = launched["run"] = await ft.launch(
+            Moving, setup.ranks, transport="local", spares=setup.spares, kwargs=kwargs,
+            timeout_s=60, **setup.options)
+        await run.checkpoint()  # the levels have rounds before the move
+        with pytest.raises(ft.ProtocolError, match="cut short by a failure"):
+            await run.migrate(2)
+        return await run
+
+    r = asyncio.run(go())
+    reference = ft.run(Flood, setup.ranks, transport="local", kwargs=kwargs).results
+    assert [res["digest"] for res in r.results] == [x["digest"] for x in reference]
+    assert not r.events_of("migrated")
+    levels = [e.detail["level"] for e in r.events_of("recovery_level")]
+    if stack == "ready-flush":  # one level: every rank restarts
+        assert levels == [] and {e.rank for e in r.events_of("respawned")} == set(range(setup.ranks))
+    else:
+        assert [e.detail["failed"] for e in r.events_of("recovery_restart")] == [[2, 4]]
+        assert levels == ["rs" if stack == "rs+ready-flush" else "standby"]
+
+
 @pytest.mark.parametrize("dies", ["starting", "promoted"])
 def test_a_move_whose_new_actor_dies_is_refused_or_recovered(dies, flood_reference):
     """The target actor dies as it starts (the rank never stopped: the move is refused,

@@ -293,7 +293,14 @@ class ReadyFlushCoordinator:
         execution being abandoned, and so do the parts of the failed ranks. The parts
         the survivors reported are still taken: a set they complete is a consistent cut
         of a failure-free execution (a cheaper level may restore the survivors in place,
-        still holding them). No request is placed until the round is over."""
+        still holding them). No request is placed until the round is over.
+
+        A move cut short after its rank was given its new process leaves that rank with
+        no state anywhere a level can ask (its old process stopped, the new one not
+        started): it fails too, and the round starts again with it."""
+        moved_off = self.c.unstarted() - set(failed)
+        if self.lock.locked() and moved_off:
+            raise NewFailure(moved_off)
         self.running.clear()
         await self.parts.let_finish()
         await self._salvage(failed)
@@ -321,7 +328,9 @@ class ReadyFlushCoordinator:
                     GIVEN_GRACE_S)
             except (RankDied, asyncio.TimeoutError):  # dead, or hung: it gives nothing
                 return rank, None
-        got = await asyncio.gather(*(held(r) for r in range(c.n) if r not in failed))
+        # a rank on a new host not started yet (a move cut short) holds nothing yet
+        empty = set(failed) | c.unstarted()
+        got = await asyncio.gather(*(held(r) for r in range(c.n) if r not in empty))
         held_by = {r: h for r, h in got if h is not None}
         own = {r: {tuple(p) for p in h["own"]} for r, h in held_by.items()}
         copies = {r: {(src, tuple(p)) for src, p in h["copies"]} for r, h in held_by.items()}
@@ -385,8 +394,8 @@ class ReadyFlushCoordinator:
             move = self._spawn(self._move(rank, node))
             await asyncio.wait([move])
         if move.cancelled() or isinstance(move.exception(), NewFailure):
-            raise ProtocolError(f"the move of rank {rank} was cut short by a failure; every "
-                                f"rank restarts from the last checkpoint")
+            raise ProtocolError(f"the move of rank {rank} was cut short by a failure; the "
+                                f"run recovers it with the failed ranks")
         return move.result()
 
     async def _move(self, rank: int, node: str | None) -> dict:
