@@ -6,12 +6,16 @@ A communicator hands over (context, destination, tag, packed payload). ``send_ap
 the message its ``app_seq`` (the k-th message to that destination) and passes it down
 the protocol stack (``on_send``: a protocol may add piggyback data, log, hold or drop
 it); ``transmit`` stamps the channel sequence number and puts it in the destination's
-batch. Batches are flushed as one per destination when the sending task yields to the
-event loop, when a batch is full (``BATCH_MAX`` messages, or ``BATCH_BYTES`` of mid-sized
-ones), or at once for a large message, because on Ray one call per message costs far
-more than one call per batch; a task that is about to wait for a message (``receive``,
-``probe``) flushes first, so its peer can answer without the loop turn the scheduled
-flush would cost. A message to this rank itself is received as it is sent (see
+batch. The first message to a destination since the sending task last yielded goes at
+once: the task may compute for long before it yields, and its peer may be waiting for
+exactly that message (an ``isend`` before a computation, a collective's last step, a
+result sent to a root). The next ones to that destination in the same turn are batched,
+because on Ray one call per message costs far more than one call per batch; batches are
+flushed as one per destination when the sending task yields to the event loop, when a
+batch is full (``BATCH_MAX`` messages, or ``BATCH_BYTES`` of mid-sized ones), or at once
+for a large message; a task that is about to wait for a message, or that receives one
+already there (``receive``, ``probe``), flushes first, so its peer can answer without
+the loop turn the scheduled flush would cost. A message to this rank itself is received as it is sent (see
 ``transmit``). Envelopes for a destination that is moving wait, in order, between
 ``hold`` and ``release``.
 
@@ -59,6 +63,7 @@ class Outbox:
         self._outbox_bytes: dict[int, int] = {}  # per batch: bytes of its counted messages
         self._held: dict[int, list[Envelope]] = {}  # destinations on the move (see hold)
         self._flush_pending = False
+        self._sent_now: set[int] = set()  # written at once since the task last yielded
 
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
         """Pickle ``obj`` for sending (large buffers to the transport's store)."""
@@ -113,6 +118,13 @@ class Outbox:
             return
         box = self._outbox.get(dst)
         if box is None:
+            if dst not in self._sent_now:  # the first since the task yielded: at once
+                self._sent_now.add(dst)
+                if not self._flush_pending:  # (the turn's end forgets it)
+                    self._flush_pending = True
+                    self._loop.call_soon(self.flush)
+                self.link.send(dst, [env])
+                return
             box = self._outbox[dst] = []
         box.append(env)
         nbytes = env.payload.nbytes
@@ -141,6 +153,7 @@ class Outbox:
     def flush(self) -> None:
         """Send every queued batch now."""
         self._flush_pending = False
+        self._sent_now.clear()
         if self._outbox:
             for dst in list(self._outbox):
                 self._flush_one(dst)
@@ -174,5 +187,6 @@ class Outbox:
         recovery during a move) that kept holding what it sends the mover."""
         self._outbox.clear()
         self._outbox_bytes.clear()
+        self._sent_now.clear()
         self._held.clear()
         self._out.reset()

@@ -65,22 +65,22 @@ def test_mid_sized_messages_go_in_batches_of_a_bounded_size():
     async def body():
         out, link = _sender()
         array = np.ones(BATCH_BYTES // 3 // 8)  # in-band, a third of the bound
-        for _ in range(2):
+        for _ in range(3):
             out.send_app("world", 1, 0, out.pack(array, 1))
-        assert link.batches == []  # below the bound: the batch waits for the loop's turn
+        assert link.batches == [1]  # the first at once; then below the bound: waiting
         out.send_app("world", 1, 0, out.pack(array, 1))
-        assert link.batches == [3]  # at the bound: sent at once
+        assert link.batches == [1, 3]  # at the bound: sent at once
     asyncio.run(body())
 
 
 def test_small_messages_still_fill_a_batch_by_count():
     async def body():
         out, link = _sender()
-        for i in range(BATCH_MAX + 1):
+        for i in range(BATCH_MAX + 2):
             out.send_app("world", 1, 0, out.pack(i, 1))
-        assert link.batches == [BATCH_MAX]
+        assert link.batches == [1, BATCH_MAX]
         await asyncio.sleep(0)
-        assert link.batches == [BATCH_MAX, 1]
+        assert link.batches == [1, BATCH_MAX, 1]
     asyncio.run(body())
 
 
@@ -100,7 +100,7 @@ def test_a_held_destination_gets_its_messages_in_order_stamped_for_its_new_life(
         out.peer_epochs[1] = 3  # rank 1 moved and came back as incarnation 3
         assert out.release(1) == 3
         await asyncio.sleep(0)
-        assert link.batches == [3]
+        assert link.batches == [1, 2]
         assert [unpack(e.payload) for e in link.envelopes] == ["a", ("marker", None), "b"]
         assert [(e.dst_epoch, e.seq) for e in link.envelopes] == [(3, 0), (3, 1), (3, 2)]
         assert [e.app_seq for e in link.envelopes] == [0, -1, 1]
@@ -129,23 +129,41 @@ def test_a_task_that_waits_for_a_message_sends_its_batch_first():
 
             task = asyncio.ensure_future(exchange())
             await asyncio.sleep(0)  # the task runs up to its wait, then this one
-            assert link.batches == [3]
+            assert link.batches == [1, 2]  # the first at once, the rest before the wait
             await asyncio.sleep(0)  # the flush scheduled by the sends finds nothing
-            assert link.batches == [3]
+            assert link.batches == [1, 2]
             task.cancel()
         asyncio.run(body())
 
 
-def test_a_receive_that_finds_its_message_does_not_flush():
-    """Only waiting flushes early: a receive served from the queue goes on without
-    cutting the batch (a stream of sends and served receives keeps batching)."""
+def test_the_first_message_since_the_task_yielded_goes_at_once():
+    """A task may compute for long before it yields: the first message to each
+    destination leaves as it is sent (an isend before a computation, a root's result);
+    the next ones to that destination batch until the task yields or receives."""
+    async def body():
+        out, link = _sender()
+        out.send_app("world", 1, 0, out.pack("first", 1))
+        assert link.batches == [1]
+        for i in range(3):
+            out.send_app("world", 1, 0, out.pack(i, 1))
+        assert link.batches == [1]
+        await asyncio.sleep(0)
+        assert link.batches == [1, 3]
+        out.send_app("world", 1, 0, out.pack("after the turn", 1))
+        assert link.batches == [1, 3, 1]
+    asyncio.run(body())
+
+
+def test_a_receive_that_finds_its_message_sends_the_batch_first():
+    """A receive served from the queue returns to a program that may compute for long
+    before it waits: what it queued leaves now (the second half of an exchange; before,
+    an allreduce between computations cost the other rank the whole computation)."""
     async def body():
         ep, link = _endpoint()
         ep.send_app("world", 0, 5, ep.pack("to self", 0))  # received as it is sent
-        ep.send_app("world", 1, 0, ep.pack(1, 1))
+        ep.send_app("world", 1, 0, ep.pack(1, 1))       # at once
+        ep.send_app("world", 1, 0, ep.pack(2, 1))       # queued
+        assert link.batches == [1]
         env = await ep.receive("world", 0, 5)
-        assert env.tag == 5 and link.batches == []
-        ep.send_app("world", 1, 0, ep.pack(2, 1))
-        await asyncio.sleep(0)
-        assert link.batches == [2]
+        assert env.tag == 5 and link.batches == [1, 1]
     asyncio.run(body())
