@@ -33,11 +33,3 @@ def group_settings(options: dict) -> dict:
             raise ConfigError(f"group_checkpoint_interval must be an int >= 1 (or a dict "
                               f"group -> int), got {interval!r}")
     return v
-
-
-def group_interval(settings: dict, group: int) -> int | None:
-    """The checkpoint interval of group ``group`` (None: it never checkpoints)."""
-    interval = settings["group_checkpoint_interval"]
-    if isinstance(interval, dict):
-        interval = interval.get(group, interval.get(str(group)))
-    return interval

@@ -100,9 +100,9 @@ from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from ..shared.flush import Flush
 from ..shared.parts import HeldParts
-from ..shared.units import Groups, load_groups
+from ..shared.units import Groups, load_groups, of_unit
 from .machine import GroupMember
-from .options import OPTIONS, group_interval, group_settings
+from .options import OPTIONS, group_settings
 
 NAME = "groups"
 
@@ -143,7 +143,8 @@ class GroupCoordination(Protocol):
         settings = group_settings(getattr(self, "options", {}))
         groups = load_groups(settings["groups"], self.size)
         self._gc = _GroupState(GroupMember(
-            self.rank, groups, group_interval(settings, groups.group_of(self.rank))))
+            self.rank, groups, of_unit(settings["group_checkpoint_interval"],
+                                       groups.group_of(self.rank))))
         await super().on_start()
 
     def part_units(self) -> Groups:

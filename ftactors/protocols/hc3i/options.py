@@ -57,11 +57,3 @@ def hc3i_settings(options: dict) -> dict:
     if v["ddv_transitive"] not in (True, False):
         raise ConfigError(f"ddv_transitive must be True or False, got {v['ddv_transitive']!r}")
     return v
-
-
-def clc_interval(settings: dict, cluster: int) -> float | None:
-    """Cluster ``cluster``'s unforced CLC interval (None: only forced CLCs)."""
-    v = settings["clc_interval_s"]
-    if isinstance(v, dict):
-        v = v.get(cluster, v.get(str(cluster)))
-    return v

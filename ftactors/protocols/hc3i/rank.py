@@ -143,9 +143,9 @@ from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from . import machine as _ddv
 from .member import AT_COMMIT, CUT, DELIVER, DEPEND, FORCE, LATE, ClcMember, Logged
-from .options import NODE, OPTIONS, clc_interval, hc3i_settings
+from .options import NODE, OPTIONS, hc3i_settings
 from ..shared.parts import HeldParts
-from ..shared.units import Groups, load_groups
+from ..shared.units import Groups, load_groups, of_unit
 
 NAME = "hc3i"
 CONTROL = {"req": "_on_req", "cut": "_on_cut", "expect": "_on_expect", "ack": "_on_ack",
@@ -197,7 +197,7 @@ class DDVPiggyback(Protocol):
         else:
             groups = load_groups(spec, self.size)
         m = ClcMember(self.rank, groups, settings["ddv_transitive"], settings["log_bytes_max"])
-        self._hc3i = _State(m, groups, clc_interval(settings, m.me))
+        self._hc3i = _State(m, groups, of_unit(settings["clc_interval_s"], m.me))
         self.ft.keep_base = True
         self._start_timer()
         await super().on_start()

@@ -546,3 +546,12 @@ def traffic_inside(pairs: Iterable, groups) -> tuple[int, int]:
         if a in group_of and group_of.get(a) == group_of.get(b):
             inside += nbytes
     return inside, total
+
+
+def of_unit(value, unit: int):
+    """An option given for every unit at once or per unit (``{unit index: value}``, keys
+    as ints or as the strings a YAML file gives): unit ``unit``'s value (None: not
+    given for it)."""
+    if isinstance(value, dict):
+        return value.get(unit, value.get(str(unit)))
+    return value
