@@ -197,12 +197,6 @@ def test_a_rank_whose_main_returned_still_keeps_and_releases_for_the_mover():
     assert m.done(MOVE, MP, NEW_EPOCH) == [Release(MP, NEW_EPOCH)]
 
 
-def test_an_abandoned_move_releases_to_the_same_incarnation():
-    m = Move(1)
-    m.notice(MOVE, MP, True, False)
-    assert m.done(MOVE, MP, None) == [Release(MP, None)]
-
-
 @pytest.mark.parametrize("steps", [
     lambda m: m.at_safe_point((0, 1), ()),            # not asked to stop
     lambda m: m.hand_over(()),                        # not stopped

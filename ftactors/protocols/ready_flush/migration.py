@@ -67,11 +67,11 @@ class Hold(NamedTuple):
 
 
 class Release(NamedTuple):
-    """Send rank ``rank`` (now incarnation ``epoch``; None: it did not move) what was
-    kept for it."""
+    """Send rank ``rank`` (now incarnation ``epoch``) what was kept for it. A move cut
+    short never ends here: the restore that abandons it drops what was kept."""
 
     rank: int
-    epoch: int | None
+    epoch: int
 
 
 class Stopped(NamedTuple):
@@ -146,9 +146,8 @@ class Move:
             effects.append(WaitMarkers(move, (mover,)))
         return sent_to_mover, effects
 
-    def done(self, move: int, mover: int, epoch: int | None) -> list:
-        """The move ``move`` of rank ``mover`` is over: it runs as incarnation ``epoch``
-        (None: it stayed)."""
+    def done(self, move: int, mover: int, epoch: int) -> list:
+        """The move ``move`` of rank ``mover`` is over: it runs as incarnation ``epoch``."""
         if (move, mover) != (self.move, self.mover):
             raise ProtocolError(f"migration: the move {move} of rank {mover} ended, not the "
                                 f"one under way ({self.move} of rank {self.mover})")

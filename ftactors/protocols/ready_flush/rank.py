@@ -326,8 +326,7 @@ class ReadyMessageFlush(PlannedLevel):
             elif isinstance(effect, WaitMarkers):
                 await st.flush.wait_markers(ft, ("move", effect.move), effect.ranks)
             elif isinstance(effect, Release):
-                if effect.epoch is not None:
-                    ft.set_peer_epoch(effect.rank, effect.epoch)
+                ft.set_peer_epoch(effect.rank, effect.epoch)
                 released += ft.release(effect.rank)
             elif isinstance(effect, Stopped):
                 st.stop.set_result(effect.where)
@@ -372,9 +371,9 @@ class ReadyMessageFlush(PlannedLevel):
         size = len(stream) + sum(memoryview(b).nbytes for b in buffers)
         return {"handle": ft.link.share((stream, buffers)), "bytes": size}
 
-    async def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int | None) -> int:
-        """The move is over: ``mover`` runs as ``epoch`` (None: the move was abandoned
-        and it stays where it was); send it what was kept. Returns how many."""
+    async def ft_rpc_ready_migrate_done(self, move: int, mover: int, epoch: int) -> int:
+        """The move is over: ``mover`` runs as ``epoch``; send it what was kept. Returns
+        how many."""
         return await self._migrate(self._ready.moving.done(move, mover, epoch))
 
     # ------------------------------------------------------------------ state
