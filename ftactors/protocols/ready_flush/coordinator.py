@@ -53,6 +53,7 @@ class ReadyFlushCoordinator:
         self.lock = asyncio.Lock()  # one request or migration at a time
         self.sealing = asyncio.Lock()  # completions in order (pruning sees sealed sets)
         self.busy: set[asyncio.Task] = set()  # requests and moves
+        self.mover: int | None = None  # a moving rank given its new process, not started
         self.parts = PartTaker(ctx, ReadyMessageFlush.ft_rpc_ready_part,
                                ReadyMessageFlush.ft_rpc_ready_part_kept)
         self._ids = itertools.count()
@@ -298,9 +299,11 @@ class ReadyFlushCoordinator:
         A move cut short after its rank was given its new process leaves that rank with
         no state anywhere a level can ask (its old process stopped, the new one not
         started): it fails too, and the round starts again with it."""
-        moved_off = self.c.unstarted() - set(failed)
-        if self.lock.locked() and moved_off:
-            raise NewFailure(moved_off)
+        mover = self.mover
+        if mover is not None and (mover in failed or mover in self.c.unstarted()):
+            self.mover = None  # failed: the round (or the next one, raised here) has it
+            if mover not in failed:
+                raise NewFailure({mover})
         self.running.clear()
         await self.parts.let_finish()
         await self._salvage(failed)
@@ -420,6 +423,7 @@ class ReadyFlushCoordinator:
         senders = [r for r, s in zip(others, sent) if s]
         out = await c.call(rank, ReadyMessageFlush.ft_rpc_ready_migrate_out, move, senders)
         t_saved = c.clock()
+        self.mover = rank  # from its new process on until that one starts (``abandon``)
         try:
             old = await c.respawn(rank, spare, stop_old=False)
         except NewFailure:  # the rank is stopped and its old life left: a failure
@@ -427,6 +431,7 @@ class ReadyFlushCoordinator:
             raise
         await c.rewire()
         c.start_rank(rank, c.restore_spec(out["handle"]))
+        self.mover = None
         await c.call(rank, "ready")
         t_restored = c.clock()
         released = await asyncio.gather(*(
