@@ -102,6 +102,8 @@ class GroupRecovery:
             held_from = {x: held[r] for x, held in holds.items() if x != r}
             c.start_rank(r, c.restore_spec(handles[r], {NAME: held_from}))
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
+        if c.part_levels is not None:
+            await c.part_levels.reprotect(set(ranks), self._restorable(), self.groups)
         got = await asyncio.gather(*(
             c.call(r, GroupCoordination.ft_rpc_group_received) for r in ranks))
         # every rank resends to the restarted ones what they lack; a restarted rank also
@@ -118,8 +120,7 @@ class GroupRecovery:
             for r in ranks))
         c.events.record("group_resumed", groups=hit,
                         resent=sum(done["messages"] for done in resent))
-        if c.part_levels is not None:  # once the groups run again: off their path
-            await c.part_levels.reprotect(set(ranks), self._restorable(), self.groups)
+        if c.part_levels is not None:
             c.part_levels.recovered(failed)
         c.refill_spares()
 

@@ -226,6 +226,8 @@ class Hc3iRecovery:
             c.start_rank(r, c.restore_spec(handles[r]))
         self.stopping -= set(targets)
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
+        if c.part_levels is not None:
+            await c.part_levels.reprotect(set(ranks), self._restorable(set(targets)), groups)
         epochs = {r: c.epochs[r] for r in ranks}
         ddvs = {k: list(self.clcs[k][-1].clc.ddv) for k in targets}
         resent = await asyncio.gather(*(
@@ -233,8 +235,6 @@ class Hc3iRecovery:
             for r in range(c.n)))
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
                         resent=sum(resent))
-        if c.part_levels is not None:  # once the clusters run again: off their path
-            await c.part_levels.reprotect(set(ranks), self._restorable(set(targets)), groups)
         c.refill_spares()
 
     def _restorable(self, restarted: set[int]) -> dict[int, dict]:
