@@ -205,6 +205,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
          "only where they are), smaller ones and those to other nodes on the socket, and "
          "all of them where the segment cannot be passed; None: never; default: the "
          "measured crossover, see the README", "bytes"),
+    _ray("poll_spin_us", int, 500,
+         "on the direct plane, a rank with nothing to do polls for messages this long "
+         "(yielding its core to any other runnable process between polls) before its "
+         "process sleeps, as MPI ranks do: a message that comes meanwhile is taken without "
+         "a wake-up; 0: sleep at once; default: measured, see the README", "us"),
     _ray("object_store_bytes", int, 16 << 20,
          "out-of-band buffers at least this large travel by "
          "reference through Ray's object store and an actor call, smaller ones on the direct "

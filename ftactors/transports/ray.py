@@ -79,6 +79,7 @@ from ..runtime._host import RankHost, RankSpec
 from ..engine._payload import Payload, is_plain
 from . import _sources
 from ._direct import Listener, Peers, RunSecret, encode
+from ._spin import Spin
 from ._warm import INBOXES, WARM, Warm
 from .ray_driver import DEATH_NOTICES, ensure_ray
 
@@ -194,6 +195,7 @@ OBJECT_STORE_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "object_s
 OUT_OF_BAND_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "out_of_band_bytes")
 """Buffers from this size on travel out of band on the direct plane (the option's default)."""
 SHARED_MEMORY_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "shared_memory_bytes")
+POLL_SPIN_US = next(o.default for o in CORE_OPTIONS if o.name == "poll_spin_us")
 """Out-of-band buffers from this size on go through shared memory to a rank on the same
 node (the option's default)."""
 
@@ -305,6 +307,7 @@ class RankActor:
         self.host: RankHost | None = None
         self.link: RayLink | None = None
         self.listener: Listener | None = None
+        self.spin = Spin()
 
     async def setup(self, spec_blob: bytes, inbox, plane: dict | None, clock_zero: float,
                     token: str):
@@ -332,6 +335,10 @@ class RankActor:
                                      "shared_memory_bytes", SHARED_MEMORY_BYTES))
         self.link.large_bytes = spec.options.get("out_of_band_bytes", OUT_OF_BAND_BYTES)
         self.link.listener = self.listener
+        spin_us = spec.options.get("poll_spin_us", POLL_SPIN_US)
+        self.spin = Spin()  # this run's count (``close`` stopped the last run's)
+        if spin_us and not self.spin.start(asyncio.get_running_loop(), spin_us * 1e-6):
+            self.listener.counters.not_polling += 1
         return os.getpid(), node, endpoint
 
     def _peer_lost(self, dst: int) -> None:
@@ -370,6 +377,7 @@ class RankActor:
             self.link.direct.close()
         if self.listener is not None:
             self.listener.close()
+        self.spin.stop()
         if run_name is not None:
             _remove_run_dir(run_name)
         self.host = self.link = self.listener = None
@@ -431,6 +439,7 @@ class RankActor:
     async def collect(self) -> dict:
         out = self.host.collect()
         if self.listener is not None:
+            self.listener.counters.polled_waits = self.spin.caught
             out["stats"]["direct"] = self.listener.counters.as_dict()
         return out
 
@@ -497,7 +506,8 @@ class RayFabric:
         self._spares_placed = 0  # spares started on the spare_nodes, to use them in turn
         self.endpoints: dict = {}  # actor -> DirectEndpoint, when data_plane="direct"
         self._plane: dict | None = None
-        for name in ("object_store_bytes", "out_of_band_bytes", "shared_memory_bytes"):
+        for name in ("object_store_bytes", "out_of_band_bytes", "shared_memory_bytes",
+                     "poll_spin_us"):
             if (options.get(name) or 0) < 0:
                 raise ConfigError(f"{name} must be >= 0, not {options[name]}")
         if options.get("data_plane", "direct") == "direct":

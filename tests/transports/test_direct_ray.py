@@ -61,6 +61,19 @@ def test_direct_plane_carries_the_run_and_drops_intruders(ray_session):
     assert not os.path.exists("/tmp/ftactors-intruded")
 
 
+def test_ranks_poll_before_they_sleep_unless_told_not_to(ray_session):
+    """``poll_spin_us``: with a long poll, waits end while the ranks poll (their peers
+    answer within 0.2 s); with 0, none does; the answer is the same."""
+    polled = ft.run(Exchange, 3, args=(20, False), transport="ray", timeout_s=120,
+                    poll_spin_us=200_000)
+    asleep = ft.run(Exchange, 3, args=(20, False), transport="ray", timeout_s=120,
+                    poll_spin_us=0)
+    assert polled.results == asleep.results == [_expected(20, 3)] * 3
+    assert polled.metrics["direct"]["polled_waits"] > 0
+    assert asleep.metrics["direct"]["polled_waits"] == 0
+    assert polled.metrics["direct"]["not_polling"] == asleep.metrics["direct"]["not_polling"] == 0
+
+
 def test_ray_data_plane_still_works(ray_session):
     r = ft.run(Exchange, 3, args=(20, False), transport="ray", data_plane="ray", timeout_s=120)
     assert r.results == [_expected(20, 3)] * 3
