@@ -97,6 +97,8 @@ class Outbox:
         flush sends the same marker to every peer)."""
         payload = pack((op, data))
         for dst in dsts:
+            if not 0 <= dst < self.size:  # (``transmit`` takes checked ranks only)
+                raise IndexError(f"rank {dst} out of range for {self.size} ranks")
             self.transmit(Envelope(CTRL, self.rank, dst, protocol, 0, -1, payload))
 
     def transmit(self, env: Envelope) -> None:
@@ -110,7 +112,7 @@ class Outbox:
         if self._held and dst in self._held:
             self._held[dst].append(env)
             return
-        self._out.stamp(env, self.epoch, self.peer_epochs[dst])
+        self._out.stamp(env, self.epoch, self.peer_epochs.get(dst))  # a rank send_app or send_control checked
         if self.trace is not None:  # tracing is run-wide: only traces read send times
             env.t_send = self.link.clock()
         if dst == self.rank:

@@ -94,7 +94,7 @@ class Receiving:
                 self.owner.on_control(env)
             return
         src = env.src
-        expected = self.received[src]
+        expected = self.received.get(src)  # src: a rank the channels accepted
         if env.app_seq != expected:
             if env.app_seq < expected:
                 self.duplicates_dropped += 1

@@ -84,9 +84,13 @@ class Communicator(BufferAPI):
 
     def _dest(self, dest) -> int:
         """The world rank of ``dest``, or PROC_NULL."""
+        if type(dest) is int and 0 <= dest < self.size:  # the usual case, on every send
+            return self.group[dest]
         return PROC_NULL if _is(dest, PROC_NULL) else self._peer(dest, "dest")
 
     def _source(self, source) -> int:
+        if type(source) is int and 0 <= source < self.size:  # the usual case
+            return self.group[source]
         if _is(source, ANY_SOURCE) or _is(source, PROC_NULL):
             return source
         return self._peer(source, "source")
@@ -104,13 +108,17 @@ class Communicator(BufferAPI):
         return ANY_TAG if tag == ANY_TAG else cls._send_tag(tag)
 
     def _received(self, env: Envelope) -> tuple[Any, Status]:
-        """A matched message's object and status; a synchronous send's message is
-        acknowledged here (its receive has started)."""
+        """A matched message's object and status."""
+        return self._object_of(env), self._status_of(env)
+
+    def _object_of(self, env: Envelope) -> Any:
+        """A matched message's object; a synchronous send's message is acknowledged here
+        (its receive has started)."""
         obj = unpack(env.payload)
         if type(obj) is Synchronous:
             self._ep.sync.matched(env.src, env.app_seq)
             obj = obj.obj
-        return obj, self._status_of(env)
+        return obj
 
     def _status_of(self, env: Envelope) -> Status:
         return Status.of(self._local_rank(env.src), env.tag, env.payload.nbytes)
@@ -154,11 +162,13 @@ class Communicator(BufferAPI):
         """Receive the first matching message and return its object."""
         src, tag = self._source(source), self._recv_tag(tag)
         if src == PROC_NULL:
-            value, st = None, Status.of(PROC_NULL, ANY_TAG)
-        else:
-            value, st = self._received(await self._ep.receive(self._ctx, src, tag))
-        if status is not None:
-            status._fill(st)
+            if status is not None:
+                status._fill(Status.of(PROC_NULL, ANY_TAG))
+            return None
+        env = await self._ep.receive(self._ctx, src, tag)
+        value = self._object_of(env)
+        if status is not None:  # (built only when asked for: recv is the hot path)
+            status._fill(self._status_of(env))
         return value
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:

@@ -104,10 +104,11 @@ class RayLink(Link):
         return self.direct is not None
 
     def send(self, dst: int, envs: list[Envelope]) -> None:
-        if self.direct is not None and not _has_refs(envs):
-            if self.direct.send(dst, *encode(envs, _plain_piggyback(envs))):
+        refs, plain = _shape(envs)
+        if self.direct is not None and not refs:
+            if self.direct.send(dst, *encode(envs, plain)):
                 return
-        batch = pickle.dumps(to_rows(envs), protocol=5) if _plain(envs) else envs
+        batch = pickle.dumps(to_rows(envs), protocol=5) if plain and not refs else envs
         self.peers[dst].deliver.remote(batch, self.token)
 
     def congested(self, dst: int):
@@ -214,20 +215,22 @@ async def _awaited(ref):
     return await ref
 
 
-def _plain(envs: list[Envelope]) -> bool:
-    """True when the C pickler can ship ``envs`` for Ray: no object references (Ray must
-    see those to keep them alive) and plain piggyback data (``is_plain``)."""
-    return not _has_refs(envs) and _plain_piggyback(envs)
-
-
-def _has_refs(envs: list[Envelope]) -> bool:
-    """Whether any payload holds object references (out-of-band buffers from
-    ``object_store_bytes`` on)."""
-    return any(isinstance(b, ray.ObjectRef) for env in envs for b in env.payload.buffers)
-
-
-def _plain_piggyback(envs: list[Envelope]) -> bool:
-    return all(env.piggyback is None or is_plain(env.piggyback) for env in envs)
+def _shape(envs: list[Envelope]) -> tuple[bool, bool]:
+    """Whether any payload of ``envs`` holds object references (out-of-band buffers from
+    ``object_store_bytes`` on: Ray must see those to keep them alive), and whether every
+    piggyback is plain data (``is_plain``: the C pickler will do). One pass, no generator:
+    every batch is asked."""
+    refs, plain = False, True
+    for env in envs:
+        buffers = env.payload.buffers
+        if buffers and not refs:
+            for b in buffers:
+                if isinstance(b, ray.ObjectRef):
+                    refs = True
+                    break
+        if env.piggyback is not None and plain:
+            plain = is_plain(env.piggyback)
+    return refs, plain
 
 
 class Inbox:

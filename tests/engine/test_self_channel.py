@@ -100,3 +100,19 @@ def test_a_finished_rank_run_again_becomes_the_incarnation_its_restore_names():
         assert (await host.run((4,), {}, restore))["value"] == 6
         assert host.ep.epoch == 5 and host.ep.peer_epochs == [5, 4]
     asyncio.run(body())
+
+
+def test_a_control_message_to_a_rank_outside_the_run_is_refused():
+    """The send path takes checked ranks only (``transmit`` reads the peer's epoch
+    without a range check): a protocol's control message to a rank outside the run
+    fails where it is sent, not as a frame to nowhere."""
+    async def go():
+        ep, _ = endpoint()
+        for bad in (2, -1):
+            try:
+                ep.send_control(bad, "p", "op")
+            except IndexError as e:
+                assert f"rank {bad} out of range" in str(e)
+            else:
+                raise AssertionError(f"rank {bad} was taken")
+    asyncio.run(go())
