@@ -45,6 +45,8 @@ class LockResult(ft.Rank):
      "spare_nodes must be of type list, got 'node-a'"),
     (dict(ranks=2, transport="ray", data_plane="carrier-pigeon"),
      "data_plane must be 'direct' or 'ray', got 'carrier-pigeon'"),
+    (dict(ranks=2, transport="ray", poll_spin_us=-1), "poll_spin_us must be >= 0"),
+    (dict(ranks=2, transport="ray", poll_spin_us=0.5), "poll_spin_us must be of type int"),
 ])
 def test_bad_run_arguments_fail_before_start(bad, match):
     with pytest.raises(ft.ConfigError, match=match):
@@ -54,7 +56,7 @@ def test_bad_run_arguments_fail_before_start(bad, match):
 @pytest.mark.parametrize("transport", ["local", "sim"])
 @pytest.mark.parametrize("option", [dict(data_plane="direct"), dict(data_plane="ray"),
                                     dict(rank_num_cpus=1), dict(rank_nodes=["a", "b"]),
-                                    dict(spare_nodes=["a"])])
+                                    dict(spare_nodes=["a"]), dict(poll_spin_us=0)])
 def test_ray_only_options_are_refused_elsewhere(transport, option):
     """Taken and ignored on local or sim, they would promise what the run does not do."""
     name = next(iter(option))
