@@ -1,6 +1,7 @@
 """ReadyMessageFlush (CoCheck): checkpoints with messages in flight, global restart from
 them, restart of a lost job from disk, and migration, on the local and sim transports."""
 import asyncio
+import gc
 import os
 
 import numpy as np
@@ -508,3 +509,32 @@ def test_auto_first_request_waits_for_the_ranks_loop_with_a_doubling_retry():
 def test_auto_bad_options_fail_before_anything_starts(bad, msg):
     with pytest.raises(ft.ConfigError, match=msg):
         ft.run(RFHeat, 2, transport="local", **bad)
+
+
+def test_a_move_the_run_outlives_is_refused_and_leaves_no_unheard_error():
+    """Moves asked one after another of a run that ends meanwhile: each is done or
+    refused with a ProtocolError, and a move still under way when the run ends (its
+    caller already told so) does not leave its own error for asyncio to print as
+    "Task exception was never retrieved" on the user's terminal."""
+    unheard = []
+
+    async def go():
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: unheard.append(context["message"]))
+        run = await ft.launch(RFFlood, 5, transport="local", kwargs=dict(FLOOD, iterations=1))
+        said = []
+        for rank in range(5):
+            try:
+                said.append((await run.migrate(rank))["rank"])
+            except ft.ProtocolError as e:
+                said.append(str(e))
+        await run
+        gc.collect()  # an unretrieved task error is reported when the task is freed
+        await asyncio.sleep(0)
+        return said
+
+    said = asyncio.run(go())
+    assert "the run ended before the request was served" in said  # the case meant
+    assert all(s == r or "finished before it could move" in s or "run ended" in s
+               for r, s in enumerate(said)), said
+    assert unheard == []

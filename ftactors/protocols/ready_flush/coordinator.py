@@ -395,7 +395,11 @@ class ReadyFlushCoordinator:
         async with self.lock:
             await c.wired.wait()
             move = self._spawn(self._move(rank, node))
-            await asyncio.wait([move])
+            try:
+                await asyncio.wait([move])
+            except asyncio.CancelledError:  # the caller heard the run end: the move's
+                move.add_done_callback(_heard)  # own end is nobody's to print
+                raise
         if move.cancelled() or isinstance(move.exception(), NewFailure):
             raise ProtocolError(f"the move of rank {rank} was cut short by a failure; the "
                                 f"run recovers it with the failed ranks")
@@ -445,3 +449,10 @@ class ReadyFlushCoordinator:
                 "total_s": c.clock() - t_spare}
         c.events.record("migrated", **info)
         return info
+
+
+def _heard(task: asyncio.Task) -> None:
+    """Take ``task``'s outcome, so that asyncio does not report its error as never
+    retrieved (a move whose caller was told the run ended)."""
+    if not task.cancelled():
+        task.exception()
