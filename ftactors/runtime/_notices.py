@@ -162,11 +162,17 @@ def _why_unfired(kill: Kill, events: list[Event]) -> str:
            and ev.detail.get("incarnation") == kill.incarnation for ev in events):
         return (f"incarnation {kill.incarnation} of rank {r} died before it reached "
                 f"iteration {kill.iteration}")
-    if any(ev.kind == "respawned" and ev.rank == r
-           and ev.detail["incarnation"] == kill.incarnation + 1 for ev in events):
-        return (f"incarnation {kill.incarnation} of rank {r} was replaced by a recovery "
-                f"(as incarnation {kill.incarnation + 1}) before it reached iteration "
-                f"{kill.iteration}")
+    respawns = [ev for ev in events if ev.kind == "respawned" and ev.rank == r]
+    replaced = next((ev for ev in respawns
+                     if ev.detail["incarnation"] == kill.incarnation + 1), None)
+    if replaced is not None:
+        later = [ev.time for ev in respawns if ev.time > replaced.time]
+        moved = any(ev.kind == "migrated" and ev.rank == r
+                    and replaced.time <= ev.time <= min(later, default=ev.time)
+                    for ev in events)
+        how = "moved to a new process (run.migrate)" if moved else "replaced by a recovery"
+        return (f"incarnation {kill.incarnation} of rank {r} was {how} (as incarnation "
+                f"{kill.incarnation + 1}) before it reached iteration {kill.iteration}")
     return (f"rank {r} (incarnation {kill.incarnation}) never reached iteration "
             f"{kill.iteration} of an iterations() loop (its loops ended or were left "
             f"first, or main() has none)")

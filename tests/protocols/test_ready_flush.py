@@ -538,3 +538,21 @@ def test_a_move_the_run_outlives_is_refused_and_leaves_no_unheard_error():
     assert all(s == r or "finished before it could move" in s or "run ended" in s
                for r, s in enumerate(said)), said
     assert unheard == []
+
+
+def test_a_kill_of_a_life_a_move_replaced_never_fires_and_says_the_move():
+    """A planned kill of rank 2's first life, which a move ended: not fired, and the
+    reason names the move (it used to say a recovery replaced it, with none in the run)."""
+    async def go():
+        run = await ft.launch(RFFlood, 5, transport="local", kwargs=dict(FLOOD, iterations=40),
+                              chaos=ft.Chaos(kill=[(2, 35)]))
+        await run.migrate(2)
+        return await run
+
+    with pytest.warns(ft.KillNotFiredWarning):
+        r = asyncio.run(go())
+    assert not r.events_of("recovery_start")
+    assert r.metrics["kills_unfired"] == [{
+        "kill": {"rank": 2, "iteration": 35},
+        "why": "incarnation 0 of rank 2 was moved to a new process (run.migrate) (as "
+               "incarnation 1) before it reached iteration 35"}]
