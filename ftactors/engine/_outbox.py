@@ -112,7 +112,7 @@ class Outbox:
         if self._held and dst in self._held:
             self._held[dst].append(env)
             return
-        self._out.stamp(env, self.epoch, self.peer_epochs.get(dst))  # a rank send_app or send_control checked
+        self._out.stamp(env, self.epoch, self.peer_epochs.get(dst))  # dst: checked at the send
         if self.trace is not None:  # tracing is run-wide: only traces read send times
             env.t_send = self.link.clock()
         if dst == self.rank:

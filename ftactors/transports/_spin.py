@@ -24,13 +24,8 @@ class Spin:
     """Polling before blocking on one event loop, between ``start`` and ``stop``."""
 
     def __init__(self):
-        self._selector = None
-        self.seconds = 0.0
+        self._selector = None  # the one whose ``select`` polls, between start and stop
         self.caught = 0  # waits that polling ended (the loop did not have to block)
-
-    @property
-    def on(self) -> bool:
-        return self._selector is not None
 
     def start(self, loop: asyncio.AbstractEventLoop, seconds: float) -> bool:
         """Poll ``loop`` for up to ``seconds`` before each block (another ``start``
@@ -58,7 +53,6 @@ class Spin:
 
         selector.select = select  # shadows the class's method on this selector only
         self._selector = selector
-        self.seconds = seconds
         return True
 
     def stop(self) -> None:
@@ -66,4 +60,3 @@ class Spin:
         if self._selector is not None:
             del self._selector.select
             self._selector = None
-            self.seconds = 0.0

@@ -196,9 +196,10 @@ OBJECT_STORE_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "object_s
 OUT_OF_BAND_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "out_of_band_bytes")
 """Buffers from this size on travel out of band on the direct plane (the option's default)."""
 SHARED_MEMORY_BYTES = next(o.default for o in CORE_OPTIONS if o.name == "shared_memory_bytes")
-POLL_SPIN_US = next(o.default for o in CORE_OPTIONS if o.name == "poll_spin_us")
 """Out-of-band buffers from this size on go through shared memory to a rank on the same
 node (the option's default)."""
+POLL_SPIN_US = next(o.default for o in CORE_OPTIONS if o.name == "poll_spin_us")
+"""Microseconds a rank's loop polls before it sleeps (the option's default, ``_spin``)."""
 
 DRAIN_STOP_S = 10.0
 """How long the end of a run waits for the Inbox's last answer before giving it up."""
