@@ -194,12 +194,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
     _ray("data_plane", str, "direct",
          "'direct' (rank-to-rank sockets, Unix on one node, TCP across nodes) or 'ray' "
          "(every batch an actor call)", choices=("direct", "ray")),
-    _ray("out_of_band_bytes", int, 100 << 10,
+    _ray("out_of_band_bytes", int, 64 << 10,
          "on the direct plane, array buffers at least this large travel out of band: "
          "written from the sender's copy and read into a buffer the receiver owns, with no "
          "pickling copy on either side (smaller ones are pickled into the message); "
          "default: the measured crossover, see the README", "bytes"),
-    _ray("shared_memory_bytes", (int, NONE), 100 << 10,
+    _ray("shared_memory_bytes", (int, NONE), 64 << 10,
          "on the direct plane, out-of-band buffers at least this large to a rank on the "
          "same node go through a shared-memory segment of the channel (the socket carries "
          "only where they are), smaller ones and those to other nodes on the socket, and "

@@ -30,7 +30,7 @@ docs/ARCHITECTURE.md):
   exception past this module); actors are created with ``max_restarts=0`` and
   calls with ``max_task_retries=0`` (a retried call would re-run from the start) because
   recovery is the framework's job;
-* out-of-band buffers (option ``out_of_band_bytes``, 100 KiB, and more) of less than
+* out-of-band buffers (option ``out_of_band_bytes``, 64 KiB, and more) of less than
   ``object_store_bytes`` travel on the direct plane as out-of-band frames (``_direct``:
   written without a joined copy, read into a writable buffer the receiver owns; to a rank
   on the same node, from ``shared_memory_bytes`` on, through the channel's shared-memory
