@@ -15,9 +15,9 @@ flushed as one per destination when the sending task yields to the event loop, w
 batch is full (``BATCH_MAX`` messages, or ``BATCH_BYTES`` of mid-sized ones), or at once
 for a large message; a task that is about to wait for a message, or that receives one
 already there (``receive``, ``probe``), flushes first, so its peer can answer without
-the loop turn the scheduled flush would cost. A message to this rank itself is received as it is sent (see
-``transmit``). Envelopes for a destination that is moving wait, in order, between
-``hold`` and ``release``.
+the loop turn the scheduled flush would cost. A message to this rank itself is received
+as it is sent (see ``transmit``). Envelopes for a destination that is moving wait, in
+order, between ``hold`` and ``release``.
 
 ``Outbox`` is a mixin of ``Endpoint`` (``_endpoint``), not an object the endpoint calls:
 ``send_app`` -> ``transmit`` -> ``_flush_one`` -> the link is the hot path, and a

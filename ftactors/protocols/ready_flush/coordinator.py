@@ -127,10 +127,23 @@ class ReadyFlushCoordinator:
         task.add_done_callback(self.busy.discard)
         return task
 
+    async def _settled(self, coro) -> asyncio.Task:
+        """Run ``coro`` as a task a rollback can cancel (``busy``) and return it once it
+        is done. If the caller stops waiting first (``run.checkpoint()`` or
+        ``run.migrate()`` told the run ended), the task's own end is taken quietly when
+        it comes: nobody is left to hear it, and asyncio would print its error as never
+        retrieved on the user's terminal."""
+        task = self._spawn(coro)
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            task.add_done_callback(_heard)
+            raise
+        return task
+
     async def _request(self) -> tuple | None:
         """``request`` as a task a rollback can cancel: None when it was."""
-        task = self._spawn(self.request())
-        await asyncio.wait([task])
+        task = await self._settled(self.request())
         return None if task.cancelled() else task.result()
 
     async def request(self) -> tuple | None:
@@ -394,12 +407,7 @@ class ReadyFlushCoordinator:
             raise ConfigError(f"rank {rank!r} is not a rank of this run (0..{c.n - 1})")
         async with self.lock:
             await c.wired.wait()
-            move = self._spawn(self._move(rank, node))
-            try:
-                await asyncio.wait([move])
-            except asyncio.CancelledError:  # the caller heard the run end: the move's
-                move.add_done_callback(_heard)  # own end is nobody's to print
-                raise
+            move = await self._settled(self._move(rank, node))
         if move.cancelled() or isinstance(move.exception(), NewFailure):
             raise ProtocolError(f"the move of rank {rank} was cut short by a failure; the "
                                 f"run recovers it with the failed ranks")
@@ -453,6 +461,6 @@ class ReadyFlushCoordinator:
 
 def _heard(task: asyncio.Task) -> None:
     """Take ``task``'s outcome, so that asyncio does not report its error as never
-    retrieved (a move whose caller was told the run ended)."""
+    retrieved (``ReadyFlushCoordinator._settled``)."""
     if not task.cancelled():
         task.exception()
