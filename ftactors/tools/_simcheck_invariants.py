@@ -21,7 +21,9 @@
   give-up passes only if the timeline shows the spares used up (every spare that became
   ready was taken or died, or the run had none).
 * A multi-level stack names the level of every recovery, and never recovers at a level
-  that cannot hold the loss, nor past one that surely can (:func:`level_problem`),
+  that cannot hold the loss (unless it went back to the start, which holds any loss:
+  the last level does when nothing was saved yet), nor past one that surely can
+  (:func:`level_problem`),
   judged from the failed ranks of each recovery and the rounds completed before it:
   partner copies cannot hold a rank whose partner failed with it, and surely hold a
   loss without such a pair once every surviving rank has backed up two rounds since the
@@ -119,11 +121,15 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
     """What a finished run of a multi-level stack (``levels`` cheapest first) got wrong
     about its recovery levels ("" if nothing)."""
     standby_round: dict = {}  # position -> ranks that backed it up, since the last recovery
-    failed, lost, named, tried = set(), set(), None, []
+    failed, lost, named, tried, from_start = set(), set(), None, [], False
     for e in events:
         d = e.detail
         if e.kind == "backup" and not failed:
             standby_round.setdefault(tuple(d["position"]), set()).add(e.rank)
+        elif e.kind == "recovery_start":
+            from_start = False
+        elif e.kind in ("recovery_line", "rs_recovery"):
+            from_start = d["position"] is None  # the named level's line, when it has one
         elif e.kind == "failure_detected":
             failed.add(e.rank)
         elif e.kind == "level_exhausted":
@@ -139,7 +145,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
             survivors = set(range(ranks)) - lost
             rounds = sum(survivors <= done for done in standby_round.values())
             can = _levels_holding(lost, levels, ranks, options, backed_up=rounds >= 2)
-            if can.get(named) is False:
+            if can.get(named) is False and not from_start:
                 return (f"level {named} recovered ranks {sorted(lost)}, which it cannot "
                         f"hold")
             cheaper = levels[:levels.index(named)]
@@ -149,6 +155,7 @@ def level_problem(events, levels: list[str], ranks: int, options: dict) -> str:
                         f"level {sure[0]} holds them (it tried {tried or 'nothing'})")
             # a rank found failed during the round but not in it is the next round's
             standby_round, failed, named, tried = {}, failed - lost, None, []
+            from_start = False
     return ""
 
 

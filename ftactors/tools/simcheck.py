@@ -283,6 +283,7 @@ class Outcome:
     network: str = ""  # the run's network faults, if any
     events: list = field(default_factory=list)  # a failed run's timeline (a program's)
     causes: list = field(default_factory=list)  # its likely causes, in the program's terms
+    ours: bool = False  # the answer was right and a check of ftactors itself failed
 
 
 @dataclass
@@ -351,6 +352,7 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
         return out
     out.stormed = bool(r.events_of("hc3i_storm"))
     wrong = target.wrong(r)
+    out.ours = not wrong  # every check below is of the protocols, not of the program
     if wrong:
         out.problem = wrong
     elif method == "disconnect" and r.metrics["failures"]:
@@ -368,7 +370,7 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
     elif setup.bounded_clcs and hc3i_unbounded(r.events, ranks, _hc3i_log_bound(ranks)):
         out.problem = hc3i_unbounded(r.events, ranks, _hc3i_log_bound(ranks))
     else:
-        out.ok = True
+        out.ok, out.ours = True, False
     if not out.ok and target.program is not None:
         out.events = list(r.events)
     return out
@@ -477,7 +479,7 @@ def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
         warnings.simplefilter("ignore", ft.FaultToleranceWarning)
         for k in range(runs):
             outcome = check_run(cls, setup, seed + k, target, ranks)
-            if not outcome.ok and program is not None:
+            if not outcome.ok and program is not None and not outcome.ours:
                 outcome.causes = likely_causes(target, outcome)
             outcomes.append(outcome)
             if progress is not None:
@@ -579,8 +581,12 @@ def _cmd_sim_check(args) -> int:
     for o in failed:
         kills = ", ".join(kill_text(describe(k)) for k in o.kills)
         network = f"\n  network faults: {o.network}" if o.network else ""
-        print(f"FAILED seed {o.seed}: {o.problem}\n  kills {kills}{network}\n  replay: ftactors "
-              f"sim-check{what} --protocol {args.protocol} --runs 1 --seed {o.seed}"
+        ours = ("\n  the program's answer was right: this failed check is of ftactors "
+                "itself, not of the program (please report it with the replay line)"
+                if o.ours and program is not None else "")
+        print(f"FAILED seed {o.seed}: {o.problem}{ours}\n  kills {kills}{network}\n"
+              f"  replay: ftactors sim-check{what} --protocol {args.protocol} --runs 1 "
+              f"--seed {o.seed}"
               + "".join(f"\n  likely cause: {c}" for c in o.causes))
     print(f"sim-check {f'{args.app} x ' if args.app else ''}{args.protocol}: "
           f"{len(outcomes) - len(failed)} "

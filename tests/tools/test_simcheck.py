@@ -189,6 +189,17 @@ def test_stack_levels_are_judged_from_the_failed_ranks_and_completed_rounds():
     assert "cheaper level standby holds them" in judge(*round_([3], "standby", level="rs"))
     lost = [0, 2, *[r for r in range(8) if r not in (0, 2)]]
     assert "level rs recovered" in judge(*round_(lost, "standby", level="rs"))
+    # going back to the start holds any loss (the last level, when nothing was saved yet;
+    # seen with a user's program on 5 ranks, killed at iteration 3 and again as the
+    # recovery started); a line of an earlier, abandoned round does not count
+    start_over = _ev("rs_recovery", position=None, failed=lost)
+    *fails, exhausted, named, end = round_(lost, "standby", level="rs")
+    assert judge(*fails, exhausted, start_over, named, end) == ""
+    assert "level rs recovered" in judge(
+        start_over, _ev("recovery_start"), *fails, exhausted,
+        _ev("rs_recovery", position=(0, 3), failed=lost), named, end)
+    assert "level rs recovered" in judge(
+        *fails, start_over, _ev("recovery_start"), exhausted, named, end)
     # fewer than two rounds backed up by every survivor since the last recovery:
     # undecided, so accepted; no spare left is no excuse (a new actor replaces the rank)
     assert level_problem([*backed[:9], *round_([3], "standby", level="rs")],

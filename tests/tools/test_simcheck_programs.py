@@ -56,6 +56,19 @@ def test_a_local_changed_in_place_is_named_and_a_recomputed_one_is_not():
         assert "acc = self.register('acc', ...), then use self.acc" in o.causes[0]
 
 
+def test_a_failed_check_of_ftactors_itself_blames_nothing_in_the_program():
+    """A right answer under a stack that breaks its own rules (a level passing every
+    recovery up): the run fails on the framework's check, and the program is not given
+    a likely cause (here its harmless read before the loop would be named)."""
+    from ftactors.protocols import ReadyMessageFlush, RSBackup
+    from tests.tools.test_simcheck import PassesEverythingUp
+    failed = _failed(sim_check("rs+standby+ready-flush", 6, 0,
+                               mixins=(RSBackup, PassesEverythingUp, ReadyMessageFlush),
+                               program=resolve(f"{HERE}:Unused")))
+    assert all("but the cheaper level standby holds them" in o.problem for o in failed)
+    assert all(o.ours and o.causes == [] for o in failed)
+
+
 def test_a_bug_without_a_diagnosis_still_fails_and_blames_nothing():
     """A local rebound to a new value in each iteration is not reported (most are
     recomputed, like a residual): carrying one across iterations fails unexplained."""

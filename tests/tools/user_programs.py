@@ -59,6 +59,18 @@ class PreLoop(ft.Rank):
         return self.total if started else None
 
 
+class Unused(ft.Rank):
+    """Right, though the code before the loop reads registered state (into ``seen``,
+    which a restore changes): nothing after the loop uses it."""
+
+    async def main(self, iterations=12):
+        self.register("total", 0.0)
+        seen = self.total + 1.0
+        async for i in self.iterations(iterations):
+            self.total = await self.comm.allreduce(self.total * 0.5 + i)
+        return self.total if seen else None
+
+
 class Arrival(ft.Rank):
     """Bug: rank 0 keeps the order messages arrive in (``ANY_SOURCE``)."""
 
