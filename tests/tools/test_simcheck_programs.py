@@ -69,6 +69,16 @@ def test_a_failed_check_of_ftactors_itself_blames_nothing_in_the_program():
     assert all(o.ours and o.causes == [] for o in failed)
 
 
+@pytest.mark.parametrize("stack", ["standby", "rs+standby", "rs+standby+ready-flush",
+                                   "groups"])
+def test_a_user_shaped_solver_on_an_odd_rank_count_passes(stack):
+    """HeatRing on 5 ranks. Seed 39 under rs+standby kills rank 1 at iteration 3,
+    before any RS round, and rank 4 as that recovery starts: the RS level goes back to
+    the start, which was once failed as "a level that cannot hold the loss"."""
+    outcomes = sim_check(stack, 6, 36, program=resolve(f"{HERE}:HeatRing"), ranks=5)
+    assert [o.problem for o in outcomes if not o.ok] == []
+
+
 def test_a_bug_without_a_diagnosis_still_fails_and_blames_nothing():
     """A local rebound to a new value in each iteration is not reported (most are
     recomputed, like a residual): carrying one across iterations fails unexplained."""

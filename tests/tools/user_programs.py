@@ -110,3 +110,62 @@ class Rebound(ft.Rank):
 
 def not_a_rank():
     """Not a program."""
+
+
+def _rows_of(rank, size, n):
+    """HeatRing's rows ``first .. last-1`` of ``rank``."""
+    return rank * n // size, (rank + 1) * n // size
+
+
+async def _halo(cart, u, left, right):
+    """Fill HeatRing's halo rows of ``u`` from the neighbours on the ring."""
+    top, bottom = np.empty(u.shape[1]), np.empty(u.shape[1])
+    reqs = [cart.Irecv(top, source=left, tag=7), cart.Irecv(bottom, source=right, tag=8),
+            cart.Isend(np.ascontiguousarray(u[-2]), dest=right, tag=7),
+            cart.Isend(np.ascontiguousarray(u[1]), dest=left, tag=8)]
+    await ft.waitall(reqs)
+    u[0], u[-1] = top, bottom
+
+
+class HeatRing(ft.Rank):
+    """Right, and shaped like a user's solver rather than the project's apps: explicit
+    heat diffusion on a periodic ring of row blocks (``Create_cart`` + ``Shift``), halos by
+    the buffer API (``Sendrecv`` before the loop, ``Irecv``/``Isend`` in it), collectives
+    before the loop (a bcast of parameters, an allgather of block sizes, a ``split``), a
+    ``MAX`` ``Allreduce`` convergence break, an allreduce on the sub-communicator every
+    iteration and a gather after the loop; odd rank counts give unequal blocks."""
+
+    async def main(self, n=23, cols=64, steps=30, tol=1e-12):
+        comm = self.comm
+        params = await comm.bcast({"alpha": 0.2, "seed": 11} if self.rank == 0 else None, root=0)
+        first, last = _rows_of(self.rank, self.size, n)
+        sizes = await comm.allgather(last - first)
+        assert sum(sizes) == n
+        parity = await comm.split(color=self.rank % 2, key=-self.rank)
+        cart = await comm.Create_cart([self.size], periods=[True])
+        left, right = cart.Shift(0, 1)
+        rng = np.random.default_rng(params["seed"] + first)
+        self.register("u", None if self.restored else np.vstack(
+            [np.zeros(cols), rng.random((last - first, cols)), np.zeros(cols)]))
+        self.register("hist", [])
+        # before the loop: a halo exchange by Sendrecv (runs again after a restore)
+        top = np.empty(cols)
+        await cart.Sendrecv(np.ascontiguousarray(self.u[-2]), dest=right, sendtag=3,
+                            recvbuf=top, source=left, recvtag=3)
+        self.u[0] = top
+        async for it in self.iterations(steps):
+            await _halo(cart, self.u, left, right)
+            u = self.u
+            new = u[1:-1] + params["alpha"] * (u[:-2] + u[2:] + np.roll(u[1:-1], 1, axis=1)
+                                               + np.roll(u[1:-1], -1, axis=1) - 4 * u[1:-1])
+            change = np.array([float(np.abs(new - u[1:-1]).max())])
+            u[1:-1] = new
+            worst = np.empty(1)
+            await comm.Allreduce(change, worst, op=ft.MAX)
+            part = await parity.allreduce(float(u[1:-1].sum()))
+            self.hist.append((float(worst[0]), part))
+            if worst[0] < tol:
+                break
+        sums = await comm.gather(float(self.u[1:-1].sum()), root=0)
+        total = await comm.bcast(sum(sums) if self.rank == 0 else None, root=0)
+        return {"total": total, "hist": list(self.hist), "rows": sizes}
