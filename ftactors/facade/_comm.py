@@ -37,7 +37,7 @@ from ..engine._synchronous import Synchronous
 from ._buffer_api import BufferAPI
 from ._ops import SUM
 from ..engine._payload import Payload, unpack
-from ._request import Request, Status
+from ._request import Request, Status, polled_in_vain
 from ._topology import CART, CartTopology
 
 
@@ -247,6 +247,7 @@ class Communicator(BufferAPI):
         else:
             env = self._ep.iprobe(self._ctx, src, tag)
             if env is None:
+                polled_in_vain()
                 return False
             st = self._status_of(env)
         if status is not None:

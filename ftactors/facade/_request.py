@@ -8,7 +8,9 @@ testing a request again after it completed gives its value again (not None).
 
 Nothing here yields to the event loop except the ``wait*`` coroutines: ``test*`` look and
 never wait, so a polling loop must ``await asyncio.sleep(0)`` between tests to let
-messages in (mpi4py's ``while not req.test()[0]: pass`` spins forever here).
+messages in (mpi4py's ``while not req.test()[0]: pass`` spins forever here). A test or
+probe that finds nothing tells the loop (``polled_in_vain``), so that on the ``sim``
+transport's virtual clock time passes while a program polls.
 """
 from __future__ import annotations
 
@@ -17,6 +19,18 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ._buffers import dtype_of
 from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
+
+
+def polled_in_vain() -> None:
+    """A nonblocking check of the program's found nothing: tell a loop that keeps
+    virtual time (``VirtualClockLoop.polled_in_vain``; other loops have no such
+    method), so that a program polling for a message lets the clock reach its arrival."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # a test outside the rank's loop: nothing to tell
+        return
+    if hasattr(loop, "polled_in_vain"):
+        loop.polled_in_vain()
 
 
 class Status:
@@ -137,6 +151,7 @@ class Request:
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
         """``(True, value)`` and the request completes if it is done, else ``(False, None)``."""
         if not self._ready():
+            polled_in_vain()
             return False, None
         return True, self._complete(status)
 
@@ -295,6 +310,7 @@ def testall(requests: Sequence[Request], statuses: list | None = None):
     """``(True, values)`` completing every request if all are done, else ``(False, None)``
     and none is completed."""
     if not all(req._ready() for req in requests):
+        polled_in_vain()
         return False, None
     statuses = _statuses_for(statuses, len(requests))
     return True, [req._complete(None if statuses is None else statuses[i])
@@ -313,6 +329,7 @@ def testany(requests: Sequence[Request], status: Status | None = None):
     for i in active:
         if requests[i]._ready():
             return i, True, requests[i]._complete(status)
+    polled_in_vain()
     return UNDEFINED, False, None
 
 
@@ -334,6 +351,8 @@ def testsome(requests: Sequence[Request], statuses: list | None = None):
     if not any(req._active for req in requests):
         return None, None
     indices = [i for i, req in enumerate(requests) if req._active and req._ready()]
+    if not indices:
+        polled_in_vain()
     values = []
     for i in indices:
         st = Status()

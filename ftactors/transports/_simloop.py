@@ -83,6 +83,10 @@ _T = TypeVar("_T")
 _MIN_SCHEDULED_TIMER_HANDLES = 100
 _MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
 
+POLL_STEP_S = 1e-6
+"""Virtual time that passes during the first iteration of nothing but polls; it doubles
+with every such iteration in a row (``polled_in_vain``)."""
+
 # The cyclic garbage collector's thresholds while a simulation runs (see run_virtual):
 # a collection of the youngest generation every 100,000 net allocations instead of 700.
 _SIM_GC_THRESHOLDS = (100_000, 50, 100)
@@ -121,7 +125,26 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self.callbacks_run = 0  # every callback run (task steps included): the work
         self.froze = False  # settle() moved objects out of the collector's passes
         self.paused_collector = False  # build() turned the collector off until settle()
+        self._polled = False  # the callback running now polled and found nothing
+        self._pollers = 0  # callbacks of the last iteration, when each of them did so
+        self._poll_streak = 0  # iterations of nothing but polls in a row
         super().__init__()
+
+    def polled_in_vain(self) -> None:
+        """A program's nonblocking check found nothing (``iprobe``, ``test``).
+
+        Messages arrive by timers here, so a loop that polls until one comes (``while
+        not comm.iprobe(...): await asyncio.sleep(0)``, a pattern of MPI programs)
+        would otherwise run at one instant for ever: the loop never idle, the clock
+        never moving, no timeout firing. So after an iteration in which every callback
+        run was such a poll (nothing else happened, no timer fired), with no more
+        callbacks ready than those pollers' next turns, time passes as they poll:
+        ``POLL_STEP_S``, doubled for every such iteration in a row, never past the
+        earliest timer. An arrival comes after a few polls; a wait that only a timeout
+        ends reaches it in a few dozen; and a program that polls once and goes on (a
+        last ``iprobe`` before ``main()`` returns) moves the clock by a microsecond,
+        not to its run's timeout."""
+        self._polled = True
 
     def build(self) -> None:
         """The objects made from now until ``settle`` live until the run ends (a
@@ -203,10 +226,11 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def _run_once(self) -> None:
         """Run one iteration: maybe advance the clock, then run ready callbacks.
 
-        Mirrors ``BaseEventLoop._run_once`` with three differences: the
+        Mirrors ``BaseEventLoop._run_once`` with four differences: the
         selector is consulted only when nothing is ready (see ``_idle``),
         timers are due when ``when <= time()`` exactly (no clock-resolution
-        slack, which would misbehave at large virtual times), and slow
+        slack, which would misbehave at large virtual times), the clock also
+        moves after an iteration of nothing but polls (``polled_in_vain``), and slow
         callbacks are measured in wall time in debug mode.
         """
         scheduled = self._scheduled
@@ -231,6 +255,10 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         ready = self._ready
         if not ready and not self._stopping:
             self._idle()
+        elif (len(ready) <= self._pollers and scheduled
+              and scheduled[0][0] > self._vtime):  # only pollers, to poll again
+            step = POLL_STEP_S * 2.0 ** min(self._poll_streak, 60)
+            self._vtime = min(scheduled[0][0], self._vtime + step)
 
         now = self._vtime
         while scheduled and scheduled[0][0] <= now:
@@ -243,8 +271,9 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         # Run only what is ready now; callbacks scheduled by these run in the
         # next iteration, as in the stock loop.
         popleft = ready.popleft
+        ntodo, polled = len(ready), 0
         if self._debug:
-            for _ in range(len(ready)):
+            for _ in range(ntodo):
                 handle = popleft()
                 if handle._cancelled:
                     continue
@@ -258,11 +287,17 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
                                        handle, dt)
                 finally:
                     self._current_handle = None
+                if self._polled:
+                    self._polled, polled = False, polled + 1
         else:
-            for _ in range(len(ready)):
+            for _ in range(ntodo):
                 handle = popleft()
                 if not handle._cancelled:
                     handle._run()
+                    if self._polled:
+                        self._polled, polled = False, polled + 1
+        self._pollers = polled if polled == ntodo else 0
+        self._poll_streak = self._poll_streak + 1 if self._pollers else 0
         handle = None  # Break reference cycles if a callback raised.
 
     def _idle(self) -> None:

@@ -206,3 +206,36 @@ def test_status_and_request_errors():
     copy = ft.Status(st)
     assert (copy.source, copy.tag, copy.error, copy.count, copy.cancelled) == (3, 4, 5, 6, False)
     assert not ft.Request()
+
+
+class PollingRing(ft.Rank):
+    """Waits for its left neighbour's message by polling, as MPI programs do: ``iprobe``
+    or an irecv's ``test`` in a loop with ``sleep(0)`` between polls."""
+
+    async def main(self, rounds=5, how="iprobe"):
+        comm, n, r = self.comm, self.size, self.rank
+        total, polls = 0.0, 0
+        for k in range(rounds):
+            send = comm.isend(float(k * r), dest=(r + 1) % n, tag=9)
+            if how == "iprobe":
+                while not comm.iprobe(source=(r - 1) % n, tag=9):
+                    polls += 1
+                    await asyncio.sleep(0)
+                total += await comm.recv(source=(r - 1) % n, tag=9)
+            else:
+                req = comm.irecv(source=(r - 1) % n, tag=9)
+                while not (done := req.test())[0]:
+                    polls += 1
+                    await asyncio.sleep(0)
+                total += done[1]
+            await send.wait()
+        return total, polls
+
+
+@pytest.mark.parametrize("how", ["iprobe", "test"])
+def test_a_program_that_polls_for_its_messages_finishes(transport, how):
+    """On sim, messages arrive by timers: a poller kept the loop busy at one virtual
+    instant for ever, so the run hung past its own timeout (``polled_in_vain``)."""
+    result = run(PollingRing, transport, ranks=3, kwargs={"how": how}, timeout_s=30)
+    assert [total for total, _ in result.results] == [20.0, 0.0, 10.0]
+    assert sum(polls for _, polls in result.results) > 0  # it did poll

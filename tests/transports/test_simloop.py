@@ -359,3 +359,47 @@ def test_timers_fire_at_large_virtual_times():
         return await future, loop.time()
 
     assert _run(main) == ("fired", 1e9)
+
+
+def test_pollers_alone_move_the_clock_to_the_next_timer():
+    """A task that polls until a timer's event (``polled_in_vain`` then ``sleep(0)``, as
+    ``iprobe`` and ``test`` do) would keep the loop busy at one instant for ever; the
+    clock moves to the timer once only pollers are ready, and not before other ready
+    work (which takes no time) has run."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        arrived, busy_at = loop.create_future(), []
+        loop.call_later(2.5, arrived.set_result, "message")
+
+        async def other_work():
+            for _ in range(50):  # ready at every iteration while the poller polls
+                busy_at.append(loop.time())
+                await asyncio.sleep(0)
+
+        worker = asyncio.ensure_future(other_work())
+        polls = 0
+        while not arrived.done():
+            polls += 1
+            loop.polled_in_vain()
+            await asyncio.sleep(0)
+        await worker
+        return arrived.result(), loop.time(), polls > 50, set(busy_at)
+
+    assert _run(main) == ("message", 2.5, True, {0.0})
+
+
+def test_a_wait_that_only_pollers_could_end_times_out_instead_of_spinning():
+    async def main():
+        loop = asyncio.get_running_loop()
+        never = loop.create_future()
+
+        async def poll():
+            while not never.done():
+                loop.polled_in_vain()
+                await asyncio.sleep(0)
+
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(poll(), timeout=30.0)
+        return loop.time()
+
+    assert _run(main) == 30.0
