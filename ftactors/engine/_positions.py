@@ -23,6 +23,14 @@ resume point on, messages sent again get their original numbers and their receiv
 the ones they have. This is correct under the piecewise-determinism assumption: from the
 same state and the same received messages, a rank sends the same messages.
 
+The communicators a program derives (``split``, ``dup``, ``Create_cart``) are named by
+their parent's id and how many the parent had derived (``derived``), so every member names
+the new one alike without a message. Those counts are part of a snapshot and taken up
+again at the resume point, as ``sent`` is: a rank restored while others went on (a group
+or a cluster rolled back alone) must name the communicators a loop derives at every
+iteration as the others do, though the code that derived them before its checkpoint did
+not run again (else the restored rank's collectives waited on contexts nobody else used).
+
 ``Positions`` is a mixin of ``Endpoint`` (``_endpoint``). Its own state is set in
 ``_init_positions``; ``sent`` (the outbox's counts) is set back here on a restore and
 taken up again at the resume point. From the rest of the endpoint it reads ``rank``,
@@ -59,6 +67,8 @@ class Positions:
         self._reentry: Reentry | None = None
         self._replay_sent: RankVector | None = None  # its sends are suppressed
         self._restored = False
+        self.derived: dict[str, int] = {}  # communicator id -> communicators derived
+        self._resume_derived: dict[str, int] = {}  # ``derived`` at the resume point
 
     def _consumed(self, env: Envelope) -> Envelope:
         """The program took ``env``: count it since the safe point, log it for replay."""
@@ -89,6 +99,7 @@ class Positions:
                 start = min(r_iter, n)
                 self._resume = None
                 self.sent, self._replay_sent = self._replay_sent, None  # caught up
+                self.derived = self._resume_derived
         if self._reentry is not None and self._resume is None:
             self._reentered()
         self._in_loop = True
@@ -162,6 +173,7 @@ class Positions:
         self._restored = bool(values) or self._resume is not None
         self.sent = RankVector.of(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent
+        self.derived, self._resume_derived = {}, dict(parts.get("derived", {}))
         # re-running the code before the resume point consumes (and logs) the replayed
         # prefix messages again: starting from the saved log would hold them twice, and
         # the next snapshot would replay the extra copies into later receives

@@ -66,6 +66,7 @@ class Snapshots:
             "sent": RankVector.of(self.sent),
             "received": RankVector.of(self.received),
             "prefix_log": list(self._prefix_log),
+            "derived": dict(self.derived),
         }
 
     def snapshot(self, protocol_state: dict | None = None,

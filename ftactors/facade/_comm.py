@@ -56,7 +56,6 @@ class Communicator(BufferAPI):
         self.rank = self._local_rank(endpoint.rank)
         self._ctx = comm_id
         self._cctx = comm_id + COLLECTIVE_SUFFIX
-        self._derived = 0
         self._last_icoll: asyncio.Future | None = None  # the newest nonblocking collective
 
     def _local_rank(self, world: int) -> int:
@@ -400,8 +399,11 @@ class Communicator(BufferAPI):
     Split, Dup = split, dup
 
     def _next_child(self) -> int:
-        self._derived += 1
-        return self._derived
+        """The number of the next communicator derived from this one: counted per id by
+        the endpoint, whose snapshots keep the counts (``engine/_positions``)."""
+        derived = self._ep.derived
+        derived[self.id] = n = derived.get(self.id, 0) + 1
+        return n
 
 
 class Cartcomm(Communicator):

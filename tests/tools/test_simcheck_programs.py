@@ -79,6 +79,17 @@ def test_a_user_shaped_solver_on_an_odd_rank_count_passes(stack):
     assert [o.problem for o in outcomes if not o.ok] == []
 
 
+@pytest.mark.parametrize("stack", ["groups", "hc3i", "standby"])
+def test_communicators_split_in_every_iteration_survive_a_partial_rollback(stack):
+    """A group or cluster restored while the others go on must name the communicators
+    the loop splits as they do: the counts of derived communicators are part of the
+    snapshot. Before, the restored ranks' splits took other ids, and their collectives
+    waited on contexts nobody else used (half the runs stalled under groups)."""
+    outcomes = sim_check(stack, 8, 0, program=resolve(f"{HERE}:SplitEachIteration"),
+                         ranks=5)
+    assert [o.problem for o in outcomes if not o.ok] == []
+
+
 def test_a_bug_without_a_diagnosis_still_fails_and_blames_nothing():
     """A local rebound to a new value in each iteration is not reported (most are
     recomputed, like a residual): carrying one across iterations fails unexplained."""

@@ -71,6 +71,19 @@ class Unused(ft.Rank):
         return self.total if seen else None
 
 
+class SplitEachIteration(ft.Rank):
+    """Right: a communicator split anew in every iteration (a different split each
+    time), and an allreduce on it."""
+
+    async def main(self, iterations=10):
+        comm, n, r = self.comm, self.size, self.rank
+        self.register("acc", 0.0)
+        async for it in self.iterations(iterations):
+            sub = await comm.split(color=(r + it) % 2, key=(r * 7 + it) % n)
+            self.acc += await sub.allreduce(float(self.acc + r + it))
+        return self.acc
+
+
 class Arrival(ft.Rank):
     """Bug: rank 0 keeps the order messages arrive in (``ANY_SOURCE``)."""
 
