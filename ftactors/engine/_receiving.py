@@ -98,6 +98,7 @@ class Receiving:
         if env.app_seq != expected:
             if env.app_seq < expected:
                 self.duplicates_dropped += 1
+                self.sync.duplicate(env)
             else:
                 self._gaps.setdefault(src, {})[env.app_seq] = env
             return

@@ -20,11 +20,17 @@ DDVPiggyback) sends again a message its receiver already has, which the receiver
 as a duplicate and would otherwise never acknowledge. Both sets grow by one integer per
 synchronous message received or sent again; they are not part of snapshots (a rank
 restarted in a new process starts them empty and relies on its peers' acknowledgements
-again).
+again). A receiver restarted *with* its sender has no such record, yet drops the message
+as a duplicate when its restored state had received it (a cluster rolled back to a cut
+taken between the sender's safe point and the receiver's): so a dropped duplicate of a
+synchronous message that no receive is still to take is acknowledged again
+(``duplicate``; found with an ``issend`` ring under DDVPiggyback, where the sender's new
+life waited for ever).
 """
 from __future__ import annotations
 
 import asyncio
+import pickle
 from typing import Any
 
 SYNC = "ssend"
@@ -41,6 +47,27 @@ class Synchronous:
 
     def __reduce__(self):
         return (Synchronous, (self.obj,))
+
+
+def _class_reference() -> bytes:
+    """The bytes that name ``Synchronous`` in its pickles: what two of them share after
+    the protocol and frame header, up to the wrapped object."""
+    one, two = (pickle.dumps(Synchronous(x), protocol=5) for x in (None, True))
+    one, two = one[11:], two[11:]  # PROTO and FRAME (whose length differs)
+    n = 0
+    while one[n] == two[n]:
+        n += 1
+    return one[:n]
+
+
+_REFERENCE = _class_reference()
+
+
+def is_synchronous(payload) -> bool:
+    """Whether a packed payload is a synchronous send's, read from its first bytes: its
+    out-of-band buffers may still be references to fetch, and this is asked only of
+    duplicates, after a rollback."""
+    return _REFERENCE in payload.data[:64]
 
 
 class SyncAcks:
@@ -75,6 +102,14 @@ class SyncAcks:
         """A receive matched synchronous message ``app_seq`` from world rank ``src``."""
         self._matched.setdefault(src, set()).add(app_seq)
         self._ep.send_control(src, SYNC, "ack", app_seq)
+
+    def duplicate(self, env) -> None:
+        """``env`` came again and was dropped: acknowledge it again if it is synchronous
+        and no receive is still to take the copy that came first (that receive will)."""
+        if is_synchronous(env.payload) and not any(
+                e.src == env.src and e.app_seq == env.app_seq
+                for e in self._ep.matcher.queued()):
+            self._ep.send_control(env.src, SYNC, "ack", env.app_seq)
 
     def peers(self) -> set[int]:
         """The ranks whose synchronous messages this rank matched (``peer_restarted``

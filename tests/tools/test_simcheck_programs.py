@@ -90,6 +90,16 @@ def test_communicators_split_in_every_iteration_survive_a_partial_rollback(stack
     assert [o.problem for o in outcomes if not o.ok] == []
 
 
+@pytest.mark.parametrize("stack", ["hc3i", "standby+hc3i", "groups"])
+def test_a_synchronous_send_sent_again_to_a_receiver_restored_with_it_completes(stack):
+    """A cluster rolled back to a cut where the receiver had the message but the
+    sender's safe point was before sending it: the sender's new life sends it again, the
+    receiver drops it as a duplicate and must acknowledge it again (half the runs of this
+    ring stalled under hc3i)."""
+    outcomes = sim_check(stack, 8, 0, program=resolve(f"{HERE}:IssendRing"), ranks=5)
+    assert [o.problem for o in outcomes if not o.ok] == []
+
+
 def test_a_bug_without_a_diagnosis_still_fails_and_blames_nothing():
     """A local rebound to a new value in each iteration is not reported (most are
     recomputed, like a residual): carrying one across iterations fails unexplained."""

@@ -84,6 +84,20 @@ class SplitEachIteration(ft.Rank):
         return self.acc
 
 
+class IssendRing(ft.Rank):
+    """Right: every rank ``issend``s to its right neighbour, then receives from its left
+    one (a blocking receive), in every iteration."""
+
+    async def main(self, iterations=14):
+        comm, n, r = self.comm, self.size, self.rank
+        self.register("acc", 0.0)
+        async for it in self.iterations(iterations):
+            req = comm.issend(float(it * r), dest=(r + 1) % n, tag=9)
+            self.acc += await comm.recv(source=(r - 1) % n, tag=9)
+            await req.wait()
+        return self.acc
+
+
 class Arrival(ft.Rank):
     """Bug: rank 0 keeps the order messages arrive in (``ANY_SOURCE``)."""
 
