@@ -140,10 +140,12 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         run was such a poll (nothing else happened, no timer fired), with no more
         callbacks ready than those pollers' next turns, time passes as they poll:
         ``POLL_STEP_S``, doubled for every such iteration in a row, never past the
-        earliest timer. An arrival comes after a few polls; a wait that only a timeout
-        ends reaches it in a few dozen; and a program that polls once and goes on (a
-        last ``iprobe`` before ``main()`` returns) moves the clock by a microsecond,
-        not to its run's timeout."""
+        earliest timer, and not while a thread works for the loop (the clock stands
+        still for executor work, see the module docstring: pollers then spin in real
+        time). An arrival comes after a few polls; a wait that only a timeout ends
+        reaches it in a few dozen; and a program that polls once and goes on (a last
+        ``iprobe`` before ``main()`` returns) moves the clock by a microsecond, not to
+        its run's timeout."""
         self._polled = True
 
     def build(self) -> None:
@@ -255,7 +257,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         ready = self._ready
         if not ready and not self._stopping:
             self._idle()
-        elif (len(ready) <= self._pollers and scheduled
+        elif (len(ready) <= self._pollers and scheduled and not self._threads_in_flight
               and scheduled[0][0] > self._vtime):  # only pollers, to poll again
             step = POLL_STEP_S * 2.0 ** min(self._poll_streak, 60)
             self._vtime = min(scheduled[0][0], self._vtime + step)

@@ -403,3 +403,19 @@ def test_a_wait_that_only_pollers_could_end_times_out_instead_of_spinning():
         return loop.time()
 
     assert _run(main) == 30.0
+
+
+def test_pollers_do_not_move_the_clock_while_a_thread_works():
+    """Executor work takes no virtual time: pollers waiting for it spin in real time
+    rather than race the clock to the next timer (a run's timeout, here; RS decoding
+    in a thread stalled a recovery so under rs+hc3i)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.call_later(600.0, lambda: None)
+        work = loop.run_in_executor(None, time.sleep, 0.05)
+        while not work.done():
+            loop.polled_in_vain()
+            await asyncio.sleep(0)
+        return loop.time()
+
+    assert _run(main) == 0.0
