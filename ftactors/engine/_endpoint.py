@@ -123,6 +123,11 @@ class Endpoint(Outbox, Receiving, Positions, Snapshots):
         self._init_snapshots()
         # set by the host: protocol tasks, chaos kills at safe points
         self.spawn: Callable[[Any], asyncio.Task] | None = None
+        # the tasks of the program's nonblocking operations (a nonblocking collective, a
+        # send waiting for room): they belong to main()'s execution, so a pause for a
+        # restore cancels them with it (they would wait for ever on receives the
+        # restore dropped)
+        self.program_tasks: set[asyncio.Task] = set()
         self.kill_iterations: set[int] = set()
         self.die: Callable[[], Any] | None = None
         self.disconnect_iterations: set[int] = set()

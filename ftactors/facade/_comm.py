@@ -182,7 +182,7 @@ class Communicator(BufferAPI):
         waiting = self._ep.congested(world)
         if waiting is None:
             return self._done()
-        return Request(asyncio.ensure_future(waiting), _sent)
+        return Request(self._background(waiting), _sent)
 
     ibsend = isend
     """Buffered nonblocking send: ``isend`` already copies the object at once."""
@@ -279,9 +279,18 @@ class Communicator(BufferAPI):
 
     def _icollective(self, run, *args) -> Request:
         """Start collective ``run(self, *args)`` as a task after the ones before it."""
-        task = asyncio.ensure_future(self._after(self._last_icoll, run, args))
+        task = self._background(self._after(self._last_icoll, run, args))
         self._last_icoll = task
         return Request(task, _collective_done)
+
+    def _background(self, awaitable) -> asyncio.Task:
+        """A task of the program's nonblocking operation, which a pause for a restore
+        cancels with ``main()`` (``Endpoint.program_tasks``)."""
+        task = asyncio.ensure_future(awaitable)
+        tasks = self._ep.program_tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
 
     async def _after(self, last, run, args):
         if last is not None and not last.done():

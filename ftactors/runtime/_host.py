@@ -244,10 +244,7 @@ class RankHost:
         """Stop ``main()`` and the protocol tasks; the rank waits for ``resume``."""
         if self._parked is None:
             self._parked = asyncio.get_running_loop().create_future()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._main is not None and not self._main.done():
-            self._main.cancel()
+        self.cancel_all()
 
     async def ready(self) -> None:
         """Return once ``run`` has started and installed its snapshot (if any)."""
@@ -280,7 +277,10 @@ class RankHost:
         return self.ep.position, {k: counts[k] for k in CHECKPOINT_KINDS if k in counts}
 
     def cancel_all(self) -> None:
-        for task in list(self._tasks):
+        """Cancel ``main()``, the protocol tasks and the tasks of the program's
+        nonblocking operations (``Endpoint.program_tasks``), which would otherwise wait
+        for ever on receives a restore dropped."""
+        for task in [*self._tasks, *self.ep.program_tasks]:
             task.cancel()
         if self._main is not None:
             self._main.cancel()

@@ -239,3 +239,34 @@ def test_a_program_that_polls_for_its_messages_finishes(transport, how):
     result = run(PollingRing, transport, ranks=3, kwargs={"how": how}, timeout_s=30)
     assert [total for total, _ in result.results] == [20.0, 0.0, 10.0]
     assert sum(polls for _, polls in result.results) > 0  # it did poll
+
+
+class PendingIallreduce(ft.Rank):
+    """An ``Iallreduce`` every iteration, waited for at once; at the end, how many
+    nonblocking-collective tasks of any execution are still pending."""
+
+    async def main(self, iterations=8):
+        self.register("acc", 0.0)
+        async for it in self.iterations(iterations):
+            out = [0.0]
+            req = self.comm.iallreduce(float(self.rank + it))
+            out[0] = await req.wait()
+            self.acc += out[0]
+        await self.comm.barrier()
+        left = [t for t in asyncio.all_tasks()
+                if "Communicator._after" in repr(t.get_coro()) and not t.done()]
+        return self.acc, len(left)
+
+
+@pytest.mark.parametrize("protocol", ["standby", "ready-flush", "groups"])
+def test_a_restore_cancels_the_abandoned_executions_nonblocking_collectives(
+        transport, protocol):
+    """Rank 1 dies at a safe point while the others wait in an iallreduce that needs
+    it. The restored ranks run their own; the abandoned execution's waited for ever on
+    receives the restore dropped (on Ray: "Task was destroyed but it is pending!")."""
+    setup = setups()[protocol]
+    cls = type(f"PendingIallreduce_{protocol}", (*setup.mixins, PendingIallreduce), {})
+    r = run(cls, transport, ranks=4, spares=min(setup.spares, 1),
+            chaos=ft.Chaos(kill=[(1, 4)]), **setup.options)
+    assert r.metrics["recoveries"] == 1
+    assert r.results == [(160.0, 0)] * 4
