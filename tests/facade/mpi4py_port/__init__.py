@@ -8,8 +8,7 @@ cut down to numpy). ``tests/facade/test_mpi4py_*.py`` run them on every transpor
 The rules of translation (the README's "Differences from mpi4py" lists why):
 ``recv``/``irecv``/``sendrecv`` take no ``buf``; waits are awaited; a polling loop
 (``while not req.test()[0]``) yields to the event loop between tests
-(``await asyncio.sleep(1e-4)``: on sim a positive sleep, or the virtual clock never
-moves), since ``test`` never waits; ``Dup()`` is ``await
+(``await asyncio.sleep(0)``), since ``test`` never waits; ``Dup()`` is ``await
 comm.dup()`` and nothing is freed; ``COMM_SELF`` is a communicator of one rank made by
 ``split``. A test that needs what the facade leaves out (derived datatypes, info objects,
 mpi4py's internals) calls ``self.skipTest`` with the reason, so it shows as skipped.
