@@ -38,6 +38,12 @@ class NoSparesWarning(FaultToleranceWarning):
     """The stack's spares role has ``spares=0``: what a failure does instead."""
 
 
+class WildcardReceiveWarning(FaultToleranceWarning):
+    """The program receives with ``ANY_SOURCE``/``ANY_TAG`` under a protocol that
+    restarts part of the ranks and replays logged messages, which is right only if a
+    restarted rank receives in the order of its first life."""
+
+
 class RankNicenessWarning(UserWarning):
     """Ray's rank processes could not be given the run's ``rank_niceness`` (lowering a
     niceness needs ``CAP_SYS_NICE``): they compute at Ray's niceness, with a smaller

@@ -31,32 +31,13 @@ from __future__ import annotations
 import hashlib
 import pickle
 import sys
-import types
 
+from ..runtime._program_code import code_objects, wildcard_receives
 from ..runtime._rank import Rank
 
 FRAMEWORK_ATTRS = frozenset(vars(Rank).get("__annotations__", {})) | {"comm", "ft",
                                                                       "run_identity"}
 """Attributes the framework sets on every rank: never the program's state."""
-
-
-def code_objects(cls: type) -> list[types.CodeType]:
-    """The code of the program: every function of ``cls`` and its bases outside
-    ftactors, and of their modules, nested functions included."""
-    found, todo = [], []
-    for klass in cls.__mro__:
-        if klass.__module__.split(".")[0] in ("ftactors", "builtins"):
-            continue
-        for value in [*vars(klass).values(), *vars(sys.modules[klass.__module__]).values()]:
-            fn = getattr(value, "__func__", value)
-            if isinstance(fn, types.FunctionType) and fn.__module__ == klass.__module__:
-                todo.append(fn.__code__)
-    while todo:
-        code = todo.pop()
-        if code not in found:
-            found.append(code)
-            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return found
 
 
 def digest(value) -> str | None:
@@ -172,12 +153,6 @@ def preloop_differences(events, reference, other) -> list[tuple[int, int, list[s
         if names:
             found.append((e.rank, d["iteration"], names))
     return found
-
-
-def wildcard_receives(cls: type) -> list[str]:
-    """The wildcard names (``ANY_SOURCE``, ``ANY_TAG``) the program's code uses."""
-    names = {n for c in code_objects(cls) for n in c.co_names}
-    return sorted(names & {"ANY_SOURCE", "ANY_TAG"})
 
 
 def program_causes(cls: type, reference) -> list[str]:

@@ -202,3 +202,40 @@ def test_a_run_that_tests_what_it_plans_is_quiet(transport):
     assert r.metrics["kills_fired"] == r.metrics["kills_planned"]
     assert r.metrics["kills_unfired"] == [] and r.metrics["restored_unregistered"] == []
     assert r.metrics["safe_points"] is True
+
+
+class _Gather(ft.Rank):
+    """Rank 0 takes one message from every other rank in arrival order (ANY_SOURCE)."""
+
+    async def main(self):
+        if self.rank:
+            await self.comm.send(self.rank, dest=0)
+            return 0
+        return sum([await self.comm.recv(source=ft.ANY_SOURCE) for _ in range(self.size - 1)])
+
+
+class _Named(ft.Rank):
+    async def main(self):
+        if self.rank:
+            await self.comm.send(self.rank, dest=0)
+            return 0
+        return sum([await self.comm.recv(source=r) for r in range(1, self.size)])
+
+
+@pytest.mark.parametrize("protocol", ["groups", "hc3i"])
+def test_wildcard_receives_under_a_partial_restart_are_told_before_the_run(protocol):
+    """A master/worker program taking results from ANY_SOURCE, restarted by
+    GroupCoordination, stalled or returned a wrong sum in 20 of 40 sim-check runs: such
+    protocols say so before the run; named receives and whole rollbacks say nothing."""
+    from ftactors.tools.simcheck import setups
+    setup = setups()[protocol]
+    wild = type("Gather", (*setup.mixins, _Gather), {})
+    with pytest.warns(ft.WildcardReceiveWarning, match="receives with ANY_SOURCE"):
+        assert ft.run(wild, ranks=4, transport="local", **setup.options).results[0] == 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.WildcardReceiveWarning)
+        named = type("Named", (*setup.mixins, _Named), {})
+        ft.run(named, ranks=4, transport="local", **setup.options)
+        whole = setups()["ready-flush"]
+        ft.run(type("Gather", (*whole.mixins, _Gather), {}), ranks=4, transport="local",
+               **whole.options)
