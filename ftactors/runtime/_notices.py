@@ -20,7 +20,11 @@ kept in the result:
   end when no rank ever offered a safe point to protocols that checkpoint only there
   (``Protocol.needs_safe_points``): no earlier moment knows that ``main()`` has no loop;
 * a spares role with ``spares=0`` (``StandbyReplacement.start_notices``): what a
-  failure will do instead.
+  failure will do instead;
+* a program that receives with wildcards under a protocol whose groups or clusters
+  checkpoint and restart on their own (``Protocol.hands_parts``): its partial restarts
+  replay the others' logged messages, which needs the first life's receive order
+  (``_program_code.wildcard_notices``).
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from ..base._events import Event
 from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
                               NothingRegisteredWarning, warn)
 from ._chaos import Kill
+from ._program_code import wildcard_notices
 from ._protocol import protocol_classes
 
 
@@ -39,7 +44,10 @@ def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
     starts (``Protocol.start_notices``); returns the messages."""
     told = []
     for proto in protocol_classes(rank_cls):
-        for category, message in proto.start_notices(rank_cls, options, spares):
+        notices = proto.start_notices(rank_cls, options, spares)
+        if proto.hands_parts:
+            notices = [*notices, *wildcard_notices(rank_cls, proto.__name__)]
+        for category, message in notices:
             warn(category, message)
             told.append(message)
     return told

@@ -41,8 +41,8 @@ def wildcard_receives(cls: type) -> list[str]:
 
 def wildcard_notices(stack: type, protocol: str) -> list[tuple[type, str]]:
     """The start notice of a protocol that restarts part of the ranks and replays the
-    messages the others logged (``protocol``), for a program that receives with
-    wildcards: such a restart is right only if the restarted ranks receive in the order
+    messages the others logged (``protocol``: one that ``hands_parts``, given by
+    ``_notices.at_start``), for a program that receives with wildcards: such a restart is right only if the restarted ranks receive in the order
     of their first life (piecewise determinism), which a wildcard receive does not
     promise. (A master/worker program taking results from ANY_SOURCE, restarted by
     GroupCoordination, stalled or returned a wrong sum in 20 of 40 sim-check runs.)"""

@@ -96,7 +96,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.engine._envelope import Envelope
-from ftactors.runtime._program_code import wildcard_notices
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from ..shared.flush import Flush
@@ -133,12 +132,6 @@ class GroupCoordination(Protocol):
     needs_safe_points = True
     hands_parts = True
     OPTIONS = OPTIONS
-
-    @classmethod
-    def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
-        """A program that receives with wildcards (``wildcard_notices``)."""
-        return [*super().start_notices(stack, options, spares),
-                *wildcard_notices(stack, "GroupCoordination")]
 
     @classmethod
     def check_options(cls, options: dict) -> None:

@@ -139,7 +139,6 @@ from typing import Any
 
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.base._errors import ProtocolError
-from ftactors.runtime._program_code import wildcard_notices
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
 from . import machine as _ddv
@@ -183,12 +182,6 @@ class DDVPiggyback(Protocol):
     uses_spares = True
     hands_parts = True
     OPTIONS = OPTIONS
-
-    @classmethod
-    def start_notices(cls, stack: type, options: dict, spares: int) -> list[tuple[type, str]]:
-        """A program that receives with wildcards (``wildcard_notices``)."""
-        return [*super().start_notices(stack, options, spares),
-                *wildcard_notices(stack, "DDVPiggyback")]
 
     @classmethod
     def check_options(cls, options: dict) -> None:
