@@ -37,6 +37,7 @@ import ftactors as ft
 from ftactors.apps.cg import CG, CG_CLASSES as CLASSES
 from ftactors.apps.stencil import Stencil, checksum, stencil_serial
 
+from ._cg_asyncio import power_of_two
 from ._harness import add_repetitions, machine_info, table, usage_error, write_results
 from .kernel import run_plain
 
@@ -50,7 +51,7 @@ timed iterations."""
 CASES = (("W", 8), ("S", 4), ("A", 2), ("A", 4), ("B", 2), (HALO, 4))
 """(NPB class or ``HALO``, ranks) of the table's columns."""
 
-WAYS = ("serial", "mpi4py", "local", "ray", "direct")
+WAYS = ("serial", "mpi4py", "asyncio", "local", "ray", "direct")
 """The table's rows."""
 
 TARGETS = (("W", 8, "direct", "mpi4py", 2.0), ("S", 4, "direct", "mpi4py", 3.0),
@@ -92,15 +93,25 @@ def run_mpi(problem: str, ranks: int, exe: str) -> dict:
         argv = ["_stencil_mpi", *map(str, (g["ny"], g["nx"], g["iterations"], *g["grid"]))]
     else:
         argv = ["_cg_mpi", problem]
-    out = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m",
-                          f"benchmarks.{argv[0]}", *argv[1:]],
+    return _run_baseline([exe, "-n", str(ranks)], argv, problem, "mpi4py")
+
+
+def run_floor(problem: str, ranks: int) -> dict:
+    """The asyncio floor's ``{"time_s", ...}`` for a CG case (``_cg_asyncio``)."""
+    return _run_baseline([], ["_cg_asyncio", problem, str(ranks)], problem, "the asyncio floor")
+
+
+def _run_baseline(launcher: list[str], argv: list[str], problem: str, name: str) -> dict:
+    """The JSON line of ``python -m benchmarks.MODULE ARGS`` under ``launcher``, with one
+    BLAS thread per process; RuntimeError when it fails or its CG does not verify."""
+    out = subprocess.run([*launcher, sys.executable, "-m", f"benchmarks.{argv[0]}", *argv[1:]],
                          capture_output=True, text=True, timeout=1800,
                          env={"OMP_NUM_THREADS": "1", **os.environ})
     if out.returncode != 0:
-        raise RuntimeError(f"mpiexec failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+        raise RuntimeError(f"{name} failed ({out.returncode}): {out.stderr.strip()[-500:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if problem != HALO and not result["verified"]:
-        raise RuntimeError(f"mpi4py CG {problem} did not verify: {result}")
+        raise RuntimeError(f"{name}'s CG {problem} did not verify: {result}")
     return result
 
 
@@ -138,7 +149,20 @@ def run_way(problem: str, ranks: int, way: str, address: str | None, exe: str | 
         return run_serial(problem, ranks)
     if way == "mpi4py":
         return run_mpi(problem, ranks, exe)
+    if way == "asyncio":
+        return run_floor(problem, ranks)
     return run_ftactors(problem, ranks, way, address)
+
+
+def unavailable(problem: str, ranks: int, way: str, exe: str | None) -> str | None:
+    """Why ``way`` cannot run a case, or None."""
+    if way == "mpi4py" and exe is None:
+        return f"not installed: {MPI_HINT}"
+    if way == "asyncio" and problem == HALO:
+        return "the asyncio floor runs CG only"
+    if way == "asyncio" and not power_of_two(ranks):
+        return "the asyncio floor runs power-of-two rank counts only"
+    return None
 
 
 def parse_cases(text: str) -> tuple[tuple[str, int], ...]:
@@ -167,8 +191,9 @@ def measure(repetitions: int, ways, address: str | None, log=print,
         for problem, ranks in cases:
             cell = samples[(problem, ranks)]
             for way in ways:
-                if way == "mpi4py" and exe is None:
-                    cell[way] = f"not installed: {MPI_HINT}"
+                reason = unavailable(problem, ranks, way, exe)
+                if reason is not None:
+                    cell[way] = reason
                     continue
                 result = run_way(problem, ranks, way, address, exe)
                 if problem == HALO:
@@ -203,7 +228,10 @@ def summarize(samples: dict) -> dict:
             ratio = cell[way]["seconds"] / cell[against]["seconds"]
             targets.append({"case": label(problem_class, ranks), "figure": f"{way}/{against}",
                             "ratio": ratio, "bound": bound, "met": ratio <= bound})
-    return {"table": table, "targets": targets}
+    above_floor = {label(*case): cell["direct"]["seconds"] / cell["asyncio"]["seconds"]
+                   for case, cell in table.items()
+                   if "seconds" in cell.get("direct", {}) and "seconds" in cell.get("asyncio", {})}
+    return {"table": table, "targets": targets, "above_floor": above_floor}
 
 
 def format_table(summary: dict) -> str:
@@ -232,6 +260,9 @@ def format_table(summary: dict) -> str:
     for t in summary["targets"]:
         lines.append(f"target {t['case']} {t['figure']} <= {t['bound']}x: "
                      f"{t['ratio']:.2f}x {'met' if t['met'] else 'NOT met'}")
+    for case, ratio in summary["above_floor"].items():
+        lines.append(f"what ftactors adds to the asyncio floor, {case}: direct/asyncio "
+                     f"{ratio:.2f}x")
     return "\n".join(lines)
 
 
@@ -265,6 +296,6 @@ def main(args) -> int:
     write_results(args, "solver", {
         "repetitions": args.repetitions,
         "table": {label(*case): cell for case, cell in summary["table"].items()},
-        "targets": summary["targets"],
+        "targets": summary["targets"], "above_floor": summary["above_floor"],
     }, machine)
     return 0

@@ -41,7 +41,7 @@ from . import _npb_cg as npb
 # The serial kernel, public: the benchmarks' baselines (a plain process, mpi4py's ranks)
 # run the very code a rank runs.
 from ._npb_cg import (CG_CLASSES, CSRMatrix, csr_matvec, make_matrix,  # noqa: F401
-                      power_step, row_block, verify_zeta)
+                      power_step, power_step_async, row_block, verify_zeta)
 
 
 def npb_mops(cls: npb.CGClass, seconds: float) -> float:

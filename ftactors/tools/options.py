@@ -11,6 +11,9 @@ from ..runtime._options import options_table, options_text
 # public: an option's role, as its Option record declares it (bench nodes leaves a level's
 # own-round options out of a stack whose consistency protocol hands its parts to the levels)
 from ..runtime._options import OWN_ROUNDS, with_role  # noqa: F401
+# public: a core option's declared default (the asyncio floor of bench solver polls as long
+# as a rank does)
+from ..runtime._options import core_default  # noqa: F401
 from .apps_cli import protocol_stack, stack_names
 
 

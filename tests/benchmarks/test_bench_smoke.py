@@ -214,6 +214,10 @@ def test_solver_bench_table_from_samples():
     assert target["figure"] == "direct/ray" and target["ratio"] == 8.5 / 45.0 and target["met"]
     text = solver.format_table(summary)
     assert "pip install 'ftactors[bench]'" in text and "direct/ray" in text
+    assert summary["above_floor"] == {}  # no asyncio row
+    floor = solver.summarize({("S", 4): {"mpi4py": [1.0], "asyncio": [2.0], "direct": [5.0]}})
+    assert floor["above_floor"] == {"CG S x4": 2.5}
+    assert "asyncio floor, CG S x4: direct/asyncio 2.50x" in solver.format_table(floor)
     alone = solver.summarize({("B", 2): {"direct": [200.0]}})  # no baseline: no ratio
     assert alone["table"][("B", 2)]["direct"] == {"seconds": 200.0, "samples": [200.0]}
     assert "no ratios" in solver.format_table(alone) and alone["targets"] == []
@@ -227,17 +231,28 @@ def test_solver_bench_rejects_bad_ways():
 
 
 def test_solver_bench_json(tmp_path):
-    """The smallest real table: CG S on 2 local ranks and the halo exchange on 1 against
-    the serial kernels (the stencil's checksum checked against the serial run's)."""
+    """The smallest real table: CG S on 2 local ranks and on the asyncio floor's 2
+    processes (which raises unless NPB verifies its zeta), and the halo exchange on 1,
+    against the serial kernels (the stencil's checksum checked against the serial run's)."""
     out = tmp_path / "solver.json"
-    assert bench("solver", "--cases", "S:2,halo:1", "--ways", "serial,local",
+    assert bench("solver", "--cases", "S:2,halo:1", "--ways", "serial,asyncio,local",
                  "--repetitions", "1", "--json", str(out)) == 0
     data = json.loads(out.read_text())
     assert list(data["table"]) == ["CG S x2", "halo x1"]
     for cell in data["table"].values():
         assert cell["_baseline"] == "serial" and cell["serial"]["ratio"] == 1.0
         assert cell["local"]["seconds"] > 0 and len(cell["local"]["samples"]) == 1
-    assert data["targets"] == []  # no case of the issue's targets was measured
+    assert data["table"]["CG S x2"]["asyncio"]["seconds"] > 0
+    assert data["table"]["halo x1"]["asyncio"] == {"missing": "the asyncio floor runs CG only"}
+    assert data["targets"] == [] and data["above_floor"] == {}  # no target case, no direct
+
+
+def test_the_asyncio_floor_refuses_what_its_doubling_cannot_run():
+    from benchmarks import _cg_asyncio, solver
+    assert "power-of-two" in solver.unavailable("S", 3, "asyncio", None)
+    assert solver.unavailable("S", 4, "asyncio", None) is None
+    with pytest.raises(ValueError, match="power-of-two"):
+        _cg_asyncio.main("S", 6)
 
 
 @pytest.mark.parametrize("grid", [(2, 1), (2, 2)])
