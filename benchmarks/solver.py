@@ -7,7 +7,9 @@ a 128 KiB row; ``HALO_ROWS`` rows per rank, ``HALO_ITERATIONS`` iterations). The
 the serial kernel (one process, no messages; CG in a plain process with one BLAS thread,
 ``kernel.run_plain``), mpi4py on the same kernel and layout (``_cg_mpi``,
 ``_stencil_mpi``, started with the ``mpiexec`` of the installed ``mpich`` wheel: ``pip
-install 'ftactors[bench]'``; without it the row says so), ftactors on the ``local``
+install 'ftactors[bench]'``; without it the row says so), the asyncio floor (CG on a bare
+asyncio message layer in separate processes, ``_cg_asyncio``: ``direct / asyncio`` is
+what ftactors adds to what asyncio ranks cost), ftactors on the ``local``
 transport (one process, every message through the full engine), and ftactors on Ray with
 ``data_plane="ray"`` (every batch an actor call) and ``data_plane="direct"`` (sockets
 between ranks). Every figure is the timed iterations only (matrix or grid generation and
