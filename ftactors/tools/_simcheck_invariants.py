@@ -2,14 +2,17 @@
 
 * DDVPiggyback's garbage collection keeps memory bounded: after every collection every
   cluster keeps exactly its CLCs from the smallest SN a single failure could send it back
-  to (nothing older survives a collection), that is never more CLCs than there are
-  clusters, the coordinator holds no more parts than those CLCs and one being taken, and
-  the senders' logs no more than a bounded number of messages (:func:`hc3i_unbounded`).
-  (Algorithm 8 bounds what a recovery line can use, not the count: a cluster that got a
-  message from one that has not checkpointed since must keep the CLC it leads back to.
-  In ``Flood`` every pair of clusters talks at every iteration, which renews every
-  dependency: 1,000 runs kept at most 2 CLCs per cluster after a collection, except 4
-  runs with rollbacks that kept 3, the number of clusters.)
+  to (nothing older survives a collection), the coordinator holds no more parts than those
+  CLCs and one being taken, and the senders' logs no more than a bounded number of
+  messages (:func:`hc3i_unbounded`). How many CLCs that is depends on the other clusters:
+  a cluster that has not checkpointed for a while can send the ones it talks to back to
+  before their first receipt from its current epoch, so they keep every CLC taken since
+  (Algorithm 8 bounds what a recovery line can use, not the count; the paper gives no
+  bound). What is bounded is the part of it that is older than every cluster's newest
+  CLC: each step of a rollback cascade adds at most one such CLC, so never more than there
+  are clusters. (An earlier form, at most as many CLCs as clusters in all, held on 1,000
+  ``Flood`` runs but not on a program that splits its communicator in every iteration,
+  where a cluster waiting out a recovery took no CLC while the others went on.)
 * A give-up (``ft.RankFailed``) of StandbyReplacement or RSBackup is correct only if the
   failures really took data no copy or code can rebuild. That is decided here from the
   failed ranks and the placement of the copies, not from the protocol's own inventories
@@ -44,20 +47,28 @@ from __future__ import annotations
 
 def hc3i_unbounded(events, ranks: int, log_max: int) -> str:
     """What grew past its bound in a DDVPiggyback run ("" if nothing did)."""
-    for e in events:
+    committed: dict[tuple[int, int], int] = {}  # (cluster, sn) -> its commit's place
+    for place, e in enumerate(events):
+        if e.kind == "hc3i_commit":
+            committed[e.detail["cluster"], e.detail["sn"]] = place
         if e.kind != "hc3i_gc":
             continue
         d = e.detail
         clusters = len(d["stored_after"])
+        # the oldest of the clusters' newest CLCs (CLC 1, the start, has no commit)
+        laggard = min(committed.get((k, sn), -1) for k, sn in d["newest"].items())
         for k, stored in d["stored_after"].items():
             usable = d["newest"][k] - d["lowest"][k] + 1
             if stored != usable:
                 return (f"cluster {k} kept {stored} CLCs after a garbage collection, but "
                         f"{usable} can still be used (SN {d['lowest'][k]} to "
                         f"{d['newest'][k]})")
-            if stored > clusters:
-                return (f"cluster {k} kept {stored} CLCs after a garbage collection "
-                        f"(at most {clusters}, the number of clusters)")
+            older = sum(committed.get((k, sn), -1) < laggard
+                        for sn in range(d["lowest"][k], d["newest"][k] + 1))
+            if older > clusters:
+                return (f"cluster {k} kept {older} CLCs older than every cluster's newest "
+                        f"after a garbage collection (at most {clusters}, the number of "
+                        f"clusters)")
         most = (max(d["stored_after"].values()) + 1) * ranks
         if d["parts_kept"] > most:
             return (f"the coordinator kept {d['parts_kept']} parts after a garbage "

@@ -140,10 +140,19 @@ def test_hc3i_footprint_bounds_are_checked_after_each_collection():
         lowest = 9 - stored + 1 if lowest is None else lowest
         return _ev("hc3i_gc", stored_after={0: 1, 1: stored}, newest={0: 5, 1: 9},
                    lowest={0: 5, 1: lowest}, parts_kept=parts, log_after=log)
+
+    def commits(*clcs):
+        return [_ev("hc3i_commit", cluster=k, sn=sn) for k, sn in clcs]
     assert hc3i_unbounded([gc(2), gc(1)], 4, 100) == ""
     assert "3 can still be used" in hc3i_unbounded([gc(2, lowest=7)], 4, 100)  # kept too few
     assert "1 can still be used" in hc3i_unbounded([gc(2, lowest=9)], 4, 100)  # not collected
-    assert "at most 2, the number of clusters" in hc3i_unbounded([gc(2), gc(3)], 4, 100)
+    # cluster 0 has not checkpointed since before cluster 1's CLCs 6-9: all may be needed
+    lagging = commits((0, 5), (1, 6), (1, 7), (1, 8), (1, 9))
+    assert hc3i_unbounded([*lagging, gc(4)], 4, 100) == ""
+    # ... but of the kept CLCs, those older than both clusters' newest are at most 2
+    early = commits((1, 6), (1, 7), (1, 8), (0, 5), (1, 9))
+    assert "3 CLCs older than every cluster's newest" in hc3i_unbounded([*early, gc(4)], 4, 100)
+    assert hc3i_unbounded([*early, gc(3)], 4, 100) == ""
     assert "13 parts" in hc3i_unbounded([gc(2, parts=13)], 4, 100)
     assert "101 messages" in hc3i_unbounded([gc(2, log=101)], 4, 100)
 

@@ -90,6 +90,16 @@ def test_communicators_split_in_every_iteration_survive_a_partial_rollback(stack
     assert [o.problem for o in outcomes if not o.ok] == []
 
 
+def test_clcs_kept_while_a_cluster_waits_out_a_recovery_are_not_called_unbounded():
+    """Seed 22 kills rank 3 and then rank 0 as that recovery starts; cluster 2 takes no
+    CLC for a while, so cluster 0 must keep the four it took since its first receipt
+    from cluster 2's current epoch. That was once failed as "kept 4 CLCs (at most 3, the
+    number of clusters)" and blamed on ftactors, on a run whose answer was right."""
+    (outcome,) = sim_check("hc3i", 1, 22, program=resolve(f"{HERE}:SplitEachIteration"),
+                           ranks=5)
+    assert outcome.ok, outcome.problem
+
+
 @pytest.mark.parametrize("stack", ["hc3i", "standby+hc3i", "groups"])
 def test_a_synchronous_send_sent_again_to_a_receiver_restored_with_it_completes(stack):
     """A cluster rolled back to a cut where the receiver had the message but the
