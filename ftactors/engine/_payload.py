@@ -3,7 +3,8 @@
 Theory of operation: every payload is pickled at send time (cloudpickle, protocol 5), so
 the sender may reuse or mutate its object as soon as ``send`` returns, the receiver gets
 its own copy, an unpicklable object fails at the sender as a ``TypeError`` naming its
-type, and ``Status.count`` is the payload's size in bytes.
+type, and ``Status.count`` is the payload's size in bytes (a numpy array's data bytes for
+a message that is one array: ``facade._buffers.array_bytes``).
 
 Buffers of at least ``LARGE_BUFFER_BYTES`` (numpy array data and anything else that
 hands pickle a ``PickleBuffer``; ``bytes`` are always pickled in-band) travel out-of-band:

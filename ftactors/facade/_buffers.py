@@ -21,9 +21,12 @@ typecodes. A type that differs from the buffer's dtype reinterprets its bytes, a
 from __future__ import annotations
 
 import numbers
+import pickletools
 from typing import Any
 
 import numpy as np
+
+from ..engine._synchronous import Synchronous
 
 
 class Datatype:
@@ -330,3 +333,36 @@ def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two views start at the same address (mpi4py takes a send buffer that is
     the receive buffer as ``IN_PLACE``)."""
     return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
+_NUMPY_NUMERIC = ("numpy._core.numeric", "numpy.core.numeric")  # numpy 2, numpy 1
+_IN_BAND = ("BYTEARRAY8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8")
+
+
+def array_bytes(payload) -> int | None:
+    """The data bytes of a payload that is one contiguous numpy array (what a buffer
+    ``Send`` sends; a synchronous send wraps it in ``Synchronous``), read from its pickle's
+    opcodes without rebuilding it (its out-of-band buffer may still be a reference to
+    fetch); None for any other object.
+
+    Why: a probe reports this as its count, so that ``Probe`` + ``Get_count(datatype)``
+    sizes the buffer for ``Recv`` as in mpi4py. The pickled size, a hundred bytes and
+    more above it, made that buffer longer than the message, and a ``Recv`` into it left
+    its tail as ``np.empty`` made it, without a word."""
+    ops = [(op.name, arg) for op, arg, _ in pickletools.genops(payload.data)
+           if op.name not in ("PROTO", "FRAME", "MEMOIZE")]
+    names = [name for name, _ in ops]
+    wrapped = ([arg for _, arg in ops[:2]] == [Synchronous.__module__, Synchronous.__name__]
+               and names[2:3] == ["STACK_GLOBAL"])
+    head = ops[3:8] if wrapped else ops[:5]
+    tail = ["REDUCE", "TUPLE1", "REDUCE", "STOP"] if wrapped else ["REDUCE", "STOP"]
+    if len(head) < 5 or names[-len(tail):] != tail:
+        return None
+    buffers = sum(name in _IN_BAND or name == "NEXT_BUFFER" for name in names)
+    (_, module), (_, function), (call, _), (mark, _), (data, arg) = head
+    if (module not in _NUMPY_NUMERIC or function != "_frombuffer" or call != "STACK_GLOBAL"
+            or mark != "MARK" or buffers != 1):
+        return None
+    if data == "NEXT_BUFFER":
+        return payload.nbytes - len(payload.data)
+    return len(arg) if data in _IN_BAND else None

@@ -30,15 +30,20 @@ import asyncio
 import numbers
 from typing import Any
 
+import numpy as np
+
 from . import _collectives as coll
 from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED
 from ..engine._envelope import COLLECTIVE_SUFFIX, Envelope
 from ..engine._synchronous import Synchronous
 from ._buffer_api import BufferAPI
+from ._buffers import array_bytes
 from ._ops import SUM
 from ..engine._payload import Payload, unpack
 from ._request import Request, Status, polled_in_vain
 from ._topology import CART, CartTopology
+
+_UNREAD = object()  # ``_status_of`` of a message only probed: its object is not rebuilt
 
 
 class Communicator(BufferAPI):
@@ -108,7 +113,8 @@ class Communicator(BufferAPI):
 
     def _received(self, env: Envelope) -> tuple[Any, Status]:
         """A matched message's object and status."""
-        return self._object_of(env), self._status_of(env)
+        obj = self._object_of(env)
+        return obj, self._status_of(env, obj)
 
     def _object_of(self, env: Envelope) -> Any:
         """A matched message's object; a synchronous send's message is acknowledged here
@@ -119,8 +125,16 @@ class Communicator(BufferAPI):
             obj = obj.obj
         return obj
 
-    def _status_of(self, env: Envelope) -> Status:
-        return Status.of(self._local_rank(env.src), env.tag, env.payload.nbytes)
+    def _status_of(self, env: Envelope, obj: Any = _UNREAD) -> Status:
+        """The status of a message, received as ``obj`` or only probed: its count is a
+        numpy array's data bytes (as mpi4py counts a buffer message, so that
+        ``Get_count(datatype)`` gives its entries), else the pickled payload's size."""
+        if obj is _UNREAD:
+            count = array_bytes(env.payload)
+        else:
+            count = obj.nbytes if type(obj) is np.ndarray and not obj.dtype.hasobject else None
+        return Status.of(self._local_rank(env.src), env.tag,
+                         env.payload.nbytes if count is None else count)
 
     def _done(self, value: Any = None, status: Status | None = None) -> Request:
         """An active request that is complete already (an operation on PROC_NULL, a
@@ -167,7 +181,7 @@ class Communicator(BufferAPI):
         env = await self._ep.receive(self._ctx, src, tag)
         value = self._object_of(env)
         if status is not None:  # (built only when asked for: recv is the hot path)
-            status._fill(self._status_of(env))
+            status._fill(self._status_of(env, value))
         return value
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:

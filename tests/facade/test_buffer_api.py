@@ -2,6 +2,7 @@
 buffer (writable, however large), argument errors are clear, reductions are bit-identical
 with the lowercase ones (a non-commutative op on arrays), and a program of buffer calls
 survives a kill under every protocol stack with the failure-free answer."""
+import asyncio
 import functools
 
 import numpy as np
@@ -53,6 +54,55 @@ def test_received_data_lands_in_the_programs_own_writable_buffer(transport):
     for r in range(2):
         other = 2 - r  # the peer's factor (r + 1)
         assert res[r] == (7.0 * other + 1.0, 14.0, True, 7.0 * other, BIG, BIG * 8)
+
+
+class ProbedCounts(ft.Rank):
+    """mpi4py's idiom for a message of unknown length: ``Probe``, then a buffer of
+    ``status.Get_count(datatype)`` entries, then ``Recv``; every kind of send, small and
+    out of band, two dtypes, ``Iprobe`` too. Returns per case the entries probed and
+    whether the buffer holds exactly what was sent."""
+
+    CASES = [(kind, entries, dtype) for kind in ("Send", "Isend", "Ssend", "Issend", "send")
+             for entries in (1, 7, BIG // 4) for dtype in (np.float64, np.int32)]
+
+    async def main(self):
+        comm = self.comm
+        if self.rank == 0:
+            for tag, (kind, entries, dtype) in enumerate(self.CASES):
+                data = np.arange(entries, dtype=dtype) + tag
+                call = getattr(comm, kind)(data, 1, tag)
+                if kind.startswith("I"):
+                    await call.wait()
+                else:
+                    await call
+            await comm.send({"not": "an array"}, 1, tag=999)
+            return None
+        out = []
+        for tag, (kind, entries, dtype) in enumerate(self.CASES):
+            status = ft.Status()
+            if tag % 2:
+                while not comm.Iprobe(0, tag, status):
+                    await asyncio.sleep(0)
+            else:
+                await comm.Probe(0, tag, status)
+            buf = np.empty(status.Get_count(ft.DOUBLE if dtype is np.float64 else ft.INT),
+                           dtype)
+            await comm.Recv(buf, 0, tag)
+            out.append((buf.size, bool(np.array_equal(buf, np.arange(entries) + tag))))
+        status = ft.Status()
+        await comm.Probe(0, 999, status)
+        pickled = status.Get_count()
+        obj = await comm.recv(0, 999, status)
+        return out, pickled, status.Get_count(), obj
+
+
+def test_probe_counts_a_buffer_message_in_entries(transport):
+    """The count of a probed numpy array is its data's bytes, as mpi4py counts a buffer
+    message: it was the pickled size, so the buffer came out longer than the message
+    (for one float64, 20 entries), and ``Recv`` left the rest as ``np.empty`` made it."""
+    out, pickled, received, obj = run(ProbedCounts, transport).results[1]
+    assert out == [(entries, True) for _, entries, _ in ProbedCounts.CASES]
+    assert obj == {"not": "an array"} and pickled == received > 0  # any other object: pickled
 
 
 class BadArguments(ft.Rank):
@@ -157,7 +207,8 @@ class Buffers(ft.Rank):
     """A solver-like loop of buffer calls, every kind once an iteration, with numpy state
     registered: a halo ring (Sendrecv), Isend/Irecv, Sendrecv_replace, a large rooted
     Bcast (out of band), an in-place Allreduce, Gatherv/Scatterv, Allgatherv, Alltoallv,
-    Reduce_scatter_block, Scan and a nonblocking Iallreduce."""
+    Reduce_scatter_block, Scan, a nonblocking Iallreduce and a message of varying length
+    received by Probe + Get_count."""
 
     async def main(self, iterations: int):
         comm, r, n = self.comm, self.rank, self.size
@@ -195,8 +246,18 @@ class Buffers(ft.Rank):
             await comm.Scan(u, prefix)
             most = np.empty(8)
             await comm.Iallreduce(u, most, ft.MAX).wait()
+            # a message whose length its receiver learns by probing (large every other
+            # iteration: out of band), received into a buffer of that many entries
+            entries = 3 + it + r if it % 2 else BIG // 8 + it + r
+            sent = comm.Isend(np.full(entries, u[0]), right, 4)
+            status = ft.Status()
+            await comm.Probe(left, 4, status)
+            probed = np.empty(status.Get_count(ft.DOUBLE))
+            await comm.Recv(probed, left, 4)
+            await sent.wait()
             self.u = (0.5 * u + 0.1 * halo + 0.01 * swapped + 1e-3 * total / n
-                      + 1e-4 * big[:8] + 1e-5 * prefix + 1e-6 * most)
+                      + 1e-4 * big[:8] + 1e-5 * prefix + 1e-6 * most
+                      + 1e-7 * probed.sum() / probed.size)
             self.u[:4] += 1e-3 * ring
             self.trace.append((float(everyone.sum()), float(swap_out.sum()),
                                float(block.sum()), int(it)))
