@@ -44,6 +44,12 @@ class WildcardReceiveWarning(FaultToleranceWarning):
     restarted rank receives in the order of its first life."""
 
 
+class RandomStateWarning(FaultToleranceWarning):
+    """The program's loop draws from a random generator that no checkpoint holds (one
+    made before the loop and not registered, or a global one): after a restore its draws
+    differ from those the failure-free run made."""
+
+
 class RankNicenessWarning(UserWarning):
     """Ray's rank processes could not be given the run's ``rank_niceness`` (lowering a
     niceness needs ``CAP_SYS_NICE``): they compute at Ray's niceness, with a smaller

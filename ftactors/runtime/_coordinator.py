@@ -729,9 +729,9 @@ class Coordinator:
             detected = self._undated.pop((event.rank, event.detail.get("incarnation")), None)
             if detected is not None:  # the failure was found before this report came
                 detected.detail["detection_s"] = detected.time - event.time
+        _notices.on_report(event, self.reports)  # restored with nothing registered, ...
         self.reports.append(event)
         self.events.events.append(event)
-        _notices.on_report(event)  # a rank restored with nothing registered: warn now
         if event.kind == "peer_lost":
             self.hinted(event.detail["peer"])
 

@@ -1,7 +1,7 @@
 """What a run must tell its user about fault tolerance it did not exercise or cannot give.
 
 A run that verifies is only evidence when the failures it planned happened and the state
-it claims to protect was protected. Four ways a run can look tested while it is not
+it claims to protect was protected. Ways a run can look tested while it is not
 (issue 24, item 4), each told as a ``FaultToleranceWarning`` (``base/_warnings``) and
 kept in the result:
 
@@ -24,7 +24,9 @@ kept in the result:
 * a program that receives with wildcards under a protocol whose groups or clusters
   checkpoint and restart on their own (``Protocol.hands_parts``): its partial restarts
   replay the others' logged messages, which needs the first life's receive order
-  (``_program_code.wildcard_notices``).
+  (``_program_code.wildcard_notices``);
+* a loop that draws from a random generator no checkpoint holds: a rank reports it
+  between its first two safe points (``_random_state``), the driver warns then.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from typing import Any
 
 from ..base._events import Event
 from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
-                              NothingRegisteredWarning, warn)
+                              NothingRegisteredWarning, RandomStateWarning, warn)
 from ._chaos import Kill
 from ._program_code import wildcard_notices
 from ._protocol import protocol_classes
@@ -53,9 +55,21 @@ def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
     return told
 
 
-def on_report(event: Event) -> None:
-    """A rank's report reached the driver: warn now of one that says a rank was
-    restored with nothing registered."""
+def on_report(event: Event, earlier: list[Event]) -> None:
+    """A rank's report reached the driver (after the ``earlier`` ones): warn now of one
+    that says a rank was restored with nothing registered, or that the loop draws from
+    random state no checkpoint holds (once per run for the same generators)."""
+    if event.kind == "unregistered_random":
+        names = event.detail["generators"]
+        if any(e.kind == event.kind and e.detail["generators"] == names for e in earlier):
+            return
+        warn(RandomStateWarning,
+             f"the loop of rank {event.rank} draws from random state that no checkpoint "
+             f"holds: {', '.join(names)}. After a restore it draws what the code before "
+             f"the loop (or a new process) sets up, not what followed the checkpoint, so "
+             f"a run with a failure gives another answer than one without; make one "
+             f"generator, register it (rng = self.register('rng', "
+             f"np.random.default_rng(seed)), then use self.rng) and draw only from it")
     if event.kind == "restored_unregistered":
         loop, iteration = event.detail["position"]
         warn(NothingRegisteredWarning,

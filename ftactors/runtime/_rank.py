@@ -17,6 +17,7 @@ before the loop"); safe-point loops are not nested (use ``range`` for inner loop
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any, ClassVar
 
 from ._protocol import Protocol
@@ -33,6 +34,7 @@ class Rank(Protocol):
     """
 
     _ft_rank_class: ClassVar[bool] = True
+    _ft_random_watch = None  # a first life's ``_random_state.RandomStateWatch``, if any
 
     rank: int
     size: int
@@ -100,6 +102,13 @@ class SafePoints:
             ft.disconnect_iterations.discard(i)
             ft.disconnect(i)
         ft.at_safe_point(i)
+        watch = self._rank._ft_random_watch
+        if watch is not None:
+            changed = watch.look(self._rank, sys._getframe(1))
+            if changed is not None:
+                self._rank._ft_random_watch = None
+                if changed:
+                    ft.report("unregistered_random", generators=changed, iteration=i)
         await self._rank.on_safe_point(i)
         return i
 

@@ -1,8 +1,10 @@
 """A run that looks tested but is not says so (issue 24, item 4): unfired chaos kills,
 a rank restored with nothing registered, a protocol that never checkpoints, a spares
 role with no spares. Each is a ``ft.FaultToleranceWarning`` and is kept in the result."""
+import random
 import warnings
 
+import numpy as np
 import pytest
 
 import ftactors as ft
@@ -239,3 +241,74 @@ def test_wildcard_receives_under_a_partial_restart_are_told_before_the_run(proto
         whole = setups()["ready-flush"]
         ft.run(type("Gather", (*whole.mixins, _Gather), {}), ranks=4, transport="local",
                **whole.options)
+
+
+class Drawing(ft.Rank):
+    """A Monte Carlo loop: ``how`` says where its samples come from (a generator seeded
+    before the loop, kept in a local or an attribute, registered or not; numpy's or the
+    random module's global one; a generator made anew in every iteration)."""
+
+    async def main(self, how, n=8):
+        rng = np.random.default_rng(17 + self.rank)
+        if how == "registered":
+            rng = self.register("rng", rng)
+        elif how == "attribute":
+            self.rng, rng = rng, None
+        scratch = np.empty(4)  # a receive buffer: changes in place, rewritten before read
+        self.register("total", 0.0)
+        async for it in self.iterations(n):
+            if how == "numpy global":
+                x = float(np.random.rand())
+            elif how == "random global":
+                x = random.random()
+            elif how == "fresh":
+                x = float(np.random.default_rng(it).random())
+            else:
+                x = float((self.rng if how == "attribute" else rng).random())
+            await self.comm.Allreduce(np.full(4, x), scratch)
+            self.total += float(scratch[0])
+        return self.total
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("how, named", [
+    ("local", "local 'rng'"), ("attribute", "self.rng"),
+    ("numpy global", "numpy's global generator"), ("random global", "the random module's")])
+def test_a_loop_that_draws_from_an_unregistered_generator_is_told(transport, how, named):
+    """Its draws after a restore are not those that followed the checkpoint: a run with a
+    failure silently gives another answer. Told once, however many ranks draw."""
+    with pytest.warns(ft.RandomStateWarning) as record:
+        r = ft.run(Drawing, ranks=3, args=(how,), transport=transport)
+    (told,) = _told(record, ft.RandomStateWarning)
+    assert "draws from random state that no checkpoint holds: " + named in told
+    assert "self.register('rng'" in told
+    assert len(r.events_of("unregistered_random")) == 3  # each rank reported it
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("how", ["registered", "fresh"])
+def test_a_registered_or_fresh_generator_is_not_told(transport, how):
+    """A registered generator is checkpointed (and a kill gives the failure-free answer);
+    one made anew each iteration carries nothing; the scratch buffer is not a generator."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.RandomStateWarning)
+        clean = ft.run(Drawing, ranks=3, args=(how,), transport=transport).results
+        r = ft.run(SbDrawing, ranks=3, spares=1, args=(how,), transport=transport,
+                   chaos=ft.Chaos(kill=[(1, 5)]))
+    assert r.metrics["recoveries"] == 1 and r.results == clean
+    assert r.events_of("unregistered_random") == []
+
+
+class SbDrawing(StandbyReplacement, Drawing):
+    pass
+
+
+@pytest.mark.ray
+def test_the_generator_warning_on_ray(ray_session):
+    """On Ray every rank is a process: its global generators are its own."""
+    with pytest.warns(ft.RandomStateWarning) as record:
+        ft.run(Drawing, ranks=2, args=("numpy global",), transport="ray")
+    assert "numpy's global generator" in _told(record, ft.RandomStateWarning)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.RandomStateWarning)
+        ft.run(Drawing, ranks=2, args=("registered",), transport="ray")
