@@ -16,8 +16,8 @@ from .base._errors import (CheckpointCorrupted, ConfigError, FTError, JobLost, P
                            RankError, RankFailed)
 from .base._events import Event
 from .base._warnings import (FaultToleranceWarning, KillNotFiredWarning, NoCheckpointWarning,
-                             NoSparesWarning, NothingRegisteredWarning, RandomStateWarning,
-                             RankNicenessWarning, WildcardReceiveWarning)
+                             NoSparesWarning, NothingRegisteredWarning, RankNicenessWarning,
+                             UnsavedStateWarning, WildcardReceiveWarning)
 from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, PROD, REPLACE,
                           SUM, Op)
 from .runtime._progress import Progress
@@ -39,11 +39,11 @@ __all__ = [
     "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP",
     "NoCheckpointWarning", "NoSparesWarning", "NothingRegisteredWarning", "Op", "PROC_NULL",
     "PROD", "Partition", "Prequest", "Progress", "Protocol", "ProtocolError", "REPLACE", "Rank", "RankError",
-    "RandomStateWarning", "RankFailed", "RankNicenessWarning",
+    "RankFailed", "RankNicenessWarning",
     "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
     "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
     "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
-    "WildcardReceiveWarning",
+    "UnsavedStateWarning", "WildcardReceiveWarning",
     "compute_dims", "launch", "run", "run_async", "testall", "testany", "testsome",
     "waitall", "waitany", "waitsome",
 ]

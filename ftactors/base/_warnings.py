@@ -44,10 +44,11 @@ class WildcardReceiveWarning(FaultToleranceWarning):
     restarted rank receives in the order of its first life."""
 
 
-class RandomStateWarning(FaultToleranceWarning):
-    """The program's loop draws from a random generator that no checkpoint holds (one
-    made before the loop and not registered, or a global one): after a restore its draws
-    differ from those the failure-free run made."""
+class UnsavedStateWarning(FaultToleranceWarning):
+    """The program's loop changes state that no checkpoint holds: a random generator it
+    draws from (made before the loop and not registered, or a global one), a variable of
+    its module or an attribute of its class. After a restore that state is not what it
+    was at the checkpoint, so a run with a failure gives another answer."""
 
 
 class RankNicenessWarning(UserWarning):

@@ -28,7 +28,7 @@ from ..base._errors import ProtocolError
 from ..base._events import CHECKPOINT_KINDS
 from ._identity import RunIdentity
 from ._protocol import protocol_classes
-from ._random_state import RandomStateWatch
+from ._unsaved_state import UnsavedStateWatch
 from ._trace import TraceBuffer
 
 WORLD = "w"
@@ -117,7 +117,7 @@ class RankHost:
                 await self._install(restore, restore["peer_epochs"][self.spec.rank])
             ep.open()
             if restore is None and self.spec.incarnation == 0:
-                self.obj._ft_random_watch = RandomStateWatch()
+                self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
             self._ready.set_result(None)
             while True:
                 self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
@@ -180,7 +180,7 @@ class RankHost:
                 f"(a state of another execution)")
         ep.set_peer_epochs(restore["peer_epochs"])  # every rank's epoch, in rank order
         ep.restore(parts, epoch)
-        self.obj._ft_random_watch = None  # the first life is over
+        self.obj._ft_unsaved_watch = None  # the first life is over
         if parts["position"] not in (None, (0, 0)) and not ep.registered:
             # resumed past the top of the first loop with nothing registered: the program
             # goes on with every variable as main() first set it (``_notices`` warns in

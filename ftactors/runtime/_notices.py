@@ -25,8 +25,9 @@ kept in the result:
   checkpoint and restart on their own (``Protocol.hands_parts``): its partial restarts
   replay the others' logged messages, which needs the first life's receive order
   (``_program_code.wildcard_notices``);
-* a loop that draws from a random generator no checkpoint holds: a rank reports it
-  between its first two safe points (``_random_state``), the driver warns then.
+* a loop that changes state no checkpoint holds (a random generator, a module variable,
+  a class attribute): a rank reports it between its first two safe points
+  (``_unsaved_state``), the driver warns then.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from typing import Any
 
 from ..base._events import Event
 from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
-                              NothingRegisteredWarning, RandomStateWarning, warn)
+                              NothingRegisteredWarning, UnsavedStateWarning, warn)
 from ._chaos import Kill
 from ._program_code import wildcard_notices
 from ._protocol import protocol_classes
@@ -57,19 +58,20 @@ def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
 
 def on_report(event: Event, earlier: list[Event]) -> None:
     """A rank's report reached the driver (after the ``earlier`` ones): warn now of one
-    that says a rank was restored with nothing registered, or that the loop draws from
-    random state no checkpoint holds (once per run for the same generators)."""
-    if event.kind == "unregistered_random":
-        names = event.detail["generators"]
-        if any(e.kind == event.kind and e.detail["generators"] == names for e in earlier):
+    that says a rank was restored with nothing registered, or that its loop changes state
+    no checkpoint holds (once per run for the same state)."""
+    if event.kind == "unsaved_state":
+        names = event.detail["names"]
+        if any(e.kind == event.kind and e.detail["names"] == names for e in earlier):
             return
-        warn(RandomStateWarning,
-             f"the loop of rank {event.rank} draws from random state that no checkpoint "
-             f"holds: {', '.join(names)}. After a restore it draws what the code before "
-             f"the loop (or a new process) sets up, not what followed the checkpoint, so "
-             f"a run with a failure gives another answer than one without; make one "
-             f"generator, register it (rng = self.register('rng', "
-             f"np.random.default_rng(seed)), then use self.rng) and draw only from it")
+        warn(UnsavedStateWarning,
+             f"the loop of rank {event.rank} changes state that no checkpoint holds: "
+             f"{'; '.join(names)}. After a restore it is what the code before the loop (or "
+             f"a new process) sets up, not what it was at the checkpoint, so a run with a "
+             f"failure gives another answer than one without. Register it "
+             f"(self.register('name', value), then use self.name; for random numbers one "
+             f"generator, rng = self.register('rng', np.random.default_rng(seed)), drawn "
+             f"from as self.rng)")
     if event.kind == "restored_unregistered":
         loop, iteration = event.detail["position"]
         warn(NothingRegisteredWarning,

@@ -34,7 +34,7 @@ class Rank(Protocol):
     """
 
     _ft_rank_class: ClassVar[bool] = True
-    _ft_random_watch = None  # a first life's ``_random_state.RandomStateWatch``, if any
+    _ft_unsaved_watch = None  # a first life's ``_unsaved_state.UnsavedStateWatch``, if any
 
     rank: int
     size: int
@@ -102,13 +102,13 @@ class SafePoints:
             ft.disconnect_iterations.discard(i)
             ft.disconnect(i)
         ft.at_safe_point(i)
-        watch = self._rank._ft_random_watch
+        watch = self._rank._ft_unsaved_watch
         if watch is not None:
             changed = watch.look(self._rank, sys._getframe(1))
             if changed is not None:
-                self._rank._ft_random_watch = None
+                self._rank._ft_unsaved_watch = None
                 if changed:
-                    ft.report("unregistered_random", generators=changed, iteration=i)
+                    ft.report("unsaved_state", names=changed, iteration=i)
         await self._rank.on_safe_point(i)
         return i
 

@@ -273,16 +273,17 @@ class Drawing(ft.Rank):
 @pytest.mark.parametrize("transport", ["local", "sim"])
 @pytest.mark.parametrize("how, named", [
     ("local", "local 'rng'"), ("attribute", "self.rng"),
-    ("numpy global", "numpy's global generator"), ("random global", "the random module's")])
+    ("numpy global", "numpy's global random generator"),
+    ("random global", "the random module's")])
 def test_a_loop_that_draws_from_an_unregistered_generator_is_told(transport, how, named):
     """Its draws after a restore are not those that followed the checkpoint: a run with a
     failure silently gives another answer. Told once, however many ranks draw."""
-    with pytest.warns(ft.RandomStateWarning) as record:
+    with pytest.warns(ft.UnsavedStateWarning) as record:
         r = ft.run(Drawing, ranks=3, args=(how,), transport=transport)
-    (told,) = _told(record, ft.RandomStateWarning)
-    assert "draws from random state that no checkpoint holds: " + named in told
-    assert "self.register('rng'" in told
-    assert len(r.events_of("unregistered_random")) == 3  # each rank reported it
+    (told,) = _told(record, ft.UnsavedStateWarning)
+    assert "changes state that no checkpoint holds: " + named in told
+    assert "rng = self.register('rng'" in told
+    assert len(r.events_of("unsaved_state")) == 3  # each rank reported it
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
@@ -291,12 +292,12 @@ def test_a_registered_or_fresh_generator_is_not_told(transport, how):
     """A registered generator is checkpointed (and a kill gives the failure-free answer);
     one made anew each iteration carries nothing; the scratch buffer is not a generator."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error", ft.RandomStateWarning)
+        warnings.simplefilter("error", ft.UnsavedStateWarning)
         clean = ft.run(Drawing, ranks=3, args=(how,), transport=transport).results
         r = ft.run(SbDrawing, ranks=3, spares=1, args=(how,), transport=transport,
                    chaos=ft.Chaos(kill=[(1, 5)]))
     assert r.metrics["recoveries"] == 1 and r.results == clean
-    assert r.events_of("unregistered_random") == []
+    assert r.events_of("unsaved_state") == []
 
 
 class SbDrawing(StandbyReplacement, Drawing):
@@ -304,11 +305,55 @@ class SbDrawing(StandbyReplacement, Drawing):
 
 
 @pytest.mark.ray
-def test_the_generator_warning_on_ray(ray_session):
-    """On Ray every rank is a process: its global generators are its own."""
-    with pytest.warns(ft.RandomStateWarning) as record:
+def test_unsaved_state_is_told_on_ray(ray_session):
+    """On Ray every rank is a process: its global generators and its module's variables
+    are its own."""
+    with pytest.warns(ft.UnsavedStateWarning) as record:
         ft.run(Drawing, ranks=2, args=("numpy global",), transport="ray")
-    assert "numpy's global generator" in _told(record, ft.RandomStateWarning)[0]
+    assert "numpy's global random generator" in _told(record, ft.UnsavedStateWarning)[0]
     with warnings.catch_warnings():
-        warnings.simplefilter("error", ft.RandomStateWarning)
+        warnings.simplefilter("error", ft.UnsavedStateWarning)
         ft.run(Drawing, ranks=2, args=("registered",), transport="ray")
+    with pytest.warns(ft.UnsavedStateWarning) as record:  # the module's, in a Ray worker
+        ft.run(Logging, ranks=2, args=("module",), transport="ray")
+    assert f"{__name__}.HISTORY" in _told(record, ft.UnsavedStateWarning)[0]
+
+
+HISTORY = []  # a module-level log that Logging's loop appends to
+
+
+class Logging(ft.Rank):
+    """Keeps part of its loop's history outside ``register``: in a variable of its module
+    or in a class attribute (one dict shared by every rank of the process)."""
+
+    cache = {}
+    LIMIT = 100  # a class constant: read, never changed
+
+    async def main(self, how, n=6):
+        self.register("total", 0)
+        async for it in self.iterations(min(n, self.LIMIT)):
+            v = await self.comm.allreduce(it + self.rank)
+            if how == "module":
+                HISTORY.append(v)
+            elif how == "class":
+                self.cache["calls"] = self.cache.get("calls", 0) + 1
+            self.total += v
+        return self.total
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("how, named", [("module", f"{__name__}.HISTORY"),
+                                        ("class", "Logging.cache")])
+def test_a_loop_that_changes_module_or_class_state_is_told(transport, how, named):
+    with pytest.warns(ft.UnsavedStateWarning) as record:
+        ft.run(Logging, ranks=2, args=(how,), transport=transport)
+    (told,) = _told(record, ft.UnsavedStateWarning)
+    assert f"changes state that no checkpoint holds: {named}. After a restore" in told
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_module_and_class_state_that_the_loop_only_reads_is_not_told(transport):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.UnsavedStateWarning)
+        r = ft.run(Logging, ranks=2, args=("neither",), transport=transport)
+    assert r.events_of("unsaved_state") == []
