@@ -90,6 +90,14 @@ def test_communicators_split_in_every_iteration_survive_a_partial_rollback(stack
     assert [o.problem for o in outcomes if not o.ok] == []
 
 
+@pytest.mark.parametrize("stack", ["standby", "hc3i", "rs+groups", "rs+standby+ready-flush"])
+def test_a_cartesian_solver_with_persistent_halos_passes(stack):
+    """Grid2D on 6 ranks (a 3 x 2 grid): persistent requests made before the loop and
+    restarted after a restore, Probe-sized receives, Scan/Exscan, a convergence break."""
+    outcomes = sim_check(stack, 6, 0, program=resolve(f"{HERE}:Grid2D"), ranks=6)
+    assert [o.problem for o in outcomes if not o.ok] == []
+
+
 def test_clcs_kept_while_a_cluster_waits_out_a_recovery_are_not_called_unbounded():
     """Seed 22 kills rank 3 and then rank 0 as that recovery starts; cluster 2 takes no
     CLC for a while, so cluster 0 must keep the four it took since its first receipt

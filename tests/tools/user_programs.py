@@ -196,3 +196,70 @@ class HeatRing(ft.Rank):
         sums = await comm.gather(float(self.u[1:-1].sum()), root=0)
         total = await comm.bcast(sum(sums) if self.rank == 0 else None, root=0)
         return {"total": total, "hist": list(self.hist), "rows": sizes}
+
+
+class Grid2D(ft.Rank):
+    """Right: a user's 2-D Jacobi on a Cartesian grid (dims from the rank count, odd ones
+    too), halos by persistent requests built before the loop and restarted each
+    iteration (Startall/Waitall), prefix sums by Scan/Exscan, a Reduce_scatter_block of
+    per-rank counters, a message of varying length sized by Probe + Get_count (which
+    found that a probe counted the pickle, not the entries), a convergence break, and a
+    Reduce to root after the loop."""
+
+    async def main(self, n=12, steps=25, tol=1e-9):
+        comm = self.comm
+        size = self.size
+        px = max(d for d in range(1, size + 1) if size % d == 0 and d * d <= size)
+        cart = await comm.Create_cart([size // px, px], periods=[False, False])
+        (up, down), (left, right) = cart.Shift(0, 1), cart.Shift(1, 1)
+        r = cart.Get_rank()
+        self.register("u", None if self.restored else
+                      np.random.default_rng(r).random((n + 2, n + 2)))
+        self.register("trace", [])
+        # persistent halo requests on fixed buffers, made before the loop
+        sbuf = {k: np.empty(n) for k in ("u", "d", "l", "r")}
+        rbuf = {k: np.zeros(n) for k in ("u", "d", "l", "r")}
+        reqs = [cart.Send_init(sbuf["u"], up, 1), cart.Recv_init(rbuf["d"], down, 1),
+                cart.Send_init(sbuf["d"], down, 2), cart.Recv_init(rbuf["u"], up, 2),
+                cart.Send_init(sbuf["l"], left, 3), cart.Recv_init(rbuf["r"], right, 3),
+                cart.Send_init(sbuf["r"], right, 4), cart.Recv_init(rbuf["l"], left, 4)]
+        async for it in self.iterations(steps):
+            u = self.u
+            sbuf["u"][:] = u[1, 1:-1]; sbuf["d"][:] = u[-2, 1:-1]
+            sbuf["l"][:] = u[1:-1, 1]; sbuf["r"][:] = u[1:-1, -2]
+            ft.Prequest.Startall(reqs)
+            await ft.Prequest.Waitall(reqs)
+            if up != ft.PROC_NULL: u[0, 1:-1] = rbuf["u"]
+            if down != ft.PROC_NULL: u[-1, 1:-1] = rbuf["d"]
+            if left != ft.PROC_NULL: u[1:-1, 0] = rbuf["l"]
+            if right != ft.PROC_NULL: u[1:-1, -1] = rbuf["r"]
+            new = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+            delta = float(np.abs(new - u[1:-1, 1:-1]).max())
+            u[1:-1, 1:-1] = new
+            # prefix sums of a per-rank count, as a user numbers rows across ranks
+            mine = np.array([it + r], dtype=np.int64)
+            inc, exc = np.zeros(1, np.int64), np.zeros(1, np.int64)
+            await cart.Scan(mine, inc)
+            await cart.Exscan(mine, exc)
+            counts = np.arange(size, dtype=np.int64) * (it + 1) + r
+            got = np.zeros(1, np.int64)
+            await cart.Reduce_scatter_block(counts, got)
+            # a message whose length the receiver learns by probing
+            payload = np.full(1 + (it + r) % 5, float(r))
+            dest, src = (r + 1) % size, (r - 1) % size
+            sreq = cart.Isend(payload, dest=dest, tag=9)
+            st = ft.Status()
+            await cart.Probe(source=src, tag=9, status=st)
+            buf = np.empty(st.Get_count(ft.DOUBLE))
+            await cart.Recv(buf, source=src, tag=9)
+            await sreq.Wait()
+            worst = await cart.allreduce(delta, op=ft.MAX)
+            self.trace.append((worst, int(inc[0]), int(exc[0]) if r else 0, int(got[0]),
+                               len(buf), float(buf.sum())))
+            if worst < tol:
+                break
+        for q in reqs:
+            q.Free()
+        total = await cart.reduce(float(self.u[1:-1, 1:-1].sum()), op=ft.SUM, root=0)
+        total = await cart.bcast(total, root=0)
+        return {"total": total, "trace": list(self.trace)}
