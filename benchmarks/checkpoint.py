@@ -78,7 +78,9 @@ class CheckpointWorkload(ft.Rank):
         self.register("state", np.full(max(1, state_bytes // 8), float(r)))
         buf = np.full(max(1, msg_bytes // 8), float(r))
         right, left = (r + 1) % n, (r - 1) % n
-        starts, enter, leave = [], [], []
+        # the timings are registered, as a program's history must be (else a restore
+        # leaves them as the code before the loop set them: UnsavedStateWarning)
+        starts, enter, leave = (self.register(name, []) for name in ("starts", "enter", "leave"))
         async for i in self.iterations(iterations):
             starts.append(clock())
             if i > 0 and n > 1:

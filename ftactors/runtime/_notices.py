@@ -26,7 +26,7 @@ kept in the result:
   replay the others' logged messages, which needs the first life's receive order
   (``_program_code.wildcard_notices``);
 * a loop that changes state no checkpoint holds (a random generator, a module variable,
-  a class attribute): a rank reports it between its first two safe points
+  a class attribute): a rank reports it between its second and third safe points
   (``_unsaved_state``), the driver warns then.
 """
 from __future__ import annotations

@@ -2,30 +2,35 @@
 
 A restore sets back what is registered; everything else is what the code before the loop
 (or a new process) sets up, not what it was at the checkpoint. For most of it that is
-harmless (a receive buffer is written before it is read), but three kinds carry the
+harmless (a receive buffer is written before it is read), but these carry the
 loop's history, and a run with a failure then gives another answer than one without,
 without an error:
 
 * a random generator the loop draws from: one bound to a local of the loop's frame or to
   an unregistered attribute (seeded before the loop), or numpy's or ``random``'s global
   one;
+* a list, dict, set or deque bound to such a local or attribute that grows from one
+  iteration to the next (a residual history: ``history.append(r)``, or
+  ``self.history = self.history + [r]``);
 * a variable of the program's module that the program's code names (a history list, a
   counter, a cache dict), changed in place or rebound;
 * a class attribute of the program changed in place (``self.cache[k] = ...`` on a dict
   declared in the class body: one object, shared, never saved).
 
-Between the first two safe points of its first life, a rank compares the digests of each
+Between the second and third safe points of its first life, a rank compares each
 (``UnsavedStateWatch.look``); it reports those that changed (``unsaved_state``) and the
 driver warns once per run for the same names (``_notices``, ``UnsavedStateWarning``).
-Locals and attributes that are not generators are not watched here: they are as often
-scratch space as state, and a warning for a receive buffer would teach users to ignore
-the warning (sim-check names them after a failed run: ``tools/_simcheck_programs``).
+Other locals and attributes are not watched here: an array changed in place or a number
+rebound is as often scratch space as state, and a warning for a receive buffer would
+teach users to ignore the warning (sim-check names them after a failed run:
+``tools/_simcheck_programs``).
 Module variables and class attributes survive from one run to the next in a process that
 runs several (``local``, ``sim``, a kept Ray worker), so their state is not even the same
 at the start of each run.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import pickle
 import random
@@ -38,12 +43,17 @@ from ._program_code import code_objects, program_functions
 GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
 """The generator types watched wherever the loop may hold one."""
 
+COLLECTIONS = (list, dict, set, collections.deque)
+"""Containers that, bound to a loop's local or an unregistered attribute, carry the
+loop's history when they grow (a residual log); a receive buffer never grows."""
+
 NUMPY_GLOBAL = "numpy's global random generator (np.random.rand, np.random.normal, ...)"
 RANDOM_GLOBAL = "the random module's global generator (random.random, random.choice, ...)"
 
 
 class UnsavedStateWatch:
-    """One rank's first life: digests at its first safe point, compared at its second."""
+    """One rank's first life: what it watches at its second safe point, compared at its
+    third."""
 
     def __init__(self, rank_cls: type):
         self._names = frozenset(n for c in code_objects(rank_cls) for n in c.co_names)
@@ -53,29 +63,45 @@ class UnsavedStateWatch:
         self._spaces = [(fn.__module__, fn.__globals__) for fn in spaces.values()]
         self._classes = [k for k in rank_cls.__mro__
                          if k.__module__.split(".")[0] not in ("ftactors", "builtins")]
-        self._first: dict[str, tuple[int, bytes]] | None = None
+        self._seen = 0  # safe points looked at
+        self._first: dict[str, tuple[int, bytes | int]] | None = None  # at the second
 
     def look(self, rank, frame) -> list[str] | None:
-        """At a safe point of ``rank`` whose loop runs in ``frame``: None at the first;
-        at the second, what changed since (as the warning names it), and the watch is
-        over."""
-        now = self._digests(rank, frame)
+        """At a safe point of ``rank`` whose loop runs in ``frame``: None at the first
+        two; at the third, what changed since the second (as the warning names it), and
+        the watch is over. (Not since the first: the first iteration fills what the code
+        before the loop left empty, a scratch list included.)"""
+        self._seen += 1
+        if self._seen == 1:
+            return None
+        now = self._observe(rank, frame)
         if self._first is None:
             self._first = now
             return None
-        first = self._first
-        return sorted(name for name, (ident, d) in now.items() if name in first
-                      and first[name][1] != d
-                      and (first[name][0] == ident or not name.startswith(("local", "self."))))
+        changed = []
+        for name, (ident, mark) in now.items():
+            was_ident, was_mark = self._first.get(name, (None, None))
+            if was_mark is None or type(mark) is not type(was_mark):
+                continue
+            if isinstance(mark, int):  # a collection of a local or an attribute: grew
+                if mark > was_mark:
+                    changed.append(name)
+            elif mark != was_mark and (was_ident == ident
+                                       or not name.startswith(("local", "self."))):
+                changed.append(name)
+        return sorted(changed)
 
-    def _digests(self, rank, frame) -> dict[str, tuple[int, bytes]]:
-        """name -> (object id, digest) of everything watched."""
+    def _observe(self, rank, frame) -> dict[str, tuple[int, bytes | int]]:
+        """name -> (object id, digest) of everything watched, or (object id, length) of a
+        collection bound to a local or an unregistered attribute."""
         registered = set(rank.ft.registered)
         kept = {id(getattr(rank, name, None)) for name in registered}
-        found = {f"local {name!r}": v for name, v in frame.f_locals.items()
-                 if isinstance(v, GENERATORS) and id(v) not in kept}
-        found.update({f"self.{name}": v for name, v in vars(rank).items()
-                      if isinstance(v, GENERATORS) and name not in registered})
+        mine = {f"local {name!r}": v for name, v in frame.f_locals.items()
+                if id(v) not in kept and v is not rank}
+        mine.update({f"self.{name}": v for name, v in vars(rank).items()  # the program's
+                     if name in self._names and name not in registered})  # (not protocols')
+        out = {name: (id(v), len(v)) for name, v in mine.items() if type(v) in COLLECTIONS}
+        found = {name: v for name, v in mine.items() if isinstance(v, GENERATORS)}
         found[NUMPY_GLOBAL] = np.random.get_state()
         found[RANDOM_GLOBAL] = random.getstate()
         for module, space in self._spaces:
@@ -84,7 +110,6 @@ class UnsavedStateWatch:
         for klass in self._classes:
             found.update({f"{klass.__qualname__}.{name}": v for name, v in vars(klass).items()
                           if not name.startswith("__") and _data(v)})
-        out = {}
         for name, value in found.items():
             d = _digest(value.bit_generator.state if isinstance(value, np.random.Generator)
                         else value)

@@ -323,27 +323,36 @@ HISTORY = []  # a module-level log that Logging's loop appends to
 
 
 class Logging(ft.Rank):
-    """Keeps part of its loop's history outside ``register``: in a variable of its module
-    or in a class attribute (one dict shared by every rank of the process)."""
+    """Keeps part of its loop's history outside ``register``: in a variable of its module,
+    in a class attribute (one dict shared by every rank of the process), in an attribute
+    or in a local list that grows."""
 
     cache = {}
     LIMIT = 100  # a class constant: read, never changed
 
     async def main(self, how, n=6):
         self.register("total", 0)
+        self.log, seen = [], []
         async for it in self.iterations(min(n, self.LIMIT)):
             v = await self.comm.allreduce(it + self.rank)
             if how == "module":
                 HISTORY.append(v)
             elif how == "class":
                 self.cache["calls"] = self.cache.get("calls", 0) + 1
+            elif how == "attribute":
+                self.log = self.log + [v]
+            elif how == "local":
+                seen.append(v)
+            else:
+                seen[:] = [v]  # a scratch list, refilled: does not grow
             self.total += v
         return self.total
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
 @pytest.mark.parametrize("how, named", [("module", f"{__name__}.HISTORY"),
-                                        ("class", "Logging.cache")])
+                                        ("class", "Logging.cache"), ("attribute", "self.log"),
+                                        ("local", "local 'seen'")])
 def test_a_loop_that_changes_module_or_class_state_is_told(transport, how, named):
     with pytest.warns(ft.UnsavedStateWarning) as record:
         ft.run(Logging, ranks=2, args=(how,), transport=transport)
