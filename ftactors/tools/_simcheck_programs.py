@@ -24,7 +24,10 @@ The diagnoses, each made only from facts of the runs:
   restore differs from the failure-free run's at that loop's first safe point, and does
   not differ between two failure-free runs of different seeds (a timer, say);
 * ``wildcard_receives``: the program's code names ``ANY_SOURCE`` or ``ANY_TAG``: which
-  message arrives first may differ between runs (read from the code, not observed).
+  message arrives first may differ between runs (read from the code, not observed);
+* state outside the rank that the loop changes (a variable of the program's module, a
+  class attribute, a global random generator), as the ranks themselves report it in any
+  run (``unsaved_state``, ``runtime/_unsaved_state``).
 """
 from __future__ import annotations
 
@@ -166,6 +169,13 @@ def program_causes(cls: type, reference) -> list[str]:
                      f"before the loop set, not its value at the checkpoint (register it: "
                      + (f"self.register({attr!r}, ...))" if attr != name else
                         f"{name} = self.register({name!r}, ...), then use self.{name})"))
+    outside = sorted({name for e in reference if e.kind == "unsaved_state"
+                      for name in e.detail["names"] if not name.startswith(("self.", "local "))})
+    for name in outside:  # (locals and attributes: named above, by the watch events)
+        lines.append(f"{name} changes between iterations and no checkpoint holds it: after "
+                     f"a restore it is what the code before the loop or a new process left, "
+                     f"and in a process that runs the program again it carries over from "
+                     f"the last run (keep the loop's state in registered attributes)")
     wild = wildcard_receives(cls)
     if wild:
         lines.append(f"the program receives with {' and '.join(wild)}: which message "

@@ -48,6 +48,15 @@ def test_wildcard_receives_are_named_when_the_failure_free_answer_is_not_reprodu
     assert "likely cause: the program receives with ANY_SOURCE" in message
 
 
+def test_module_state_the_loop_changes_is_named_when_the_answer_is_not_reproducible():
+    """A module-level list carries over from the first failure-free run to the second,
+    so they differ; the ranks reported it (``unsaved_state``) and sim-check names it."""
+    with pytest.raises(ValueError) as info:
+        program_target(resolve(f"{HERE}:ModuleHistory"), 3)
+    assert ("likely cause: tests.tools.user_programs.STEPS changes between iterations and "
+            "no checkpoint holds it") in str(info.value)
+
+
 def test_a_local_changed_in_place_is_named_and_a_recomputed_one_is_not():
     failed = _failed(sim_check("ready-flush", 4, 0, program=resolve(f"{HERE}:Cached"),
                                ranks=3))

@@ -263,3 +263,18 @@ class Grid2D(ft.Rank):
         total = await cart.reduce(float(self.u[1:-1, 1:-1].sum()), op=ft.SUM, root=0)
         total = await cart.bcast(total, root=0)
         return {"total": total, "trace": list(self.trace)}
+
+
+STEPS = []  # ModuleHistory's log of its step sizes, outside any rank
+
+
+class ModuleHistory(ft.Rank):
+    """Bug: the loop keeps its step history in a module-level list, which no checkpoint
+    holds and which carries over from one run to the next in the same process."""
+
+    async def main(self, iterations=6):
+        self.register("x", 1.0)
+        async for _ in self.iterations(iterations):
+            STEPS.append(0.5 ** len(STEPS))
+            self.x += await self.comm.allreduce(STEPS[-1])
+        return self.x
