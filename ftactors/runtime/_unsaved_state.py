@@ -128,7 +128,11 @@ def _data(value) -> bool:
 
 
 def _digest(value) -> bytes | None:
-    """A short digest of ``value``'s pickle; None for what cannot be pickled."""
+    """A short digest of ``value``'s pickle (of a plain array's memory: no copy of a big
+    module-level array); None for what cannot be pickled."""
+    if (type(value) is np.ndarray and value.flags.c_contiguous
+            and not value.dtype.hasobject):
+        return hashlib.blake2b(value.data, digest_size=8).digest() + value.dtype.str.encode()
     try:
         return hashlib.blake2b(pickle.dumps(value, protocol=5), digest_size=8).digest()
     except Exception:  # noqa: BLE001 - unpicklable: not compared

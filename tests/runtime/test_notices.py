@@ -320,6 +320,7 @@ def test_unsaved_state_is_told_on_ray(ray_session):
 
 
 HISTORY = []  # a module-level log that Logging's loop appends to
+FIELD = np.zeros(1000)  # a module-level array that Logging's loop changes in place
 
 
 class Logging(ft.Rank):
@@ -337,6 +338,8 @@ class Logging(ft.Rank):
             v = await self.comm.allreduce(it + self.rank)
             if how == "module":
                 HISTORY.append(v)
+            elif how == "array":
+                FIELD[it] += v
             elif how == "class":
                 self.cache["calls"] = self.cache.get("calls", 0) + 1
             elif how == "attribute":
@@ -351,6 +354,7 @@ class Logging(ft.Rank):
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
 @pytest.mark.parametrize("how, named", [("module", f"{__name__}.HISTORY"),
+                                        ("array", f"{__name__}.FIELD"),
                                         ("class", "Logging.cache"), ("attribute", "self.log"),
                                         ("local", "local 'seen'")])
 def test_a_loop_that_changes_module_or_class_state_is_told(transport, how, named):
