@@ -26,7 +26,8 @@ teach users to ignore the warning (sim-check names them after a failed run:
 ``tools/_simcheck_programs``).
 Module variables and class attributes survive from one run to the next in a process that
 runs several (``local``, ``sim``, a kept Ray worker), so their state is not even the same
-at the start of each run.
+at the start of each run. Arrays over ``DIGEST_MAX_BYTES`` are not compared (a big
+read-only matrix loaded at import would cost every rank two passes over it).
 """
 from __future__ import annotations
 
@@ -127,9 +128,16 @@ def _data(value) -> bool:
                 or type(value).__module__.split(".")[0] == "ftactors")
 
 
+DIGEST_MAX_BYTES = 64 << 20
+"""Arrays larger than this are not compared: a program's big read-only data (a matrix
+loaded at import) would cost every rank a pass over it at two safe points."""
+
+
 def _digest(value) -> bytes | None:
-    """A short digest of ``value``'s pickle (of a plain array's memory: no copy of a big
-    module-level array); None for what cannot be pickled."""
+    """A short digest of ``value``'s pickle (of a plain array's memory: no copy of a
+    module-level array); None for what cannot be pickled or is too large to read."""
+    if isinstance(value, np.ndarray) and value.nbytes > DIGEST_MAX_BYTES:
+        return None
     if (type(value) is np.ndarray and value.flags.c_contiguous
             and not value.dtype.hasobject):
         return hashlib.blake2b(value.data, digest_size=8).digest() + value.dtype.str.encode()

@@ -370,3 +370,11 @@ def test_module_and_class_state_that_the_loop_only_reads_is_not_told(transport):
         warnings.simplefilter("error", ft.UnsavedStateWarning)
         r = ft.run(Logging, ranks=2, args=("neither",), transport=transport)
     assert r.events_of("unsaved_state") == []
+
+
+def test_big_arrays_are_not_read_for_the_unsaved_state_watch():
+    """A big read-only matrix of the program's module is not hashed at every rank's start
+    (two passes over it); a small one is."""
+    from ftactors.runtime._unsaved_state import DIGEST_MAX_BYTES, _digest
+    assert _digest(np.zeros(DIGEST_MAX_BYTES // 8 + 1)) is None
+    assert _digest(np.zeros(8)) != _digest(np.ones(8))
