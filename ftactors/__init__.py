@@ -23,6 +23,7 @@ from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP,
 from .runtime._progress import Progress
 from .runtime._protocol import Protocol
 from .runtime._rank import Rank
+from .facade._message import Message
 from .facade._request import (Prequest, Request, Status, testall, testany, testsome, waitall,
                               waitany, waitsome)
 from .facade._topology import CART, compute_dims
@@ -36,7 +37,7 @@ __all__ = [
     "CheckpointCorrupted", "Communicator", "ConfigError", "DOUBLE", "Datatype", "Envelope",
     "Event", "FLOAT", "FTError", "FaultToleranceWarning", "INT", "INT16_T", "INT32_T",
     "INT64_T", "INT8_T", "IN_PLACE", "JobLost", "Kill", "KillNotFiredWarning", "LAND",
-    "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "NO_OP",
+    "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "Message", "NO_OP",
     "NoCheckpointWarning", "NoSparesWarning", "NothingRegisteredWarning", "Op", "PROC_NULL",
     "PROD", "Partition", "Prequest", "Progress", "Protocol", "ProtocolError", "REPLACE", "Rank", "RankError",
     "RankFailed", "RankNicenessWarning",

@@ -38,6 +38,7 @@ from ..engine._envelope import COLLECTIVE_SUFFIX, Envelope
 from ..engine._synchronous import Synchronous
 from ._buffer_api import BufferAPI
 from ._buffers import array_bytes
+from ._message import Message
 from ._ops import SUM
 from ..engine._payload import Payload, unpack
 from ._request import Request, Status, polled_in_vain
@@ -268,6 +269,37 @@ class Communicator(BufferAPI):
         return True
 
     Probe, Iprobe = probe, iprobe
+
+    async def mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+                     status: Status | None = None) -> Message:
+        """Wait for a matching message and take it: only the ``Message`` returned can
+        receive it (``facade/_message``)."""
+        src, tag = self._source(source), self._recv_tag(tag)
+        if src == PROC_NULL:
+            msg = Message.no_proc(self)
+        else:
+            msg = Message(self, *self._received(await self._ep.receive(self._ctx, src, tag)))
+        if status is not None:
+            status._fill(msg._status)
+        return msg
+
+    def improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG,
+                status: Status | None = None) -> Message | None:
+        """Take a matching message now if one is here (its ``Message``), else None."""
+        src, tag = self._source(source), self._recv_tag(tag)
+        if src == PROC_NULL:
+            msg = Message.no_proc(self)
+        elif self._ep.iprobe(self._ctx, src, tag) is None:
+            polled_in_vain()
+            return None
+        else:  # the receive takes the message found (the first match), without waiting
+            msg = Message(self, *self._received(
+                self._ep.receive_later(self._ctx, src, tag).result()))
+        if status is not None:
+            status._fill(msg._status)
+        return msg
+
+    Mprobe, Improbe = mprobe, improbe
 
     # ------------------------------------------- collective plumbing (internal)
     def _csend(self, obj_or_payload: Any, dest: int, tag: int) -> Payload:
