@@ -26,8 +26,9 @@ teach users to ignore the warning (sim-check names them after a failed run:
 ``tools/_simcheck_programs``).
 Module variables and class attributes survive from one run to the next in a process that
 runs several (``local``, ``sim``, a kept Ray worker), so their state is not even the same
-at the start of each run. Arrays over ``DIGEST_MAX_BYTES`` are not compared (a big
-read-only matrix loaded at import would cost every rank two passes over it).
+at the start of each run. Big arrays and containers are not compared
+(``DIGEST_MAX_BYTES``, ``DIGEST_MAX_ITEMS``: a read-only table loaded at import would
+cost every rank two passes over it).
 """
 from __future__ import annotations
 
@@ -129,14 +130,17 @@ def _data(value) -> bool:
 
 
 DIGEST_MAX_BYTES = 64 << 20
-"""Arrays larger than this are not compared: a program's big read-only data (a matrix
-loaded at import) would cost every rank a pass over it at two safe points."""
+DIGEST_MAX_ITEMS = 1 << 20
+"""Arrays of more bytes and containers of more items are not compared: a program's big
+read-only data (a matrix or a table loaded at import) would cost every rank a pass over
+it at two safe points."""
 
 
 def _digest(value) -> bytes | None:
     """A short digest of ``value``'s pickle (of a plain array's memory: no copy of a
     module-level array); None for what cannot be pickled or is too large to read."""
-    if isinstance(value, np.ndarray) and value.nbytes > DIGEST_MAX_BYTES:
+    if (isinstance(value, np.ndarray) and value.nbytes > DIGEST_MAX_BYTES
+            or isinstance(value, (list, tuple, dict, set)) and len(value) > DIGEST_MAX_ITEMS):
         return None
     if (type(value) is np.ndarray and value.flags.c_contiguous
             and not value.dtype.hasobject):

@@ -373,8 +373,9 @@ def test_module_and_class_state_that_the_loop_only_reads_is_not_told(transport):
 
 
 def test_big_arrays_are_not_read_for_the_unsaved_state_watch():
-    """A big read-only matrix of the program's module is not hashed at every rank's start
-    (two passes over it); a small one is."""
-    from ftactors.runtime._unsaved_state import DIGEST_MAX_BYTES, _digest
+    """A big read-only matrix or table of the program's module is not read at every
+    rank's start (two passes over it); a small one is."""
+    from ftactors.runtime._unsaved_state import DIGEST_MAX_BYTES, DIGEST_MAX_ITEMS, _digest
     assert _digest(np.zeros(DIGEST_MAX_BYTES // 8 + 1)) is None
+    assert _digest(dict.fromkeys(range(DIGEST_MAX_ITEMS + 1))) is None
     assert _digest(np.zeros(8)) != _digest(np.ones(8))
