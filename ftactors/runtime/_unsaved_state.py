@@ -15,7 +15,10 @@ without an error:
 * a variable of the program's module that the program's code names (a history list, a
   counter, a cache dict), changed in place or rebound;
 * a class attribute of the program changed in place (``self.cache[k] = ...`` on a dict
-  declared in the class body: one object, shared, never saved).
+  declared in the class body: one object, shared, never saved);
+* a local that ``register`` bound to a registered attribute and that the loop rebinds
+  while the attribute keeps its first value (``x = self.register("x", ...)``, then
+  ``x = x + dx``: every checkpoint saves the first ``x``).
 
 Between the second and third safe points of its first life, a rank compares each
 (``UnsavedStateWatch.look``); it reports those that changed (``unsaved_state``) and the
@@ -49,6 +52,8 @@ COLLECTIONS = (list, dict, set, collections.deque)
 """Containers that, bound to a loop's local or an unregistered attribute, carry the
 loop's history when they grow (a residual log); a receive buffer never grows."""
 
+REGISTERED = "registered self."  # ``_observe``'s key of a registered attribute
+
 NUMPY_GLOBAL = "numpy's global random generator (np.random.rand, np.random.normal, ...)"
 RANDOM_GLOBAL = "the random module's global generator (random.random, random.choice, ...)"
 
@@ -66,6 +71,7 @@ class UnsavedStateWatch:
         self._classes = [k for k in rank_cls.__mro__
                          if k.__module__.split(".")[0] not in ("ftactors", "builtins")]
         self._seen = 0  # safe points looked at
+        self._aliases: dict[str, tuple[str, int]] = {}  # at the first
         self._first: dict[str, tuple[int, bytes | int]] | None = None  # at the second
 
     def look(self, rank, frame) -> list[str] | None:
@@ -75,14 +81,17 @@ class UnsavedStateWatch:
         before the loop left empty, a scratch list included.)"""
         self._seen += 1
         if self._seen == 1:
+            self._aliases = _aliases(rank, frame)
             return None
         now = self._observe(rank, frame)
         if self._first is None:
             self._first = now
             return None
-        changed = []
+        changed = [*self._rebound(rank, frame, now)]
         for name, (ident, mark) in now.items():
             was_ident, was_mark = self._first.get(name, (None, None))
+            if name.startswith(REGISTERED):  # only for ``_rebound``: registered is saved
+                continue
             if was_mark is None or type(mark) is not type(was_mark):
                 continue
             if isinstance(mark, int):  # a collection of a local or an attribute: grew
@@ -93,9 +102,25 @@ class UnsavedStateWatch:
                 changed.append(name)
         return sorted(changed)
 
+    def _rebound(self, rank, frame, now: dict) -> list[str]:
+        """The locals that ``register`` bound to a registered attribute at the first safe
+        point and that the loop rebinds since, while the attribute keeps its first object
+        and value (``x = self.register("x", ...)``, then ``x = x + dx``): every checkpoint
+        saves that first value."""
+        out = []
+        for name, (attr, ident) in self._aliases.items():
+            kept = f"{REGISTERED}{attr}"
+            if (id(frame.f_locals.get(name)) != ident and id(getattr(rank, attr, None)) == ident
+                    and kept in now and now[kept] == self._first.get(kept)):
+                out.append(f"the local {name!r} that register returned (the loop "
+                           f"rebinds it, so self.{attr} keeps its first value and so does "
+                           f"every checkpoint: assign self.{attr} instead)")
+        return out
+
     def _observe(self, rank, frame) -> dict[str, tuple[int, bytes | int]]:
         """name -> (object id, digest) of everything watched, or (object id, length) of a
-        collection bound to a local or an unregistered attribute."""
+        collection bound to a local or an unregistered attribute; and of each registered
+        attribute that a local was bound to at the first safe point."""
         registered = set(rank.ft.registered)
         kept = {id(getattr(rank, name, None)) for name in registered}
         mine = {f"local {name!r}": v for name, v in frame.f_locals.items()
@@ -104,6 +129,8 @@ class UnsavedStateWatch:
                      if name in self._names and name not in registered})  # (not protocols')
         out = {name: (id(v), len(v)) for name, v in mine.items() if type(v) in COLLECTIONS}
         found = {name: v for name, v in mine.items() if isinstance(v, GENERATORS)}
+        found.update({f"{REGISTERED}{attr}": getattr(rank, attr, None)
+                      for attr, _ in self._aliases.values()})
         found[NUMPY_GLOBAL] = np.random.get_state()
         found[RANDOM_GLOBAL] = random.getstate()
         for module, space in self._spaces:
@@ -118,6 +145,18 @@ class UnsavedStateWatch:
             if d is not None:
                 out[name] = (id(value), d)
         return out
+
+
+def _aliases(rank, frame) -> dict[str, tuple[str, int]]:
+    """local name -> (registered attribute, object id) of the loop's locals bound to a
+    registered attribute's object (what ``register`` returned). A number, string or None
+    only under the attribute's own name (``total = self.register("total", 0.0)``): such
+    objects are shared (small ints, a function's equal constants), so another local may
+    hold the same one by chance."""
+    by_id = {id(getattr(rank, attr, None)): attr for attr in rank.ft.registered}
+    return {name: (by_id[id(value)], id(value)) for name, value in frame.f_locals.items()
+            if id(value) in by_id and (name == by_id[id(value)] or not isinstance(
+                value, (int, float, complex, str, bytes, bool, type(None))))}
 
 
 def _data(value) -> bool:

@@ -172,7 +172,9 @@ def program_causes(cls: type, reference) -> list[str]:
     outside = sorted({name for e in reference if e.kind == "unsaved_state"
                       for name in e.detail["names"] if not name.startswith(("self.", "local "))})
     for name in outside:  # (locals and attributes: named above, by the watch events)
-        lines.append(f"{name} changes between iterations and no checkpoint holds it: after "
+        lines.append(f"{name}: a restore resumes the loop from that first value"
+                     if name.startswith("the local ") else
+                     f"{name} changes between iterations and no checkpoint holds it: after "
                      f"a restore it is what the code before the loop or a new process left, "
                      f"and in a process that runs the program again it carries over from "
                      f"the last run (keep the loop's state in registered attributes)")

@@ -379,3 +379,48 @@ def test_big_arrays_are_not_read_for_the_unsaved_state_watch():
     assert _digest(np.zeros(DIGEST_MAX_BYTES // 8 + 1)) is None
     assert _digest(dict.fromkeys(range(DIGEST_MAX_ITEMS + 1))) is None
     assert _digest(np.zeros(8)) != _digest(np.ones(8))
+
+
+class Rebinding(ft.Rank):
+    """``how``: the loop rebinds the local ``register`` returned, so the registered
+    attribute keeps its first value (the bug), or updates it in place, or assigns the
+    attribute (both right)."""
+
+    async def main(self, how, n=6):
+        x = self.register("x", np.zeros(3) + self.rank)
+        total = self.register("total", 0.0)
+        count = 0  # an int like the registered total's first value: not taken for it
+        async for _ in self.iterations(n):
+            v = await self.comm.allreduce(float(x.sum()))
+            if how == "rebind":
+                x = x * 0.5 + v
+                total += v
+            elif how == "in place":
+                x *= 0.5
+                x += v
+                self.total += v
+            else:
+                self.x = x = x * 0.5 + v
+                self.total = total = total + v
+            count += 1
+        return x.tolist(), self.total, count
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_loop_that_rebinds_what_register_returned_is_told(transport):
+    """Every checkpoint would save the first value: a failure gives another answer."""
+    with pytest.warns(ft.UnsavedStateWarning) as record:
+        ft.run(Rebinding, ranks=2, args=("rebind",), transport=transport)
+    (told,) = _told(record, ft.UnsavedStateWarning)
+    assert ("the local 'total' that register returned (the loop rebinds it, so self.total "
+            "keeps its first value" in told and "the local 'x' that register returned" in told)
+    assert "count" not in told
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("how", ["in place", "assigned"])
+def test_a_loop_that_updates_the_registered_state_is_not_told(transport, how):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.UnsavedStateWarning)
+        r = ft.run(Rebinding, ranks=2, args=(how,), transport=transport)
+    assert r.events_of("unsaved_state") == []

@@ -57,6 +57,17 @@ def test_module_state_the_loop_changes_is_named_when_the_answer_is_not_reproduci
             "no checkpoint holds it") in str(info.value)
 
 
+def test_a_rebound_local_that_register_returned_is_named():
+    """``x = self.register("x", ...)`` then ``x = x * 0.5 + ...``: the checkpoints all
+    save the first ``x``, so runs with a failure differ, and the cause is named."""
+    failed = _failed(sim_check("standby", 6, 0, program=resolve(f"{HERE}:Rebinds"), ranks=3))
+    assert failed and all(o.causes == ["the local 'x' that register returned (the loop "
+                                       "rebinds it, so self.x keeps its first value and so "
+                                       "does every checkpoint: assign self.x instead): a "
+                                       "restore resumes the loop from that first value"]
+                          for o in failed)
+
+
 def test_a_local_changed_in_place_is_named_and_a_recomputed_one_is_not():
     failed = _failed(sim_check("ready-flush", 4, 0, program=resolve(f"{HERE}:Cached"),
                                ranks=3))

@@ -278,3 +278,14 @@ class ModuleHistory(ft.Rank):
             STEPS.append(0.5 ** len(STEPS))
             self.x += await self.comm.allreduce(STEPS[-1])
         return self.x
+
+
+class Rebinds(ft.Rank):
+    """Bug: the loop rebinds the local that ``register`` returned, so ``self.x`` keeps its
+    first value and every checkpoint saves that."""
+
+    async def main(self, iterations=8):
+        x = self.register("x", np.zeros(4) + self.rank)
+        async for _ in self.iterations(iterations):
+            x = x * 0.5 + await self.comm.allreduce(float(x.sum()))
+        return x.tolist()
