@@ -23,6 +23,7 @@ from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP,
 from .runtime._progress import Progress
 from .runtime._protocol import Protocol
 from .runtime._rank import Rank
+from .facade._environment import Get_processor_name, Wtick, Wtime
 from .facade._message import Message
 from .facade._request import (Prequest, Request, Status, testall, testany, testsome, waitall,
                               waitany, waitsome)
@@ -44,7 +45,7 @@ __all__ = [
     "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
     "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
     "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
-    "UnsavedStateWarning", "WildcardReceiveWarning",
+    "UnsavedStateWarning", "WildcardReceiveWarning", "Get_processor_name", "Wtick", "Wtime",
     "compute_dims", "launch", "run", "run_async", "testall", "testany", "testsome",
     "waitall", "waitany", "waitsome",
 ]

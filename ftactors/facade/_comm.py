@@ -451,7 +451,7 @@ class Communicator(BufferAPI):
         no message is needed since every member derives the same id)."""
         return Communicator(self._ep, f"{self.id}.{self._next_child()}d", self.group)
 
-    Split, Dup = split, dup
+    Split, Dup, Clone = split, dup, dup
 
     def _next_child(self) -> int:
         """The number of the next communicator derived from this one: counted per id by
