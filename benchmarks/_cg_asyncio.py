@@ -30,7 +30,7 @@ import numpy as np
 from ftactors.apps.cg import (CG_CLASSES, CSRMatrix, csr_matvec, make_matrix,
                               power_step_async, row_block, row_range, verify_zeta)
 from ftactors.tools.options import core_default
-from ftactors.transports.ray import Spin
+from ftactors.transports import Spin
 
 from ._rawsocket import _Frames, _frame
 

@@ -79,7 +79,6 @@ from ..runtime._host import RankHost, RankSpec
 from ..engine._payload import Payload, is_plain
 from . import _sources
 from ._direct import Listener, Peers, RunSecret, encode
-# public: a rank's polling, which the asyncio floor of ``bench solver`` runs as ranks do
 from ._spin import Spin
 from ._warm import INBOXES, WARM, Warm
 from .ray_driver import DEATH_NOTICES, ensure_ray
