@@ -175,16 +175,23 @@ read-only data (a matrix or a table loaded at import) would cost every rank a pa
 it at two safe points."""
 
 
-def _digest(value) -> bytes | None:
-    """A short digest of ``value``'s pickle (of a plain array's memory: no copy of a
-    module-level array); None for what cannot be pickled or is too large to read."""
-    if (isinstance(value, np.ndarray) and value.nbytes > DIGEST_MAX_BYTES
-            or isinstance(value, (list, tuple, dict, set)) and len(value) > DIGEST_MAX_ITEMS):
-        return None
+def digest(value) -> bytes | None:
+    """A short digest of ``value``: of a plain array's memory, shape and dtype (no copy),
+    else of its pickle; None for what cannot be pickled. (sim-check's watch digests the
+    program's locals with it too: ``tools/_simcheck_programs``.)"""
     if (type(value) is np.ndarray and value.flags.c_contiguous
             and not value.dtype.hasobject):
-        return hashlib.blake2b(value.data, digest_size=8).digest() + value.dtype.str.encode()
+        return (hashlib.blake2b(value.data, digest_size=8).digest()
+                + f"{value.dtype.str}{value.shape}".encode())
     try:
         return hashlib.blake2b(pickle.dumps(value, protocol=5), digest_size=8).digest()
     except Exception:  # noqa: BLE001 - unpicklable: not compared
         return None
+
+
+def _digest(value) -> bytes | None:
+    """``digest``, but None for what is too large to read at a rank's start."""
+    if (isinstance(value, np.ndarray) and value.nbytes > DIGEST_MAX_BYTES
+            or isinstance(value, (list, tuple, dict, set)) and len(value) > DIGEST_MAX_ITEMS):
+        return None
+    return digest(value)

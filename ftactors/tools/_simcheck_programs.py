@@ -31,12 +31,11 @@ The diagnoses, each made only from facts of the runs:
 """
 from __future__ import annotations
 
-import hashlib
-import pickle
 import sys
 
 from ..runtime._program_code import code_objects, wildcard_receives
 from ..runtime._rank import Rank
+from ..runtime._unsaved_state import digest as state_digest
 
 FRAMEWORK_ATTRS = frozenset(vars(Rank).get("__annotations__", {})) | {"comm", "ft",
                                                                       "run_identity"}
@@ -44,14 +43,12 @@ FRAMEWORK_ATTRS = frozenset(vars(Rank).get("__annotations__", {})) | {"comm", "f
 
 
 def digest(value) -> str | None:
-    """A short digest of ``value``'s pickle; None for what cannot be pickled or is the
-    framework's."""
+    """A short digest of ``value`` (``_unsaved_state.digest``, as text for the timeline);
+    None for what cannot be pickled or is the framework's."""
     if type(value).__module__.split(".")[0] == "ftactors" or callable(value):
         return None
-    try:
-        return hashlib.blake2b(pickle.dumps(value, protocol=5), digest_size=8).hexdigest()
-    except Exception:  # noqa: BLE001 - unpicklable state: not compared
-        return None
+    d = state_digest(value)
+    return None if d is None else d.hex()
 
 
 def watched(cls: type) -> type:
