@@ -112,8 +112,6 @@ from .options import OPTIONS, ready_settings
 NAME = "ready_flush"
 KEEP_STABLE = 2
 """Complete checkpoint sets kept on stable storage (older ones are deleted)."""
-ABORT = "abort"
-"""A marker's data when its sender cannot reach the checkpoint position (its loop ended)."""
 FIRST_RETRY = 1e-4
 """Before the first auto checkpoint, a request no rank could place (not in a loop yet) is
 retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
@@ -137,6 +135,21 @@ class _Ready:
     safe: dict = field(default_factory=dict)        # position -> future: the part is safe
     stop: asyncio.Future | None = None               # MP's answer: where it stopped
     moved: dict | None = None                        # restored by a migration: what came
+    joined: dict = field(default_factory=dict)       # round -> _Part: joined, not sealed
+    held: dict = field(default_factory=dict)         # src -> its post-cut messages held
+    idle: int = 0                                    # > 0: parked at a safe point
+    finished: bool = False                           # main() has returned
+
+
+@dataclass(slots=True)
+class _Part:
+    """This rank's part of one round, from the moment it joined to its seal."""
+
+    state: dict                                      # Endpoint.state_now at the join
+    protocols: dict                                  # the protocols' state then
+    position: tuple | None                           # where main() was (its resume point)
+    at: float                                        # when (the run's clock)
+    late: list = field(default_factory=list)         # pre-cut messages that came since
 
 
 class ReadyMessageFlush(PlannedLevel):
@@ -176,28 +189,19 @@ class ReadyMessageFlush(PlannedLevel):
                                   HandOff(self.rank, self.size), Move(self.rank))
         if st.settings["storage"] != "object":
             st.store = open_store(st.settings["dir"])
+        self.ft.keep_base = True  # a round may take this rank's state between safe points
         await super().on_start()
 
     async def on_finish(self) -> None:
-        """``main()`` returned: no safe point is left, so positions still awaited here
-        can never be reached; tell the peers waiting there."""
+        """``main()`` returned: its state is final, so every round under way or to come
+        takes it as this rank's part (``_join_idle``)."""
         st = self._ready
         for fut in st.undecided.values():
             await fut
-        self._abandon(set(st.where.targets) | {k for k in self._decided() if k is not None})
+        st.finished = True
+        self._join_idle()
         await self._migrate(st.moving.finished())
         await super().on_finish()
-
-    def _decided(self) -> set:
-        return {f.result() for f in self._ready.undecided.values() if f.done()}
-
-    def _abandon(self, positions) -> None:
-        st = self._ready
-        for pos in sorted(positions):
-            st.flush.start(self.ft, NAME, ("ckpt", pos), range(self.size), ABORT)
-            self.ft.report("checkpoint_abandoned", position=pos)
-        st.where.targets.clear()
-        st.undecided.clear()
 
     # ------------------------------------------------------------ safe points
     async def on_safe_point(self, iteration: int) -> None:
@@ -208,31 +212,129 @@ class ReadyMessageFlush(PlannedLevel):
         st.where.decided(fut.result() for fut in st.undecided.values())
         st.undecided.clear()
         here, passed = st.where.at_safe_point(iteration, pos, self.planned_due(NAME, iteration))
-        if here:
-            await self.checkpoint_here()
-        if passed:  # a new loop began before the position (SPMD programs do not)
-            self._abandon(passed)
+        # its own checkpoint here, decided positions it went past (a new loop began), and
+        # the rounds other ranks began: this safe point's state is its part of each
+        rounds = [("ckpt", k) for k in sorted(passed)] + ([("ckpt", pos)] if here else [])
+        st.where.targets.difference_update(passed)
+        await self._parked(self._join(r) for r in rounds + self._unjoined())
         if st.moving.stopping:
             await self._stop_for_migration()
 
+    async def _parked(self, seals) -> None:
+        """Wait at this safe point until the parts of the rounds joined here are sealed
+        and safe; rounds that begin meanwhile are joined at once (``_join_idle``)."""
+        st = self._ready
+        st.idle += 1
+        try:
+            for seal in [t for t in seals if t is not None]:
+                await seal
+        finally:
+            st.idle -= 1
+
     async def checkpoint_here(self) -> None:
-        """Flush every channel with ready messages, then save this rank's part of the
-        checkpoint at this safe point. Collective: every rank calls it at the same
-        position (the protocol does, see the module docstring)."""
-        st, ft = self._ready, self.ft
-        pos = ft.position
-        if pos is None:
+        """Take a checkpoint at this safe point: this rank starts the round of its
+        position (the others join it, module docstring) and waits until its part is
+        sealed and safe."""
+        if self.ft.position is None:
             raise ProtocolError("checkpoint_here() must be called at a safe point")
-        at = ft.link.clock()  # the run's clock: virtual on sim
-        st.flush.start(ft, NAME, ("ckpt", pos), range(self.size))
-        markers = await st.flush.wait(ft, ("ckpt", pos))
-        t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
-        if ABORT in markers.values():
-            ft.events.record("checkpoint_aborted", position=pos,
-                             by=sorted(r for r, d in markers.items() if d == ABORT))
+        await self._parked([self._join(("ckpt", self.ft.position))])
+
+    # ---------------------------------------------------------------- rounds
+    def _unjoined(self) -> list:
+        """The checkpoint rounds other ranks began that this rank has not joined yet."""
+        rounds = self._ready.flush.rounds
+        return [] if rounds is None else [
+            rid for rid, r in rounds.rounds.items() if rid[0] == "ckpt" and r.members is None]
+
+    def _join(self, round_id) -> asyncio.Task | None:
+        """Join checkpoint round ``round_id``: this rank's state now is its part (at a
+        safe point that is the safe point's state; else the last safe point's, or the
+        loop end's, plus what it consumed since, replayed on restore), without the
+        post-cut messages it holds; its markers go to every rank. Returns the task that
+        seals the part once every marker is in (None: joined already)."""
+        st, ft = self._ready, self.ft
+        rounds = st.flush.rounds
+        r = None if rounds is None else rounds.rounds.get(round_id)
+        if round_id in st.joined or (r is not None and r.members is not None):
+            return None
+        st.where.taken(round_id[1])
+        state = ft.state_now(unreceived={src: len(envs) for src, envs in st.held.items()})
+        part = st.joined[round_id] = _Part(state, self.protocol_state(), ft.position,
+                                           ft.link.clock())
+        # every rank: a rank learns of a round from the first marker it gets, and holds
+        # what the marker's sender sends after it until it has joined too
+        st.flush.start(ft, NAME, round_id, range(self.size), also=range(self.size))
+        self._release_held()
+        return self.ft_spawn(self._seal(round_id, part))
+
+    def _join_idle(self) -> None:
+        """The rank is idle (blocked in a receive, parked at a safe point, or finished):
+        join every round under way now, and begin those the coordinator placed that it
+        has not reached (it may never reach them)."""
+        st, ft = self._ready, self.ft
+        if not ft.can_snapshot_now():
+            return  # a restored rank re-running the code before its resume point
+        st.where.decided(f.result() for f in st.undecided.values() if f.done())
+        for key in [k for k, f in st.undecided.items() if f.done()]:
+            del st.undecided[key]
+        rounds = [("ckpt", k) for k in sorted(st.where.targets)] + self._unjoined()
+        st.where.targets.clear()
+        for round_id in rounds:
+            self._join(round_id)
+
+    def _idle(self) -> bool:
+        st = self._ready
+        return bool(self.ft.blocked or st.idle or st.finished)
+
+    def on_blocked(self) -> None:
+        """``main()`` waits for a message: a round under way may need this rank's part
+        before that message comes (the sender may be waiting for the round), so the
+        rank joins now (module docstring)."""
+        st = self._ready
+        if st.undecided or st.where.targets or self._unjoined():
+            self._join_idle()
+        super().on_blocked()
+
+    def on_receive(self, env):
+        """Messages sent after their sender's marker of a round this rank has not joined
+        are held until it joins (they are not in its part); messages that come after
+        this rank joined a round, sent before their sender's marker of it, belong to the
+        part (``late``)."""
+        st = self._ready
+        src = env.src
+        if src != self.rank and (st.joined or st.held or st.flush.rounds is not None):
+            rounds = st.flush.rounds.rounds if st.flush.rounds is not None else {}
+            for round_id, part in st.joined.items():
+                r = rounds.get(round_id)
+                if r is not None and src not in r.markers:
+                    part.late.append(env)
+            if src in st.held or any(src in rounds[rid].markers for rid in self._unjoined()):
+                st.held.setdefault(src, []).append(env)
+                return None
+        return super().on_receive(env)
+
+    def _release_held(self) -> None:
+        """Deliver the held messages no round left unjoined holds back, in order."""
+        st = self._ready
+        if not st.held:
             return
-        st.where.taken(pos)
-        blob = ft.snapshot(cut=st.flush.last_cut)
+        unjoined = self._unjoined()
+        rounds = st.flush.rounds.rounds
+        for src in [s for s in st.held if not any(s in rounds[r].markers for r in unjoined)]:
+            for env in st.held.pop(src):
+                env = super().on_receive(env)
+                if env is not None:
+                    self.ft.deliver_now(env)
+
+    async def _seal(self, round_id, part: _Part) -> None:
+        """Once every marker of ``round_id`` is in, seal this rank's part with the
+        pre-cut messages that came since it joined, save it and hand it off."""
+        st, ft = self._ready, self.ft
+        await st.flush.wait(ft, round_id)
+        del st.joined[round_id]
+        t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
+        blob = ft.seal_state(part.state, part.protocols, part.late)
+        pos = round_id[1]
         index = position_index(pos)
         if st.store is not None:  # first: a copy at the holder implies the part on disk
             await asyncio.to_thread(store_part, st.store, self.run_identity, index, self.rank,
@@ -245,8 +347,8 @@ class ReadyMessageFlush(PlannedLevel):
         t_saved = time.perf_counter()
         event = ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
-            flush_s=flushed_at - at, save_s=t_saved - t_flushed, at=at,
-            flushed_at=flushed_at)
+            flush_s=flushed_at - part.at, save_s=t_saved - t_flushed, at=part.at,
+            flushed_at=flushed_at, part_position=part.position)
         if safe is None:
             await ft.link.report_now(event)  # on disk: the coordinator must know to seal it
         else:
@@ -254,7 +356,7 @@ class ReadyMessageFlush(PlannedLevel):
             await safe  # a rank past the position never holds the only copy of its part
             ft.events.record("checkpoint_copied", position=pos, holder=st.handoff.holder,
                              wait_s=time.perf_counter() - t_saved)
-        self.planned_cost(NAME, at)
+        self.planned_cost(NAME, part.at)
 
     def _hand_off(self, effects: list) -> None:
         """Do what the hand-off machine (``handoff.HandOff``) says."""
@@ -311,6 +413,8 @@ class ReadyMessageFlush(PlannedLevel):
         fut = self._ready.undecided.get(request)
         if fut is not None and not fut.done():
             fut.set_result(None if position is None else tuple(position))
+            if self._idle() and not self._ready.idle:  # parked: on_safe_point takes it
+                self._join_idle()
 
     # --------------------------------------------------------------- migration
     async def _migrate(self, effects: list) -> int:
@@ -384,6 +488,8 @@ class ReadyMessageFlush(PlannedLevel):
         op, data = ft.control_data(env)
         if op in FLUSH_OPS:
             st.flush.take(ft, env, op, data)
+            if self._idle() and self._unjoined():
+                self._join_idle()
         elif op == "copy":  # a part to hold for env.src until the coordinator took it
             pos, blob = data
             self._hand_off(st.handoff.copy_received(env.src, tuple(pos), bytes(blob)))
@@ -416,6 +522,9 @@ class ReadyMessageFlush(PlannedLevel):
         st = self._ready
         st.undecided.clear()
         st.safe.clear()  # the parts under way belong to the execution left
+        st.joined.clear()
+        st.held.clear()
+        st.idle, st.finished = 0, False
         st.stop = None
         st.moving.restored()
         if st.moved is None:
