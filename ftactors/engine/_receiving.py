@@ -14,8 +14,8 @@ come before the rank has started, or for a restored incarnation before its proto
 have reset, wait until ``open``.
 
 A receive takes the first queued message that matches, else posts itself and waits
-(the rank is then *blocked*: ``blocked`` counts such waits, and the protocol stack hears
-of each one at once, ``on_blocked``); a blocking receive's message is *in flight* from the moment it matches until its task
+(the rank is then *blocked*: ``blocked`` lists the sources of such waits, and the
+protocol stack hears of each one at once, ``on_blocked``); a blocking receive's message is *in flight* from the moment it matches until its task
 resumes (neither queued nor consumed), so a snapshot taken in between (``state_now``)
 finds it there.
 
@@ -58,7 +58,8 @@ class Receiving:
         self._waiting: list[list[Envelope]] | None = []
         self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
-        self.blocked = 0  # receives and probes waiting now, nothing queued matching them
+        # the world sources of the receives and probes waiting now (ANY_SOURCE: any)
+        self.blocked: list[int] = []
 
     # ------------------------------------------------------------------ arrivals
     def deliver(self, envs: list[Envelope]) -> None:
@@ -144,7 +145,7 @@ class Receiving:
         self.matcher.post(p)
         self._flush_before_wait()
         try:
-            env = await self._blocked_on(fut)
+            env = await self._blocked_on(fut, source)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             if fut.done() and not fut.cancelled():
@@ -156,19 +157,20 @@ class Receiving:
             self._unmatched(env)
         return self._consumed(env)
 
-    async def _blocked_on(self, fut: asyncio.Future):
-        """Wait for ``fut``, a posted receive or probe nothing queued matched: the rank
-        is *blocked* meanwhile (``blocked`` counts such waits), and its protocols hear of
-        it at once (``on_blocked``: a checkpoint round may take its state now rather than
-        wait for a safe point it cannot reach before this message comes)."""
-        self.blocked += 1
+    async def _blocked_on(self, fut: asyncio.Future, source: int):
+        """Wait for ``fut``, a posted receive or probe from ``source`` that nothing queued
+        matched: the rank is *blocked* on ``source`` meanwhile (``blocked`` lists the
+        sources of such waits), and its protocols hear of it at once (``on_blocked``: a
+        checkpoint round may take its state now rather than wait for a safe point it
+        cannot reach before this message comes)."""
+        self.blocked.append(source)
         try:
             self.owner.on_blocked()
             if fut.done():  # the protocol released a message it held: no wait
                 return fut.result()
             return await fut
         finally:
-            self.blocked -= 1
+            self.blocked.remove(source)
 
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither
@@ -207,7 +209,7 @@ class Receiving:
         self.matcher.post(p)
         self._flush_before_wait()
         try:
-            return await self._blocked_on(fut)
+            return await self._blocked_on(fut, source)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             raise

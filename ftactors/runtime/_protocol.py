@@ -139,7 +139,7 @@ class Protocol:
 
     def on_blocked(self) -> None:
         """A receive or probe of the rank just began to wait: nothing queued matches it
-        (``Endpoint.blocked`` counts such waits). Synchronous, on the receive's path: a
+        (``Endpoint.blocked`` lists the sources of such waits). Synchronous, on the receive's path: a
         protocol may take the rank's state now (``Endpoint.state_now``) or release a
         message it holds (``deliver_now``), which ends the wait at once."""
 

@@ -53,6 +53,8 @@ class RankContext(Protocol):
     logged_bytes: int
     """Bytes of messages a protocol keeps in a log (counted in the run's metrics)."""
     keep_base: Any
+    blocked: list
+    """The world sources of the receives and probes waiting now (``on_blocked``)."""
     restored_from: Any
     """The blob this rank was restored from (a protocol may drop it once not needed)."""
     restore_notes: dict

@@ -95,6 +95,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ftactors.engine._constants import ANY_SOURCE
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoCheckpointWarning
@@ -283,15 +284,27 @@ class ReadyMessageFlush(PlannedLevel):
             self._join(round_id)
 
     def _idle(self) -> bool:
-        st = self._ready
-        return bool(self.ft.blocked or st.idle or st.finished)
+        """Whether this rank must join the rounds under way now rather than at a safe
+        point: it is parked at one, it has finished, or it waits for a message that may
+        come only after a round (from a rank that joined one: marked, or from any
+        rank). A rank that waits for an unmarked rank waits on: that rank sends before
+        it joins, so the message comes and the part is taken at a safe point, a plain
+        state with nothing to replay (lockstep programs' parts stay so)."""
+        st, ft = self._ready, self.ft
+        if st.idle or st.finished:
+            return True
+        if not ft.blocked:
+            return False
+        rounds = st.flush.rounds.rounds if st.flush.rounds is not None else {}
+        marked = {p for rid in self._unjoined() for p in rounds[rid].markers}
+        return any(src == ANY_SOURCE or src in marked for src in ft.blocked)
 
     def on_blocked(self) -> None:
         """``main()`` waits for a message: a round under way may need this rank's part
-        before that message comes (the sender may be waiting for the round), so the
-        rank joins now (module docstring)."""
+        before that message comes (its sender may be waiting for the round), so the
+        rank joins now when ``_idle`` says so (module docstring)."""
         st = self._ready
-        if st.undecided or st.where.targets or self._unjoined():
+        if (st.undecided or st.where.targets or self._unjoined()) and self._idle():
             self._join_idle()
         super().on_blocked()
 
