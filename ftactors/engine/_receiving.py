@@ -58,8 +58,7 @@ class Receiving:
         self._waiting: list[list[Envelope]] | None = []
         self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
-        # the world sources of the receives and probes waiting now (ANY_SOURCE: any)
-        self.blocked: list[int] = []
+        self._waits: list[tuple[int, asyncio.Future]] = []  # see ``blocked``
 
     # ------------------------------------------------------------------ arrivals
     def deliver(self, envs: list[Envelope]) -> None:
@@ -163,14 +162,22 @@ class Receiving:
         sources of such waits), and its protocols hear of it at once (``on_blocked``: a
         checkpoint round may take its state now rather than wait for a safe point it
         cannot reach before this message comes)."""
-        self.blocked.append(source)
+        wait = (source, fut)
+        self._waits.append(wait)
         try:
             self.owner.on_blocked()
             if fut.done():  # the protocol released a message it held: no wait
                 return fut.result()
             return await fut
         finally:
-            self.blocked.remove(source)
+            self._waits.remove(wait)
+
+    @property
+    def blocked(self) -> list[int]:
+        """The world sources (ANY_SOURCE: any) of the receives and probes that wait now
+        with no message yet: one matched already, whose task has not resumed, waits no
+        more (a batch that brings a message and then a marker behind it)."""
+        return [source for source, fut in self._waits if not fut.done()]
 
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither

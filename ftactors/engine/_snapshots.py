@@ -138,7 +138,8 @@ class Snapshots:
             if any(p is q for p in posted for q in self._posted_at_base):
                 raise ProtocolError(
                     f"rank {self.rank}: an irecv posted before the last safe point is still "
-                    f"pending; complete irecv requests before the next safe point")
+                    f"pending at the snapshot; complete irecv requests before the next "
+                    f"safe point")
         if self._in_loop:
             parts = dict(self._base)
             replay = parts["prefix_log"] + list(self._since_safe_point) + self._in_flight
