@@ -180,13 +180,14 @@ class Snapshots:
         parts["protocols"] = protocol_state
         return _storage.dumps(parts)
 
-    def can_snapshot_now(self) -> bool:
-        """Whether ``snapshot_now`` can capture this moment: inside a loop, before the
-        first one, or after a loop (``keep_base`` took a base as it ended; ``main()``
-        may have returned); not while a restored rank re-runs the code before its
-        resume point."""
+    def can_snapshot_now(self, after_loop: bool = False) -> bool:
+        """Whether ``snapshot_now`` can capture this moment: inside a loop or before the
+        first one; with ``after_loop``, also after a loop (``keep_base`` took a base as
+        it ended; ``main()`` may have returned: ReadyMessageFlush takes that state, HC3I
+        closes the cluster instead). Never while a restored rank re-runs the code
+        before its resume point."""
         return (self._in_loop or (self.position is None and self._resume is None)
-                or self._after_loop())
+                or (after_loop and self._after_loop()))
 
     def _after_loop(self) -> bool:
         """Past the end of a loop, with the base taken there (``exit_loop``)."""

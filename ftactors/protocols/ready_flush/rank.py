@@ -273,7 +273,7 @@ class ReadyMessageFlush(PlannedLevel):
         join every round under way now, and begin those the coordinator placed that it
         has not reached (it may never reach them)."""
         st, ft = self._ready, self.ft
-        if not ft.can_snapshot_now():
+        if not ft.can_snapshot_now(after_loop=True):
             return  # a restored rank re-running the code before its resume point
         st.where.decided(f.result() for f in st.undecided.values() if f.done())
         for key in [k for k, f in st.undecided.items() if f.done()]:
