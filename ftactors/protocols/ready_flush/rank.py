@@ -5,25 +5,56 @@ Paper: cocheck-ready-messages.txt (Stellner, 1996), sections 2, 4 and 5.2.
 Theory of operation
 -------------------
 *Checkpoint* (section 4). The central instance is the run's coordinator. A checkpoint is
-taken at one safe-point position K, the same on every rank (a position is
-``(loop, iteration)``): with ``checkpoint_interval`` every rank knows K by itself (every
-k-th iteration); for a request (``await run.checkpoint()``, ``self.request_checkpoint()``
-or the ``checkpoint_interval_s`` timer) the coordinator notifies every rank, each answers
-with the next safe point it will reach and stops there until told K, the largest of the
-answers, so no rank has passed it. The notification is handled between sends (message
-hooks are synchronous), as the paper requires. At K a rank sends a ready message (RM) on
-its channel to every other rank and keeps receiving: every application message that
-arrives before the RM of its channel is queued for the application. Once it holds every
-peer's RM nothing addressed to it is in transit, and its snapshot (registered state,
-protocol state, the queued in-transit messages in arrival order, the channel and
-application counters) is saved, in the object store (``checkpoint_storage="object"``,
-owned by the coordinator: it survives the rank, not its node), on stable storage through
-pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete
-(committed: usable for a restore) when the coordinator holds every rank's part: it then
-writes the manifest (stable storage) and makes it the one to restart from, so a failure
-during a checkpoint leaves the previous one in force. After a restart, receives are
-served first from the restored in-transit messages, in arrival order, then from the
-network (the core's matcher).
+a *round* named by a safe-point position K (a position is ``(loop, iteration)``): with
+``checkpoint_interval`` a rank begins the round of K when it reaches K (every k-th
+iteration) and has not joined a round of K or later; for a request (``await
+run.checkpoint()``, ``self.request_checkpoint()`` or the ``checkpoint_interval_s``
+timer) the coordinator notifies every rank, each answers with the next safe point it
+will reach and stops there until told K, the largest of the answers, and begins the
+round when it reaches K. The notification is handled between sends (message hooks are
+synchronous), as the paper requires. A rank that joins a round takes its part's state
+*then*, sends a ready message (RM) on its channel to every other rank (so every rank
+learns of the round from the first RM it gets) and keeps receiving: every application
+message that arrives before the RM of its channel belongs to the part (queued for the
+application, or consumed meanwhile and so replayed). Once it holds every peer's RM
+nothing addressed to it is in transit, and its part (registered state, protocol state,
+the messages to receive again in arrival order, the channel and application counters)
+is sealed and saved, in the object store (``checkpoint_storage="object"``, owned by the
+coordinator: it survives the rank, not its node), on stable storage through pyarrow.fs
+(``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete (committed: usable
+for a restore) when the coordinator holds every rank's part: it then writes the manifest
+(stable storage) and makes it the one to restart from, so a failure during a checkpoint
+leaves the previous one in force. After a restart, receives are served first from the
+restored messages, in arrival order, then from the network (the core's matcher).
+
+*Ranks in any shape* (issue 40: task farms, loops of different lengths, ranks with no
+loop, two loops, a rank that leaves its loop first). Waiting at K for every RM, as the
+paper does, assumes every rank reaches K while its peers wait there: a farm's worker
+blocked in ``recv(source=0)`` for a task the master sends only after the round never
+does, nor does a rank whose loop is shorter. So a rank joins a round it has heard of at
+whichever comes first: (a) its next safe point, where its part is that safe point's
+state (the common case of lockstep programs: nothing to replay); (b) the moment it is
+blocked in a receive or probe whose message may come only after the round: from a rank
+whose RM it holds, or from any source (``_idle``; ``Endpoint.blocked`` and the
+``on_blocked`` hook say it waits); (c) once ``main()`` has returned (or, for a round it
+hears of later, then). In (b) and (c) the part is ``Endpoint.state_now``: the last safe
+point's state, or the state at the end of the last loop (``keep_base`` is on from the
+start: the engine keeps it at every safe point and loop end), plus every message
+consumed since, which a restore replays while ``main()`` runs that code again (piecewise
+determinism, as HC3I's forced checkpoints). A finished rank's part re-runs ``main()``
+with its finished loops skipped. So every rank joins every round in finite time (a rank
+that never blocks reaches a safe point or returns), and no round waits forever. Why the
+cut stays consistent: a rank that holds the RM of a round it has not joined *holds*
+every message from that RM's sender (``on_receive``: sent after the sender's part, so
+in none of this rank's parts) until it joins, and its part does not count them
+(``state_now(unreceived=)``); messages that come after it joined and before their
+sender's RM are added to its part as received (``late``); what it consumes after joining
+is not in the part. A held message a blocked rank waits for is from a marked rank, so
+it joins and gets it. The round keeps its name K, but each part resumes where its rank
+was when it joined, so the coordinator's recovery line is the furthest part's resume
+point (``_Set.line``; ``line`` in a stable set's manifest), which the restore checks
+every part against. Parts taken in (b) and (c) carry the messages consumed since their
+base and a restore re-sends what the rank sent since (the receivers drop duplicates).
 
 *Hand-off* (object store; ``handoff.py`` has its rules and their reasons). A rank past a
 checkpoint must never hold the only copy of its part, yet waiting for the coordinator's
@@ -52,10 +83,10 @@ event), and waits Daly's optimal interval for that cost and the given MTBF
 a ``checkpoint_interval_chosen`` event (``ReadyFlushCoordinator._auto_timer`` says why).
 
 Programs must not keep an ``irecv`` pending across a safe point (the code that posted it
-does not run again after a restart); the snapshot refuses with a ProtocolError. Ranks
-are assumed to progress in step: what a rank needs to reach safe point K was sent by its
-peers before they reached K (true of iterative SPMD codes; a program where a rank needs
-a peer's next-iteration message to finish its own iteration would wait forever at K).
+does not run again after a restart); the snapshot refuses with a ProtocolError. A rank
+that waits in ``Request.wait`` on an ``irecv``, or polls with ``iprobe``/``test``, is not
+*blocked* to the protocol: it joins at its next safe point, so a round can wait for it
+while it waits for a rank parked at the round's position (not yet handled).
 
 *Restart* (global rollback). When a rank fails, every rank is restarted in a new actor
 (a new incarnation: traffic of the old ones is dropped by the channels) from the last
