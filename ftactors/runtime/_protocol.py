@@ -137,6 +137,12 @@ class Protocol:
             f"rank {getattr(self, 'rank', '?')} got a control message for protocol "
             f"{env.comm!r}, which is not in its stack {protocol_names(type(self))}")
 
+    def on_blocked(self) -> None:
+        """A receive or probe of the rank just began to wait: nothing queued matches it
+        (``Endpoint.blocked`` lists the sources of such waits). Synchronous, on the receive's path: a
+        protocol may take the rank's state now (``Endpoint.state_now``) or release a
+        message it holds (``deliver_now``), which ends the wait at once."""
+
     # --------------------------------------------------------------- control path
     async def on_start(self) -> None:
         """The rank is wired to its peers; ``main()`` has not started."""
