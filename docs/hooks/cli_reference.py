@@ -1,0 +1,53 @@
+"""A MkDocs hook: ``<!-- cli reference -->`` in a page becomes the ``--help`` of every
+``ftactors`` subcommand, made from the parser the command itself runs
+(``tools.cli.build_parser``), so the reference lists every flag and cannot go stale. The
+flags made from the options of ``ft.run`` (``--NAME`` for each) are left out of each
+listing: the options table (made from the same declarations) lists them once."""
+from __future__ import annotations
+
+import argparse
+import os
+
+MARKER = "<!-- cli reference -->"
+
+
+def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(words after ``ftactors``, parser) of every leaf subcommand, in declared order."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not actions:
+        yield path, parser
+        return
+    for name, sub in actions[0].choices.items():
+        yield from _subcommands(sub, (*path, name))
+
+
+def _option_flags() -> set[str]:
+    from ftactors.protocols import PROTOCOLS
+    from ftactors.runtime._options import CORE_OPTIONS
+    return {o.flag for o in CORE_OPTIONS} | {o.flag for p in PROTOCOLS.values()
+                                             for o in p.OPTIONS}
+
+
+def cli_reference() -> str:
+    """A section per subcommand: its ``--help`` without the flags of ``ft.run``'s options,
+    and whether it takes them."""
+    from ftactors.tools.cli import build_parser
+    os.environ["COLUMNS"] = "100"  # argparse wraps at the terminal's width: fix it
+    flags, parts = _option_flags(), []
+    for words, parser in _subcommands(build_parser()):
+        name = " ".join(words)
+        hidden = [a for a in parser._actions if flags.intersection(a.option_strings)]
+        for action in hidden:
+            action.help = argparse.SUPPRESS
+        text = parser.format_help().rstrip()
+        if hidden:
+            text += ("\n\nand every option of ft.run as --NAME (see the options table), "
+                     f"{len(hidden)} here")
+        parts.append(f"### `ftactors {name}`\n\n```text\n{text}\n```\n")
+    return "\n".join(parts)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, cli_reference())
+    return markdown
