@@ -91,6 +91,7 @@ def local_by_default(monkeypatch):
     monkeypatch.setattr(ftactors, "run", local_run)
 
 
+@pytest.mark.filterwarnings("error::ftactors.FaultToleranceWarning")  # a kill that never fired
 @pytest.mark.parametrize("page", EXAMPLE_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_python_example_runs(page, local_by_default, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # checkpoints and traces the examples write go there

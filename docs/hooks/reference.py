@@ -1,7 +1,8 @@
-"""A MkDocs hook: ``<!-- cli reference -->`` in a page becomes the ``--help`` of every
-``ftactors`` subcommand, made from the parser the command itself runs
-(``tools.cli.build_parser``), so the reference lists every flag and cannot go stale. The
-flags made from the options of ``ft.run`` (``--NAME`` for each) are left out of each
+"""A MkDocs hook that makes reference pages from the code, so they cannot go stale.
+
+``<!-- cli reference -->`` in a page becomes the ``--help`` of every ``ftactors``
+subcommand, made from the parser the command itself runs (``tools.cli.build_parser``).
+The flags made from the options of ``ft.run`` (``--NAME`` for each) are left out of each
 listing: the options table (made from the same declarations) lists them once."""
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import argparse
 import os
 
 MARKER = "<!-- cli reference -->"
+MODULES = "<!-- module docstrings: "
+"""``<!-- module docstrings: PACKAGE -->``: a mkdocstrings entry (its docstring, no
+members) for every module of ``PACKAGE``, so architecture pages link to each module's
+theory of operation instead of repeating it, and a module added later is listed too."""
 
 
 def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -47,7 +52,21 @@ def cli_reference() -> str:
     return "\n".join(parts)
 
 
+def module_entries(package: str) -> str:
+    import importlib
+    import pkgutil
+    root = importlib.import_module(package)
+    names = [package] + [m.name for m in pkgutil.walk_packages(root.__path__, package + ".")
+                         if not m.name.endswith("__main__")]
+    return "\n".join(f"::: {name}\n    options:\n      members: false\n" for name in names)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, cli_reference())
+    while MODULES in markdown:
+        start = markdown.index(MODULES)
+        end = markdown.index("-->", start) + 3
+        package = markdown[start + len(MODULES):end - 3].strip()
+        markdown = markdown[:start] + module_entries(package) + markdown[end:]
     return markdown
