@@ -50,9 +50,9 @@ def test_the_site_builds_with_no_warning(tmp_path):
 
 
 @pytest.mark.parametrize("body, named", [
-    ("See [gone](no-such-page.md).", "no-such-page.md"),
-    ("See [a section that is gone](#no-such-section).", "no-such-section"),
-    ("::: ftactors.no_such_name", "no_such_name")])
+    ("See [gone](no-such-page.md) and [a section that is gone](#no-such-section).",
+     ("no-such-page.md", "no-such-section")),
+    ("::: ftactors.no_such_name", ("no_such_name",))])
 def test_the_build_fails_on_a_broken_link_and_a_stale_name(tmp_path, body, named):
     """The site's own settings on a page with a link to nowhere, or a reference to a name
     that does not exist: the build must fail and name it."""
@@ -63,7 +63,7 @@ def test_the_build_fails_on_a_broken_link_and_a_stale_name(tmp_path, body, named
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs/index.md").write_text(f"# Broken\n\n{body}\n")
     done = _build(tmp_path / "mkdocs.yml", tmp_path / "site")
-    assert done.returncode != 0 and named in done.stderr, done.stderr
+    assert done.returncode != 0 and all(n in done.stderr for n in named), done.stderr
 
 
 def blocks(page: Path) -> list[tuple[str, str, str]]:
@@ -116,6 +116,17 @@ def test_every_shell_example_names_its_test_or_why_it_cannot_run(page):
             assert re.search(rf"def {name}\(", (ROOT / path).read_text()), first
         else:
             assert re.fullmatch(r"#? ?not run by the tests: .{8,}", first), (page.name, first)
+
+
+def test_the_readme_starts_with_the_two_set_up_commands_and_ci_runs_the_second():
+    first = next(code for lang, code, _ in blocks(ROOT / "README.md"))
+    before = (ROOT / "README.md").read_text().split("```")[0]
+    assert "\n## " not in before  # nothing but the title and the block's note before it
+    install, test = first.splitlines()
+    assert install == "pip install -e . && ftactors demo"
+    assert test == 'pip install -e ".[test]" && python -m pytest -q -n 3 --dist loadfile'
+    assert (ROOT / ".ci/run").read_text().rstrip().endswith(test)
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200  # a landing page
 
 
 def test_the_example_checks_find_what_is_wrong(tmp_path):
