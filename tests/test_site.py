@@ -45,8 +45,11 @@ def test_the_site_builds_with_no_warning(tmp_path):
     assert "WARNING" not in done.stderr, done.stderr
     for page in ("reference/cli", "reference/options", "reference/api", "getting-started"):
         assert (tmp_path / "site" / page / "index.html").is_file(), page
-    cli = (tmp_path / "site" / "reference/cli/index.html").read_text()
-    assert "ftactors chaos" in cli and "--report" in cli  # the hook ran
+    site = tmp_path / "site" / "reference"
+    cli = (site / "cli/index.html").read_text()
+    assert "ftactors chaos" in cli and "--report" in cli  # the hooks ran
+    assert "heartbeat_timeout_s" in (site / "api/index.html").read_text()
+    assert "Multi-level recovery" in (site / "modules/index.html").read_text()
 
 
 @pytest.mark.parametrize("body, named", [

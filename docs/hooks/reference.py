@@ -1,19 +1,28 @@
 """A MkDocs hook that makes reference pages from the code, so they cannot go stale.
 
-``<!-- cli reference -->`` in a page becomes the ``--help`` of every ``ftactors``
-subcommand, made from the parser the command itself runs (``tools.cli.build_parser``).
-The flags made from the options of ``ft.run`` (``--NAME`` for each) are left out of each
-listing: the options table (made from the same declarations) lists them once."""
+* ``<!-- cli reference -->`` becomes the ``--help`` of every ``ftactors`` subcommand,
+  made from the parser the command itself runs (``tools.cli.build_parser``). The flags
+  made from the options of ``ft.run`` (``--NAME`` for each) are left out of each listing:
+  the options table (made from the same declarations) lists them once.
+* ``<!-- module docstrings: PACKAGE -->`` becomes a mkdocstrings entry (its docstring,
+  no members) for every module of ``PACKAGE``, so architecture pages link to each
+  module's theory of operation instead of repeating it, and a module added later is
+  listed too.
+* ``<!-- docstring: MODULE.NAME -->`` becomes the docstring of an object as Python sees
+  it once imported (``ft.run``'s is made at import time from the options' declarations,
+  which mkdocstrings, reading the source, cannot see).
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import os
+import pkgutil
 
 MARKER = "<!-- cli reference -->"
 MODULES = "<!-- module docstrings: "
-"""``<!-- module docstrings: PACKAGE -->``: a mkdocstrings entry (its docstring, no
-members) for every module of ``PACKAGE``, so architecture pages link to each module's
-theory of operation instead of repeating it, and a module added later is listed too."""
+DOCSTRING = "<!-- docstring: "
 
 
 def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -53,20 +62,28 @@ def cli_reference() -> str:
 
 
 def module_entries(package: str) -> str:
-    import importlib
-    import pkgutil
     root = importlib.import_module(package)
     names = [package] + [m.name for m in pkgutil.walk_packages(root.__path__, package + ".")
                          if not m.name.endswith("__main__")]
     return "\n".join(f"::: {name}\n    options:\n      members: false\n" for name in names)
 
 
+def docstring(dotted: str) -> str:
+    module, _, name = dotted.rpartition(".")
+    return f"```text\n{inspect.getdoc(getattr(importlib.import_module(module), name))}\n```\n"
+
+
+def _expand(markdown: str, marker: str, make) -> str:
+    while marker in markdown:
+        start = markdown.index(marker)
+        end = markdown.index("-->", start) + 3
+        markdown = markdown[:start] + make(markdown[start + len(marker):end - 3].strip()) + (
+            markdown[end:])
+    return markdown
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, cli_reference())
-    while MODULES in markdown:
-        start = markdown.index(MODULES)
-        end = markdown.index("-->", start) + 3
-        package = markdown[start + len(MODULES):end - 3].strip()
-        markdown = markdown[:start] + module_entries(package) + markdown[end:]
-    return markdown
+    markdown = _expand(markdown, MODULES, module_entries)
+    return _expand(markdown, DOCSTRING, docstring)
