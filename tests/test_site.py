@@ -85,13 +85,17 @@ EXAMPLE_PAGES = [p for p in [*PAGES, ROOT / "README.md"] if _runnable(p)]
 
 @pytest.fixture
 def local_by_default(monkeypatch):
-    """``ft.run`` on the local transport where the example names none."""
-    run = ftactors.run
+    """``ft.run``, ``ft.run_async`` and ``ft.launch`` on the local transport where the
+    example names none."""
+    for name in ("run", "run_async", "launch"):
+        monkeypatch.setattr(ftactors, name, _on_local(getattr(ftactors, name)))
 
-    def local_run(*args, **kwargs):
+
+def _on_local(start):
+    def on_local(*args, **kwargs):
         kwargs.setdefault("transport", "local")
-        return run(*args, **kwargs)
-    monkeypatch.setattr(ftactors, "run", local_run)
+        return start(*args, **kwargs)
+    return on_local
 
 
 @pytest.mark.filterwarnings("error::ftactors.FaultToleranceWarning")  # a kill that never fired
