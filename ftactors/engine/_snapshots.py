@@ -13,10 +13,12 @@ resume point (``_positions``).
 
 A snapshot at a safe point needs nothing else. One between safe points is the last safe
 point's state (``keep_base``: kept at every safe point and at every loop's end,
-``_take_base``) plus the messages received since, which a restore replays;
-``state_now`` takes one at any moment, even while ``main()`` waits in a receive (HC3I's
-forced checkpoints, ReadyMessageFlush's rounds joined by a blocked or finished rank). A ``transfer`` is a safe
-point's state for a move to another process, its large buffers left out of band. A
+``_take_base``, its registered arrays' bytes copied into buffers reused from one base to
+the next, since most bases are never used) plus the messages received since, which a
+restore replays; ``state_now`` takes one at any moment, even while ``main()`` waits in a
+receive (HC3I's forced checkpoints, ReadyMessageFlush's rounds joined by a blocked or
+finished rank). A ``transfer`` is a safe point's state for a move to another process,
+its large buffers left out of band. A
 *blank* snapshot is the start of the run; restoring it gives the protocols back their
 state right after ``on_start`` (``started``).
 
@@ -46,6 +48,7 @@ class Snapshots:
     def _init_snapshots(self) -> None:
         self.keep_base = False  # a protocol that snapshots between safe points sets it
         self._base: dict | None = None  # the last safe point's state (keep_base)
+        self._base_buffers: list[bytearray] = []  # its registered values' buffers
         self._posted_at_base: list = []  # receives pending at the base's safe point
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
         self.restore_notes: dict = {}  # what the recovery policy sent with that restore
@@ -53,17 +56,54 @@ class Snapshots:
 
     def _take_base(self) -> None:
         """At a safe point (``keep_base``): keep its state, which a snapshot between this
-        safe point and the next starts from."""
-        self._base = self._snapshot_parts()
+        safe point and the next starts from (``_from_base``).
+
+        It runs at every safe point and loop end, and most bases are never used, so the
+        registered values' large buffers (the data of contiguous numpy arrays, which
+        pickle protocol 5 hands out) are not pickled: their bytes are copied into the
+        last base's buffers where the sizes match (a memcpy, no allocation) and the
+        pickle refers to them out of band. The rest (views that are not contiguous,
+        object arrays, lists, scalars, ...) is pickled in band, as in a snapshot. Either
+        way the base is the values as they were here, whatever the program writes into
+        them later."""
+        kept, reusable = [], self._base_buffers
+
+        def keep(buffer: pickle.PickleBuffer) -> bool:
+            try:
+                raw = buffer.raw()
+            except BufferError:
+                return True  # not contiguous: pickled in band
+            i = len(kept)
+            if i < len(reusable) and len(reusable[i]) == raw.nbytes:
+                memoryview(reusable[i])[:] = raw  # a memcpy (a bytearray's own is slower)
+                kept.append(reusable[i])
+            else:
+                kept.append(bytearray(raw))
+            return False
+
+        self._base = self._snapshot_parts(keep)
+        self._base_buffers = kept
         self._posted_at_base = self.matcher.posted_receives()
 
-    def _snapshot_parts(self, buffers: list | None = None) -> dict:
-        values = {name: getattr(self.owner, name) for name in self.registered}
+    def _from_base(self) -> dict:
+        """The parts of the last base, for a snapshot: with copies of its buffers (the
+        next ``_take_base`` overwrites them, and a ``state_now`` is sealed later), which
+        ``load`` hands to the restore with the pickle that refers to them."""
+        parts = dict(self._base)
+        if self._base_buffers:
+            parts["buffers"] = [bytearray(b) for b in self._base_buffers]
+        return parts
+
+    def _snapshot_parts(self, buffer_callback=None, registered: bool = True) -> dict:
+        """The snapshot parts read from the endpoint now; ``buffer_callback``: pickle's,
+        for the registered values' buffers; ``registered=False``: no registered values."""
+        names = self.registered if registered else ()
+        values = {name: getattr(self.owner, name) for name in names}
         return {
             "rank": self.rank,
             "position": self.position,
-            "registered": cloudpickle.dumps(values, protocol=5, buffer_callback=(
-                None if buffers is None else buffers.append)),
+            "registered": cloudpickle.dumps(values, protocol=5,
+                                            buffer_callback=buffer_callback),
             "sent": RankVector.of(self.sent),
             "received": RankVector.of(self.received),
             "prefix_log": list(self._prefix_log),
@@ -141,11 +181,10 @@ class Snapshots:
                     f"pending at the snapshot; complete irecv requests before the next "
                     f"safe point")
         if self._in_loop:
-            parts = dict(self._base)
+            parts = self._from_base()
             replay = parts["prefix_log"] + list(self._since_safe_point) + self._in_flight
         elif self.position is None and self._resume is None:
-            parts = self._snapshot_parts()
-            parts["registered"] = cloudpickle.dumps({})
+            parts = self._snapshot_parts(registered=False)
             parts["sent"] = RankVector(self.size)
             # what a blocked receive got is received before the loop too: a restore
             # hands both to the code before the loop again (``_reentry``)
@@ -155,7 +194,7 @@ class Snapshots:
             # the base was taken as the loop ended; what the code after it consumed since
             # is in the prefix log past the base's, and is served again from the queue
             # once the resumed (finished) loop is skipped
-            parts = dict(self._base)
+            parts = self._from_base()
             replay = list(self._prefix_log) + self._in_flight
         else:
             raise ProtocolError(f"rank {self.rank}: no snapshot now while it re-runs the "
@@ -220,11 +259,11 @@ class Snapshots:
                     "a snapshot between safe points (after receiving since the last one) "
                     "needs keep_base = True from the start and a protocol that records "
                     "deliveries; a transfer needs a safe point")
-            parts = dict(self._base)
+            parts = self._from_base()
             parts["received"] = RankVector.of(self.received)
             replay = parts["prefix_log"] + list(self._since_safe_point)
         else:
-            parts = self._snapshot_parts(buffers)
+            parts = self._snapshot_parts(None if buffers is None else buffers.append)
             replay = list(parts["prefix_log"])
         queued = self.matcher.queued()
         if cut:
