@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Awaitable
 
 from ._channels import OutChannels
+from ._determinants import DETS
 from ._envelope import APP, CTRL, Envelope
 from ._payload import Payload, pack
 from ._vector import RankVector
@@ -83,6 +84,10 @@ class Outbox:
             return None
         app_seq = self.sent.bump(dst)
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
+        if self.determinants.on:  # before the protocols: their logs keep what it carries
+            carried = self.determinants.outgoing(dst)
+            if carried is not None:
+                env.piggyback = {DETS: carried}
         env = self.owner.on_send(env)
         if env is not None:
             self.transmit(env)

@@ -100,6 +100,7 @@ class Positions:
                 self._resume = None
                 self.sent, self._replay_sent = self._replay_sent, None  # caught up
                 self.derived = self._resume_derived
+                self.determinants.resumed()
         if self._reentry is not None and self._resume is None:
             self._reentered()
         self._in_loop = True
@@ -174,6 +175,8 @@ class Positions:
         self.sent = RankVector.of(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent
         self.derived, self._resume_derived = {}, dict(parts.get("derived", {}))
+        self.determinants.restored(parts.get("nondet", 0), parts.get("determinants"),
+                                   resume=self._resume is not None)
         # re-running the code before the resume point consumes (and logs) the replayed
         # prefix messages again: starting from the saved log would hold them twice, and
         # the next snapshot would replay the extra copies into later receives

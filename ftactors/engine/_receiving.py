@@ -36,6 +36,8 @@ import asyncio
 from typing import Any, Callable
 
 from ._channels import InChannels
+from ._constants import ANY_SOURCE, ANY_TAG
+from ._determinants import DETS, IPROBE, PROBE, RECV
 from ._envelope import COLLECTIVE_SUFFIX, CTRL, KIND_NAMES, Envelope
 from ._matching import Matcher, Posted
 from ._payload import unpack
@@ -94,6 +96,8 @@ class Receiving:
                 self.owner.on_control(env)
             return
         src = env.src
+        if env.piggyback is not None and DETS in env.piggyback:
+            self.determinants.incoming(src, env.piggyback[DETS])
         expected = self.received.get(src)  # src: a rank the channels accepted
         if env.app_seq != expected:
             if env.app_seq < expected:
@@ -124,7 +128,11 @@ class Receiving:
 
     # ---------------------------------------------------------- receives, probes
     async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
-        """Wait for and consume the first message matching (world ``source``)."""
+        """Wait for and consume the first message matching (world ``source``). With a
+        wildcard, a determinant is recorded, or replayed (``_determinants``)."""
+        k = None
+        if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
+            k, source, tag = self._determined(RECV, source, tag)
         env = self.matcher.find(ctx, source, tag, consume=True)
         if self._reentry is not None:
             self._received_again(env, source, tag)
@@ -134,7 +142,7 @@ class Receiving:
             # half of an exchange: without this, an allreduce between computations cost
             # the other rank the whole computation, 5x its time alone)
             self._flush_before_wait()
-            return self._consumed(env)
+            return self._took(k, self._consumed(env))
         fut = self._loop.create_future()
         track = self.keep_base  # only snapshot_now reads what is in flight
         p = Posted(ctx, source, tag,
@@ -152,7 +160,23 @@ class Receiving:
             raise
         if track:
             self._unmatched(env)
-        return self._consumed(env)
+        return self._took(k, self._consumed(env))
+
+    def _determined(self, kind: str, source: int, tag: int) -> tuple[int | None, int, int]:
+        """A wildcard receive or probe starts: its determinant's number (None: not
+        counted, before a restored rank's resume point) and the source and tag to match,
+        the first life's when it is replayed."""
+        dets = self.determinants
+        if not dets.active():
+            return None, source, tag
+        k, forced = dets.next(kind)
+        return (k, source, tag) if forced is None else (k, *forced)
+
+    def _took(self, k: int | None, env: Envelope, kind: str = RECV) -> Envelope:
+        """Nondeterministic event ``k`` (None: none) took ``env``."""
+        if k is not None:
+            self.determinants.found(kind, (env.src, env.tag), k)
+        return env
 
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither
@@ -168,6 +192,9 @@ class Receiving:
 
     def receive_later(self, ctx: str, source: int, tag: int) -> asyncio.Future:
         """Post a receive now; the future completes with the consumed envelope."""
+        k = None
+        if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
+            k, source, tag = self._determined(RECV, source, tag)
         fut = self._loop.create_future()
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._consumed))
         env = self.matcher.post(p)
@@ -176,28 +203,45 @@ class Receiving:
                 self.matcher.withdraw(p)
             self._received_again(env, source, tag)
         if env is not None:
-            fut.set_result(self._consumed(env))
+            fut.set_result(self._took(k, self._consumed(env)))
         else:
             fut.add_done_callback(lambda f: f.cancelled() and self.matcher.withdraw(p))
+            if k is not None:
+                fut.add_done_callback(lambda f: f.cancelled() or self._took(k, f.result()))
         return fut
 
     async def probe(self, ctx: str, source: int, tag: int) -> Envelope:
         """Wait until a matching message is queued; it stays queued."""
+        k = None
+        if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
+            k, source, tag = self._determined(PROBE, source, tag)
         env = self.matcher.find(ctx, source, tag, consume=False)
         if env is not None:
-            return env
+            return self._took(k, env, PROBE)
         fut = self._loop.create_future()
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
         self.matcher.post(p)
         self._flush_before_wait()
         try:
-            return await fut
+            return self._took(k, await fut, PROBE)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             raise
 
     def iprobe(self, ctx: str, source: int, tag: int) -> Envelope | None:
-        return self.matcher.find(ctx, source, tag, consume=False)
+        """The first matching message queued, if any (it stays queued). With a wildcard
+        it counts as a nondeterministic event only if it finds one; replayed, it finds
+        only the message its first life found (``_determinants``)."""
+        dets = self.determinants
+        if (source != ANY_SOURCE and tag != ANY_TAG) or not dets.active():
+            return self.matcher.find(ctx, source, tag, consume=False)
+        forced = dets.poll(IPROBE)
+        if forced is not None:
+            source, tag = forced
+        env = self.matcher.find(ctx, source, tag, consume=False)
+        if env is not None:
+            dets.found(IPROBE, (env.src, env.tag))
+        return env
 
     # ------------------------------------------------------- peers' incarnations
     def set_peer_epoch(self, rank: int, epoch: int) -> None:

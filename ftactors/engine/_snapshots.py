@@ -67,6 +67,7 @@ class Snapshots:
             "received": RankVector.of(self.received),
             "prefix_log": list(self._prefix_log),
             "derived": dict(self.derived),
+            "nondet": self.determinants.count,  # the safe point's, as ``sent``
         }
 
     def snapshot(self, protocol_state: dict | None = None,
@@ -141,6 +142,7 @@ class Snapshots:
             parts = self._snapshot_parts()
             parts["registered"] = cloudpickle.dumps({})
             parts["sent"] = RankVector(self.size)
+            parts["nondet"] = 0
             # what a blocked receive got is received before the loop too: a restore
             # hands both to the code before the loop again (``_reentry``)
             parts["prefix_log"] = parts["prefix_log"] + self._in_flight
@@ -153,6 +155,7 @@ class Snapshots:
             received[src] -= k
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
+        parts["determinants"] = self.determinants.state()
         return parts
 
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:
@@ -211,6 +214,7 @@ class Snapshots:
             queued = [e for e in queued if e.src not in cut or e.app_seq < cut[e.src]]
             parts["received"] = self.received_at(cut)
         parts["replay"] = replay + queued
+        parts["determinants"] = self.determinants.state()
         parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
         return parts
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ftactors.engine._determinants import carried
 from ftactors.engine._envelope import APP, Envelope
 
 from ..shared.units import Groups
@@ -67,7 +68,8 @@ class GroupMember:
         logged = 0
         if inter:
             self.log.setdefault(dst, {})[env.app_seq] = Envelope(
-                APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload)
+                APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload,
+                piggyback=carried(env))
             logged = env.payload.nbytes
             self.logged[0] += 1
             self.logged[1] += logged
@@ -163,7 +165,7 @@ class GroupMember:
             for seq in sorted(s for s in log if since <= s < end):
                 env = log[seq]
                 out.append(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
-                                    env.payload))
+                                    env.payload, piggyback=env.piggyback))
             upto[rank] = end
         return out, upto
 

@@ -1,0 +1,215 @@
+"""Receive determinants: what a rank's nondeterministic receives took, so that a rank
+restarted alone takes the same again (MPICH-V's determinants, made causal by
+piggybacking, as in causal message logging).
+
+Theory of operation
+-------------------
+A receive whose outcome its arguments do not fix is *nondeterministic*: ``recv`` /
+``irecv`` / ``mprobe`` / ``probe`` with ``ANY_SOURCE`` or ``ANY_TAG`` (which message came
+first), ``iprobe`` / ``improbe`` with wildcards that found a message, ``waitany`` /
+``waitsome`` / ``testany`` / ``testsome`` of several active requests that completed
+some (which ones). A *determinant* is its number ``k`` (the rank's k-th such event since
+the start of the run, counted as ``sent`` is: part of the snapshot, and taken up again
+at a restored rank's resume point) with its kind and outcome: ``(source, tag)`` for the
+receives and probes, the request indices for the array calls. Named-source receives
+record nothing and cost nothing.
+
+Protocols that restart part of the ranks and replay logged messages
+(GroupCoordination, DDVPiggyback) turn this on (``enable``) with the ranks of their
+*unit* (a group, a cluster: ranks that always restart together). Then:
+
+* *Causality.* Before a rank sends an application message to a rank outside its unit,
+  the message carries (``piggyback[DETS]``) the rank's determinants that peer was not
+  given yet and the rank's *floor* (below it, no restart line of the rank needs them).
+  Whatever a peer does after that message may depend on what this rank did after its
+  nondeterministic receives, and it holds their determinants (``held``) from then on:
+  with the message itself, in its snapshots, and in the senders' logs (a logged message
+  keeps what it carried, so a resend carries it again). Ranks of one unit exchange
+  none: they never survive each other's restart.
+* *Replay.* A recovery that restarts ranks asks every rank (survivors, and the restarted
+  ranks once their snapshots are installed: a snapshot may depend on another restarted
+  rank's receives) which determinants it holds of the restarted ranks, and hands each
+  restarted rank the union (``replay_from``) before its ``main()`` runs again. Each
+  holder holds a prefix of the rank's determinants (they travel in order on a FIFO
+  channel), so the union is the longest prefix any state depends on. The restarted
+  rank's k-th nondeterministic receive then takes the recorded outcome: ``ANY_SOURCE``
+  / ``ANY_TAG`` become the recorded source and tag, which by the non-overtaking rule of a
+  channel is the same message (waited for if it is not here yet); an array call
+  completes the recorded indices. Past the last recorded one, any outcome is consistent:
+  no surviving state saw the effects of those receives.
+* *Polls* (``iprobe``, ``improbe``, ``testany``, ``testsome``) count only when they find
+  something; replayed, a poll finds only the recorded message or requests (else it
+  finds nothing yet, as a poll may), so a polling loop takes the same messages in the
+  same order. The number of polls that found nothing is not replayed: a program that
+  changes its state between polls that found nothing is not piecewise deterministic.
+* *A replay that diverges* (the k-th nondeterministic event is of another kind than the
+  first life's) raises ``ProtocolError`` naming both: never a silent wrong answer.
+
+Garbage collection: a protocol sets the rank's floor (``set_floor``) to its count at
+its oldest checkpoint a recovery may still restore; it travels on the next message to
+each peer, which drops the rank's determinants below it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..base._errors import ProtocolError
+
+DETS = "det"
+"""The piggyback key of determinants: ``(floor, ((k, kind, outcome), ...))``."""
+
+RECV, PROBE, IPROBE, ANY, SOME = "recv", "probe", "iprobe", "any", "some"
+"""Kinds of nondeterministic events: a receive (``recv``, ``irecv``, ``mprobe``), a
+blocking probe, a poll that found a message (``iprobe``, ``improbe``), a request of
+several that completed (``waitany``, ``testany``) and requests that did (``waitsome``,
+``testsome``)."""
+
+
+class Determinants:
+    """One rank's determinants: its own, those it holds of its peers, and those it
+    replays after a restart (module docstring)."""
+
+    __slots__ = ("on", "unit", "count", "floor", "held", "replay", "_log", "_log_base",
+                 "_told", "_floor_told", "_resume_count", "_paused")
+
+    def __init__(self):
+        self.on = False
+        self.unit: frozenset[int] = frozenset()  # ranks that restart with this one
+        self.count = 0          # nondeterministic events so far (snapshot)
+        self.floor = 0          # own determinants below it are needed by no restart line
+        self.held: dict[int, dict[int, tuple]] = {}  # peer -> {k: (kind, outcome)}
+        self.replay: dict[int, tuple] = {}  # k -> (kind, outcome) to take again
+        self._log: list[tuple] = []  # own (k, kind, outcome), in recording order
+        self._log_base = 0      # recording number of ``_log[0]``
+        self._told: dict[int, int] = {}  # peer -> recording number it has up to
+        self._floor_told: dict[int, int] = {}
+        self._resume_count: int | None = None  # a restored rank before its resume point
+        self._paused = False    # ... which neither counts nor replays
+
+    def enable(self, unit) -> None:
+        """Record from now on; ``unit``: the ranks that always restart with this one."""
+        self.on = True
+        self.unit = frozenset(unit)
+
+    # ------------------------------------------------------------- recording
+    def active(self) -> bool:
+        """Whether this rank's nondeterministic events count now (on, and not re-running
+        the code before a resume point, whose receives the snapshot serves again)."""
+        return self.on and not self._paused
+
+    def next(self, kind: str) -> tuple[int, Any]:
+        """A blocking event (or an ``irecv``) starts: its number, and the outcome to take
+        (None: free)."""
+        k = self.count
+        self.count += 1
+        return k, self._forced(k, kind)
+
+    def poll(self, kind: str) -> Any:
+        """A poll starts: the outcome it must find (None: free). It counts only if it
+        finds something (``found``)."""
+        return self._forced(self.count, kind)
+
+    def found(self, kind: str, outcome: Any, k: int | None = None) -> None:
+        """Event ``k`` (None: a poll that found something, numbered now) took
+        ``outcome``."""
+        if k is None:
+            k = self.count
+            self.count += 1
+        if self.replay.pop(k, None) is None:  # a replayed one is in the log already
+            self._log.append((k, kind, outcome))
+
+    def _forced(self, k: int, kind: str) -> Any:
+        rec = self.replay.get(k)
+        if rec is None:
+            return None
+        if rec[0] != kind:
+            raise ProtocolError(
+                f"the replay of nondeterministic receive {k} diverged: its first life's was "
+                f"a {rec[0]} that took {rec[1]!r}, this one is a {kind}; the program does "
+                f"not run the same code from the same state and messages (piecewise "
+                f"determinism)")
+        return rec[1]
+
+    # ---------------------------------------------------------- piggybacking
+    def outgoing(self, dst: int) -> tuple | None:
+        """What a message to ``dst`` carries: ``(floor, new determinants)``, or None when
+        ``dst`` has all of them (or restarts with this rank)."""
+        if dst in self.unit:
+            return None
+        end = self._log_base + len(self._log)
+        told = self._told.get(dst, self._log_base)
+        if told >= end and self._floor_told.get(dst, 0) == self.floor:
+            return None
+        self._told[dst] = end
+        self._floor_told[dst] = self.floor
+        start = max(told - self._log_base, 0)
+        return self.floor, tuple(self._log[start:])
+
+    def incoming(self, src: int, data: tuple) -> None:
+        """A message from ``src`` carried ``data`` (``outgoing``)."""
+        floor, dets = data
+        held = self.held.get(src)
+        if held is None:
+            held = self.held[src] = {}
+        for k, kind, outcome in dets:
+            if k >= floor:
+                held[k] = (kind, outcome)
+        if floor and held:
+            for k in [k for k in held if k < floor]:
+                del held[k]
+
+    def set_floor(self, floor: int) -> None:
+        """No restart line of this rank needs its determinants below ``floor`` any more:
+        forget them, and tell the peers on the next message to each."""
+        if floor <= self.floor:
+            return
+        self.floor = floor
+        keep = [d for d in self._log if d[0] >= floor]
+        self._log_base += len(self._log) - len(keep)
+        self._log = keep
+
+    def held_of(self, ranks) -> dict[int, dict[int, tuple]]:
+        """The determinants this rank holds of ``ranks``: {rank: {k: (kind, outcome)}}."""
+        return {r: dict(self.held[r]) for r in ranks if self.held.get(r)}
+
+    # ---------------------------------------------------------------- restore
+    def state(self) -> dict:
+        """What a snapshot keeps beside the count (which is the safe point's): the
+        determinants held of peers."""
+        return {p: dict(d) for p, d in self.held.items() if d}
+
+    def restored(self, count: int, held: dict | None, resume: bool) -> None:
+        """A restore to a snapshot whose count was ``count`` and whose held determinants
+        were ``held``. ``resume``: the snapshot has a resume point, before which the
+        code runs again with its first life's messages (neither counted nor replayed);
+        ``resumed`` takes the count up there."""
+        self.held = {int(p): dict(d) for p, d in (held or {}).items()}
+        self.replay = {}
+        self._log, self._log_base = [], 0
+        self._told.clear()
+        self._floor_told.clear()
+        self.floor = 0
+        self._paused = resume
+        self._resume_count = count if resume else None
+        self.count = 0 if resume else count
+
+    def resumed(self) -> None:
+        """The restored rank reached its resume point: count from the snapshot's count."""
+        if self._resume_count is not None:
+            self.count, self._resume_count = self._resume_count, None
+        self._paused = False
+
+    def replay_from(self, dets: dict) -> None:
+        """The determinants the recovery gathered of this rank, {k: (kind, outcome)}:
+        take them again (those below this rank's restored count are inside its state)."""
+        start = self.count if self._resume_count is None else self._resume_count
+        self.replay = {int(k): tuple(rec) for k, rec in dets.items() if int(k) >= start}
+        # peers may lack some (they restarted too): piggyback them like new ones
+        self._log.extend((k, *self.replay[k]) for k in sorted(self.replay))
+
+
+def carried(env) -> dict | None:
+    """The piggyback a logged copy of ``env`` keeps: the determinants it carries (a
+    resend carries them again: its receiver may have rolled back past the first copy)."""
+    pb = env.piggyback
+    return {DETS: pb[DETS]} if pb is not None and DETS in pb else None
