@@ -14,9 +14,25 @@ at a restored rank's resume point) with its kind and outcome: ``(source, tag)`` 
 receives and probes, the request indices for the array calls. Named-source receives
 record nothing and cost nothing.
 
-Protocols that restart part of the ranks and replay logged messages
-(GroupCoordination, DDVPiggyback) turn this on (``enable``) with the ranks of their
-*unit* (a group, a cluster: ranks that always restart together). Then:
+Two uses, which protocols turn on (``enable``):
+
+* *Re-execution to a cut.* A snapshot taken between safe points (``state_now``:
+  DDVPiggyback's cut) is the last safe point's state plus the messages consumed since,
+  which the restored rank receives again as it re-executes up to the cut. They are all
+  queued at once, so a wildcard receive would still take them in their first order, but
+  ``waitany`` would complete the first of its requests that any of them matches, not the
+  one its first life did, and a poll would find one its first life had not yet: the rank
+  would reach another state than its cut, whose sends its peers already hold. So such a
+  snapshot keeps the rank's own determinants since that safe point (``since``), and the
+  restored rank replays them. Nothing travels: DDVPiggyback's recovery line has no
+  orphan message (a cluster that received a message sent after a rolled-back cluster's
+  CLC rolls back too, HC3I section 3.4), so past the cut any order is consistent.
+* *Causal logging* (``causal``), for protocols that restart part of the ranks and
+  replay logged messages to them while the others go on, keeping what the restarted
+  ranks had sent (GroupCoordination): there the restarted rank must take its wildcard
+  receives in its first life's order past its checkpoint too, as long as any survivor's
+  state depends on them. ``unit``: the ranks that always restart with this one (a
+  group). Then:
 
 * *Causality.* Before a rank sends an application message to a rank outside its unit,
   the message carries (``piggyback[DETS]``) the rank's determinants that peer was not
@@ -69,11 +85,12 @@ class Determinants:
     """One rank's determinants: its own, those it holds of its peers, and those it
     replays after a restart (module docstring)."""
 
-    __slots__ = ("on", "unit", "count", "floor", "held", "replay", "_log", "_log_base",
-                 "_told", "_floor_told", "_resume_count", "_paused")
+    __slots__ = ("on", "causal", "unit", "count", "floor", "held", "replay", "_log",
+                 "_log_base", "_told", "_floor_told", "_resume_count", "_paused")
 
     def __init__(self):
         self.on = False
+        self.causal = False  # piggybacked to the peers outside the unit
         self.unit: frozenset[int] = frozenset()  # ranks that restart with this one
         self.count = 0          # nondeterministic events so far (snapshot)
         self.floor = 0          # own determinants below it are needed by no restart line
@@ -86,9 +103,11 @@ class Determinants:
         self._resume_count: int | None = None  # a restored rank before its resume point
         self._paused = False    # ... which neither counts nor replays
 
-    def enable(self, unit) -> None:
-        """Record from now on; ``unit``: the ranks that always restart with this one."""
+    def enable(self, causal: bool = False, unit=()) -> None:
+        """Record from now on (module docstring); ``causal``: piggyback them to the
+        ranks not in ``unit`` (the ranks that always restart with this one)."""
         self.on = True
+        self.causal = causal
         self.unit = frozenset(unit)
 
     # ------------------------------------------------------------- recording
@@ -158,6 +177,18 @@ class Determinants:
             for k in [k for k in held if k < floor]:
                 del held[k]
 
+    def at_safe_point(self) -> None:
+        """A safe point: without causal logging, no snapshot needs the determinants
+        before it any more."""
+        if not self.causal and self._log:
+            self._log_base += len(self._log)
+            self._log = []
+
+    def since(self, count: int) -> list[tuple]:
+        """This rank's own determinants numbered ``count`` and later: what a snapshot
+        taken between safe points replays, from the safe point's count."""
+        return [d for d in self._log if d[0] >= count]
+
     def set_floor(self, floor: int) -> None:
         """No restart line of this rank needs its determinants below ``floor`` any more:
         forget them, and tell the peers on the next message to each."""
@@ -178,14 +209,15 @@ class Determinants:
         determinants held of peers."""
         return {p: dict(d) for p, d in self.held.items() if d}
 
-    def restored(self, count: int, held: dict | None, resume: bool) -> None:
-        """A restore to a snapshot whose count was ``count`` and whose held determinants
-        were ``held``. ``resume``: the snapshot has a resume point, before which the
-        code runs again with its first life's messages (neither counted nor replayed);
-        ``resumed`` takes the count up there."""
+    def restored(self, count: int, held: dict | None, own: list | None, resume: bool) -> None:
+        """A restore to a snapshot whose count was ``count``, whose held determinants
+        were ``held`` and which replays ``own`` (``since``). ``resume``: the snapshot has
+        a resume point, before which the code runs again with its first life's messages
+        (neither counted nor replayed); ``resumed`` takes the count up there."""
         self.held = {int(p): dict(d) for p, d in (held or {}).items()}
-        self.replay = {}
         self._log, self._log_base = [], 0
+        self.replay = {}
+        self.replay_from({k: (kind, outcome) for k, kind, outcome in own or ()}, count)
         self._told.clear()
         self._floor_told.clear()
         self.floor = 0
@@ -199,13 +231,18 @@ class Determinants:
             self.count, self._resume_count = self._resume_count, None
         self._paused = False
 
-    def replay_from(self, dets: dict) -> None:
-        """The determinants the recovery gathered of this rank, {k: (kind, outcome)}:
-        take them again (those below this rank's restored count are inside its state)."""
-        start = self.count if self._resume_count is None else self._resume_count
-        self.replay = {int(k): tuple(rec) for k, rec in dets.items() if int(k) >= start}
-        # peers may lack some (they restarted too): piggyback them like new ones
-        self._log.extend((k, *self.replay[k]) for k in sorted(self.replay))
+    def replay_from(self, dets: dict, start: int | None = None) -> None:
+        """Determinants of this rank, {k: (kind, outcome)} (gathered by the recovery, or
+        kept by its snapshot): take them again; those below ``start`` (default: its
+        restored count) are inside its state."""
+        if start is None:
+            start = self.count if self._resume_count is None else self._resume_count
+        new = {int(k): tuple(rec) for k, rec in dets.items()
+               if int(k) >= start and int(k) not in self.replay}
+        self.replay.update(new)
+        # they are this rank's: piggybacked (peers may lack some: they restarted too) and
+        # kept by a snapshot taken before they are all taken again
+        self._log.extend((k, *new[k]) for k in sorted(new))
 
 
 def carried(env) -> dict | None:

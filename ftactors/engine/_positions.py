@@ -125,6 +125,7 @@ class Positions:
     def at_safe_point(self, iteration: int) -> None:
         self.position = (self._loop_count - 1, iteration)
         self._consumed_since = 0
+        self.determinants.at_safe_point()
         if self._since_safe_point:
             self._since_safe_point.clear()
         if self.keep_base:
@@ -176,6 +177,7 @@ class Positions:
         self._replay_sent = None if self._resume is None else self.sent
         self.derived, self._resume_derived = {}, dict(parts.get("derived", {}))
         self.determinants.restored(parts.get("nondet", 0), parts.get("determinants"),
+                                   parts.get("own_determinants"),
                                    resume=self._resume is not None)
         # re-running the code before the resume point consumes (and logs) the replayed
         # prefix messages again: starting from the saved log would hold them twice, and

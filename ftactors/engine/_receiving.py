@@ -27,8 +27,10 @@ the endpoint's own methods, with no delegating call. Its own state is set in
 ``_init_receiving``. From the rest of the endpoint it reads ``rank``, ``owner``,
 ``link``, ``trace``, ``sync``, ``peer_epochs``, ``_loop``, ``keep_base`` (whether
 ``state_now`` needs what is in flight), the positions' ``_reentry``,
-``_received_again`` and ``_consumed`` (a consumed message is logged for replay), and the
-outbox's ``_flush_before_wait``.
+``_received_again`` and ``_consumed`` (a consumed message is logged for replay), the
+outbox's ``_flush_before_wait``, and ``determinants`` (a wildcard receive or probe records
+what it took, or takes what its first life took; a message's piggybacked determinants
+are kept: ``_determinants``).
 """
 from __future__ import annotations
 

@@ -156,6 +156,8 @@ class Snapshots:
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
         parts["determinants"] = self.determinants.state()
+        # re-executed up to now, its nondeterministic receives take what they took
+        parts["own_determinants"] = self.determinants.since(parts["nondet"])
         return parts
 
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:
@@ -206,6 +208,7 @@ class Snapshots:
             parts = dict(self._base)
             parts["received"] = RankVector.of(self.received)
             replay = parts["prefix_log"] + list(self._since_safe_point)
+            parts["own_determinants"] = self.determinants.since(parts["nondet"])
         else:
             parts = self._snapshot_parts(buffers)
             replay = list(parts["prefix_log"])

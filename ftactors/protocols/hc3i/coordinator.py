@@ -20,7 +20,6 @@ from . import machine as _ddv
 from .options import NODE, hc3i_settings
 from .rank import DDVPiggyback
 from .storm import ForcedCheckpointStorm, StormWatch, message
-from ..shared.determinants import NOTE, hand_determinants
 from ..shared.parts import PartTaker
 from ..shared.units import Groups, load_groups
 
@@ -224,9 +223,8 @@ class Hc3iRecovery:
             await c.part_levels.forget({r: sn if sn > 1 else None for r, sn in sns.items()},
                                        groups)
         for r in ranks:
-            c.start_rank(r, c.restore_spec(handles[r], {NOTE: True}))
+            c.start_rank(r, c.restore_spec(handles[r]))
         self.stopping -= set(targets)
-        replayed = await hand_determinants(c, ranks)  # before they run: see its module
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         if c.part_levels is not None:
             await c.part_levels.reprotect(set(ranks), self._restorable(set(targets)), groups)
@@ -236,7 +234,7 @@ class Hc3iRecovery:
             c.call(r, DDVPiggyback.ft_rpc_hc3i_recovered, targets, ddvs, epochs)
             for r in range(c.n)))
         c.events.record("hc3i_recovered", targets=dict(sorted(targets.items())),
-                        resent=sum(resent), determinants=replayed)
+                        resent=sum(resent))
         c.refill_spares()
 
     def _restorable(self, restarted: set[int]) -> dict[int, dict]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from ftactors.engine._determinants import carried
 from ftactors.engine._envelope import APP, Envelope
 
 from . import machine as _ddv
@@ -70,7 +69,7 @@ class Log:
         Returns the entry and whether the log just passed its maximum (ask for a
         collection)."""
         entry = Logged(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
-                                env.payload, piggyback=carried(env)))
+                                env.payload))
         self.entries.setdefault(env.dst, {})[env.app_seq] = entry
         self.bytes += env.payload.nbytes
         full = self.bytes_max is not None and self.bytes > self.bytes_max and not self.gc_asked

@@ -144,7 +144,6 @@ from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 from . import machine as _ddv
 from .member import AT_COMMIT, CUT, DELIVER, DEPEND, FORCE, LATE, ClcMember, Logged
 from .options import NODE, OPTIONS, hc3i_settings
-from ..shared.determinants import ReplaysDeterminants
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups, of_unit
 
@@ -170,7 +169,7 @@ class _State:
     floor: int | None = None                         # this cluster's oldest CLC kept (GC)
 
 
-class DDVPiggyback(ReplaysDeterminants, Protocol):
+class DDVPiggyback(Protocol):
     """Mixin: HC3I - 2PC checkpoints inside clusters, SN piggybacking, forced CLCs,
     sender logs, rollback alerts, centralized garbage collection."""
 
@@ -200,7 +199,9 @@ class DDVPiggyback(ReplaysDeterminants, Protocol):
         m = ClcMember(self.rank, groups, settings["ddv_transitive"], settings["log_bytes_max"])
         self._hc3i = _State(m, groups, of_unit(settings["clc_interval_s"], m.me))
         self.ft.keep_base = True
-        self._record_determinants(groups.members(self.rank))
+        # a part is the state at the cut, re-executed from the last safe point: its
+        # waitany and polls must take again what they took (``engine/_determinants``)
+        self.ft.determinants.enable()
         self._start_timer()
         await super().on_start()
 
@@ -475,7 +476,7 @@ class DDVPiggyback(ReplaysDeterminants, Protocol):
         """Send a logged message with what it carries now."""
         e = entry.env
         self.ft.transmit(Envelope(APP, e.src, e.dst, e.comm, e.tag, e.app_seq, e.payload,
-                                  piggyback={**(e.piggyback or {}), NAME: entry.sn}))
+                                  piggyback={NAME: entry.sn}))
 
     # ------------------------------------------------------------ control path
     def on_control(self, env) -> None:
@@ -563,6 +564,5 @@ class DDVPiggyback(ReplaysDeterminants, Protocol):
         self._hc3i.m.restore(state[NAME])
 
     async def on_restored(self) -> None:
-        await self._replay_determinants()
         self.ft.restored_from = None  # parts stay with the coordinator
         await super().on_restored()

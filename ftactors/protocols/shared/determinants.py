@@ -46,7 +46,7 @@ class ReplaysDeterminants:
 
     def _record_determinants(self, unit) -> None:
         """Record from now on; ``unit``: the ranks that always restart with this one."""
-        self.ft.determinants.enable(unit)
+        self.ft.determinants.enable(causal=True, unit=unit)
 
     def _handover(self) -> _Handover:
         handover = getattr(self, "_ft_handover", None)
