@@ -198,18 +198,18 @@ class Receiving:
         if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
             k, source, tag = self._determined(RECV, source, tag)
         fut = self._loop.create_future()
-        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._consumed))
+        # the outcome is recorded as the message matches, before anything can depend on it
+        took = self._consumed if k is None else lambda env: self._took(k, self._consumed(env))
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, took))
         env = self.matcher.post(p)
         if self._reentry is not None:
             if env is None:
                 self.matcher.withdraw(p)
             self._received_again(env, source, tag)
         if env is not None:
-            fut.set_result(self._took(k, self._consumed(env)))
+            fut.set_result(took(env))
         else:
             fut.add_done_callback(lambda f: f.cancelled() and self.matcher.withdraw(p))
-            if k is not None:
-                fut.add_done_callback(lambda f: f.cancelled() or self._took(k, f.result()))
         return fut
 
     async def probe(self, ctx: str, source: int, tag: int) -> Envelope:
