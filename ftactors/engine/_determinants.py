@@ -39,9 +39,10 @@ Two uses, which protocols turn on (``enable``):
   given yet and the rank's *floor* (below it, no restart line of the rank needs them).
   Whatever a peer does after that message may depend on what this rank did after its
   nondeterministic receives, and it holds their determinants (``held``) from then on:
-  with the message itself, in its snapshots, and in the senders' logs (a logged message
-  keeps what it carried, so a resend carries it again). Ranks of one unit exchange
-  none: they never survive each other's restart.
+  with the message itself and in its snapshots; a resend from a log carries every
+  determinant since the floor (``resent``: its receiver rolled back, and may have lost
+  what the first copies carried). Ranks of one unit exchange none: they never survive
+  each other's restart.
 * *Replay.* A recovery that restarts ranks asks every rank (survivors, and the restarted
   ranks once their snapshots are installed: a snapshot may depend on another restarted
   rank's receives) which determinants it holds of the restarted ranks, and hands each
@@ -86,7 +87,7 @@ class Determinants:
     replays after a restart (module docstring)."""
 
     __slots__ = ("on", "causal", "unit", "count", "floor", "held", "replay", "_log",
-                 "_log_base", "_told", "_floor_told", "_resume_count", "_paused")
+                 "_log_base", "changed", "told", "_sent_to", "_resume_count", "_paused")
 
     def __init__(self):
         self.on = False
@@ -98,8 +99,12 @@ class Determinants:
         self.replay: dict[int, tuple] = {}  # k -> (kind, outcome) to take again
         self._log: list[tuple] = []  # own (k, kind, outcome), in recording order
         self._log_base = 0      # recording number of ``_log[0]``
-        self._told: dict[int, int] = {}  # peer -> recording number it has up to
-        self._floor_told: dict[int, int] = {}
+        # what each peer was given: ``told[peer] == changed`` means all of it (one dict
+        # look-up on the send path, ``Outbox.send_app``); ``_sent_to[peer]`` the
+        # recording number it has up to
+        self.changed = 0        # own determinants recorded and floors set so far
+        self.told: dict[int, int] = {}
+        self._sent_to: dict[int, int] = {}
         self._resume_count: int | None = None  # a restored rank before its resume point
         self._paused = False    # ... which neither counts nor replays
 
@@ -136,6 +141,7 @@ class Determinants:
             self.count += 1
         if self.replay.pop(k, None) is None:  # a replayed one is in the log already
             self._log.append((k, kind, outcome))
+            self.changed += 1
 
     def _forced(self, k: int, kind: str) -> Any:
         rec = self.replay.get(k)
@@ -153,16 +159,22 @@ class Determinants:
     def outgoing(self, dst: int) -> tuple | None:
         """What a message to ``dst`` carries: ``(floor, new determinants)``, or None when
         ``dst`` has all of them (or restarts with this rank)."""
+        if self.told.get(dst, 0) == self.changed:
+            return None
+        self.told[dst] = self.changed
         if dst in self.unit:
             return None
-        end = self._log_base + len(self._log)
-        told = self._told.get(dst, self._log_base)
-        if told >= end and self._floor_told.get(dst, 0) == self.floor:
-            return None
-        self._told[dst] = end
-        self._floor_told[dst] = self.floor
-        start = max(told - self._log_base, 0)
+        start = max(self._sent_to.get(dst, self._log_base) - self._log_base, 0)
+        self._sent_to[dst] = self._log_base + len(self._log)
         return self.floor, tuple(self._log[start:])
+
+    def resent(self, dst: int) -> tuple:
+        """What the first of the messages resent to ``dst`` from a log carries: every
+        determinant since the floor (``dst`` rolled back: it may have lost what the
+        first copies carried)."""
+        self.told[dst] = self.changed
+        self._sent_to[dst] = self._log_base + len(self._log)
+        return self.floor, tuple(self._log)
 
     def incoming(self, src: int, data: tuple) -> None:
         """A message from ``src`` carried ``data`` (``outgoing``)."""
@@ -173,7 +185,7 @@ class Determinants:
         for k, kind, outcome in dets:
             if k >= floor:
                 held[k] = (kind, outcome)
-        if floor and held:
+        if floor and held and min(held) < floor:  # the floor moved: a new checkpoint
             for k in [k for k in held if k < floor]:
                 del held[k]
 
@@ -195,6 +207,7 @@ class Determinants:
         if floor <= self.floor:
             return
         self.floor = floor
+        self.changed += 1
         keep = [d for d in self._log if d[0] >= floor]
         self._log_base += len(self._log) - len(keep)
         self._log = keep
@@ -218,8 +231,8 @@ class Determinants:
         self._log, self._log_base = [], 0
         self.replay = {}
         self.replay_from({k: (kind, outcome) for k, kind, outcome in own or ()}, count)
-        self._told.clear()
-        self._floor_told.clear()
+        self.told.clear()
+        self._sent_to.clear()
         self.floor = 0
         self._paused = resume
         self._resume_count = count if resume else None
@@ -243,10 +256,5 @@ class Determinants:
         # they are this rank's: piggybacked (peers may lack some: they restarted too) and
         # kept by a snapshot taken before they are all taken again
         self._log.extend((k, *new[k]) for k in sorted(new))
+        self.changed += len(new)
 
-
-def carried(env) -> dict | None:
-    """The piggyback a logged copy of ``env`` keeps: the determinants it carries (a
-    resend carries them again: its receiver may have rolled back past the first copy)."""
-    pb = env.piggyback
-    return {DETS: pb[DETS]} if pb is not None and DETS in pb else None

@@ -84,8 +84,10 @@ class Outbox:
             return None
         app_seq = self.sent.bump(dst)
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
-        if self.determinants.causal:  # before the protocols: their logs keep what it carries
-            carried = self.determinants.outgoing(dst)
+        dets = self.determinants
+        if dets.causal and dets.told.get(dst, 0) != dets.changed:
+            # before the protocols: their logs keep what it carries
+            carried = dets.outgoing(dst)
             if carried is not None:
                 env.piggyback = {DETS: carried}
         env = self.owner.on_send(env)

@@ -144,7 +144,7 @@ class Receiving:
             # half of an exchange: without this, an allreduce between computations cost
             # the other rank the whole computation, 5x its time alone)
             self._flush_before_wait()
-            return self._took(k, self._consumed(env))
+            return self._consumed(env) if k is None else self._took(k, self._consumed(env))
         fut = self._loop.create_future()
         track = self.keep_base  # only snapshot_now reads what is in flight
         p = Posted(ctx, source, tag,
@@ -162,7 +162,7 @@ class Receiving:
             raise
         if track:
             self._unmatched(env)
-        return self._took(k, self._consumed(env))
+        return self._consumed(env) if k is None else self._took(k, self._consumed(env))
 
     def _determined(self, kind: str, source: int, tag: int) -> tuple[int | None, int, int]:
         """A wildcard receive or probe starts: its determinant's number (None: not

@@ -59,7 +59,7 @@ class RankContext(Protocol):
     """What the recovery policy sent with this rank's restore, by protocol name."""
     determinants: Any
     """What its nondeterministic receives took (``engine/_determinants``): ``enable``,
-    ``count``, ``set_floor``, ``held_of``, ``replay_from``."""
+    ``count``, ``set_floor``, ``resent``, ``held_of``, ``replay_from``."""
 
     def send_control(self, dst: int, protocol: str, op: str, data: Any = None) -> None: ...
     def send_control_all(self, dsts, protocol: str, op: str, data: Any = None) -> None: ...

@@ -16,9 +16,11 @@ from ftactors.engine._constants import ANY_SOURCE, ANY_TAG
 from ftactors.engine._determinants import ANY, DETS, IPROBE, RECV, SOME, Determinants
 from ftactors.engine._endpoint import Endpoint, Link
 from ftactors.engine._envelope import APP, Envelope
-from ftactors.engine._payload import pack, unpack
+from ftactors.engine._payload import pack
 from ftactors.facade._comm import Communicator
-from ftactors.facade._request import Request, Status
+from ftactors.facade._request import Request
+
+from .test_endpoint_restore import Owner
 
 CTX = "w"
 
@@ -34,23 +36,6 @@ class Recording(Link):
 
     def clock(self):
         return 0.0
-
-
-class Owner:
-    def on_send(self, env):
-        return env
-
-    def on_receive(self, env):
-        return env
-
-    def on_control(self, env):
-        pass
-
-    def protocol_state(self):
-        return None
-
-    def restore_protocol_state(self, state):
-        pass
 
 
 def endpoint(rank=0, size=4, causal=None, unit=(), record=False):

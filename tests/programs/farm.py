@@ -134,3 +134,11 @@ def consistent(taken: list, got: dict) -> bool:
     for row in taken:
         by_client.setdefault(row[0], []).append(row[-1])
     return by_client == {c: list(v) for c, v in got.items()}
+
+
+def farm_check(got: list, reference: list) -> bool:
+    """``sim-check --check`` for ``Farm``: the failure-free task results, every task done
+    exactly once (which worker did which may differ from run to run)."""
+    values = {task: value for task, (_, value) in got[0].items()}
+    return (values == {task: value for task, (_, value) in reference[0].items()}
+            and farm_consistent(got, len(reference[0])))

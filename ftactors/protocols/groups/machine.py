@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ftactors.engine._determinants import carried
 from ftactors.engine._envelope import APP, Envelope
 
 from ..shared.units import Groups
@@ -68,8 +67,7 @@ class GroupMember:
         logged = 0
         if inter:
             self.log.setdefault(dst, {})[env.app_seq] = Envelope(
-                APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload,
-                piggyback=carried(env))
+                APP, env.src, dst, env.comm, env.tag, env.app_seq, env.payload)
             logged = env.payload.nbytes
             self.logged[0] += 1
             self.logged[1] += logged
@@ -165,7 +163,7 @@ class GroupMember:
             for seq in sorted(s for s in log if since <= s < end):
                 env = log[seq]
                 out.append(Envelope(APP, env.src, env.dst, env.comm, env.tag, env.app_seq,
-                                    env.payload, piggyback=env.piggyback))
+                                    env.payload))
             upto[rank] = end
         return out, upto
 

@@ -95,6 +95,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ftactors.engine._determinants import DETS
 from ftactors.engine._envelope import Envelope
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
@@ -259,7 +260,11 @@ class GroupCoordination(ReplaysDeterminants, Protocol):
         ft = self.ft
         received = {int(rank): n for rank, n in received.items()}
         envs, upto = self._gc.member.resend(received, ft.sent)
+        first = set()
         for env in envs:
+            if env.dst not in first:  # it may have lost what the first copies carried
+                first.add(env.dst)
+                env.piggyback = {DETS: ft.determinants.resent(env.dst)}
             ft.transmit(env)
         ft.events.record("group_resent", to=sorted(received), messages=len(envs),
                          bytes=sum(env.payload.nbytes for env in envs))
