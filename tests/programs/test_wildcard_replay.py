@@ -48,11 +48,22 @@ CONFIGS = {
     "hc3i-split": (DDVPiggyback, lambda n: dict(
         clusters=[[0], list(range(1, n))], clc_interval_s=0.002)),
     "hc3i-pairs": (DDVPiggyback, lambda n: dict(clusters="fixed:2", clc_interval_s=0.002)),
+    # the levels of a stack keep the parts; the consistency protocol restarts
+    "standby+groups": ((StandbyReplacement, GroupCoordination), lambda n: dict(spares=2)),
+    "rs+groups": ((RSBackup, GroupCoordination), lambda n: dict(
+        groups="single", group_checkpoint_interval=3, spares=2)),
+    "standby+hc3i": ((StandbyReplacement, DDVPiggyback), lambda n: dict(
+        clusters="fixed:2", clc_interval_s=0.002, spares=2)),
+    "rs+hc3i": ((RSBackup, DDVPiggyback), lambda n: dict(
+        clusters="fixed:2", clc_interval_s=0.002, spares=2)),
 }
 
 
-def stack(protocol, program):
-    return type(f"{program.__name__}{protocol.__name__}", (protocol, program), {})
+def stack(protocols, program):
+    """``program`` under ``protocols`` (one mixin, or a stack's, outermost first)."""
+    mixins = protocols if isinstance(protocols, tuple) else (protocols,)
+    return type(f"{program.__name__}{''.join(m.__name__ for m in mixins)}",
+                (*mixins, program), {})
 
 
 def kills_for(seed: int, n: int, ntasks: int = NTASKS) -> list[ft.Kill]:
