@@ -32,35 +32,33 @@ Two uses, which protocols turn on (``enable``):
   ranks had sent (GroupCoordination): there the restarted rank must take its wildcard
   receives in its first life's order past its checkpoint too, as long as any survivor's
   state depends on them. ``unit``: the ranks that always restart with this one (a
-  group). Then:
+  group); they exchange none, since they never survive each other's restart.
 
-* *Causality.* Before a rank sends an application message to a rank outside its unit,
-  the message carries (``piggyback[DETS]``) the rank's determinants that peer was not
-  given yet and the rank's *floor* (below it, no restart line of the rank needs them).
-  Whatever a peer does after that message may depend on what this rank did after its
-  nondeterministic receives, and it holds their determinants (``held``) from then on:
-  with the message itself and in its snapshots; a resend from a log carries every
-  determinant since the floor (``resent``: its receiver rolled back, and may have lost
-  what the first copies carried). Ranks of one unit exchange none: they never survive
-  each other's restart.
-* *Replay.* A recovery that restarts ranks asks every rank (survivors, and the restarted
-  ranks once their snapshots are installed: a snapshot may depend on another restarted
-  rank's receives) which determinants it holds of the restarted ranks, and hands each
-  restarted rank the union (``replay_from``) before its ``main()`` runs again. Each
-  holder holds a prefix of the rank's determinants (they travel in order on a FIFO
-  channel), so the union is the longest prefix any state depends on. The restarted
-  rank's k-th nondeterministic receive then takes the recorded outcome: ``ANY_SOURCE``
-  / ``ANY_TAG`` become the recorded source and tag, which by the non-overtaking rule of a
-  channel is the same message (waited for if it is not here yet); an array call
-  completes the recorded indices. Past the last recorded one, any outcome is consistent:
-  no surviving state saw the effects of those receives.
-* *Polls* (``iprobe``, ``improbe``, ``testany``, ``testsome``) count only when they find
-  something; replayed, a poll finds only the recorded message or requests (else it
-  finds nothing yet, as a poll may), so a polling loop takes the same messages in the
-  same order. The number of polls that found nothing is not replayed: a program that
-  changes its state between polls that found nothing is not piecewise deterministic.
-* *A replay that diverges* (the k-th nondeterministic event is of another kind than the
-  first life's) raises ``ProtocolError`` naming both: never a silent wrong answer.
+Causal logging. Before a rank sends an application message to a rank outside its unit,
+the message carries (``piggyback[DETS]``) the rank's determinants that peer was not
+given yet and the rank's *floor* (below it, no restart line of the rank needs them).
+Whatever a peer does after that message may depend on what this rank did after its
+nondeterministic receives, and it holds their determinants (``held``) from then on: with
+the message itself and in its snapshots; a resend from a log carries every determinant
+since the floor (``resent``: its receiver rolled back, and may have lost what the first
+copies carried). A recovery that restarts ranks asks every rank (survivors, and the
+restarted ranks once their snapshots are installed: a snapshot may depend on another
+restarted rank's receives) which determinants it holds of the restarted ranks, and hands
+each restarted rank the union (``replay_from``) before its ``main()`` runs again. Each
+holder holds a prefix of the rank's determinants (they travel in order on a FIFO
+channel), so the union is the longest prefix any surviving state depends on; past it,
+any outcome is consistent: no surviving state saw the effects of those receives.
+
+Replaying. The k-th nondeterministic receive takes the recorded outcome: ``ANY_SOURCE``
+/ ``ANY_TAG`` become the recorded source and tag, which by the non-overtaking rule of a
+channel is the same message (waited for if it is not here yet); an array call completes
+the recorded indices. Polls (``iprobe``, ``improbe``, ``testany``, ``testsome``) count
+only when they find something; replayed, a poll finds only the recorded message or
+requests (else nothing yet, as a poll may), so a polling loop takes the same messages in
+the same order. The number of polls that found nothing is not replayed: a program that
+changes its state between polls that found nothing is not piecewise deterministic. A
+replay that diverges (the k-th event is of another kind than the first life's) raises
+``ProtocolError`` naming both: never a silent wrong answer.
 
 Garbage collection: a protocol sets the rank's floor (``set_floor``) to its count at
 its oldest checkpoint a recovery may still restore; it travels on the next message to
