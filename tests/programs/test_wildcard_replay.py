@@ -132,6 +132,18 @@ def test_a_restarted_master_replays_the_determinants_its_survivors_hold():
                                              args=(NTASKS,)).results)
 
 
+def test_a_farm_on_ray_gives_the_failure_free_answer_after_its_master_is_sigkilled(
+        ray_session, references):
+    """The master's process SIGKILLed (with worker 1, its group, restarted from the
+    start): the survivors' determinants reach its new actor over Ray."""
+    result = run_farm("groups", 4, "ray", 0, [ft.Kill(rank=0, iteration=12)])
+    assert result.metrics["kills_fired"]
+    replayed = {e.rank: e.detail["count"] for e in result.events
+                if e.kind == "determinants_replayed"}
+    assert set(replayed) == {0, 1} and replayed[0] > 0
+    assert farm_right(result.results, references[4])
+
+
 # ------------------------------------------------------- probes and waitany
 def probe_kills(seed: int, n: int) -> list[ft.Kill]:
     """The receiver (the last rank), a sender, or both."""
