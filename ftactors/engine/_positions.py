@@ -136,6 +136,8 @@ class Positions:
         self._in_loop = False
         self._since_safe_point = None
         self._log = self._prefix_log if self._record else None
+        if self.keep_base and self._resume is None:
+            self._take_base()  # the code after the loop can be captured "now" from here
 
     def next_safe_point(self) -> tuple[int, int] | None:
         """The position of the next safe point this rank will offer, if it is inside a

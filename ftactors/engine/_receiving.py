@@ -13,8 +13,9 @@ matcher (``_matching``) completes a posted receive or queues the message. Batche
 come before the rank has started, or for a restored incarnation before its protocols
 have reset, wait until ``open``.
 
-A receive takes the first queued message that matches, else posts itself and waits; a
-blocking receive's message is *in flight* from the moment it matches until its task
+A receive takes the first queued message that matches, else posts itself and waits
+(the rank is then *blocked*: ``blocked`` lists the sources of such waits, and the
+protocol stack hears of each one at once, ``on_blocked``); a blocking receive's message is *in flight* from the moment it matches until its task
 resumes (neither queued nor consumed), so a snapshot taken in between (``state_now``)
 finds it there.
 
@@ -61,6 +62,7 @@ class Receiving:
         self._waiting: list[list[Envelope]] | None = []
         self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
+        self._waits: list[tuple[int, asyncio.Future]] = []  # see ``blocked``
 
     # ------------------------------------------------------------------ arrivals
     def deliver(self, envs: list[Envelope]) -> None:
@@ -152,7 +154,7 @@ class Receiving:
         self.matcher.post(p)
         self._flush_before_wait()
         try:
-            env = await fut
+            env = await self._blocked_on(fut, source)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             if fut.done() and not fut.cancelled():
@@ -179,6 +181,29 @@ class Receiving:
         if k is not None:
             self.determinants.found(kind, (env.src, env.tag), k)
         return env
+
+    async def _blocked_on(self, fut: asyncio.Future, source: int):
+        """Wait for ``fut``, a posted receive or probe from ``source`` that nothing queued
+        matched: the rank is *blocked* on ``source`` meanwhile (``blocked`` lists the
+        sources of such waits), and its protocols hear of it at once (``on_blocked``: a
+        checkpoint round may take its state now rather than wait for a safe point it
+        cannot reach before this message comes)."""
+        wait = (source, fut)
+        self._waits.append(wait)
+        try:
+            self.owner.on_blocked()
+            if fut.done():  # the protocol released a message it held: no wait
+                return fut.result()
+            return await fut
+        finally:
+            self._waits.remove(wait)
+
+    @property
+    def blocked(self) -> list[int]:
+        """The world sources (ANY_SOURCE: any) of the receives and probes that wait now
+        with no message yet: one matched already, whose task has not resumed, waits no
+        more (a batch that brings a message and then a marker behind it)."""
+        return [source for source, fut in self._waits if not fut.done()]
 
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither
@@ -225,7 +250,7 @@ class Receiving:
         self.matcher.post(p)
         self._flush_before_wait()
         try:
-            return self._took(k, await fut, PROBE)
+            return self._took(k, await self._blocked_on(fut, source), PROBE)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             raise

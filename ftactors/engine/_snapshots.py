@@ -12,9 +12,10 @@ original order, then from the network (CoCheck, section 4), and sends the rank t
 resume point (``_positions``).
 
 A snapshot at a safe point needs nothing else. One between safe points is the last safe
-point's state (``keep_base``: kept at every safe point, ``_take_base``) plus the messages
-received since, which a restore replays; ``state_now`` takes one at any moment, even
-while ``main()`` waits in a receive (HC3I's forced checkpoints). A ``transfer`` is a safe
+point's state (``keep_base``: kept at every safe point and at every loop's end,
+``_take_base``) plus the messages received since, which a restore replays;
+``state_now`` takes one at any moment, even while ``main()`` waits in a receive (HC3I's
+forced checkpoints, ReadyMessageFlush's rounds joined by a blocked or finished rank). A ``transfer`` is a safe
 point's state for a move to another process, its large buffers left out of band. A
 *blank* snapshot is the start of the run; restoring it gives the protocols back their
 state right after ``on_start`` (``started``).
@@ -109,9 +110,12 @@ class Snapshots:
         later, adding messages that were in transit at this moment).
 
         Inside a loop it is the last safe point's state plus every message consumed
-        since (replayed on restore, in order); before the first loop it is the start of
-        the run plus every message consumed so far, with no message counted as sent, so
-        re-running ``main()`` sends them again with their original numbers. Either way a
+        since (replayed on restore, in order); after a loop (or once ``main()`` has
+        returned) it is the state at the loop's end plus every message consumed since:
+        a restore skips the finished loop and runs the code after it again with those
+        messages; before the first loop it is the start of the run plus every message
+        consumed so far, with no message counted as sent, so re-running ``main()``
+        sends them again with their original numbers. Either way a
         restore re-executes the code since that point and the receivers drop what they
         already have (piecewise determinism). Receives posted since that point and still
         pending are posted again by the re-execution, so they are no obstacle; an
@@ -123,19 +127,21 @@ class Snapshots:
                 them as received (after a rollback their senders send them again).
 
         Raises:
-            ProtocolError: outside a loop once one was entered (straight-line code after
-                a loop cannot be resumed; see ``can_snapshot_now``), or an irecv from
-                before the safe point is still pending.
+            ProtocolError: while a restored rank re-runs the code before its resume
+                point (see ``can_snapshot_now``), or an irecv from before the safe point
+                is still pending.
         """
         if not self.keep_base or not self._record:
             raise ProtocolError("snapshot_now() needs keep_base = True from the start and "
                                 "a protocol that records deliveries")
-        if self._in_loop:
+        if self._in_loop or self._after_loop():
             posted = self.matcher.posted_receives()
             if any(p is q for p in posted for q in self._posted_at_base):
                 raise ProtocolError(
                     f"rank {self.rank}: an irecv posted before the last safe point is still "
-                    f"pending; complete irecv requests before the next safe point")
+                    f"pending at the snapshot; complete irecv requests before the next "
+                    f"safe point")
+        if self._in_loop:
             parts = dict(self._base)
             replay = parts["prefix_log"] + list(self._since_safe_point) + self._in_flight
         elif self.position is None and self._resume is None:
@@ -147,9 +153,15 @@ class Snapshots:
             # hands both to the code before the loop again (``_reentry``)
             parts["prefix_log"] = parts["prefix_log"] + self._in_flight
             replay = list(parts["prefix_log"])
+        elif self._after_loop():
+            # the base was taken as the loop ended; what the code after it consumed since
+            # is in the prefix log past the base's, and is served again from the queue
+            # once the resumed (finished) loop is skipped
+            parts = dict(self._base)
+            replay = list(self._prefix_log) + self._in_flight
         else:
-            raise ProtocolError(f"rank {self.rank}: no snapshot now outside a loop once "
-                                f"one was entered (position {self.position})")
+            raise ProtocolError(f"rank {self.rank}: no snapshot now while it re-runs the "
+                                f"code before its resume point (position {self.position})")
         received = RankVector.of(self.received)
         for src, k in (unreceived or {}).items():
             received[src] -= k
@@ -173,11 +185,19 @@ class Snapshots:
         parts["protocols"] = protocol_state
         return _storage.dumps(parts)
 
-    def can_snapshot_now(self) -> bool:
-        """Whether ``snapshot_now`` can capture this moment: inside a loop, or before the
-        first one (not while a restored rank re-runs the code before its resume point,
-        nor after a loop ended)."""
-        return self._in_loop or (self.position is None and self._resume is None)
+    def can_snapshot_now(self, after_loop: bool = False) -> bool:
+        """Whether ``snapshot_now`` can capture this moment: inside a loop or before the
+        first one; with ``after_loop``, also after a loop (``keep_base`` took a base as
+        it ended; ``main()`` may have returned: ReadyMessageFlush takes that state, HC3I
+        closes the cluster instead). Never while a restored rank re-runs the code
+        before its resume point."""
+        return (self._in_loop or (self.position is None and self._resume is None)
+                or (after_loop and self._after_loop()))
+
+    def _after_loop(self) -> bool:
+        """Past the end of a loop, with the base taken there (``exit_loop``)."""
+        return (not self._in_loop and self._resume is None and self._base is not None
+                and self._base["position"] == self.position)
 
     def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]:
         """The rank's state at this safe point for a move to another process, as

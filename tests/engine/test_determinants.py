@@ -20,7 +20,12 @@ from ftactors.engine._payload import pack
 from ftactors.facade._comm import Communicator
 from ftactors.facade._request import Request
 
-from .test_endpoint_restore import Owner
+from .test_endpoint_restore import Owner as StackOwner
+
+
+class Owner(StackOwner):
+    def on_blocked(self):
+        pass  # no protocol takes a blocked rank's state here
 
 CTX = "w"
 

@@ -11,7 +11,7 @@ import ftactors as ft
 from ftactors.protocols import ReadyMessageFlush, StandbyReplacement
 
 from .. import bodies as b
-from ..programs.farm import ProbeAny, consistent
+from ..programs.wildcards import ProbeAny, consistent
 
 
 class Converging(ft.Rank):

@@ -65,7 +65,7 @@ the run plus what was received so far), with the held messages not counted as re
 the messages from members that were in transit at the cut are added when they arrive
 (``seal_state``). Why the recovery line stays consistent: (1) a restored member
 re-executes from the safe point with exactly the messages it had consumed at its cut, so
-under piecewise determinism (assumed by all of ftactors, docs/ARCHITECTURE.md) it reaches
+under piecewise determinism (assumed by all of ftactors, docs/architecture/recovery.md) it reaches
 the state it had there and sends again, with the same numbers, what it had sent since the
 safe point; receivers that have those drop them; (2) held messages (the forcing one,
 messages from other clusters from the cut to the commit, intra-cluster messages sent after
