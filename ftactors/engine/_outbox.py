@@ -26,7 +26,7 @@ set in ``_init_outbox``. From the rest of the endpoint it reads ``rank``, ``size
 ``epoch``, ``peer_epochs`` (the destination's incarnation to stamp), ``link``, ``owner``
 (the protocol stack), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
 positions' ``_replay_sent`` (sends of a restored rank before its resume point are
-dropped); ``sent`` is set back by restores and resume points (``_positions``). The
+dropped) and ``determinants`` (what a message carries of them, ``_determinants``); ``sent`` is set back by restores and resume points (``_positions``). The
 batching tests run it with only those (``tests/engine/test_batches.py``).
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Awaitable
 
 from ._channels import OutChannels
+from ._determinants import DETS
 from ._envelope import APP, CTRL, Envelope
 from ._payload import Payload, pack
 from ._vector import RankVector
@@ -83,6 +84,12 @@ class Outbox:
             return None
         app_seq = self.sent.bump(dst)
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
+        dets = self.determinants
+        if dets.causal and dets.told.get(dst, 0) != dets.changed:
+            # before the protocols: their logs keep what it carries
+            carried = dets.outgoing(dst)
+            if carried is not None:
+                env.piggyback = {DETS: carried}
         env = self.owner.on_send(env)
         if env is not None:
             self.transmit(env)

@@ -100,6 +100,7 @@ class Positions:
                 self._resume = None
                 self.sent, self._replay_sent = self._replay_sent, None  # caught up
                 self.derived = self._resume_derived
+                self.determinants.resumed()
         if self._reentry is not None and self._resume is None:
             self._reentered()
         self._in_loop = True
@@ -124,6 +125,7 @@ class Positions:
     def at_safe_point(self, iteration: int) -> None:
         self.position = (self._loop_count - 1, iteration)
         self._consumed_since = 0
+        self.determinants.at_safe_point()
         if self._since_safe_point:
             self._since_safe_point.clear()
         if self.keep_base:
@@ -176,6 +178,9 @@ class Positions:
         self.sent = RankVector.of(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent
         self.derived, self._resume_derived = {}, dict(parts.get("derived", {}))
+        self.determinants.restored(parts.get("nondet", 0), parts.get("determinants"),
+                                   parts.get("own_determinants"),
+                                   resume=self._resume is not None)
         # re-running the code before the resume point consumes (and logs) the replayed
         # prefix messages again: starting from the saved log would hold them twice, and
         # the next snapshot would replay the extra copies into later receives

@@ -108,6 +108,7 @@ class Snapshots:
             "received": RankVector.of(self.received),
             "prefix_log": list(self._prefix_log),
             "derived": dict(self.derived),
+            "nondet": self.determinants.count,  # the safe point's, as ``sent``
         }
 
     def snapshot(self, protocol_state: dict | None = None,
@@ -186,6 +187,7 @@ class Snapshots:
         elif self.position is None and self._resume is None:
             parts = self._snapshot_parts(registered=False)
             parts["sent"] = RankVector(self.size)
+            parts["nondet"] = 0
             # what a blocked receive got is received before the loop too: a restore
             # hands both to the code before the loop again (``_reentry``)
             parts["prefix_log"] = parts["prefix_log"] + self._in_flight
@@ -204,6 +206,9 @@ class Snapshots:
             received[src] -= k
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
+        parts["determinants"] = self.determinants.state()
+        # re-executed up to now, its nondeterministic receives take what they took
+        parts["own_determinants"] = self.determinants.since(parts["nondet"])
         return parts
 
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:
@@ -262,6 +267,7 @@ class Snapshots:
             parts = self._from_base()
             parts["received"] = RankVector.of(self.received)
             replay = parts["prefix_log"] + list(self._since_safe_point)
+            parts["own_determinants"] = self.determinants.since(parts["nondet"])
         else:
             parts = self._snapshot_parts(None if buffers is None else buffers.append)
             replay = list(parts["prefix_log"])
@@ -270,6 +276,7 @@ class Snapshots:
             queued = [e for e in queued if e.src not in cut or e.app_seq < cut[e.src]]
             parts["received"] = self.received_at(cut)
         parts["replay"] = replay + queued
+        parts["determinants"] = self.determinants.state()
         parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
         return parts
 

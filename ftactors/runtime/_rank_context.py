@@ -59,6 +59,9 @@ class RankContext(Protocol):
     """The blob this rank was restored from (a protocol may drop it once not needed)."""
     restore_notes: dict
     """What the recovery policy sent with this rank's restore, by protocol name."""
+    determinants: Any
+    """What its nondeterministic receives took (``engine/_determinants``): ``enable``,
+    ``count``, ``set_floor``, ``resent``, ``held_of``, ``replay_from``."""
 
     def send_control(self, dst: int, protocol: str, op: str, data: Any = None) -> None: ...
     def send_control_all(self, dsts, protocol: str, op: str, data: Any = None) -> None: ...

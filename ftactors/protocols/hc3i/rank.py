@@ -199,6 +199,9 @@ class DDVPiggyback(Protocol):
         m = ClcMember(self.rank, groups, settings["ddv_transitive"], settings["log_bytes_max"])
         self._hc3i = _State(m, groups, of_unit(settings["clc_interval_s"], m.me))
         self.ft.keep_base = True
+        # a part is the state at the cut, re-executed from the last safe point: its
+        # waitany and polls must take again what they took (``engine/_determinants``)
+        self.ft.determinants.enable()
         self._start_timer()
         await super().on_start()
 
