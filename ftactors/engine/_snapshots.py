@@ -145,7 +145,8 @@ class Snapshots:
                                self.owner.protocol_state() if protocol_state is None
                                else protocol_state)
 
-    def state_now(self, *, unreceived: dict[int, int] | None = None) -> dict:
+    def state_now(self, *, unreceived: dict[int, int] | None = None,
+                  global_cut: bool = False) -> dict:
         """The state of ``snapshot_now``, not sealed yet (``seal_state`` finishes it, maybe
         later, adding messages that were in transit at this moment).
 
@@ -165,6 +166,12 @@ class Snapshots:
             unreceived: ``{source: k}``: the last ``k`` messages accepted from ``source``
                 are held back by the protocol and not delivered; the state does not count
                 them as received (after a rollback their senders send them again).
+            global_cut: the part belongs to a cut that every rank rolls back to together
+                (a global round's flush: what this rank sent before its marker is in its
+                receiver's part of the same round, received or queued). The re-execution
+                then does not send those messages again (``cut_sent``: ``send_app``
+                drops sends numbered below it), so no receiver drops a duplicate: a
+                duplicate on such a line would be an orphan.
 
         Raises:
             ProtocolError: while a restored rank re-runs the code before its resume
@@ -206,6 +213,8 @@ class Snapshots:
             received[src] -= k
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
+        if global_cut:
+            parts["cut_sent"] = RankVector.of(self.sent)
         parts["determinants"] = self.determinants.state()
         # re-executed up to now, its nondeterministic receives take what they took
         parts["own_determinants"] = self.determinants.since(parts["nondet"])

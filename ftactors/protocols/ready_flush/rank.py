@@ -290,7 +290,8 @@ class ReadyMessageFlush(PlannedLevel):
         if round_id in st.joined or (r is not None and r.members is not None):
             return None
         st.where.taken(round_id[1])
-        state = ft.state_now(unreceived={src: len(envs) for src, envs in st.held.items()})
+        state = ft.state_now(unreceived={src: len(envs) for src, envs in st.held.items()},
+                             global_cut=True)
         part = st.joined[round_id] = _Part(state, self.protocol_state(), ft.position,
                                            ft.link.clock())
         # every rank: a rank learns of a round from the first marker it gets, and holds
