@@ -15,6 +15,7 @@ from .runtime import _notices
 from .runtime._chaos import Chaos
 from .runtime._checkpoints import find_resumable
 from .runtime._coordinator import Coordinator, RunResult
+from .runtime._deadlock import background
 from .base._errors import ConfigError, ProtocolError
 from .runtime._identity import new_identity
 from .protocols import PROTOCOLS
@@ -116,12 +117,7 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
     async def job(c: Coordinator | None = None) -> RunResult:
         c = c or coordinator()
         _notices.at_start(rank_cls, options, spares)
-        try:
-            result = await asyncio.wait_for(c.run(), timeout_s)
-        except asyncio.TimeoutError:
-            exc = TimeoutError(f"the run did not finish within {timeout_s} s")
-            exc.events = list(c.events.events)  # the coordinator's timeline so far
-            raise exc from None
+        result = await _within(c, timeout_s)
         _notices.after_run(rank_cls, kills, result.metrics, result.events)
         if trace is not None:
             result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
@@ -130,6 +126,28 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
 
     job.coordinator = coordinator
     return job
+
+
+async def _within(c: Coordinator, timeout_s: float | None) -> RunResult:
+    """``c.run()``, given up after ``timeout_s`` (a ``TimeoutError``). The timeout's
+    timer is the coordinator's watching (``background``): it wakes no rank, so a
+    simulated deadlock is found at its moment, not when the timeout comes."""
+    task = asyncio.ensure_future(c.run())  # (made first: the ranks' timers stay theirs)
+    try:
+        with background():
+            done, _ = await asyncio.wait((task,), timeout=timeout_s)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.wait((task,))
+        if not task.cancelled() and task.exception() is None:
+            return task.result()  # it ended as it was cancelled
+        exc = TimeoutError(f"the run did not finish within {timeout_s} s")
+        exc.events = list(c.events.events)  # the coordinator's timeline so far
+        raise exc from None
+    return task.result()
 
 
 class Run:

@@ -70,6 +70,28 @@ class JobLost(RankFailed):
         return (JobLost, (self.ranks, self.reason))
 
 
+class Deadlock(FTError):
+    """The run can never progress: every live rank waits (a receive, a probe, a request,
+    a synchronous send, a protocol's round) and nothing in flight can wake any of them.
+    Raised by ``ft.run`` at once, instead of waiting for ever (or for ``timeout_s``).
+
+    Attributes:
+        waits: rank -> what it waits for and where (its loop and iteration), in words;
+            a rank whose ``main()`` returned reads ``finished``.
+        events: the run's timeline up to the deadlock (when raised by ``ft.run``).
+    """
+
+    events: list = []
+
+    def __init__(self, waits: dict, message: str = ""):
+        self.waits = dict(waits)
+        super().__init__(message or "the run can never progress: "
+                         + "; ".join(self.waits.values()))
+
+    def __reduce__(self):
+        return (Deadlock, (self.waits, self.args[0]))
+
+
 class CheckpointCorrupted(FTError):
     """A stored checkpoint failed its content-hash check; it was not unpickled."""
 

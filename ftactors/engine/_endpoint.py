@@ -42,6 +42,7 @@ from ._receiving import Receiving
 from ._snapshots import Snapshots, blank_snapshot  # noqa: F401 (the coordinator imports it here)
 from ._synchronous import SyncAcks
 from ._vector import RankVector
+from ._waits import Waits
 
 
 class Link:
@@ -99,7 +100,7 @@ class Link:
         raise NotImplementedError
 
 
-class Endpoint(Outbox, Receiving, Positions, Snapshots):
+class Endpoint(Outbox, Receiving, Positions, Snapshots, Waits):
     """Messaging state and services of one rank; protocols reach it as ``self.ft``."""
 
     def __init__(self, rank: int, size: int, link: Link, owner, *, epoch: int = 0,
@@ -121,6 +122,7 @@ class Endpoint(Outbox, Receiving, Positions, Snapshots):
         self._init_receiving()
         self._init_positions(record_deliveries)
         self._init_snapshots()
+        self._init_waits()
         # set by the host: protocol tasks, chaos kills at safe points
         self.spawn: Callable[[Any], asyncio.Task] | None = None
         # the tasks of the program's nonblocking operations (a nonblocking collective, a

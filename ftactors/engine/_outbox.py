@@ -126,6 +126,7 @@ class Outbox:
                     self._flush_pending = True
                     self._loop.call_soon(self.flush)
                 self.link.send(dst, [env])
+                self.count_out(env, 1)
                 return
             box = self._outbox[dst] = []
         box.append(env)
@@ -174,6 +175,7 @@ class Outbox:
         self._outbox_bytes.pop(dst, None)
         if envs:
             self.link.send(dst, envs)
+            self.count_out(envs[0], len(envs))
 
     def congested(self, dst: int) -> Awaitable | None:
         """None when the transport toward world rank ``dst`` takes more now; else what to

@@ -41,6 +41,7 @@ from ._matching import Matcher, Posted
 from ._payload import unpack
 from ._synchronous import SYNC
 from ._vector import RankVector
+from ._waits import Wait
 
 
 class Receiving:
@@ -65,6 +66,10 @@ class Receiving:
         Batches that come before the rank has started (its protocols' ``on_start`` has
         not run yet) wait in arrival order and are taken by ``open``.
         """
+        env = envs[0]  # a batch is one incarnation pair's (``_waits``): counted once
+        key = (env.src, env.src_epoch, env.dst_epoch)
+        wire_in = self.wire_in
+        wire_in[key] = wire_in.get(key, 0) + len(envs)
         if self._waiting is not None:
             self._waiting.append(envs)
             return
@@ -123,8 +128,9 @@ class Receiving:
         return unpack(env.payload)
 
     # ---------------------------------------------------------- receives, probes
-    async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
-        """Wait for and consume the first message matching (world ``source``)."""
+    async def receive(self, ctx: str, source: int, tag: int, what: str = "") -> Envelope:
+        """Wait for and consume the first message matching (world ``source``); ``what``
+        names the operation in the rank's wait record while it blocks (``_waits``)."""
         env = self.matcher.find(ctx, source, tag, consume=True)
         if self._reentry is not None:
             self._received_again(env, source, tag)
@@ -141,6 +147,7 @@ class Receiving:
                    _resolver(fut, self.matcher, self._matched if track else None))
         self.matcher.post(p)
         self._flush_before_wait()
+        token = self.wait_begin(Wait("recv", source, tag, ctx, what))
         try:
             env = await fut
         except asyncio.CancelledError:
@@ -150,6 +157,8 @@ class Receiving:
                     self._unmatched(fut.result())
                 self.matcher.arrive(fut.result())  # matched just before the cancel: give back
             raise
+        finally:
+            self.wait_end(token)
         if track:
             self._unmatched(env)
         return self._consumed(env)
@@ -190,11 +199,14 @@ class Receiving:
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
         self.matcher.post(p)
         self._flush_before_wait()
+        token = self.wait_begin(Wait("probe", source, tag, ctx))
         try:
             return await fut
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             raise
+        finally:
+            self.wait_end(token)
 
     def iprobe(self, ctx: str, source: int, tag: int) -> Envelope | None:
         return self.matcher.find(ctx, source, tag, consume=False)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ._buffers import dtype_of
 from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
+from ..engine._waits import Wait
 
 
 def polled_in_vain() -> None:
@@ -106,17 +107,21 @@ class Request:
     completes. ``cancellable``: ``cancel()`` may withdraw it (a receive not matched yet).
     """
 
-    __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable")
+    __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable",
+                 "_waits_on")
 
     def __init__(self, future: asyncio.Future | None = None,
                  finish: Callable[[Any], tuple[Any, Status]] | None = None,
-                 cancellable: bool = False):
+                 cancellable: bool = False, waits_on: tuple | None = None):
         self._future = future
         self._finish = finish
         self._active = future is not None
         self._value: Any = None
         self._status = Status()
         self._cancellable = cancellable
+        # (endpoint, Wait): what a wait for it blocks on, for the rank's wait record
+        # (``engine/_waits``); None: a wait that nothing but the transport ends
+        self._waits_on = waits_on
 
     def __bool__(self) -> bool:
         return self._active
@@ -145,7 +150,7 @@ class Request:
     async def wait(self, status: Status | None = None) -> Any:
         """Wait until the operation is done; its value (a receive's object)."""
         if self._active and not self._future.done():
-            await asyncio.wait((self._future,))  # a cancelled receive completes, no raise
+            await _blocked((self._future,), (self,))  # a cancelled receive completes, no raise
         return self._complete(status)
 
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
@@ -272,6 +277,7 @@ class Prequest(Request):
                              f"{'freed' if self._freed else 'still active'}")
         run = self._start()
         self._future, self._finish, self._cancellable = run._future, run._finish, run._cancellable
+        self._waits_on = run._waits_on
         self._active, self._value, self._status = run._active, None, Status()
 
     @staticmethod
@@ -338,8 +344,8 @@ async def waitany(requests: Sequence[Request], status: Status | None = None):
     ``(UNDEFINED, None)`` when none is active."""
     index, flag, value = testany(requests, status)
     if not flag:
-        await asyncio.wait([req._future for req in requests if req._active],
-                           return_when=asyncio.FIRST_COMPLETED)
+        active = [req for req in requests if req._active]
+        await _blocked([req._future for req in active], active, asyncio.FIRST_COMPLETED)
         index, flag, value = testany(requests, status)
     return index, value
 
@@ -364,7 +370,26 @@ def testsome(requests: Sequence[Request], statuses: list | None = None):
 
 async def waitsome(requests: Sequence[Request], statuses: list | None = None):
     """``testsome`` after waiting until at least one active request is done."""
-    active = [req._future for req in requests if req._active]
-    if active and not any(f.done() for f in active):
-        await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
+    active = [req for req in requests if req._active]
+    if active and not any(req._future.done() for req in active):
+        await _blocked([req._future for req in active], active, asyncio.FIRST_COMPLETED)
     return testsome(requests, statuses)
+
+
+async def _blocked(futures, requests, return_when=asyncio.ALL_COMPLETED) -> None:
+    """``asyncio.wait(futures)``, named in the rank's wait record (``engine/_waits``) when
+    every request knows what it waits on: one request's own record, or ``"any"`` listing
+    theirs. A request that does not know (a send waiting for room on the wire) leaves the
+    rank looking busy, never wrongly blocked."""
+    known = [req._waits_on for req in requests]
+    if not known or any(k is None for k in known):
+        await asyncio.wait(futures, return_when=return_when)
+        return
+    ep = known[0][0]
+    wait = known[0][1] if len(known) == 1 else Wait(
+        "any", what="; ".join(k[1].describe() for k in known))
+    token = ep.wait_begin(wait)
+    try:
+        await asyncio.wait(futures, return_when=return_when)
+    finally:
+        ep.wait_end(token)

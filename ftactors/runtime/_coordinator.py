@@ -43,9 +43,10 @@ from typing import Any
 
 from . import _notices
 from ._chaos import Kill, Partition
+from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
-from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
+from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
 from ..engine._vector import RankVector
@@ -172,6 +173,10 @@ class Coordinator:
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
         self.policy = recovery_policy(self, rank_cls)
+        self.watch = DeadlockWatch(self)
+        self._deadlock: Deadlock | None = None  # found by the watch: ends the run
+        self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
+        self._recovering = False
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
@@ -212,7 +217,7 @@ class Coordinator:
                 self.events.record("wired")
                 self.wired.set()
                 results = await self._supervise()
-            except (RankError, RankFailed) as exc:
+            except (RankError, RankFailed, Deadlock) as exc:
                 exc.events = merge([self.events.events, self.rank_events])
                 raise
             if self.policy is not None:
@@ -370,25 +375,31 @@ class Coordinator:
             self.start_rank(rank, None if self.restore is None else
                             {"snapshot": self.restore[rank], "peer_epochs": RankVector(self.n),
                              "line": self.start})
-        work = []
+        watching = [self.watch.service()]  # (their timers wake no rank: ``_deadlock``)
         if self.heartbeat_interval_s:
-            work.append(self._heartbeats())
+            watching.append(self._heartbeats())
         if self.reporter is not None:
-            work.append(self.reporter.service(self.fabric, self.handles))
+            watching.append(self.reporter.service(self.fabric, self.handles))
+        for w in watching:
+            self.helper(in_background(w))
         service = getattr(self.policy, "service", None)
         if service is not None:
-            work.append(service())
-        for w in work:
-            self.helper(w)
+            self.helper(service())
+        self.fabric.on_quiet(self._quiet)
         self._watching = True
         try:
             while len(self._done) < self.n or self._failed:
                 if self._failed:
                     await self._recover()
                     continue
+                if self._deadlock is not None:
+                    await self._collect()
+                    raise self._deadlock
                 if not self._ended:
                     self._wake.clear()
                     await self._wake.wait()
+                    if self._deadlock is not None:
+                        continue
                 ended, self._ended = sorted(self._ended), set()
                 for rank in ended:
                     if rank not in self._runs:
@@ -401,12 +412,37 @@ class Coordinator:
                         await self._strike(rank, "finished")
         finally:
             self._watching = False
+            self.fabric.on_quiet(None)
             for _, task in sorted(self._runs.items()):
                 task.cancel()  # a rank that dies after the run ended (a lost job's) is moot:
                 task.add_done_callback(_consume)  # its death is nobody's to take
             for task in list(self._helpers):
                 task.cancel()
         return self._results
+
+    # ------------------------------------------------------------- deadlocks
+    def steady(self) -> bool:
+        """Whether nothing of the coordinator's can wake a rank now: no failure being
+        recovered, no request to a rank under way, every rank running or finished
+        (``_deadlock``)."""
+        return (not self._failed and not self._recovering and not self._calls
+                and not self._ended and not self._fresh and not self._respawning
+                and len(self._runs) + len(self._done) == self.n
+                and not (self._runs.keys() & self._done))
+
+    def _quiet(self) -> None:
+        """The fabric has nothing pending but the coordinator's watching (sim): read the
+        ranks now, in this process."""
+        if self._deadlock is None and self.steady():
+            states = {r: h.progress()[2] for r, h in enumerate(self.handles)}
+            self.watch.quiet_check(states)
+
+    def deadlocked(self, error: Deadlock) -> None:
+        """The watch found the run deadlocked: the supervisor ends it with ``error``."""
+        if self._deadlock is None:
+            self.events.record("deadlock", waits=error.waits)
+            self._deadlock = error
+            self._wake.set()
 
     def _finished(self, rank: int) -> RankError | None:
         """Take the outcome of a rank's run (ended); returns the error that ends the run,
@@ -472,6 +508,13 @@ class Coordinator:
         self._drop_runs(failed)  # their deaths are known
         self._round = round_no
         self._round_failed = failed
+        self._recovering = True
+        try:
+            await self._recover_round(failed, round_no)
+        finally:
+            self._recovering = False
+
+    async def _recover_round(self, failed: set[int], round_no: int) -> None:
         await self.phase("start")
         try:
             await self.policy.recover(failed)
@@ -541,19 +584,26 @@ class Coordinator:
                 return
 
     async def call(self, rank: int, name: str, *args) -> Any:
-        """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
+        """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``. While a call is
+        under way no rank is deadlocked (its answer may wake one)."""
+        self._calls += 1
         try:
             return await self.fabric.call(self.handles[rank], name, *args)
         except RankDied:
             raise NewFailure({rank}) from None
+        finally:
+            self._calls -= 1
 
     async def call_kept(self, rank: int, name: str, *args) -> Any:
         """``call``, with the (bytes) answer kept by the coordinator (``Fabric.call_kept``):
         it outlives the rank's process."""
+        self._calls += 1
         try:
             return await self.fabric.call_kept(self.handles[rank], name, *args)
         except RankDied:
             raise NewFailure({rank}) from None
+        finally:
+            self._calls -= 1
 
     async def replace(self, rank: int) -> None:
         """Promote a spare to be the next incarnation of ``rank`` and rewire everyone

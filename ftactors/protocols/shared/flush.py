@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Sequence
 
 from ftactors.base._errors import ProtocolError
+from ftactors.engine._waits import Wait
 
 OPS = ("marker", "flush_count", "flush_go")
 """The control operations a protocol hands to ``Flush.take``."""
@@ -218,11 +219,14 @@ class Flush:
 
     async def wait(self, ft, round_id: Hashable) -> dict[int, Any]:
         """Wait until every marker of ``round_id`` to this rank arrived (``start`` first);
-        returns the participants' values that are not None, by rank."""
+        returns the participants' values that are not None, by rank. While it waits, the
+        rank's wait record names the round and whom it has not heard from
+        (``Endpoint.waiting_on``)."""
         machine = self._machine(ft)
         while (done := machine.complete(round_id, (p for p, _ in ft.received.nonzero()))) is None:
             self._arrived.clear()
-            await self._arrived.wait()
+            with ft.waiting_on(self._waiting(machine, round_id)):
+                await self._arrived.wait()
         values, self.last_cut = done
         return values
 
@@ -231,8 +235,27 @@ class Flush:
         machine, peers = self._machine(ft), set(peers)
         while (markers := machine.markers_from(round_id, peers)) is None:
             self._arrived.clear()
-            await self._arrived.wait()
+            missing = lambda: sorted(peers - machine._round(round_id).markers.keys())
+            with ft.waiting_on(Wait("round", what=f"flush {round_id!r}: markers",
+                                    lazy=missing)):
+                await self._arrived.wait()
         return markers
+
+    @staticmethod
+    def _waiting(machine: FlushRounds, round_id: Hashable) -> Wait:
+        """The wait record of a rank in round ``round_id``: the root's word on how many
+        markers come (from the root, or at the root from the participants), or the
+        markers; the ranks not heard from are listed only when asked (``Wait.lazy``)."""
+        r = machine.rounds[round_id]
+        me, root = machine.me, r.members[0]
+        if r.expected is None:
+            if me == root:
+                return Wait("round", what=f"flush {round_id!r}: the root, heard from "
+                                          f"{r.heard} of {len(r.members)} participants")
+            return Wait("round", what=f"flush {round_id!r}: the root's count", ranks=(root,))
+        return Wait("round", what=f"flush {round_id!r}: {len(r.markers)} of {r.expected} "
+                                  f"markers",
+                    lazy=lambda: [p for p in r.members if p != me and p not in r.markers])
 
     def reset(self) -> None:
         """Forget every round (after a rollback the peers start over)."""

@@ -1,0 +1,179 @@
+"""What a rank waits for now, and what it put on and took off the wire: read only when asked.
+
+Theory of operation
+-------------------
+A run can never progress when every live rank waits and nothing can wake any of them (a
+program's own deadlock: two ranks that both receive first; or a protocol's: a round that
+waits for a rank that will never join). Seeing that needs two facts per rank, which the
+engine keeps where they happen, at no cost to a message:
+
+* its *wait*: a ``Wait`` record, set by the engine where a task blocks (a receive or
+  probe that found nothing, a request's wait, a synchronous send's acknowledgement, a
+  protocol's round: ``Waits.waiting_on``) and removed when it resumes. Records are kept
+  per task, so a nonblocking operation's task (an ``ibcast``) blocked in a receive does
+  not make the rank look blocked while ``main()`` computes; ``waiting`` is the record of
+  the rank's own task (``main()``, or the host's run task around it: a protocol's
+  ``on_finish``). Building a record costs one small object per *blocking* wait, which
+  already builds a future; a receive that finds its message sets nothing.
+* its *wire counts*: envelopes handed to the transport per destination incarnation and
+  envelopes the transport delivered per source incarnation (``wire_out``, ``wire_in``:
+  one dict update per batch, not per message). On every channel between live
+  incarnations, sent == arrived means nothing is in flight: no message can still wake
+  anyone. A batch's epochs are read from its first envelope (a batch is one flush of one
+  outbox, stamped for one incarnation pair).
+
+``wait_count`` grows with every wait begun, so two readings with the same count and the
+same wire counts saw a rank that did not move in between. The coordinator reads these
+(``wait_state``) to end a run that can never progress (``runtime/_deadlock``); protocols
+may read ``waiting`` (``RankContext``) to let a blocked rank join a round.
+
+``Waits`` is a mixin of ``Endpoint``: its state is set in ``_init_waits``; it reads the
+endpoint's ``rank``, ``epoch`` and ``position``.
+"""
+from __future__ import annotations
+
+import asyncio
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable
+
+from ._constants import ANY_SOURCE, ANY_TAG
+from ._envelope import COLLECTIVE_SUFFIX
+
+_current_task = asyncio.current_task
+_RANKS_SHOWN = 8
+"""How many ranks a record's description lists."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """One blocked wait of a rank.
+
+    Attributes:
+        kind: ``"recv"``, ``"probe"``, ``"request"`` (a nonblocking operation waited
+            for), ``"any"`` (``waitany``/``waitsome``: the first of several), ``"ssend"``
+            (a synchronous send's acknowledgement), ``"round"`` (a protocol's round), or
+            another name a protocol gives.
+        source: the world rank a receive or probe takes from (``ANY_SOURCE``), or whom a
+            synchronous send waits on; None when no single rank is meant.
+        tag: its tag (``ANY_TAG``), or None.
+        comm: the communicator's context id (a collective's ends in ``COLLECTIVE_SUFFIX``).
+        what: words for what is waited on beyond those (a round's protocol and id, a
+            collective's name, the waits of the requests of a ``waitany``).
+        ranks: the ranks whose messages could end it (for a round: those it has not
+            heard from), when known.
+        lazy: a function that gives ``ranks`` when the record is read (``wait_state``),
+            for a record that would cost a pass over many ranks to fill at every wait;
+            never pickled.
+    """
+
+    kind: str
+    source: int | None = None
+    tag: int | None = None
+    comm: str | None = None
+    what: str = ""
+    ranks: tuple = ()
+    lazy: Callable[[], Iterable[int]] | None = field(default=None, compare=False, repr=False)
+
+    def resolved(self) -> "Wait":
+        """This record with ``ranks`` filled by ``lazy`` (picklable)."""
+        if self.lazy is None:
+            return self
+        return replace(self, ranks=tuple(self.lazy()), lazy=None)
+
+    def describe(self) -> str:
+        """One line: ``receive from rank 1, tag 7, communicator w``."""
+        words = {"recv": "receive", "probe": "probe", "ssend": "synchronous send to",
+                 "request": "request", "any": "first of", "round": "round"}
+        text = words.get(self.kind, self.kind)
+        if self.kind in ("recv", "probe"):
+            text += " from " + ("any source" if self.source == ANY_SOURCE
+                                else f"rank {self.source}")
+        elif self.source is not None:
+            text += f" rank {self.source}"
+        if self.tag is not None:
+            text += ", any tag" if self.tag == ANY_TAG else f", tag {self.tag}"
+        if self.comm is not None:
+            if self.comm.endswith(COLLECTIVE_SUFFIX):
+                text += f", collective of communicator {self.comm[:-len(COLLECTIVE_SUFFIX)]}"
+            else:
+                text += f", communicator {self.comm}"
+        if self.what:
+            text += f" ({self.what})"
+        if self.ranks:
+            who = ", ".join(map(str, self.ranks[:_RANKS_SHOWN]))
+            if len(self.ranks) > _RANKS_SHOWN:
+                who += f", ... ({len(self.ranks)} ranks)"
+            text += (", not heard from rank(s) " if self.kind == "round"
+                     else ", waiting for rank(s) ") + who
+        return text
+
+
+class Waits:
+    """The wait records and wire counts of one rank (module docstring)."""
+
+    def _init_waits(self) -> None:
+        self._waits: dict[asyncio.Task, Wait] = {}
+        self.wait_count = 0  # waits begun: a reading that sees it unchanged saw no move
+        self.rank_task: asyncio.Task | None = None  # set by the host: whose wait is the rank's
+        self.wire_out: dict[tuple[int, int, int], int] = {}  # (dst, its epoch, mine) -> envs
+        self.wire_in: dict[tuple[int, int, int], int] = {}  # (src, its epoch, mine) -> envs
+
+    def wait_begin(self, wait: Wait):
+        """The current task blocks on ``wait`` now; returns what ``wait_end`` needs."""
+        task = _current_task()
+        waits = self._waits
+        before = waits.get(task)
+        waits[task] = wait
+        self.wait_count += 1
+        return task, before
+
+    def wait_end(self, token) -> None:
+        """The wait ``wait_begin`` started is over (the task resumes)."""
+        task, before = token
+        if before is None:
+            self._waits.pop(task, None)
+        else:
+            self._waits[task] = before
+
+    @contextmanager
+    def waiting_on(self, wait: Wait):
+        """``with ft.waiting_on(Wait("round", what=...)): await ...``: a protocol's own
+        wait, named for deadlock reports and readable as ``waiting`` meanwhile."""
+        token = self.wait_begin(wait)
+        try:
+            yield
+        finally:
+            self.wait_end(token)
+
+    @property
+    def waiting(self) -> Wait | None:
+        """What the rank's own task (``main()``; outside it, the host's task running the
+        protocols' ``on_start``/``on_finish``) is blocked on now, or None: it is running,
+        computing, or sleeping. Set only where the engine or a protocol blocks
+        (``waiting_on``); a wait elsewhere (a plain ``asyncio`` future) reads None."""
+        task = self.rank_task
+        return None if task is None else self._waits.get(task)
+
+    def task_wait(self, task) -> Wait | None:
+        """What another task of this rank (a nonblocking collective's) is blocked on."""
+        return self._waits.get(task)
+
+    def count_out(self, env, n: int) -> None:
+        """The transport took a batch of ``n`` envelopes, ``env`` the first."""
+        key = (env.dst, env.dst_epoch, env.src_epoch)
+        self.wire_out[key] = self.wire_out.get(key, 0) + n
+
+    def wait_state(self) -> dict:
+        """What the coordinator reads to tell a deadlock: the rank's wait (None: not
+        blocked), where it is, how many waits it began, its wire counts."""
+        wait = self.waiting
+        inner = ()
+        if wait is not None:
+            wait = wait.resolved()
+            if wait.kind in ("request", "any"):  # a nonblocking operation's own wait
+                inner = tuple(w.resolved() for t in self.program_tasks
+                              if (w := self._waits.get(t)) is not None)
+        return {"wait": wait, "inner": inner, "position": self.position,
+                "epoch": self.epoch, "count": self.wait_count, "out": dict(self.wire_out),
+                "in": dict(self.wire_in)}
