@@ -58,6 +58,9 @@ class Receiving:
         self._waiting: list[list[Envelope]] | None = []
         self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
+        # envelopes the link delivered, by batch: (src, its epoch, mine) -> how many
+        # (``_waits``: what is in flight)
+        self.wire_in: dict[tuple[int, int, int], int] = {}
 
     # ------------------------------------------------------------------ arrivals
     def deliver(self, envs: list[Envelope]) -> None:

@@ -28,7 +28,8 @@ same wire counts saw a rank that did not move in between. The coordinator reads 
 may read ``waiting`` (``RankContext``) to let a blocked rank join a round.
 
 ``Waits`` is a mixin of ``Endpoint``: its state is set in ``_init_waits``; it reads the
-endpoint's ``rank``, ``epoch`` and ``position``.
+endpoint's ``epoch``, ``position`` and ``program_tasks``, the outbox's ``wire_out`` and
+the receiving's ``wire_in`` (each counted where its envelopes pass).
 """
 from __future__ import annotations
 
@@ -116,8 +117,6 @@ class Waits:
         self._waits: dict[asyncio.Task, Wait] = {}
         self.wait_count = 0  # waits begun: a reading that sees it unchanged saw no move
         self.rank_task: asyncio.Task | None = None  # set by the host: whose wait is the rank's
-        self.wire_out: dict[tuple[int, int, int], int] = {}  # (dst, its epoch, mine) -> envs
-        self.wire_in: dict[tuple[int, int, int], int] = {}  # (src, its epoch, mine) -> envs
 
     def wait_begin(self, wait: Wait):
         """The current task blocks on ``wait`` now; returns what ``wait_end`` needs."""
@@ -158,11 +157,6 @@ class Waits:
     def task_wait(self, task) -> Wait | None:
         """What another task of this rank (a nonblocking collective's) is blocked on."""
         return self._waits.get(task)
-
-    def count_out(self, env, n: int) -> None:
-        """The transport took a batch of ``n`` envelopes, ``env`` the first."""
-        key = (env.dst, env.dst_epoch, env.src_epoch)
-        self.wire_out[key] = self.wire_out.get(key, 0) + n
 
     def wait_state(self) -> dict:
         """What the coordinator reads to tell a deadlock: the rank's wait (None: not

@@ -68,9 +68,7 @@ class SimFabric(LocalFabric):
 
     async def start(self, ranks: int) -> None:
         """As on ``local``; the ranks' state built from now until ``wire`` lives until
-        the end of the run: the collector is off meanwhile (``VirtualClockLoop.build``).
-        The coordinator's watching timers are told apart from those that can wake a rank
-        (``BACKGROUND``)."""
+        the end of the run: the collector is off meanwhile (``VirtualClockLoop.build``)."""
         await super().start(ranks)
         self.loop.build()
 
