@@ -144,8 +144,11 @@ async def _within(c: Coordinator, timeout_s: float | None) -> RunResult:
         await asyncio.wait((task,))
         if not task.cancelled() and task.exception() is None:
             return task.result()  # it ended as it was cancelled
-        exc = TimeoutError(f"the run did not finish within {timeout_s} s")
+        waits = c.watch.last_waits()
+        exc = TimeoutError(f"the run did not finish within {timeout_s} s" + "".join(
+            f"\n  {w}" for w in waits.values()))
         exc.events = list(c.events.events)  # the coordinator's timeline so far
+        exc.waits = waits  # each rank at the deadlock watch's last reading, in words
         raise exc from None
     return task.result()
 

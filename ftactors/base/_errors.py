@@ -78,18 +78,23 @@ class Deadlock(FTError):
     Attributes:
         waits: rank -> what it waits for and where (its loop and iteration), in words;
             a rank whose ``main()`` returned reads ``finished``.
+        details: rank -> the same as plain fields: ``kind`` (``recv``, ``probe``,
+            ``request``, ``any``, ``ssend``, ``round``, ``finished``), ``source``,
+            ``tag``, ``comm``, ``what``, ``ranks`` (whom a round has not heard from),
+            ``position`` (loop, iteration).
         events: the run's timeline up to the deadlock (when raised by ``ft.run``).
     """
 
     events: list = []
 
-    def __init__(self, waits: dict, message: str = ""):
+    def __init__(self, waits: dict, message: str = "", details: dict | None = None):
         self.waits = dict(waits)
+        self.details = dict(details or {})
         super().__init__(message or "the run can never progress: "
                          + "; ".join(self.waits.values()))
 
     def __reduce__(self):
-        return (Deadlock, (self.waits, self.args[0]))
+        return (Deadlock, (self.waits, self.args[0], self.details))
 
 
 class CheckpointCorrupted(FTError):

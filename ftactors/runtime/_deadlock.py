@@ -74,6 +74,15 @@ class RankWait:
     finished: bool = False
     inner: tuple = ()
 
+    def fields(self) -> dict:
+        """Plain fields (``Deadlock.details``)."""
+        w = self.wait
+        if self.finished or w is None:
+            return {"kind": "finished" if self.finished else "busy",
+                    "position": self.position}
+        return {"kind": w.kind, "source": w.source, "tag": w.tag, "comm": w.comm,
+                "what": w.what, "ranks": list(w.ranks), "position": self.position}
+
     def describe(self) -> str:
         where = ""
         if self.position is not None:
@@ -141,7 +150,8 @@ def deadlock_error(waits: list[RankWait], time_s: float) -> Deadlock:
     lines = [f"the run can never progress (at {time_s:.3f} s): every live rank waits and "
              f"nothing in flight can wake any of them ({whose})"]
     lines += ["  " + w.describe() for w in waits]
-    return Deadlock({w.rank: w.describe() for w in waits}, "\n".join(lines))
+    return Deadlock({w.rank: w.describe() for w in waits}, "\n".join(lines),
+                    {w.rank: w.fields() for w in waits})
 
 
 class DeadlockWatch:
@@ -168,7 +178,9 @@ class DeadlockWatch:
                 return_exceptions=True)
             states = {r: a[2] for r, a in enumerate(answers)
                       if not isinstance(a, BaseException) and a is not None}
-            if not c.steady():  # a failure or recovery began while the ranks answered
+            if len(states) < len(answers) or not c.steady():
+                # a rank that did not answer in time is busy (its loop computes), and a
+                # failure or recovery that began meanwhile may wake anyone
                 self.before = None
                 continue
             self.decide(states, quiet=False)
@@ -179,6 +191,14 @@ class DeadlockWatch:
         if not self.c.steady():
             return False
         return self.decide(states, quiet=True)
+
+    def last_waits(self) -> dict[int, str]:
+        """Each rank's state at the last reading, in words (for a run given up at its
+        time limit): what it waited for, or ``busy``."""
+        finished = self._finished()
+        return {r: RankWait(r, st["wait"], st["position"], r in finished,
+                            st["inner"]).describe()
+                for r, st in sorted((self.before or {}).items())}
 
     def decide(self, states: dict[int, dict], quiet: bool) -> bool:
         waits = judge(states, self._finished(), self.before, quiet)

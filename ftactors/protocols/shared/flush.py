@@ -187,6 +187,7 @@ class Flush:
         self.rounds: FlushRounds | None = None  # made at the first start (the rank known)
         self._arrived = asyncio.Event()
         self.last_cut: dict[int, int] = {}  # of the round ``wait`` returned last
+        self.protocol = ""  # whose rounds (named in wait records)
 
     def _machine(self, ft) -> FlushRounds:
         if self.rounds is None:
@@ -205,6 +206,7 @@ class Flush:
               data: Any = None, also: Iterable[int] = ()) -> None:
         """Join round ``round_id`` (``FlushRounds.start``)."""
         sent_to = [p for p, _ in ft.sent.nonzero()]
+        self.protocol = protocol
         self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data, also))
 
     def take(self, ft, env, op: str, data) -> None:
@@ -225,7 +227,7 @@ class Flush:
         machine = self._machine(ft)
         while (done := machine.complete(round_id, (p for p, _ in ft.received.nonzero()))) is None:
             self._arrived.clear()
-            with ft.waiting_on(self._waiting(machine, round_id)):
+            with ft.waiting_on(self._waiting(machine, round_id, self.protocol)):
                 await self._arrived.wait()
         values, self.last_cut = done
         return values
@@ -236,25 +238,26 @@ class Flush:
         while (markers := machine.markers_from(round_id, peers)) is None:
             self._arrived.clear()
             missing = lambda: sorted(peers - machine._round(round_id).markers.keys())
-            with ft.waiting_on(Wait("round", what=f"flush {round_id!r}: markers",
-                                    lazy=missing)):
+            with ft.waiting_on(Wait("round", what=f"{self.protocol} flush {round_id!r}: "
+                                                  f"markers", lazy=missing)):
                 await self._arrived.wait()
         return markers
 
     @staticmethod
-    def _waiting(machine: FlushRounds, round_id: Hashable) -> Wait:
-        """The wait record of a rank in round ``round_id``: the root's word on how many
-        markers come (from the root, or at the root from the participants), or the
-        markers; the ranks not heard from are listed only when asked (``Wait.lazy``)."""
+    def _waiting(machine: FlushRounds, round_id: Hashable, protocol: str) -> Wait:
+        """The wait record of a rank in ``protocol``'s round ``round_id``: the root's
+        word on how many markers come (from the root, or at the root from the
+        participants), or the markers; the ranks not heard from are listed only when
+        asked (``Wait.lazy``)."""
         r = machine.rounds[round_id]
         me, root = machine.me, r.members[0]
+        name = f"{protocol} flush {round_id!r}"
         if r.expected is None:
             if me == root:
-                return Wait("round", what=f"flush {round_id!r}: the root, heard from "
-                                          f"{r.heard} of {len(r.members)} participants")
-            return Wait("round", what=f"flush {round_id!r}: the root's count", ranks=(root,))
-        return Wait("round", what=f"flush {round_id!r}: {len(r.markers)} of {r.expected} "
-                                  f"markers",
+                return Wait("round", what=f"{name}: the root, heard from {r.heard} of "
+                                          f"{len(r.members)} participants")
+            return Wait("round", what=f"{name}: the root's count", ranks=(root,))
+        return Wait("round", what=f"{name}: {len(r.markers)} of {r.expected} markers",
                     lazy=lambda: [p for p in r.members if p != me and p not in r.markers])
 
     def reset(self) -> None:
