@@ -41,7 +41,6 @@ from ._matching import Matcher, Posted
 from ._payload import unpack
 from ._synchronous import SYNC
 from ._vector import RankVector
-from ._waits import Wait
 
 
 class Receiving:
@@ -147,10 +146,10 @@ class Receiving:
         fut = self._loop.create_future()
         track = self.keep_base  # only snapshot_now reads what is in flight
         p = Posted(ctx, source, tag,
-                   _resolver(fut, self.matcher, self._matched if track else None))
+                   _resolver(fut, self.matcher, self._matched if track else None),
+                   True, fut, what)  # (the task's wait, read from here: ``_waits``)
         self.matcher.post(p)
         self._flush_before_wait()
-        token = self.wait_begin(Wait("recv", source, tag, ctx, what))
         try:
             env = await fut
         except asyncio.CancelledError:
@@ -160,8 +159,6 @@ class Receiving:
                     self._unmatched(fut.result())
                 self.matcher.arrive(fut.result())  # matched just before the cancel: give back
             raise
-        finally:
-            self.wait_end(token)
         if track:
             self._unmatched(env)
         return self._consumed(env)
@@ -199,17 +196,15 @@ class Receiving:
         if env is not None:
             return env
         fut = self._loop.create_future()
-        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False),
+                   consume=False, fut=fut)
         self.matcher.post(p)
         self._flush_before_wait()
-        token = self.wait_begin(Wait("probe", source, tag, ctx))
         try:
             return await fut
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             raise
-        finally:
-            self.wait_end(token)
 
     def iprobe(self, ctx: str, source: int, tag: int) -> Envelope | None:
         return self.matcher.find(ctx, source, tag, consume=False)

@@ -7,25 +7,29 @@ program's own deadlock: two ranks that both receive first; or a protocol's: a ro
 waits for a rank that will never join). Seeing that needs two facts per rank, which the
 engine keeps where they happen, at no cost to a message:
 
-* its *wait*: a ``Wait`` record, set by the engine where a task blocks (a receive or
-  probe that found nothing, a request's wait, a synchronous send's acknowledgement, a
-  protocol's round: ``Waits.waiting_on``) and removed when it resumes. Records are kept
-  per task, so a nonblocking operation's task (an ``ibcast``) blocked in a receive does
-  not make the rank look blocked while ``main()`` computes; ``waiting`` is the record of
-  the rank's own task (``main()``, or the host's run task around it: a protocol's
-  ``on_finish``). Building a record costs one small object per *blocking* wait, which
-  already builds a future; a receive that finds its message sets nothing.
+* its *wait*: a ``Wait`` record of what a task of it is blocked on. The hottest wait, a
+  blocking receive or probe that found nothing, sets nothing: its posted receive
+  (``Posted``) already names the future its task awaits, and a reading finds it from the
+  task (``Task._fut_waiter``; ``Matcher.awaited``). The other waits (a request's wait, a
+  synchronous send's acknowledgement, a protocol's round: ``waiting_on``) keep a record
+  per task while they last (``wait_begin``/``wait_end``). Per task, so that a
+  nonblocking operation's task (an ``ibcast``) blocked in a receive does not make the
+  rank look blocked while ``main()`` computes; ``waiting`` is the wait of the rank's own
+  task (``main()``, or the host's run task around it: a protocol's ``on_finish``).
 * its *wire counts*: envelopes handed to the transport per destination incarnation and
   envelopes the transport delivered per source incarnation (``wire_out``, ``wire_in``:
   one dict update per batch, not per message). On every channel between live
-  incarnations, sent == arrived means nothing is in flight: no message can still wake
-  anyone. A batch's epochs are read from its first envelope (a batch is one flush of one
-  outbox, stamped for one incarnation pair).
+  incarnations, sent > arrived means something is in flight, which may wake anyone
+  (more arrived than sent: a transport's resent duplicate, dropped by the channels). A
+  batch's epochs are read from its first envelope (a batch is one flush of one outbox,
+  stamped for one incarnation pair).
 
-``wait_count`` grows with every wait begun, so two readings with the same count and the
-same wire counts saw a rank that did not move in between. The coordinator reads these
-(``wait_state``) to end a run that can never progress (``runtime/_deadlock``); protocols
-may read ``waiting`` (``RankContext``) to let a blocked rank join a round.
+A rank's wait ends only when something reaches it: a message (counted on the wire, its
+own to itself included) or a coordinator's request (which the coordinator counts). So
+two readings with the same wire counts and the same ``wait_count`` (records begun) saw
+a rank that did not move in between. The coordinator reads these (``wait_state``) to end
+a run that can never progress (``runtime/_deadlock``); protocols may read ``waiting``
+(``RankContext``) to let a blocked rank join a round.
 
 ``Waits`` is a mixin of ``Endpoint``: its state is set in ``_init_waits``; it reads the
 endpoint's ``epoch``, ``position`` and ``program_tasks``, the outbox's ``wire_out`` and
@@ -35,19 +39,18 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from ._constants import ANY_SOURCE, ANY_TAG
 from ._envelope import COLLECTIVE_SUFFIX
 
 _current_task = asyncio.current_task
+_NOTHING = object()  # no future: matches no posted receive
 _RANKS_SHOWN = 8
 """How many ranks a record's description lists."""
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
+class Wait(NamedTuple):
     """One blocked wait of a rank.
 
     Attributes:
@@ -74,13 +77,13 @@ class Wait:
     comm: str | None = None
     what: str = ""
     ranks: tuple = ()
-    lazy: Callable[[], Iterable[int]] | None = field(default=None, compare=False, repr=False)
+    lazy: Callable[[], Iterable[int]] | None = None
 
     def resolved(self) -> "Wait":
         """This record with ``ranks`` filled by ``lazy`` (picklable)."""
         if self.lazy is None:
             return self
-        return replace(self, ranks=tuple(self.lazy()), lazy=None)
+        return self._replace(ranks=tuple(self.lazy()), lazy=None)
 
     def describe(self) -> str:
         """One line: ``receive from rank 1, tag 7, communicator w``."""
@@ -151,12 +154,18 @@ class Waits:
         protocols' ``on_start``/``on_finish``) is blocked on now, or None: it is running,
         computing, or sleeping. Set only where the engine or a protocol blocks
         (``waiting_on``); a wait elsewhere (a plain ``asyncio`` future) reads None."""
-        task = self.rank_task
-        return None if task is None else self._waits.get(task)
+        return self.task_wait(self.rank_task)
 
     def task_wait(self, task) -> Wait | None:
-        """What another task of this rank (a nonblocking collective's) is blocked on."""
-        return self._waits.get(task)
+        """What a task of this rank is blocked on (None: not blocked in a named wait):
+        its record, or the blocking receive or probe whose future it awaits."""
+        wait = self._waits.get(task)
+        if wait is not None or task is None:
+            return wait
+        p = self.matcher.awaited(getattr(task, "_fut_waiter", None) or _NOTHING)
+        if p is None:
+            return None
+        return Wait("recv" if p.consume else "probe", p.source, p.tag, p.ctx, p.what)
 
     def wait_state(self) -> dict:
         """What the coordinator reads to tell a deadlock: the rank's wait (None: not
@@ -167,7 +176,7 @@ class Waits:
             wait = wait.resolved()
             if wait.kind in ("request", "any"):  # a nonblocking operation's own wait
                 inner = tuple(w.resolved() for t in self.program_tasks
-                              if (w := self._waits.get(t)) is not None)
+                              if (w := self.task_wait(t)) is not None)
         return {"wait": wait, "inner": inner, "position": self.position,
                 "epoch": self.epoch, "count": self.wait_count, "out": dict(self.wire_out),
                 "in": dict(self.wire_in)}
