@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 An ``Endpoint`` is one rank's messaging state and services, the one object protocols
-(as ``self.ft``), the facade and the host use. It is built from four parts, one idea
+(as ``self.ft``), the facade and the host use. It is built from five parts, one idea
 each, in modules of their own:
 
 * the outbox (``_outbox``): application numbers, channel stamps, per-destination batches
@@ -12,7 +12,9 @@ each, in modules of their own:
   application order, handed to the protocols and the matcher; receives and probes;
 * positions (``_positions``): loops and safe points, the delivery logs a snapshot
   replays, and a restored rank's way back to its resume point (``_reentry``);
-* snapshots (``_snapshots``): the recoverable state taken, sealed, loaded and installed.
+* snapshots (``_snapshots``): the recoverable state taken, sealed, loaded and installed;
+* waits (``_waits``): what the rank's tasks are blocked on and what went over the wire,
+  read only when the coordinator asks (a deadlock, a progress report).
 
 They are mixins rather than objects the endpoint calls, for two reasons. The send and
 receive paths cross them (a receive logs what it takes for the positions and flushes the

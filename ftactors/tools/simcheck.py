@@ -13,8 +13,9 @@ kills at iterations and times are disconnects instead (nobody dies), and in one 
 four a set of ranks is cut off the others for a while.
 Each run must pass these checks:
 
-* it ends (the simulator turns a run that can never progress into an error, so a lost
-  message is caught, not waited for);
+* it ends (a run that can never progress ends at once with ``ft.Deadlock``, so a lost
+  message is caught, not waited for; the failure names every rank's wait, and with
+  ``--app`` the likely causes are read from them: ``_simcheck_stalls``);
 * no message lost, duplicated or out of channel order: Flood fails at the first wrong
   message, and the digests and totals equal the failure-free run's;
 * a run whose kills are all disconnects declares no rank failed;

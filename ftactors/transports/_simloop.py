@@ -32,7 +32,13 @@ wall-clock reads) therefore produces the same callback order on every run.
 When nothing is ready, no timer is pending, and no thread is working for the
 loop, nothing can ever happen again: the loop raises :class:`SimDeadlock`
 (naming the stuck tasks) instead of blocking forever, which is what a lost
-message or a mismatched send/receive looks like in a simulation.
+message or a mismatched send/receive looks like in a simulation. Timers made
+where the ``background`` context variable is true (a run's watching: heartbeats,
+progress reports, its time limit) wake nobody the simulation is about: they are
+kept in a heap of their own, and whenever nothing but they is pending the loop
+calls ``on_quiet`` first (ftactors' coordinator then looks for a deadlock among
+its ranks, ``runtime/_deadlock``), so such a run ends at that virtual moment,
+not when the watching's last timer would fire.
 
 Why ``SelectorEventLoop``
 -------------------------
@@ -345,16 +351,21 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         if self._threads_in_flight:
             self._process_events(self._selector.select(None))
             return
-        if not self._scheduled and self.on_quiet is not None:
+        scheduled, background = self._scheduled, self._background
+        if not scheduled and self.on_quiet is not None:
             self.on_quiet()  # nothing pending but the background: may find a deadlock
             if self._ready:
                 return
-        if self._scheduled or self._background:
-            when = self._next_timer()
-            if when > self._vtime:
-                self._vtime = when
-            return
-        raise SimDeadlock(self._deadlock_message())
+        if scheduled:
+            when = scheduled[0][0]
+            if background and background[0][0] < when:
+                when = background[0][0]
+        elif background:
+            when = background[0][0]
+        else:
+            raise SimDeadlock(self._deadlock_message())
+        if when > self._vtime:
+            self._vtime = when
 
     def _next_timer(self) -> float:
         """When the earliest pending timer is due (infinity: none)."""
