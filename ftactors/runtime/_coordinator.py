@@ -583,27 +583,29 @@ class Coordinator:
                 await self.fabric.kill(spare, self.kill_method)
                 return
 
-    async def call(self, rank: int, name: str, *args) -> Any:
-        """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``. While a call is
-        under way no rank is deadlocked (its answer may wake one)."""
+    async def asking(self, request) -> Any:
+        """Await ``request`` to a rank (a fabric call): while one is under way no rank is
+        deadlocked, as its arrival may wake one (``steady``)."""
         self._calls += 1
         try:
-            return await self.fabric.call(self.handles[rank], name, *args)
-        except RankDied:
-            raise NewFailure({rank}) from None
+            return await request
         finally:
             self._calls -= 1
+
+    async def call(self, rank: int, name: str, *args) -> Any:
+        """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
+        try:
+            return await self.asking(self.fabric.call(self.handles[rank], name, *args))
+        except RankDied:
+            raise NewFailure({rank}) from None
 
     async def call_kept(self, rank: int, name: str, *args) -> Any:
         """``call``, with the (bytes) answer kept by the coordinator (``Fabric.call_kept``):
         it outlives the rank's process."""
-        self._calls += 1
         try:
-            return await self.fabric.call_kept(self.handles[rank], name, *args)
+            return await self.asking(self.fabric.call_kept(self.handles[rank], name, *args))
         except RankDied:
             raise NewFailure({rank}) from None
-        finally:
-            self._calls -= 1
 
     async def replace(self, rank: int) -> None:
         """Promote a spare to be the next incarnation of ``rank`` and rewire everyone
