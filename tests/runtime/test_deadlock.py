@@ -8,6 +8,7 @@ import time
 import pytest
 
 import ftactors as ft
+from ftactors.engine._waits import Wait
 from ftactors.protocols import StandbyReplacement
 
 
@@ -216,3 +217,58 @@ def test_progress_reports_name_what_each_blocked_rank_waits_for():
     during = next(p for p in reports if p.time_s >= 1.0 and not p.done)
     assert during.waits == ("receive from rank 1, tag 8, communicator w", None)
     assert "1 blocked: rank 0 receive from rank 1, tag 8, communicator w" in during.status()
+
+
+class RollCall(ft.Protocol):
+    """Test protocol: at the safe point of iteration 2 every rank tells every other and
+    waits until it heard from all (named with ``waiting_on``, as a protocol's round)."""
+
+    protocol_name = "rollcall"
+
+    async def on_start(self):
+        self._heard, self._news = set(), asyncio.Event()
+        await super().on_start()
+
+    def on_control(self, env):
+        if env.comm != "rollcall":
+            return super().on_control(env)
+        self._heard.add(env.src)
+        self._news.set()
+
+    async def on_safe_point(self, iteration):
+        await super().on_safe_point(iteration)
+        if iteration != 2:
+            return
+        others = [r for r in range(self.size) if r != self.rank]
+        self.ft.send_control_all(others, "rollcall", "here")
+        while not self._heard >= set(others):
+            self._news.clear()
+            missing = lambda: sorted(set(others) - self._heard)
+            with self.ft.waiting_on(Wait("round", what="rollcall at iteration 2",
+                                         lazy=missing)):
+                await self._news.wait()
+
+
+class UnevenLoops(ft.Rank):
+    """Rank ``short`` runs 2 iterations, the others 4 (an uneven split of work)."""
+
+    async def main(self, short=2):
+        self.register("x", 0)
+        async for _ in self.iterations(2 if self.rank == short else 4):
+            self.x += 1
+        return self.x
+
+
+class Called(RollCall, UnevenLoops):
+    pass
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_protocols_round_that_a_finished_rank_never_joins_is_named(transport):
+    err = _deadlock(Called, 3, transport)
+    for rank in (0, 1):
+        assert err.waits[rank] == (f"rank {rank} (loop 0, iteration 2): round (rollcall at "
+                                   f"iteration 2), not heard from rank(s) 2")
+        assert err.details[rank]["ranks"] == [2]
+    assert err.waits[2] == "rank 2: finished"
+    assert "a protocol's round waits for ranks that will not join it" in str(err)
