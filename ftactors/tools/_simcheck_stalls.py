@@ -10,7 +10,8 @@ causes are read from those facts, never from the program's text:
 * a rank that waits for a message from a rank that has finished: that rank returned
   without sending it (its loop was shorter, or it left it early);
 * a rank in a protocol's round that has not heard from ranks that finished or that wait
-  in a receive: the round needs them at a safe point they never reach;
+  in a receive: the round needs them at a safe point they never reach (and when they
+  wait for the very rank in the round, the round and the program wait for each other);
 * a receive from any source that no rank is left to serve.
 """
 from __future__ import annotations
@@ -108,8 +109,12 @@ def stall_causes(details: dict) -> list[str]:
         elif d["kind"] == "round":
             who = [r for r in d.get("ranks") or () if r != rank]
             states = "; ".join(_state(r, details) for r in who)
-            lines.append(f"{head}" + (f": {states}: the round needs every rank at a safe "
-                                      f"point that these never reach" if who else ""))
+            back = [r for r in who if _peer(details.get(r, {"kind": "busy"})) == rank]
+            why = (f": the round needs every rank at a safe point that these never reach"
+                   + (f"; rank(s) {', '.join(map(str, back))} wait for rank {rank}'s message, "
+                      f"which it sends only once the round is over: the protocol's round "
+                      f"and the program wait for each other" if back else ""))
+            lines.append(f"{head}" + (f": {states}{why}" if who else ""))
         elif d["kind"] in ("recv", "probe") and d.get("source") == ANY_SOURCE:
             others = "; ".join(_state(r, details) for r in sorted(details) if r != rank)
             lines.append(f"{head}: no rank is left to send it ({others})")

@@ -333,3 +333,12 @@ def test_stall_causes_read_what_the_ranks_waited_for():
     assert stuck == ["rank 0 (loop 0, iteration 6) waits in a round (standby flush 3: 0 of "
                      "1 markers), not heard from rank(s) 1: rank 1 has finished: the round "
                      "needs every rank at a safe point that these never reach"]
+    crossed = stall_causes({0: {"kind": "round", "what": "standby flush (0, 2)",
+                                "ranks": [1], "position": (0, 2)},
+                            1: {**recv, "source": 0, "tag": -1, "position": (0, 0)}})
+    assert crossed[0].endswith("rank(s) 1 wait for rank 0's message, which it sends only "
+                               "once the round is over: the protocol's round and the "
+                               "program wait for each other")
+    assert crossed[1] == ("rank 1 (loop 0, iteration 0) waits in a receive from rank 0, any "
+                          "tag, communicator w: rank 0 (loop 0, iteration 2) waits in a round "
+                          "(standby flush (0, 2)), not heard from rank(s) 1")

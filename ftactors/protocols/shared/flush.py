@@ -78,6 +78,7 @@ class _Round:
     members: Sequence[int] | None = None           # this rank's start: whom the round joins
     # the root's side: participants heard from, markers per destination, their values
     heard: int = 0
+    heard_from: set = field(default_factory=set)  # (named in a wait record)
     counts: dict = field(default_factory=dict)
     given: dict = field(default_factory=dict)
 
@@ -138,6 +139,7 @@ class FlushRounds:
         said so, tell each how many markers to wait for."""
         r = self._round(round_id)
         r.heard += 1
+        r.heard_from.add(src)
         for p in out:
             r.counts[p] = r.counts.get(p, 0) + 1
         if value is not None:
@@ -255,7 +257,8 @@ class Flush:
         if r.expected is None:
             if me == root:
                 return Wait("round", what=f"{name}: the root, heard from {r.heard} of "
-                                          f"{len(r.members)} participants")
+                                          f"{len(r.members)} participants",
+                            lazy=lambda: [p for p in r.members if p not in r.heard_from])
             return Wait("round", what=f"{name}: the root's count", ranks=(root,))
         return Wait("round", what=f"{name}: {len(r.markers)} of {r.expected} markers",
                     lazy=lambda: [p for p in r.members if p != me and p not in r.markers])
