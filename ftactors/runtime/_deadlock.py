@@ -205,5 +205,8 @@ class DeadlockWatch:
         self.before = states
         if waits is None:
             return False
+        if self.c.reporter is not None:
+            self.c.reporter.stuck(tuple(w.position for w in waits),
+                                  tuple(w.wait and w.wait.describe() for w in waits))
         self.c.deadlocked(deadlock_error(waits, self.c.fabric.clock()))
         return True

@@ -69,7 +69,7 @@ class Progress:
         return (f"{'done: ' if self.done else ''}{where}; "
                 f"{total} checkpoint(s)" + (f" ({kinds})" if kinds else "")
                 + f"; {self.failures} failure(s), {self.recoveries} recover(ies)"
-                + ("" if self.done else self.blocked()))
+                + self.blocked())
 
     def blocked(self) -> str:
         """The ranks blocked now and on what (``; blocked: rank 0 receive from ...``), the
@@ -110,6 +110,7 @@ class Reporter:
         self.clock = clock
         self.positions: tuple = ()
         self.waits: tuple = ()
+        self._stuck = False
         self.news: list[str] = []
         self.events: Counter = Counter()  # the coordinator's own, by kind
         self.rank_counts: dict[int, Counter] = {}  # rank -> most ever seen, by kind
@@ -148,8 +149,16 @@ class Reporter:
             self.positions, self.waits = tuple(positions), tuple(waits)
             self._send(done=False)
 
+    def stuck(self, positions: tuple, waits: tuple) -> None:
+        """The run ends deadlocked: where the ranks are and what each waits for (None:
+        finished), for the last report."""
+        self.positions, self.waits, self._stuck = positions, waits, True
+
     def finish(self) -> None:
-        """The run is over: the last report."""
+        """The run is over: the last report (naming the blocked ranks only when it ended
+        deadlocked: other waits seen before the end are over)."""
+        if not self._stuck:
+            self.waits = ()
         self._send(done=True)
 
     def _send(self, done: bool) -> None:

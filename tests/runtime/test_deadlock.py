@@ -272,3 +272,14 @@ def test_a_protocols_round_that_a_finished_rank_never_joins_is_named(transport):
         assert err.details[rank]["ranks"] == [2]
     assert err.waits[2] == "rank 2: finished"
     assert "a protocol's round waits for ranks that will not join it" in str(err)
+
+
+def test_ftactors_run_names_the_waits_on_its_progress_line_and_in_its_error(capsys):
+    from ftactors.tools import cli
+    assert cli.main(["run", "tests/runtime/test_deadlock.py:BothReceiveFirst", "--ranks", "2",
+                     "--transport", "sim", "--progress"]) == 1
+    err = capsys.readouterr().err
+    assert ("done: iteration 1 (loop 0); 0 checkpoint(s); 0 failure(s), 0 recover(ies); "
+            "2 blocked: rank 0 receive from rank 1, tag 7, communicator w; rank 1 receive "
+            "from rank 0, tag 7, communicator w") in err
+    assert "run failed: the run can never progress" in err
