@@ -434,8 +434,7 @@ class Coordinator:
         """The fabric has nothing pending but the coordinator's watching (sim): read the
         ranks now, in this process."""
         if self._deadlock is None and self.steady():
-            states = {r: h.progress()[2] for r, h in enumerate(self.handles)}
-            self.watch.quiet_check(states)
+            self.watch.quiet_check()
 
     def deadlocked(self, error: Deadlock) -> None:
         """The watch found the run deadlocked: the supervisor ends it with ``error``."""

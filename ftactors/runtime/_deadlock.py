@@ -173,22 +173,35 @@ class DeadlockWatch:
             if not c.steady():
                 self.before = None
                 continue
-            answers = await asyncio.gather(
-                *(asyncio.wait_for(c.fabric.progress(h), interval) for h in c.handles),
-                return_exceptions=True)
-            states = {r: a[2] for r, a in enumerate(answers)
-                      if not isinstance(a, BaseException) and a is not None}
-            if len(states) < len(answers) or not c.steady():
-                # a rank that did not answer in time is busy (its loop computes), and a
-                # failure or recovery that began meanwhile may wake anyone
+            if getattr(c.fabric, "hosts_here", False):
+                states = self._read_here()
+            else:
+                answers = await asyncio.gather(
+                    *(asyncio.wait_for(c.fabric.progress(h), interval) for h in c.handles),
+                    return_exceptions=True)
+                states = {r: a[2] for r, a in enumerate(answers)
+                          if not isinstance(a, BaseException) and a is not None}
+                if len(states) < len(answers):
+                    states = None  # a rank that did not answer in time is busy (computing)
+            if states is None or not c.steady():
+                # (a failure or recovery that began meanwhile may wake anyone)
                 self.before = None
                 continue
             self.decide(states, quiet=False)
 
-    def quiet_check(self, states: dict[int, dict]) -> bool:
-        """Nothing but the coordinator's watching is pending (the sim loop says so):
-        ``states`` read now. True when the run was found deadlocked."""
-        if not self.c.steady():
+    def _read_here(self) -> dict[int, dict] | None:
+        """Every rank's wait state, read from its host in this process (local, sim); None
+        at the first rank that is busy (most readings stop there, at no cost per rank)."""
+        hosts, finished = self.c.handles, self._finished()
+        if any(r not in finished and h.ep.waiting is None for r, h in enumerate(hosts)):
+            return None
+        return {r: h.ep.wait_state() for r, h in enumerate(hosts)}
+
+    def quiet_check(self) -> bool:
+        """Nothing but the coordinator's watching is pending (the sim loop says so): read
+        the ranks now. True when the run was found deadlocked."""
+        states = self._read_here()
+        if states is None:
             return False
         return self.decide(states, quiet=True)
 

@@ -74,6 +74,7 @@ class LocalFabric:
 
     name = "local"
     link_class = LocalLink
+    hosts_here = True  # the coordinator may read a host's endpoint directly
     deadlock_check_s = 0.2
     """How often the coordinator reads the ranks' waits (``runtime/_deadlock``): two
     readings in a row that find every rank blocked and nothing moving end the run."""
