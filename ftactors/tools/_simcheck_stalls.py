@@ -96,8 +96,12 @@ def stall_causes(details: dict) -> list[str]:
         lines.append(f"ranks {', '.join(map(str, ring))} each wait for the next one's "
                      f"message first ({waits}): the program's own deadlock; one of them "
                      f"must send before it receives (or use isend / sendrecv)")
+    for rank, d in details.items():  # ranks that wait for a rank in a round: said there
+        if d["kind"] == "round":
+            explained.update(r for r in d.get("ranks") or ()
+                             if _peer(details.get(r, {"kind": "busy"})) == rank)
     for rank, d in sorted(details.items()):
-        if rank in explained or d["kind"] in ("finished", "busy"):
+        if rank in explained and d["kind"] != "round" or d["kind"] in ("finished", "busy"):
             continue
         head = f"rank {rank}{_where(d)} waits in {_wait(d)}"
         peer = _peer(d)

@@ -339,6 +339,5 @@ def test_stall_causes_read_what_the_ranks_waited_for():
     assert crossed[0].endswith("rank(s) 1 wait for rank 0's message, which it sends only "
                                "once the round is over: the protocol's round and the "
                                "program wait for each other")
-    assert crossed[1] == ("rank 1 (loop 0, iteration 0) waits in a receive from rank 0, any "
-                          "tag, communicator w: rank 0 (loop 0, iteration 2) waits in a round "
-                          "(standby flush (0, 2)), not heard from rank(s) 1")
+    assert len(crossed) == 1  # rank 1's receive is said in the round's line
+    assert "rank 1 (loop 0, iteration 0) waits in a receive from rank 0, any tag" in crossed[0]
