@@ -427,8 +427,11 @@ class Coordinator:
         (``_deadlock``)."""
         return (not self._failed and not self._recovering and not self._calls
                 and not self._ended and not self._fresh and not self._respawning
-                and len(self._runs) + len(self._done) == self.n
-                and not (self._runs.keys() & self._done))
+                and len(self._runs) + len(self._done) == self.n)  # (never both)
+
+    def finished(self) -> set[int]:
+        """The ranks whose results are in hand (read only)."""
+        return self._done
 
     def _quiet(self) -> None:
         """The fabric has nothing pending but the coordinator's watching (sim): read the

@@ -162,7 +162,7 @@ class DeadlockWatch:
         self.before: dict | None = None
 
     def _finished(self) -> set[int]:
-        return set(self.c._done)
+        return self.c.finished()
 
     async def service(self) -> None:
         """Read every rank each ``deadlock_check_s`` until a deadlock is found."""
