@@ -286,8 +286,12 @@ _RUN_DOC = """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's r
         TypeError: ``rank_cls`` is not an ``ft.Rank`` with ``async def main``.
         RankError: a rank's ``main()`` raised; carries its traceback.
         RankFailed: a rank died and no protocol recovered it.
+        Deadlock: every live rank waits and nothing in flight can wake any of them (the
+            program's own deadlock, or a protocol's round): raised at once, naming each
+            rank's wait and position (``waits``, ``details``).
         TimeoutError: ``timeout_s`` passed (its ``events``: the coordinator's timeline so
-            far, to see where the run stopped).
+            far, to see where the run stopped; ``waits``: each rank's wait at the
+            deadlock watch's last reading).
 
     Warns:
         FaultToleranceWarning: the run tests or protects less than it seems to (a kill
