@@ -176,7 +176,6 @@ class Coordinator:
         self.watch = DeadlockWatch(self)
         self._deadlock: Deadlock | None = None  # found by the watch: ends the run
         self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
-        self._recovering = False
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
@@ -423,9 +422,9 @@ class Coordinator:
     # ------------------------------------------------------------- deadlocks
     def steady(self) -> bool:
         """Whether nothing of the coordinator's can wake a rank now: no failure being
-        recovered, no request to a rank under way, every rank running or finished
-        (``_deadlock``)."""
-        return (not self._failed and not self._recovering and not self._calls
+        recovered (a failed rank stays in ``_failed`` until its round ends), no request
+        to a rank under way, every rank running or finished (``_deadlock``)."""
+        return (not self._failed and not self._calls
                 and not self._ended and not self._fresh and not self._respawning
                 and len(self._runs) + len(self._done) == self.n)  # (never both)
 
@@ -510,13 +509,6 @@ class Coordinator:
         self._drop_runs(failed)  # their deaths are known
         self._round = round_no
         self._round_failed = failed
-        self._recovering = True
-        try:
-            await self._recover_round(failed, round_no)
-        finally:
-            self._recovering = False
-
-    async def _recover_round(self, failed: set[int], round_no: int) -> None:
         await self.phase("start")
         try:
             await self.policy.recover(failed)
