@@ -140,11 +140,11 @@ async def _within(c: Coordinator, timeout_s: float | None) -> RunResult:
         task.cancel()
         raise
     if not done:
+        waits = c.watch.last_waits()  # (before the ranks are stopped)
         task.cancel()
         await asyncio.wait((task,))
         if not task.cancelled() and task.exception() is None:
             return task.result()  # it ended as it was cancelled
-        waits = c.watch.last_waits()
         exc = TimeoutError(f"the run did not finish within {timeout_s} s" + "".join(
             f"\n  {w}" for w in waits.values()))
         exc.events = list(c.events.events)  # the coordinator's timeline so far

@@ -206,12 +206,17 @@ class DeadlockWatch:
         return self.decide(states, quiet=True)
 
     def last_waits(self) -> dict[int, str]:
-        """Each rank's state at the last reading, in words (for a run given up at its
-        time limit): what it waited for, or ``busy``."""
+        """Each rank's state in words (for a run given up at its time limit): what it
+        waits for, or ``busy``; read now where the hosts are in this process, else from
+        the last reading that read every rank (empty when there is none)."""
         finished = self._finished()
+        states = self.before or {}
+        if getattr(self.c.fabric, "hosts_here", False):
+            states = {r: h.ep.wait_state() for r, h in enumerate(self.c.handles)
+                      if h is not None}
         return {r: RankWait(r, st["wait"], st["position"], r in finished,
                             st["inner"]).describe()
-                for r, st in sorted((self.before or {}).items())}
+                for r, st in sorted(states.items())}
 
     def decide(self, states: dict[int, dict], quiet: bool) -> bool:
         waits = judge(states, self._finished(), self.before, quiet)

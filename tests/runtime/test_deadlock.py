@@ -283,3 +283,11 @@ def test_ftactors_run_names_the_waits_on_its_progress_line_and_in_its_error(caps
             "2 blocked: rank 0 receive from rank 1, tag 7, communicator w; rank 1 receive "
             "from rank 0, tag 7, communicator w") in err
     assert "run failed: the run can never progress" in err
+
+
+def test_a_run_given_up_at_its_time_limit_says_what_each_rank_was_doing():
+    with pytest.raises(TimeoutError) as info:
+        ft.run(SlowSender, 2, transport="local", args=(30.0,), timeout_s=0.5)
+    assert info.value.waits == {0: "rank 0: receive from rank 1, tag 1, communicator w",
+                                1: "rank 1: busy"}
+    assert "\n  rank 0: receive from rank 1, tag 1, communicator w" in str(info.value)
