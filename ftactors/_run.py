@@ -148,7 +148,7 @@ async def _within(c: Coordinator, timeout_s: float | None) -> RunResult:
         exc = TimeoutError(f"the run did not finish within {timeout_s} s" + "".join(
             f"\n  {w}" for w in waits.values()))
         exc.events = list(c.events.events)  # the coordinator's timeline so far
-        exc.waits = waits  # each rank at the deadlock watch's last reading, in words
+        exc.waits = waits  # each rank's wait in words (``DeadlockWatch.last_waits``)
         raise exc from None
     return task.result()
 
@@ -290,8 +290,8 @@ _RUN_DOC = """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's r
             program's own deadlock, or a protocol's round): raised at once, naming each
             rank's wait and position (``waits``, ``details``).
         TimeoutError: ``timeout_s`` passed (its ``events``: the coordinator's timeline so
-            far, to see where the run stopped; ``waits``: each rank's wait at the
-            deadlock watch's last reading).
+            far, to see where the run stopped; ``waits``: what each rank was waiting
+            for, ``busy`` for a rank that ran).
 
     Warns:
         FaultToleranceWarning: the run tests or protects less than it seems to (a kill
