@@ -12,8 +12,8 @@ from .facade._comm import Cartcomm, Communicator
 from .engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, SUCCESS, TAG_UB, UNDEFINED
 from .runtime._coordinator import RunResult
 from .engine._envelope import APP, CTRL, Envelope
-from .base._errors import (CheckpointCorrupted, ConfigError, FTError, JobLost, ProtocolError,
-                           RankError, RankFailed)
+from .base._errors import (CheckpointCorrupted, ConfigError, Deadlock, FTError, JobLost,
+                           ProtocolError, RankError, RankFailed)
 from .base._events import Event
 from .base._warnings import (FaultToleranceWarning, KillNotFiredWarning, NoCheckpointWarning,
                              NoSparesWarning, NothingRegisteredWarning, RankNicenessWarning,
@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "APP", "BAND", "BOR", "BYTE", "CART", "CHAR", "CTRL", "C_BOOL",
     "C_DOUBLE_COMPLEX", "C_FLOAT_COMPLEX", "C_LONG_DOUBLE_COMPLEX", "Cartcomm", "Chaos",
-    "CheckpointCorrupted", "Communicator", "ConfigError", "DOUBLE", "Datatype", "Envelope",
+    "CheckpointCorrupted", "Communicator", "ConfigError", "DOUBLE", "Deadlock", "Datatype", "Envelope",
     "Event", "FLOAT", "FTError", "FaultToleranceWarning", "INT", "INT16_T", "INT32_T",
     "INT64_T", "INT8_T", "IN_PLACE", "JobLost", "Kill", "KillNotFiredWarning", "LAND",
     "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "Message", "NO_OP",

@@ -65,6 +65,9 @@ class Outbox:
         self._held: dict[int, list[Envelope]] = {}  # destinations on the move (see hold)
         self._flush_pending = False
         self._sent_now: set[int] = set()  # written at once since the task last yielded
+        # envelopes handed to the link, by batch: (dst, its epoch, mine) -> how many
+        # (``_waits``: what is in flight)
+        self.wire_out: dict[tuple[int, int, int], int] = {}
 
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
         """Pickle ``obj`` for sending (large buffers to the transport's store)."""
@@ -138,6 +141,7 @@ class Outbox:
                     self._flush_pending = True
                     self._loop.call_soon(self.flush)
                 self.link.send(dst, [env])
+                self.count_out(env, 1)
                 return
             box = self._outbox[dst] = []
         box.append(env)
@@ -186,12 +190,19 @@ class Outbox:
         self._outbox_bytes.pop(dst, None)
         if envs:
             self.link.send(dst, envs)
+            self.count_out(envs[0], len(envs))
 
     def congested(self, dst: int) -> Awaitable | None:
         """None when the transport toward world rank ``dst`` takes more now; else what to
         await before sending more (backpressure: a sender faster than its receiver must
         not buffer without bound)."""
         return self.link.congested(dst)
+
+    def count_out(self, env: Envelope, n: int) -> None:
+        """The link took a batch of ``n`` envelopes, ``env`` the first (a batch is one
+        flush of one destination's outbox: one incarnation pair)."""
+        key = (env.dst, env.dst_epoch, env.src_epoch)
+        self.wire_out[key] = self.wire_out.get(key, 0) + n
 
     def _restart_outbox(self) -> None:
         """A restore: the queued batches belong to the abandoned execution, and every

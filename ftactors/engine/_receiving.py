@@ -62,7 +62,10 @@ class Receiving:
         self._waiting: list[list[Envelope]] | None = []
         self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
-        self._waits: list[tuple[int, asyncio.Future]] = []  # see ``blocked``
+        self._blocked_waits: list[tuple[int, asyncio.Future]] = []  # see ``blocked``
+        # envelopes the link delivered, by batch: (src, its epoch, mine) -> how many
+        # (``_waits``: what is in flight)
+        self.wire_in: dict[tuple[int, int, int], int] = {}
 
     # ------------------------------------------------------------------ arrivals
     def deliver(self, envs: list[Envelope]) -> None:
@@ -71,6 +74,10 @@ class Receiving:
         Batches that come before the rank has started (its protocols' ``on_start`` has
         not run yet) wait in arrival order and are taken by ``open``.
         """
+        env = envs[0]  # a batch is one incarnation pair's (``_waits``): counted once
+        key = (env.src, env.src_epoch, env.dst_epoch)
+        wire_in = self.wire_in
+        wire_in[key] = wire_in.get(key, 0) + len(envs)
         if self._waiting is not None:
             self._waiting.append(envs)
             return
@@ -131,9 +138,10 @@ class Receiving:
         return unpack(env.payload)
 
     # ---------------------------------------------------------- receives, probes
-    async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
-        """Wait for and consume the first message matching (world ``source``). With a
-        wildcard, a determinant is recorded, or replayed (``_determinants``)."""
+    async def receive(self, ctx: str, source: int, tag: int, what: str = "") -> Envelope:
+        """Wait for and consume the first message matching (world ``source``); ``what``
+        names the operation in the rank's wait record while it blocks (``_waits``). With
+        a wildcard, a determinant is recorded, or replayed (``_determinants``)."""
         k = None
         if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
             k, source, tag = self._determined(RECV, source, tag)
@@ -150,7 +158,8 @@ class Receiving:
         fut = self._loop.create_future()
         track = self.keep_base  # only snapshot_now reads what is in flight
         p = Posted(ctx, source, tag,
-                   _resolver(fut, self.matcher, self._matched if track else None))
+                   _resolver(fut, self.matcher, self._matched if track else None),
+                   True, fut, what)  # (the task's wait, read from here: ``_waits``)
         self.matcher.post(p)
         self._flush_before_wait()
         try:
@@ -189,21 +198,21 @@ class Receiving:
         checkpoint round may take its state now rather than wait for a safe point it
         cannot reach before this message comes)."""
         wait = (source, fut)
-        self._waits.append(wait)
+        self._blocked_waits.append(wait)
         try:
             self.owner.on_blocked()
             if fut.done():  # the protocol released a message it held: no wait
                 return fut.result()
             return await fut
         finally:
-            self._waits.remove(wait)
+            self._blocked_waits.remove(wait)
 
     @property
     def blocked(self) -> list[int]:
         """The world sources (ANY_SOURCE: any) of the receives and probes that wait now
         with no message yet: one matched already, whose task has not resumed, waits no
         more (a batch that brings a message and then a marker behind it)."""
-        return [source for source, fut in self._waits if not fut.done()]
+        return [source for source, fut in self._blocked_waits if not fut.done()]
 
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither
@@ -246,7 +255,8 @@ class Receiving:
         if env is not None:
             return self._took(k, env, PROBE)
         fut = self._loop.create_future()
-        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False),
+                   consume=False, fut=fut)
         self.matcher.post(p)
         self._flush_before_wait()
         try:

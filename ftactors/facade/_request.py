@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ._buffers import dtype_of
 from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
 from ..engine._determinants import ANY, SOME
+from ..engine._waits import Wait
 
 
 def polled_in_vain() -> None:
@@ -108,11 +109,11 @@ class Request:
     """
 
     __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable",
-                 "_dets")
+                 "_dets", "_waits_on")
 
     def __init__(self, future: asyncio.Future | None = None,
                  finish: Callable[[Any], tuple[Any, Status]] | None = None,
-                 cancellable: bool = False, dets=None):
+                 cancellable: bool = False, dets=None, waits_on: tuple | None = None):
         self._dets = dets  # its rank's ``Determinants``: the array calls record there
         self._future = future
         self._finish = finish
@@ -120,6 +121,9 @@ class Request:
         self._value: Any = None
         self._status = Status()
         self._cancellable = cancellable
+        # (endpoint, Wait): what a wait for it blocks on, for the rank's wait record
+        # (``engine/_waits``); None: a wait that nothing but the transport ends
+        self._waits_on = waits_on
 
     def __bool__(self) -> bool:
         return self._active
@@ -148,7 +152,7 @@ class Request:
     async def wait(self, status: Status | None = None) -> Any:
         """Wait until the operation is done; its value (a receive's object)."""
         if self._active and not self._future.done():
-            await asyncio.wait((self._future,))  # a cancelled receive completes, no raise
+            await _blocked((self._future,), (self,))  # a cancelled receive completes, no raise
         return self._complete(status)
 
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
@@ -276,6 +280,7 @@ class Prequest(Request):
         run = self._start()
         self._future, self._finish, self._cancellable = run._future, run._finish, run._cancellable
         self._dets = run._dets
+        self._waits_on = run._waits_on
         self._active, self._value, self._status = run._active, None, Status()
 
     @staticmethod
@@ -361,18 +366,20 @@ async def waitany(requests: Sequence[Request], status: Status | None = None):
     if dets is None:
         index, flag, value = testany(requests, status)
         if not flag:
-            await asyncio.wait([req._future for req in requests if req._active],
-                               return_when=asyncio.FIRST_COMPLETED)
+            waiting = [req for req in requests if req._active]
+            await _blocked([req._future for req in waiting], waiting,
+                           asyncio.FIRST_COMPLETED)
             index, flag, value = testany(requests, status)
         return index, value
     k, index = dets.next(ANY)
     if index is None:
         if not any(requests[i]._ready() for i in active):
-            await asyncio.wait([requests[i]._future for i in active],
-                               return_when=asyncio.FIRST_COMPLETED)
+            waiting = [requests[i] for i in active]
+            await _blocked([req._future for req in waiting], waiting,
+                           asyncio.FIRST_COMPLETED)
         index = next(i for i in active if requests[i]._ready())
     elif not requests[index]._ready():
-        await asyncio.wait((requests[index]._future,))
+        await _blocked((requests[index]._future,), (requests[index],))
     dets.found(ANY, index, k)
     return index, requests[index]._complete(status)
 
@@ -414,19 +421,39 @@ async def waitsome(requests: Sequence[Request], statuses: list | None = None):
     until the requests its first life's call completed are done."""
     active = [i for i, req in enumerate(requests) if req._active]
     dets = _determinants(requests, active)
+    waiting = [requests[i] for i in active]
     if dets is None:
-        futures = [requests[i]._future for i in active]
-        if futures and not any(f.done() for f in futures):
-            await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+        if waiting and not any(req._future.done() for req in waiting):
+            await _blocked([req._future for req in waiting], waiting,
+                           asyncio.FIRST_COMPLETED)
         return testsome(requests, statuses)
     k, indices = dets.next(SOME)
     if indices is None:
-        if not any(requests[i]._ready() for i in active):
-            await asyncio.wait([requests[i]._future for i in active],
-                               return_when=asyncio.FIRST_COMPLETED)
+        if not any(req._ready() for req in waiting):
+            await _blocked([req._future for req in waiting], waiting,
+                           asyncio.FIRST_COMPLETED)
         indices = [i for i in active if requests[i]._ready()]
     else:
         indices = list(indices)
-        await asyncio.wait([requests[i]._future for i in indices])
+        await _blocked([requests[i]._future for i in indices], [requests[i] for i in indices])
     dets.found(SOME, tuple(indices), k)
     return _complete_some(requests, indices, statuses)
+
+
+async def _blocked(futures, requests, return_when=asyncio.ALL_COMPLETED) -> None:
+    """``asyncio.wait(futures)``, named in the rank's wait record (``engine/_waits``) when
+    every request knows what it waits on: one request's own record, or ``"any"`` listing
+    theirs. A request that does not know (a send waiting for room on the wire) leaves the
+    rank looking busy, never wrongly blocked."""
+    known = [req._waits_on for req in requests]
+    if not known or any(k is None for k in known):
+        await asyncio.wait(futures, return_when=return_when)
+        return
+    ep = known[0][0]
+    wait = known[0][1] if len(known) == 1 else Wait(
+        "any", what="; ".join(k[1].describe() for k in known))
+    token = ep.wait_begin(wait)
+    try:
+        await asyncio.wait(futures, return_when=return_when)
+    finally:
+        ep.wait_end(token)

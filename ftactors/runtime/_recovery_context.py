@@ -134,11 +134,12 @@ class RecoveryContext:
 
     async def call_handle(self, handle: Any, handler: Callable | str, *args) -> Any:
         """Ask the incarnation ``handle``; a dead one raises ``RankDied``."""
-        return await self._c.fabric.call(handle, rpc_name(handler), *args)
+        return await self._c.asking(self._c.fabric.call(handle, rpc_name(handler), *args))
 
     async def call_handle_kept(self, handle: Any, handler: Callable | str, *args) -> Any:
         """``call_handle``, the answer kept by the coordinator."""
-        return await self._c.fabric.call_kept(handle, rpc_name(handler), *args)
+        return await self._c.asking(self._c.fabric.call_kept(handle, rpc_name(handler),
+                                                             *args))
 
     async def node_of(self, handle: Any):
         return await self._c.fabric.node_of(handle)
