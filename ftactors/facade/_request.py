@@ -104,6 +104,9 @@ class Request:
 
     ``finish`` turns the future's result into ``(value, Status)`` once, when the request
     completes. ``cancellable``: ``cancel()`` may withdraw it (a receive not matched yet).
+    An operation done as it starts (a send the transport took) has no future at all
+    (``done_now``): most ``isend``s are, and a future, a done callback and a wait for
+    each cost a window of them more than the sends.
     """
 
     __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable")
@@ -118,15 +121,26 @@ class Request:
         self._status = Status()
         self._cancellable = cancellable
 
+    @classmethod
+    def done_now(cls, value: Any = None, status: "Status | None" = None) -> "Request":
+        """An active request whose operation is done already, with ``value``."""
+        req = cls()
+        req._active, req._value = True, value
+        if status is not None:
+            req._status = status
+        return req
+
     def __bool__(self) -> bool:
         return self._active
 
     def _ready(self) -> bool:
-        return not self._active or self._future.done()
+        return not self._active or self._future is None or self._future.done()
 
     def _outcome(self) -> tuple[Any, Status]:
         """The value and status of the done operation (the request stays as it is)."""
         fut = self._future
+        if fut is None:  # done_now
+            return self._value, self._status
         if fut.cancelled():
             return None, Status.of(ANY_SOURCE, ANY_TAG, cancelled=True)
         if self._finish is not None:
@@ -144,7 +158,7 @@ class Request:
 
     async def wait(self, status: Status | None = None) -> Any:
         """Wait until the operation is done; its value (a receive's object)."""
-        if self._active and not self._future.done():
+        if not self._ready():
             await asyncio.wait((self._future,))  # a cancelled receive completes, no raise
         return self._complete(status)
 
@@ -168,7 +182,7 @@ class Request:
         ``status.cancelled``; a message that comes later goes to a later receive. A
         matched receive, a send or a collective is not cancelled (MPI allows a cancel to
         fail): it completes as usual and its status says ``cancelled=False``."""
-        if self._active and self._cancellable and not self._future.done():
+        if self._active and self._cancellable and not self._ready():
             self._future.cancel()
 
     def Free(self) -> None:
@@ -272,7 +286,7 @@ class Prequest(Request):
                              f"{'freed' if self._freed else 'still active'}")
         run = self._start()
         self._future, self._finish, self._cancellable = run._future, run._finish, run._cancellable
-        self._active, self._value, self._status = run._active, None, Status()
+        self._active, self._value, self._status = run._active, run._value, run._status
 
     @staticmethod
     def Startall(requests: Iterable["Prequest"]) -> None:
@@ -299,10 +313,18 @@ def _statuses_for(statuses, n: int) -> list | None:
 
 async def waitall(requests: Iterable[Request], statuses: list | None = None) -> list:
     """Wait for every request; their values in order. ``statuses`` (a list) is grown to
-    ``len(requests)`` and filled."""
+    ``len(requests)`` and filled.
+
+    The operations not done yet are waited for together (one wait, not one per
+    request: a window of receives cost a wait each), until all are done or one fails;
+    then each request completes in order, as one ``wait`` after another would."""
     requests = list(requests)
     statuses = _statuses_for(statuses, len(requests))
-    return [await req.wait(None if statuses is None else statuses[i])
+    pending = [req._future for req in requests if not req._ready()]
+    if len(pending) > 1:
+        await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+    return [req._complete(None if statuses is None else statuses[i]) if req._ready()
+            else await req.wait(None if statuses is None else statuses[i])
             for i, req in enumerate(requests)]
 
 
@@ -364,7 +386,7 @@ def testsome(requests: Sequence[Request], statuses: list | None = None):
 
 async def waitsome(requests: Sequence[Request], statuses: list | None = None):
     """``testsome`` after waiting until at least one active request is done."""
-    active = [req._future for req in requests if req._active]
-    if active and not any(f.done() for f in active):
-        await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
+    active = [req for req in requests if req._active]
+    if active and not any(req._ready() for req in active):
+        await asyncio.wait([req._future for req in active], return_when=asyncio.FIRST_COMPLETED)
     return testsome(requests, statuses)
