@@ -98,6 +98,11 @@ class Status:
                 f"count={self.count}, cancelled={self.cancelled})")
 
 
+_EMPTY = Status()
+"""The status of a request not completed yet, or of one whose operation has none: read,
+never written (``_fill`` copies from it)."""
+
+
 class Request:
     """A nonblocking operation: ``await req.wait()`` gives its value (None for a send),
     ``req.test()`` returns ``(done, value)`` without waiting; true while active.
@@ -118,7 +123,7 @@ class Request:
         self._finish = finish
         self._active = future is not None
         self._value: Any = None
-        self._status = Status()
+        self._status = _EMPTY  # read only: replaced when the request completes
         self._cancellable = cancellable
 
     @classmethod
@@ -322,10 +327,32 @@ async def waitall(requests: Iterable[Request], statuses: list | None = None) -> 
     statuses = _statuses_for(statuses, len(requests))
     pending = [req._future for req in requests if not req._ready()]
     if len(pending) > 1:
-        await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+        await _done_or_failed(pending)
     return [req._complete(None if statuses is None else statuses[i]) if req._ready()
             else await req.wait(None if statuses is None else statuses[i])
             for i, req in enumerate(requests)]
+
+
+async def _done_or_failed(futures: list) -> None:
+    """Return once every future is done or one has failed; none is cancelled, not even
+    when the waiting task is: ``asyncio.wait(..., FIRST_EXCEPTION)`` in fewer steps (its
+    checks and bookkeeping cost a window of small receives a fifth of their time)."""
+    waiter = asyncio.get_running_loop().create_future()
+    left = len(futures)
+
+    def done(f: asyncio.Future) -> None:
+        nonlocal left
+        left -= 1
+        if not waiter.done() and (left == 0 or (not f.cancelled() and f.exception() is not None)):
+            waiter.set_result(None)
+
+    for f in futures:
+        f.add_done_callback(done)
+    try:
+        await waiter
+    finally:
+        for f in futures:
+            f.remove_done_callback(done)
 
 
 def testall(requests: Sequence[Request], statuses: list | None = None):

@@ -31,12 +31,12 @@ def test_a_request_done_as_it_starts_has_no_future_and_behaves_as_any_other():
 
 def test_waitall_waits_once_for_a_window_then_completes_in_order(monkeypatch):
     waits = []
-    real = asyncio.wait
+    real = _request._done_or_failed
 
-    async def counted(fs, **kwargs):
+    async def counted(fs):
         waits.append(len(fs))
-        return await real(fs, **kwargs)
-    monkeypatch.setattr(_request.asyncio, "wait", counted)
+        return await real(fs)
+    monkeypatch.setattr(_request, "_done_or_failed", counted)
 
     async def body():
         loop = asyncio.get_running_loop()
@@ -52,6 +52,23 @@ def test_waitall_waits_once_for_a_window_then_completes_in_order(monkeypatch):
         assert not any(requests)
     asyncio.run(body())
     assert waits == [64]  # one wait for the window, not one per pending request
+
+
+def test_a_cancelled_waitall_leaves_its_operations_pending():
+    async def body():
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in range(3)]
+        requests = [Request(f) for f in futures]
+        task = asyncio.ensure_future(waitall(requests))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not any(f.done() for f in futures) and all(requests)
+        for i, f in enumerate(futures):
+            f.set_result(i)
+        assert await waitall(requests) == [0, 1, 2]
+    asyncio.run(body())
 
 
 def test_waitall_raises_the_first_failure_in_order_without_waiting_for_the_rest():
