@@ -62,14 +62,28 @@ class _Mesh:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def exchange(self, peer: int, obj):
-        """Send ``obj`` to ``peer`` and return the next object from it."""
+    def send(self, peer: int, obj) -> None:
+        """Send ``obj`` to ``peer``: one pickled frame."""
         self.links[peer].transport.write(_frame(0, pickle.dumps(obj, protocol=5)))
+
+    async def sent(self, peer: int) -> None:
+        """Return once the kernel takes more to ``peer`` (at once unless asyncio's write
+        buffer is past its high-water mark: a backlog of large frames makes asyncio's
+        buffer copy its remainder on every send)."""
+        await self.links[peer].writable.wait()
+
+    async def recv(self, peer: int):
+        """The next object from ``peer``, waited for as a rank waits (the loop polls)."""
         box = self.inbox[peer]
         while not box:
             self.waiting[peer] = asyncio.get_running_loop().create_future()
             await self.waiting[peer]
         return box.pop(0)
+
+    async def exchange(self, peer: int, obj):
+        """Send ``obj`` to ``peer`` and return the next object from it."""
+        self.send(peer, obj)
+        return await self.recv(peer)
 
     async def doubling(self, mine) -> dict:
         """``{rank: its object}`` of every rank, by recursive doubling."""
@@ -80,10 +94,9 @@ class _Mesh:
         return parts
 
 
-async def _rank(rank: int, size: int, socks: dict, problem_class: str) -> tuple:
-    Spin().start(asyncio.get_running_loop(), core_default("poll_spin_us") * 1e-6)
-    mesh = _Mesh(rank, size)
-    await mesh.connect(socks)
+async def _cg_rank(mesh: _Mesh, problem_class: str) -> tuple:
+    """One rank of CG: the slowest rank's seconds and the last zeta."""
+    rank, size = mesh.rank, mesh.size
     cls = CG_CLASSES[problem_class]
     lo, hi = row_range(cls.na, rank, size)
     rows = row_block(make_matrix(cls), lo, hi)
@@ -109,13 +122,22 @@ async def _rank(rank: int, size: int, socks: dict, problem_class: str) -> tuple:
     return max((await mesh.doubling(seconds)).values()), zeta
 
 
-def _child(rank: int, size: int, socks: dict, problem_class: str, results) -> None:
-    results.put((rank, asyncio.run(_rank(rank, size, socks, problem_class))))
+async def _rank(rank: int, size: int, socks: dict, body, args: tuple):
+    Spin().start(asyncio.get_running_loop(), core_default("poll_spin_us") * 1e-6)
+    mesh = _Mesh(rank, size)
+    await mesh.connect(socks)
+    return await body(mesh, *args)
 
 
-def main(problem_class: str, ranks: int) -> dict:
-    if not power_of_two(ranks):
-        raise ValueError(f"the asyncio floor runs power-of-two rank counts, not {ranks}")
+def _child(rank: int, size: int, socks: dict, body, args: tuple, results) -> None:
+    results.put((rank, asyncio.run(_rank(rank, size, socks, body, args))))
+
+
+def spawn_ranks(ranks: int, body, *args) -> list:
+    """What ``await body(mesh, *args)`` returned on each rank (in rank order), run in
+    ``ranks`` processes started afresh, each with a ``_Mesh`` to every other and its loop
+    polled as a rank's is (``body``: a module-level coroutine function, which ``spawn``
+    pickles by name)."""
     pairs = {(a, b): socket.socketpair() for a in range(ranks) for b in range(a + 1, ranks)}
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -123,12 +145,19 @@ def main(problem_class: str, ranks: int) -> dict:
     for rank in range(ranks):
         socks = {b if a == rank else a: pair[0] if a == rank else pair[1]
                  for (a, b), pair in pairs.items() if rank in (a, b)}
-        procs.append(context.Process(target=_child, args=(rank, ranks, socks, problem_class,
+        procs.append(context.Process(target=_child, args=(rank, ranks, socks, body, args,
                                                           results)))
         procs[-1].start()
-    seconds, zeta = dict(results.get(timeout=1800) for _ in procs)[0]
+    out = dict(results.get(timeout=1800) for _ in procs)
     for proc in procs:
         proc.join()
+    return [out[rank] for rank in range(ranks)]
+
+
+def main(problem_class: str, ranks: int) -> dict:
+    if not power_of_two(ranks):
+        raise ValueError(f"the asyncio floor runs power-of-two rank counts, not {ranks}")
+    seconds, zeta = spawn_ranks(ranks, _cg_rank, problem_class)[0]
     verified, _ = verify_zeta(CG_CLASSES[problem_class], zeta)
     return {"time_s": seconds, "zeta": zeta, "verified": verified}
 

@@ -104,17 +104,22 @@ def run_floor(problem: str, ranks: int) -> dict:
 
 
 def _run_baseline(launcher: list[str], argv: list[str], problem: str, name: str) -> dict:
-    """The JSON line of ``python -m benchmarks.MODULE ARGS`` under ``launcher``, with one
-    BLAS thread per process; RuntimeError when it fails or its CG does not verify."""
+    """``run_module``'s JSON line; RuntimeError when a CG case does not verify."""
+    result = run_module(launcher, argv, name)
+    if problem != HALO and not result["verified"]:
+        raise RuntimeError(f"{name}'s CG {problem} did not verify: {result}")
+    return result
+
+
+def run_module(launcher: list[str], argv: list[str], name: str) -> dict:
+    """The last line of ``python -m benchmarks.MODULE ARGS`` under ``launcher`` (JSON),
+    with one BLAS thread per process; RuntimeError when it fails."""
     out = subprocess.run([*launcher, sys.executable, "-m", f"benchmarks.{argv[0]}", *argv[1:]],
                          capture_output=True, text=True, timeout=1800,
                          env={"OMP_NUM_THREADS": "1", **os.environ})
     if out.returncode != 0:
         raise RuntimeError(f"{name} failed ({out.returncode}): {out.stderr.strip()[-500:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if problem != HALO and not result["verified"]:
-        raise RuntimeError(f"{name}'s CG {problem} did not verify: {result}")
-    return result
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run_ftactors(problem: str, ranks: int, way: str, address: str | None) -> dict:

@@ -23,9 +23,18 @@ non-object dtype: see ``is_plain``) is pickled by the C pickler, which gives the
 bytes as cloudpickle several times faster; cloudpickle is needed, and used, only for
 what it pickles differently: functions and classes by value, and whatever the standard
 pickler cannot handle.
+
+A message that is one contiguous numpy array (what every buffer ``Send`` sends) is
+pickled with its dtype as a string (``_reduce_array``, rebuilt by ``_array``) rather than
+by numpy's reducer, which pickles the dtype as an object: for a small array that was
+most of the cost of its message (an 8-byte array: 5.5 us to pickle and 3.3 us to load,
+against about 2 us each now). The stream has the shape of numpy's own (a function, then
+the buffer, the dtype, the shape and the order), which ``facade._buffers.array_bytes``
+reads for a probe's count.
 """
 from __future__ import annotations
 
+import io
 import pickle
 from typing import Any, Callable
 
@@ -97,6 +106,51 @@ def is_plain(obj: Any, depth: int = PLAIN_DEPTH) -> bool:
     return False
 
 
+def _array(buf, dtype: str, shape: tuple, order: str) -> np.ndarray:
+    """An array rebuilt from ``_reduce_array``'s pickle, as numpy's ``_frombuffer`` does
+    (a view of ``buf``: writable when ``buf`` is)."""
+    arr = np.frombuffer(buf, dtype=dtype)
+    return arr if len(shape) == 1 else arr.reshape(shape, order=order)
+
+
+_DTYPE_STR: dict[np.dtype, str | None] = {}
+"""A dtype's string when that string gives the dtype back whole (no fields, subarray or
+metadata) and its arrays export their buffer (not datetimes: numpy reduces those its own
+way), else None; filled as dtypes are sent."""
+
+
+def _dtype_str(dtype: np.dtype) -> str | None:
+    text = _DTYPE_STR.get(dtype)
+    if text is None and dtype not in _DTYPE_STR:
+        faithful = (dtype.kind not in "OMm" and dtype.names is None and dtype.subdtype is None
+                    and dtype.metadata is None and np.dtype(dtype.str) == dtype)
+        text = _DTYPE_STR[dtype] = dtype.str if faithful else None
+    return text
+
+
+def _reduce_array(arr: np.ndarray):
+    """``arr`` for the pickler: its buffer (out-of-band when large), dtype string, shape
+    and order; numpy's own reduction for what a string cannot say (see ``_dtype_str``)."""
+    dtype = _dtype_str(arr.dtype)
+    flags = arr.flags
+    if dtype is None or not (flags.c_contiguous or flags.f_contiguous):
+        return arr.__reduce_ex__(5)
+    return _array, (pickle.PickleBuffer(arr), dtype, arr.shape,
+                    "C" if flags.c_contiguous else "F")
+
+
+_ARRAYS = {np.ndarray: _reduce_array}
+
+
+def _dumps_array(arr: np.ndarray, protocol: int, buffer_callback) -> bytes:
+    """``pickle.dumps`` of one array, reduced by ``_reduce_array``."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol, buffer_callback=buffer_callback)
+    pickler.dispatch_table = _ARRAYS
+    pickler.dump(arr)
+    return out.getvalue()
+
+
 def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
          large_bytes: int = LARGE_BUFFER_BYTES) -> Payload:
     """Pickle ``obj``; buffers of ``large_bytes`` and more go through ``put_large``
@@ -119,7 +173,9 @@ def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
         large.append(put_large(view) if put_large else bytes(view))
         return False
 
-    dumps = pickle.dumps if is_plain(obj) else cloudpickle.dumps
+    t = type(obj)
+    dumps = (_dumps_array if t is np.ndarray else
+             pickle.dumps if is_plain(obj) else cloudpickle.dumps)
     try:
         data = dumps(obj, protocol=5, buffer_callback=on_buffer)
     except Exception as exc:  # pickle raises many types (PicklingError, TypeError, ...)

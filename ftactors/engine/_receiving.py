@@ -226,24 +226,40 @@ class Receiving:
                 del self._in_flight[i]
                 return
 
-    def receive_later(self, ctx: str, source: int, tag: int) -> asyncio.Future:
-        """Post a receive now; the future completes with the consumed envelope."""
+    def receive_later(self, ctx: str, source: int, tag: int,
+                      on_match: Callable[[Envelope], Any] | None = None) -> asyncio.Future:
+        """Post a receive now; the future completes with the consumed envelope, and
+        ``on_match(envelope)`` runs as it matches (a request's finish: a buffer filled,
+        a synchronous send acknowledged). A match schedules nothing on the loop: no done
+        callback is left on the future but the waiter's (a window of ``Irecv``s cost two
+        loop callbacks each)."""
         k = None
         if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
             k, source, tag = self._determined(RECV, source, tag)
         fut = self._loop.create_future()
-        # the outcome is recorded as the message matches, before anything can depend on it
-        took = self._consumed if k is None else lambda env: self._took(k, self._consumed(env))
-        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, took))
+
+        def withdraw(f: asyncio.Future) -> None:
+            if f.cancelled():
+                self.matcher.withdraw(p)
+
+        def matched(env: Envelope) -> Envelope:
+            fut.remove_done_callback(withdraw)  # matched: nothing left to withdraw
+            # the outcome is recorded as the message matches, before anything can depend on it
+            env = self._consumed(env) if k is None else self._took(k, self._consumed(env))
+            if on_match is not None:
+                on_match(env)
+            return env
+
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, matched))
         env = self.matcher.post(p)
         if self._reentry is not None:
             if env is None:
                 self.matcher.withdraw(p)
             self._received_again(env, source, tag)
         if env is not None:
-            fut.set_result(took(env))
+            fut.set_result(matched(env))
         else:
-            fut.add_done_callback(lambda f: f.cancelled() and self.matcher.withdraw(p))
+            fut.add_done_callback(withdraw)
         return fut
 
     async def probe(self, ctx: str, source: int, tag: int) -> Envelope:

@@ -80,10 +80,15 @@ class BufferAPI:
         """A blocking receive into ``into`` (the lowercase ``recv``'s path, which a
         forced snapshot taken while it waits accounts for)."""
         if into is None:
-            st = Status.of(PROC_NULL, ANY_TAG)
-        else:
-            st = self._into(into, "Recv")(await self._ep.receive(self._ctx, src, tag))[1]
-        if status is not None:
+            if status is not None:
+                status._fill(Status.of(PROC_NULL, ANY_TAG))
+            return
+        env = await self._ep.receive(self._ctx, src, tag)
+        value = self._object_of(env)
+        count = deliver(value, into, "Recv")
+        if status is not None:  # (built only when asked for, as ``recv`` does)
+            st = self._status_of(env, value)
+            st.count = count
             status._fill(st)
 
     async def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG,
@@ -97,9 +102,7 @@ class BufferAPI:
         src, tag, into = self._recv_args(buf, source, tag)
         if into is None:
             return self._done(None, Status.of(PROC_NULL, ANY_TAG))
-        return self._receive_request(self._ep.receive_later(self._ctx, src, tag),
-                                     self._into(into, "Recv"),
-                                     (self._ep, Wait("recv", src, tag, self._ctx)))
+        return self._receive_request(src, tag, self._into(into, "Recv"))
 
     async def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
                        source: int = ANY_SOURCE, recvtag: int = ANY_TAG,

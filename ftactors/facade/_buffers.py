@@ -216,6 +216,26 @@ def _entries(buf, datatype, writable: bool) -> np.ndarray:
     return flat if datatype is None else _as_type(flat, datatype)
 
 
+def _simple(msg, writable: bool) -> np.ndarray | None:
+    """``message``'s answer for its two usual forms, a 1-D array and ``[array, count,
+    ft type]`` of the array's dtype, checked at once (they are on every send and
+    receive); None for any other form, which ``message`` reads in full."""
+    if type(msg) is list and len(msg) == 3:
+        buf, count, datatype = msg
+        if type(datatype) is not Datatype or type(count) is not int:
+            return None
+        dtype = datatype.dtype
+    elif type(msg) is np.ndarray:
+        buf, count, dtype = msg, msg.size, msg.dtype
+    else:
+        return None
+    if (type(buf) is np.ndarray and buf.ndim == 1 and buf.dtype == dtype
+            and 0 <= count <= buf.size and buf.flags.c_contiguous and not dtype.hasobject
+            and (buf.flags.writeable or not writable)):
+        return buf[:count]
+    return None
+
+
 def message(msg, writable: bool = False, blocks: int = 0) -> np.ndarray:
     """The entries a simple message covers, as a 1-D view of its buffer.
 
@@ -227,6 +247,9 @@ def message(msg, writable: bool = False, blocks: int = 0) -> np.ndarray:
         ValueError: a count or displacement past the buffer, a buffer that does not split
             into ``blocks``, a non-contiguous buffer, a read-only receive buffer.
     """
+    fast = _simple(msg, writable) if not blocks else None
+    if fast is not None:
+        return fast
     buf, count, displ, datatype = _unpack(msg, vector=False)
     flat = _entries(buf, datatype, writable)
     start = 0 if displ is None else _index(displ, "displacement")
@@ -335,7 +358,10 @@ def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
-_NUMPY_NUMERIC = ("numpy._core.numeric", "numpy.core.numeric")  # numpy 2, numpy 1
+_REBUILDERS = {("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
+               ("ftactors.engine._payload", "_array")}
+"""The functions that rebuild one array from its buffer: numpy's (numpy 2, numpy 1) and the
+payload's own (``_payload._reduce_array``), each called with the buffer first."""
 _IN_BAND = ("BYTEARRAY8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8")
 
 
@@ -360,7 +386,7 @@ def array_bytes(payload) -> int | None:
         return None
     buffers = sum(name in _IN_BAND or name == "NEXT_BUFFER" for name in names)
     (_, module), (_, function), (call, _), (mark, _), (data, arg) = head
-    if (module not in _NUMPY_NUMERIC or function != "_frombuffer" or call != "STACK_GLOBAL"
+    if ((module, function) not in _REBUILDERS or call != "STACK_GLOBAL"
             or mark != "MARK" or buffers != 1):
         return None
     if data == "NEXT_BUFFER":

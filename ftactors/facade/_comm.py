@@ -142,9 +142,7 @@ class Communicator(BufferAPI):
     def _done(self, value: Any = None, status: Status | None = None) -> Request:
         """An active request that is complete already (an operation on PROC_NULL, a
         send the transport took at once)."""
-        fut = asyncio.get_running_loop().create_future()
-        fut.set_result((value, status or Status()))
-        return Request(fut, _as_is, dets=self._ep.determinants)
+        return Request.done_now(value, status, dets=self._ep.determinants)
 
     # ---------------------------------------------------------- point to point
     def _post(self, obj: Any, world: int, tag) -> int | None:
@@ -224,18 +222,18 @@ class Communicator(BufferAPI):
         src, tag = self._source(source), self._recv_tag(tag)
         if src == PROC_NULL:
             return self._done(None, Status.of(PROC_NULL, ANY_TAG))
-        return self._receive_request(self._ep.receive_later(self._ctx, src, tag),
-                                     self._received, (self._ep, Wait("recv", src, tag, self._ctx)))
+        return self._receive_request(src, tag, self._received)
 
-    def _receive_request(self, fut: asyncio.Future, finish, waits_on=None) -> Request:
-        """The request of a posted receive: ``finish(envelope)`` runs as soon as a
-        message matches (a synchronous send is acknowledged then, not when the program
-        looks; a buffer receive fills its buffer then); an error it raises comes out of
-        the request's wait or test."""
+    def _receive_request(self, src: int, tag: int, finish) -> Request:
+        """The request of a receive posted now (world ``src``): ``finish(envelope)``
+        runs as soon as a message matches (a synchronous send is acknowledged then, not
+        when the program looks; a buffer receive fills its buffer then); an error it
+        raises comes out of the request's wait or test. A wait for it is named in the
+        rank's wait record (``engine/_waits``)."""
         received = _Once(finish)
-        fut.add_done_callback(lambda f: f.cancelled() or received.prime(f.result()))
-        return Request(fut, received, cancellable=True, dets=self._ep.determinants,
-                       waits_on=waits_on)
+        return Request(self._ep.receive_later(self._ctx, src, tag, received.prime), received,
+                       cancellable=True, dets=self._ep.determinants,
+                       waits_on=(self._ep, Wait("recv", src, tag, self._ctx)))
 
     async def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0,
                        source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
@@ -590,10 +588,6 @@ def _sent(_) -> tuple[None, Status]:
     """A send request's value and status once its transport has drained or its receive
     has started."""
     return None, Status()
-
-
-def _as_is(result: tuple) -> tuple:
-    return result
 
 
 def _collective_done(value) -> tuple[Any, Status]:

@@ -100,12 +100,20 @@ class Status:
                 f"count={self.count}, cancelled={self.cancelled})")
 
 
+_EMPTY = Status()
+"""The status of a request not completed yet, or of one whose operation has none: read,
+never written (``_fill`` copies from it)."""
+
+
 class Request:
     """A nonblocking operation: ``await req.wait()`` gives its value (None for a send),
     ``req.test()`` returns ``(done, value)`` without waiting; true while active.
 
     ``finish`` turns the future's result into ``(value, Status)`` once, when the request
     completes. ``cancellable``: ``cancel()`` may withdraw it (a receive not matched yet).
+    An operation done as it starts (a send the transport took) has no future at all
+    (``done_now``): most ``isend``s are, and a future, a done callback and a wait for
+    each cost a window of them more than the sends.
     """
 
     __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable",
@@ -119,21 +127,33 @@ class Request:
         self._finish = finish
         self._active = future is not None
         self._value: Any = None
-        self._status = Status()
+        self._status = _EMPTY  # read only: replaced when the request completes
         self._cancellable = cancellable
         # (endpoint, Wait): what a wait for it blocks on, for the rank's wait record
         # (``engine/_waits``); None: a wait that nothing but the transport ends
         self._waits_on = waits_on
 
+    @classmethod
+    def done_now(cls, value: Any = None, status: "Status | None" = None,
+                 dets=None) -> "Request":
+        """An active request whose operation is done already, with ``value``."""
+        req = cls(dets=dets)
+        req._active, req._value = True, value
+        if status is not None:
+            req._status = status
+        return req
+
     def __bool__(self) -> bool:
         return self._active
 
     def _ready(self) -> bool:
-        return not self._active or self._future.done()
+        return not self._active or self._future is None or self._future.done()
 
     def _outcome(self) -> tuple[Any, Status]:
         """The value and status of the done operation (the request stays as it is)."""
         fut = self._future
+        if fut is None:  # done_now
+            return self._value, self._status
         if fut.cancelled():
             return None, Status.of(ANY_SOURCE, ANY_TAG, cancelled=True)
         if self._finish is not None:
@@ -151,7 +171,7 @@ class Request:
 
     async def wait(self, status: Status | None = None) -> Any:
         """Wait until the operation is done; its value (a receive's object)."""
-        if self._active and not self._future.done():
+        if not self._ready():
             await _blocked((self._future,), (self,))  # a cancelled receive completes, no raise
         return self._complete(status)
 
@@ -175,7 +195,7 @@ class Request:
         ``status.cancelled``; a message that comes later goes to a later receive. A
         matched receive, a send or a collective is not cancelled (MPI allows a cancel to
         fail): it completes as usual and its status says ``cancelled=False``."""
-        if self._active and self._cancellable and not self._future.done():
+        if self._active and self._cancellable and not self._ready():
             self._future.cancel()
 
     def Free(self) -> None:
@@ -281,7 +301,7 @@ class Prequest(Request):
         self._future, self._finish, self._cancellable = run._future, run._finish, run._cancellable
         self._dets = run._dets
         self._waits_on = run._waits_on
-        self._active, self._value, self._status = run._active, None, Status()
+        self._active, self._value, self._status = run._active, run._value, run._status
 
     @staticmethod
     def Startall(requests: Iterable["Prequest"]) -> None:
@@ -308,11 +328,41 @@ def _statuses_for(statuses, n: int) -> list | None:
 
 async def waitall(requests: Iterable[Request], statuses: list | None = None) -> list:
     """Wait for every request; their values in order. ``statuses`` (a list) is grown to
-    ``len(requests)`` and filled."""
+    ``len(requests)`` and filled.
+
+    The operations not done yet are waited for together (one wait, not one per
+    request: a window of receives cost a wait each), until all are done or one fails;
+    then each request completes in order, as one ``wait`` after another would."""
     requests = list(requests)
     statuses = _statuses_for(statuses, len(requests))
-    return [await req.wait(None if statuses is None else statuses[i])
+    pending = [req for req in requests if not req._ready()]
+    if len(pending) > 1:
+        await _named(pending, _done_or_failed([req._future for req in pending]), every=True)
+    return [req._complete(None if statuses is None else statuses[i]) if req._ready()
+            else await req.wait(None if statuses is None else statuses[i])
             for i, req in enumerate(requests)]
+
+
+async def _done_or_failed(futures: list) -> None:
+    """Return once every future is done or one has failed; none is cancelled, not even
+    when the waiting task is: ``asyncio.wait(..., FIRST_EXCEPTION)`` in fewer steps (its
+    checks and bookkeeping cost a window of small receives a fifth of their time)."""
+    waiter = asyncio.get_running_loop().create_future()
+    left = len(futures)
+
+    def done(f: asyncio.Future) -> None:
+        nonlocal left
+        left -= 1
+        if not waiter.done() and (left == 0 or (not f.cancelled() and f.exception() is not None)):
+            waiter.set_result(None)
+
+    for f in futures:
+        f.add_done_callback(done)
+    try:
+        await waiter
+    finally:
+        for f in futures:
+            f.remove_done_callback(done)
 
 
 def testall(requests: Sequence[Request], statuses: list | None = None):
@@ -423,7 +473,7 @@ async def waitsome(requests: Sequence[Request], statuses: list | None = None):
     dets = _determinants(requests, active)
     waiting = [requests[i] for i in active]
     if dets is None:
-        if waiting and not any(req._future.done() for req in waiting):
+        if waiting and not any(req._ready() for req in waiting):
             await _blocked([req._future for req in waiting], waiting,
                            asyncio.FIRST_COMPLETED)
         return testsome(requests, statuses)
@@ -435,25 +485,38 @@ async def waitsome(requests: Sequence[Request], statuses: list | None = None):
         indices = [i for i in active if requests[i]._ready()]
     else:
         indices = list(indices)
-        await _blocked([requests[i]._future for i in indices], [requests[i] for i in indices])
+        pending = [requests[i] for i in indices if not requests[i]._ready()]
+        if pending:
+            await _blocked([req._future for req in pending], pending)
     dets.found(SOME, tuple(indices), k)
     return _complete_some(requests, indices, statuses)
 
 
 async def _blocked(futures, requests, return_when=asyncio.ALL_COMPLETED) -> None:
-    """``asyncio.wait(futures)``, named in the rank's wait record (``engine/_waits``) when
-    every request knows what it waits on: one request's own record, or ``"any"`` listing
-    theirs. A request that does not know (a send waiting for room on the wire) leaves the
-    rank looking busy, never wrongly blocked."""
+    """``asyncio.wait(futures)``, named in the rank's wait record (``_named``)."""
+    await _named(requests, asyncio.wait(futures, return_when=return_when))
+
+
+async def _named(requests, waiting, every: bool = False) -> None:
+    """Await ``waiting``, named in the rank's wait record (``engine/_waits``) when every
+    request knows what it waits on: one request's own record, or, for several, the first
+    of them (``"any"``, listing theirs) or all of them (``every``: the ranks they wait
+    on, read only when the record is). A request that does not know (a send waiting for
+    room on the wire) leaves the rank looking busy, never wrongly blocked."""
     known = [req._waits_on for req in requests]
     if not known or any(k is None for k in known):
-        await asyncio.wait(futures, return_when=return_when)
+        await waiting
         return
     ep = known[0][0]
-    wait = known[0][1] if len(known) == 1 else Wait(
-        "any", what="; ".join(k[1].describe() for k in known))
+    if len(known) == 1:
+        wait = known[0][1]
+    elif every:
+        wait = Wait("request", what=f"all of {len(known)} requests",
+                    lazy=lambda: sorted({k[1].source for k in known if k[1].source is not None}))
+    else:
+        wait = Wait("any", what="; ".join(k[1].describe() for k in known))
     token = ep.wait_begin(wait)
     try:
-        await asyncio.wait(futures, return_when=return_when)
+        await waiting
     finally:
         ep.wait_end(token)

@@ -52,6 +52,7 @@ in its environment.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import pickle
 import secrets
@@ -304,6 +305,19 @@ def set_niceness(niceness: int) -> str | None:
     return None
 
 
+def _take(actor: "RankActor", envs: list[Envelope]) -> None:
+    """Hand a batch to ``actor``'s rank, from either plane (none after ``close``). Not a
+    method: Ray wraps every method of an actor class (its tracing hook), a Python call
+    more for every batch, on the direct plane's path of every message."""
+    if actor.host is None:
+        return
+    try:
+        actor.host.ep.deliver(envs)
+    except Exception:  # no sender sees a result: report it here
+        print(f"ftactors: rank {actor.link.rank} failed to deliver a batch:\n"
+              f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+
+
 class RankActor:
     """The Ray actor around one ``RankHost``."""
 
@@ -330,7 +344,7 @@ class RankActor:
         node = ray.get_runtime_context().get_node_id()
         if plane is None:
             return os.getpid(), node, None
-        self.listener = Listener(plane["secret"], self._take)
+        self.listener = Listener(plane["secret"], functools.partial(_take, self))
         endpoint = await self.listener.start(
             node, ray.util.get_node_ip_address(), run_dir(plane["run_name"]),
             f"r{spec.rank}-i{spec.incarnation}-{os.getpid()}")
@@ -349,16 +363,6 @@ class RankActor:
         """The direct connection to rank ``dst`` failed or was closed by its side: a
         hint for the coordinator, which checks ``dst`` itself (``Coordinator.hinted``)."""
         self.host.ep.report("peer_lost", peer=dst)
-
-    def _take(self, envs: list[Envelope]) -> None:
-        """Hand a batch to the rank, from either plane (none after ``close``)."""
-        if self.host is None:
-            return
-        try:
-            self.host.ep.deliver(envs)
-        except Exception:  # no sender sees a result: report it here
-            print(f"ftactors: rank {self.link.rank} failed to deliver a batch:\n"
-                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)
 
     async def wire(self, peers: list, endpoints: list | None = None) -> None:
         self.link.peers = peers
@@ -438,7 +442,7 @@ class RankActor:
                         env.payload = await self.link.resolve(env.payload)
             except RayError:
                 return
-        self._take(envs)
+        _take(self, envs)
 
     async def collect(self) -> dict:
         out = self.host.collect()

@@ -1,5 +1,6 @@
 """Payload packing: the C-pickle fast path for plain data gives cloudpickle's exact bytes,
-and everything else still goes through cloudpickle."""
+a message that is one array has its own short reduction, and everything else still goes
+through cloudpickle."""
 import enum
 import pickle
 
@@ -12,8 +13,8 @@ from ftactors.engine._payload import LARGE_BUFFER_BYTES, is_plain, pack, unpack
 PLAIN = [
     None, True, 7, 2**70, 1.5, 2 + 3j, "text", b"bytes", bytearray(b"ba"),
     (1, "a"), [(0, 1.5), (1, 2.5)], {"k": (1, 2), 3: [4, None]}, {1, 2}, frozenset({3}),
-    np.arange(6).reshape(2, 3), np.float64(2.5), np.int32(-3),
-    np.arange(LARGE_BUFFER_BYTES // 8 + 1, dtype=np.float64),  # out-of-band
+    [np.arange(6).reshape(2, 3)], np.float64(2.5), np.int32(-3),
+    {"big": np.arange(LARGE_BUFFER_BYTES // 8 + 1, dtype=np.float64)},  # out-of-band
 ]
 
 
@@ -40,11 +41,48 @@ def test_plain_data_packs_to_cloudpickles_bytes(obj):
     assert is_plain(obj)
     payload = pack(obj)
     assert payload.data == cloudpickle_reference(obj)
-    back = unpack(payload)
+    assert same(unpack(payload), obj)
+
+
+def same(back, obj) -> bool:
+    """Equal, of the same types, arrays inside containers too."""
+    if type(back) is not type(obj):
+        return False
     if isinstance(obj, np.ndarray):
-        assert np.array_equal(back, obj) and back.dtype == obj.dtype
-    else:
-        assert back == obj and type(back) is type(obj)
+        return np.array_equal(back, obj) and back.dtype == obj.dtype
+    if isinstance(obj, (list, tuple)):
+        return len(back) == len(obj) and all(map(same, back, obj))
+    if isinstance(obj, dict):
+        return back.keys() == obj.keys() and all(same(back[k], obj[k]) for k in obj)
+    return back == obj
+
+
+ARRAYS = [np.arange(6).reshape(2, 3), np.asfortranarray(np.ones((3, 4))), np.ones(0),
+          np.array(2.5), np.arange(8, dtype=np.uint8), np.arange(5, dtype=">i4"),
+          np.array(["a", "bc"]),
+          np.arange(LARGE_BUFFER_BYTES // 8 + 1, dtype=np.float64)]  # the last out-of-band
+
+
+@pytest.mark.parametrize("arr", ARRAYS, ids=lambda a: f"{a.dtype}{a.shape}")
+def test_an_array_packs_with_its_dtype_as_a_string(arr):
+    payload = pack(arr)
+    assert b"numpy" not in payload.data  # no dtype object, no numpy reducer
+    assert pack(arr).data == payload.data  # the same bytes every time (logs, replays)
+    back = unpack(payload)
+    assert type(back) is np.ndarray and back.dtype == arr.dtype and back.shape == arr.shape
+    assert np.array_equal(back, arr)
+    assert back.flags.writeable == (not payload.buffers)  # out-of-band: immutable bytes here
+    assert back.flags.f_contiguous == arr.flags.f_contiguous
+
+
+@pytest.mark.parametrize("arr", [np.zeros(3, dtype=[("a", "<f8"), ("b", "<i4")]),
+                                 np.arange(10.0)[::2], np.array([1, 2], dtype="datetime64[s]")],
+                         ids=["fields", "strided", "datetime"])
+def test_arrays_a_dtype_string_cannot_say_keep_numpys_reduction(arr):
+    payload = pack(arr)
+    assert payload.data == cloudpickle_reference(arr)
+    back = unpack(payload)
+    assert back.dtype == arr.dtype and np.array_equal(back, arr)
 
 
 @pytest.mark.parametrize("obj", NOT_PLAIN, ids=lambda o: type(o).__name__)

@@ -186,6 +186,22 @@ def test_waitany_names_every_request_it_waits_for():
                             "receive from rank 1, tag 6, communicator w)")
 
 
+class WaitsForAll(ft.Rank):
+    """Rank 0 waits for two receives together (``Waitall`` over a window), which rank 1
+    never sends; rank 1 returns."""
+
+    async def main(self):
+        if self.rank == 0:
+            reqs = [self.comm.irecv(source=1, tag=t) for t in (5, 6)]
+            await ft.Request.Waitall(reqs)
+
+
+def test_waitall_over_several_requests_names_them():
+    err = _deadlock(WaitsForAll, 2, "local")
+    assert err.waits[0] == "rank 0: request (all of 2 requests), waiting for rank(s) 1"
+    assert err.waits[1] == "rank 1: finished"
+
+
 class Standby(StandbyReplacement, BothReceiveFirst):
     backup_interval = 2
 
