@@ -28,6 +28,7 @@ from ..base._errors import ProtocolError
 from ..base._events import CHECKPOINT_KINDS
 from ._identity import RunIdentity
 from ._protocol import protocol_classes
+from ._stale_locals import unset_after_restore
 from ._unsaved_state import UnsavedStateWatch
 from ._trace import TraceBuffer
 
@@ -143,7 +144,9 @@ class RankHost:
         except Killed:
             raise
         except Exception as exc:  # an application (or protocol) error: report, don't crash
-            return self._error(f"{type(exc).__name__}: {exc}", exc)
+            restored = ep.restored_from[0] if ep.restored_from is not None else None
+            return self._error(unset_after_restore(exc, restored)
+                               or f"{type(exc).__name__}: {exc}", exc)
         unpicklable = _unpicklable(value)
         if unpicklable is not None:
             return self._error(f"{type(unpicklable).__name__}: main() returned a "

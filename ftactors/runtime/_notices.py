@@ -27,7 +27,11 @@ kept in the result:
   (``_program_code.wildcard_notices``);
 * a loop that changes state no checkpoint holds (a random generator, a module variable,
   a class attribute): a rank reports it between its second and third safe points
-  (``_unsaved_state``), the driver warns then.
+  (``_unsaved_state``), the driver warns then;
+* a restore that could not write a registered value into the program's own object
+  while a local still holds it (``self.register("n", n)`` with a number, then the loop
+  goes on with ``n``): the rank reports it at its resumed loop (``_stale_locals``), the
+  driver warns then (``StaleLocalWarning``).
 """
 from __future__ import annotations
 
@@ -36,10 +40,12 @@ from typing import Any
 
 from ..base._events import Event
 from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
-                              NothingRegisteredWarning, UnsavedStateWarning, warn)
+                              NothingRegisteredWarning, StaleLocalWarning,
+                              UnsavedStateWarning, warn)
 from ._chaos import Kill
 from ._program_code import wildcard_notices
 from ._protocol import protocol_classes
+from ._stale_locals import stale_text
 
 
 def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
@@ -72,6 +78,9 @@ def on_report(event: Event, earlier: list[Event]) -> None:
              f"(self.register('name', value), then use self.name; for random numbers one "
              f"generator, rng = self.register('rng', np.random.default_rng(seed)), drawn "
              f"from as self.rng)")
+    if event.kind == "restored_not_in_place":
+        for item in event.detail["stale"]:
+            warn(StaleLocalWarning, stale_text(event.rank, event.detail["position"], item))
     if event.kind == "restored_unregistered":
         loop, iteration = event.detail["position"]
         warn(NothingRegisteredWarning,
