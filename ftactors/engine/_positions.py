@@ -64,6 +64,7 @@ class Positions:
         self._log: list[Envelope] | None = self._prefix_log if record_deliveries else None
         # a restored rank before its resume point
         self._resume: tuple[int, int] | None = None
+        self.resumed_at: tuple[int, int] | None = None  # the last restore's position
         self._reentry: Reentry | None = None
         self.unfilled: dict[str, tuple[str, Any]] = {}
         """At the resumed loop: registered names whose program object could not take the
@@ -168,7 +169,7 @@ class Positions:
         """A restore: resume at the snapshot's position, with its registered values, its
         ``sent`` counts and ``again`` (the messages the code before that position received
         in its first life) to receive again first."""
-        self._resume = parts["position"]
+        self._resume = self.resumed_at = parts["position"]
         self._reentry = None
         self.unfilled = {}
         if self._resume is not None or again:

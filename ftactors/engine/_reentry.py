@@ -232,9 +232,9 @@ def put_back(dst: Any, src: Any, memo: dict | None = None) -> Any:
 
 def why_not_in_place(dst: Any, src: Any) -> str:
     """Why ``put_back(dst, src)`` could not write ``src`` into ``dst``, in words."""
-    mine, saved = type(dst).__name__, type(src).__name__
+    mine, saved = _a(type(dst).__name__), _a(type(src).__name__)
     if type(src) is not type(dst):
-        return f"the checkpoint holds a {saved} there, and yours is a {mine}"
+        return f"the checkpoint holds {saved} there, and yours is {mine}"
     if isinstance(dst, np.ndarray):
         if dst.shape != src.shape:
             return (f"the checkpoint's array has shape {src.shape} and yours "
@@ -248,5 +248,9 @@ def why_not_in_place(dst: Any, src: Any) -> str:
     if isinstance(dst, collections.deque) and dst.maxlen != src.maxlen:
         return f"the checkpoint's deque has maxlen {src.maxlen} and yours {dst.maxlen}"
     if isinstance(dst, (*SCALARS, tuple)):
-        return f"a {mine} cannot be changed in place"
-    return f"a {mine} is not one of the objects a restore writes into in place"
+        return f"{mine} cannot be changed in place"
+    return f"{mine} is not one of the objects a restore writes into in place"
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"

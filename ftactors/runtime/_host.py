@@ -144,8 +144,7 @@ class RankHost:
         except Killed:
             raise
         except Exception as exc:  # an application (or protocol) error: report, don't crash
-            restored = ep.restored_from[0] if ep.restored_from is not None else None
-            return self._error(unset_after_restore(exc, restored)
+            return self._error(unset_after_restore(exc, ep.resumed_at)
                                or f"{type(exc).__name__}: {exc}", exc)
         unpicklable = _unpicklable(value)
         if unpicklable is not None:

@@ -104,7 +104,7 @@ class SafePoints:
             ft.unfilled = {}
             if stale:
                 ft.report("restored_not_in_place", stale=stale,
-                          position=ft.restored_from[0])
+                          position=ft.resumed_at)
         return self
 
     async def __anext__(self) -> int:

@@ -39,9 +39,10 @@ _CALL_PARTS = {"PRECALL", "KW_NAMES", "CACHE", "PUSH_NULL"}
 def call_site(frame) -> str | None:
     """At a call made in ``frame`` (``self.register("A", A)``): the local its last
     argument is (``"A"``), None for an expression."""
-    ins = [i for i in dis.get_instructions(frame.f_code) if i.opname != "CACHE"]
-    at = next((k for k, i in enumerate(ins) if i.offset == frame.f_lasti), None)
-    before = [i for i in ins[:at or 0] if i.opname not in _CALL_PARTS]
+    # the call is the last instruction at or before ``f_lasti`` (which may point into
+    # the call's inline caches)
+    ins = [i for i in dis.get_instructions(frame.f_code) if i.offset <= frame.f_lasti]
+    before = [i for i in ins[:-1] if i.opname not in _CALL_PARTS]
     if not before or before[-1].opname not in _LOADS:
         return None
     value = before[-1].argval

@@ -109,7 +109,8 @@ class Containers(ft.Rank):
             padded[2 + i % 4] += got * 1e-2  # through the base: the view sees it
         return {"history": history, "counts": counts, "seen": sorted(seen),
                 "window": list(window), "log": bytes(log), "sums": list(sums),
-                "grid": grid.copy(), "padded": padded.copy()}
+                "grid": grid.copy(), "padded": padded.copy(),
+                "fortran": grid.flags.f_contiguous and inner.base is padded}
 
 
 def containers_reference(size, steps=16):
@@ -118,7 +119,7 @@ def containers_reference(size, steps=16):
     for rank in range(size):
         state.append({"history": [], "counts": {}, "seen": set(),
                       "window": collections.deque(maxlen=3), "log": bytearray(),
-                      "sums": [], "grid": np.arange(12.0).reshape(3, 4) + rank,
+                      "sums": [], "grid": np.asfortranarray(np.arange(12.0).reshape(3, 4) + rank),
                       "padded": np.zeros(8)})
     for i in range(steps):
         sent = [float(s["grid"].sum() + s["padded"].sum()) for s in state]
@@ -133,7 +134,7 @@ def containers_reference(size, steps=16):
             s["grid"][:, i % 4] += got * 1e-3
             s["padded"][2 + i % 4] += got * 1e-2
     return [{**s, "seen": sorted(s["seen"]), "window": list(s["window"]),
-             "log": bytes(s["log"])} for s in state]
+             "log": bytes(s["log"]), "fortran": True} for s in state]
 
 
 class Immutables(ft.Rank):
@@ -154,3 +155,39 @@ class Immutables(ft.Rank):
             extremes = (min(extremes[0], -got), max(extremes[1], got))
             self.total, self.extremes = total, extremes
         return {"total": total, "extremes": extremes}
+
+
+class Growing(ft.Rank):
+    """A registered array the loop replaces by a longer one (``np.append``) and keeps
+    using through its local: a restore cannot write the checkpoint's longer array into
+    the program's first one."""
+
+    async def main(self, steps=10):
+        comm, rank, size = self.comm, self.rank, self.size
+        seen = np.zeros(0)
+        self.register("seen", seen)
+        async for i in self.iterations(steps):
+            got = await comm.sendrecv(float(rank + i), dest=(rank + 1) % size,
+                                      source=(rank - 1) % size)
+            seen = np.append(seen, got)
+            self.seen = seen
+        return seen
+
+
+class TimedLoop(ft.Rank):
+    """OSU's timing idiom: the loop starts its clock at ``i == skip`` and the code
+    after the loop reads it."""
+
+    async def main(self, skip=3, loop=12):
+        comm, rank = self.comm, self.rank
+        buf = np.zeros(4)
+        async for i in self.iterations(skip + loop):
+            if i == skip:
+                t_start = ft.Wtime()
+            if rank == 0:
+                await comm.Send(buf, 1, 1)
+                await comm.Recv(buf, 1, 1)
+            else:
+                await comm.Recv(buf, 0, 1)
+                await comm.Send(buf, 0, 1)
+        return ft.Wtime() - t_start
