@@ -121,6 +121,14 @@ class RankHost:
                 self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
             self._ready.set_result(None)
             while True:
+                if self._parked is not None:
+                    # paused: wait for the restore (a pause that came while the last one
+                    # was installed holds too: main() must not run that restore's state
+                    # while the round that paused it gives every rank another)
+                    handle, epoch = await self._parked
+                    self._parked = None
+                    await self._install(handle, epoch)
+                    continue
                 self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
                 try:
                     value = await self._main
@@ -132,9 +140,6 @@ class RankHost:
                             raise
                         # main() itself raised it: an application error like any other
                         raise RuntimeError("main() raised asyncio.CancelledError") from exc
-                    handle, epoch = await self._parked
-                    self._parked = None
-                    await self._install(handle, epoch)
                     continue
                 break
             if self._die_at_return:
