@@ -426,3 +426,83 @@ class ComputePi(ft.Rank):
                 printed.append("pi is approximately %.16f, error is %.16f"
                                % (pi, abs(pi - PI)))
         return printed
+
+
+class Ex301(ft.Rank):
+    """demo/mpi-ref-v1/ex-3.01.py: the upper triangle of a matrix as an indexed type,
+    sent to itself into a zero matrix."""
+
+    async def main(self, N=10):
+        a = np.empty((N, N), dtype=float, order="c")
+        b = np.zeros((N, N), dtype=float, order="c")
+        a.flat = np.arange(a.size, dtype=float)
+        i = np.arange(N)
+        upper = ft.DOUBLE.Create_indexed(N - i, N * i + i)
+        upper.Commit()
+        me = self.comm.Get_rank()
+        await self.comm.Sendrecv((a, 1, upper), me, 0, [b, 1, upper], me, 0)
+        upper.Free()
+        return (bool(np.allclose(np.triu(b), np.triu(a)))
+                and bool(np.allclose(np.tril(b, -1), np.zeros((N, N)))))
+
+
+def struct_of_double_and_char():
+    """demo/mpi-ref-v1/ex-3.02.py's type, which ex-3.03 to 3.12 build on."""
+    return ft.Datatype.Create_struct((1, 1), (0, ft.DOUBLE.size), (ft.DOUBLE, ft.CHAR))
+
+
+def ex_3_02_to_3_13() -> list[bool]:
+    """demo/mpi-ref-v1/ex-3.03 to ex-3.13's asserts on sizes and extents (they build
+    types and check them; no message)."""
+    dtype = struct_of_double_and_char()
+    checks = [dtype.size == ft.DOUBLE.size + ft.CHAR.size, dtype.extent >= dtype.size]
+    checks.append(dtype.Create_contiguous(3).extent == dtype.extent * 3)            # 3.04
+    checks.append(dtype.Create_vector(2, 3, 4).size == dtype.size * 2 * 3)           # 3.05
+    checks.append(dtype.Create_vector(3, 1, -2).size == dtype.size * 3 * 1)          # 3.06
+    checks.append(dtype.Create_hvector(2, 3, 4 * dtype.extent).size == dtype.size * 6)  # 3.07
+    dtype.Create_indexed((3, 1), (4, 0)).Free()                                       # 3.11
+    dtype.Create_hindexed((3, 1), (4 * dtype.extent, 0)).Free()                       # 3.12
+    both = ft.Datatype.Create_struct((2, 1, 3), (0, 16, 26),                          # 3.13
+                                     (ft.FLOAT, dtype, ft.CHAR))
+    checks.append(both.size == 2 * ft.FLOAT.size + dtype.size + 3 * ft.CHAR.size)
+    dtype.Free()
+    both.Free()
+    return checks
+
+
+class Ex308(ft.Rank):
+    """demo/mpi-ref-v1/ex-3.08.py: every other entry of every other column of a
+    Fortran-order array (a vector of a vector, by bytes), received as plain DOUBLEs."""
+
+    async def main(self):
+        a = np.empty((6, 5), dtype=float, order="f")
+        e = np.empty((3, 3), dtype=float, order="f")
+        a.flat = np.arange(a.size, dtype=float)
+        lb, sizeofdouble = ft.DOUBLE.Get_extent()
+        oneslice = ft.DOUBLE.Create_vector(3, 1, 2)
+        twoslice = oneslice.Create_hvector(3, 1, 12 * sizeofdouble)
+        twoslice.Commit()
+        me = self.comm.Get_rank()
+        status = ft.Status()
+        await self.comm.Sendrecv([a, 1, twoslice], me, 0, (e, ft.DOUBLE), me, 0, status)
+        return (bool(np.allclose(a[::2, ::2], e)), status.Get_count(twoslice),
+                status.Get_count(ft.DOUBLE) == e.size)
+
+
+class Ex309(ft.Rank):
+    """demo/mpi-ref-v1/ex-3.09.py: a transpose sent to itself (a row type, repeated one
+    double further each time); the count is inferred from the buffer."""
+
+    async def main(self):
+        a = np.empty((100, 100), dtype=float, order="f")
+        b = np.empty((100, 100), dtype=float, order="f")
+        a.flat = np.arange(a.size, dtype=float)
+        lb, sizeofdouble = ft.DOUBLE.Get_extent()
+        row = ft.DOUBLE.Create_vector(100, 1, 100)
+        xpose = row.Create_hvector(100, 1, sizeofdouble)
+        xpose.Commit()
+        me = self.comm.Get_rank()
+        status = ft.Status()
+        await self.comm.Sendrecv((a, xpose), me, 0, (b, ft.DOUBLE), me, 0, status)
+        return (bool(np.allclose(a, b.transpose())), status.Get_count(xpose),
+                status.Get_count(ft.DOUBLE) == b.size)

@@ -123,3 +123,19 @@ def test_compute_pi_after_a_kill(stack, transport):
     want = run(demos.ComputePi, stack, transport, [], counts=counts).results[0]
     got = run(demos.ComputePi, stack, transport, [ft.Kill(1, iteration=3)], counts=counts)
     assert got.events_of("killed") and got.results[0] == want
+
+
+def test_ex_3_01_an_indexed_upper_triangle(transport):
+    assert results(demos.Ex301, 2, transport) == [True, True]
+
+
+def test_ex_3_02_to_3_13_sizes_and_extents_of_derived_types():
+    assert all(demos.ex_3_02_to_3_13())
+
+
+def test_ex_3_08_a_vector_of_vectors_received_as_doubles(transport):
+    assert results(demos.Ex308, 2, transport) == [(True, 1, True)] * 2
+
+
+def test_ex_3_09_a_transpose_by_datatypes(transport):
+    assert results(demos.Ex309, 1, transport) == [(True, 1, True)]
