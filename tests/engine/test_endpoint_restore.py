@@ -94,14 +94,20 @@ def saved_at_iteration_3(how: str):
     return ep.snapshot() if how == "snapshot" else ep.transfer()
 
 
+def restored_at_iteration_3(how: str):
+    """``(owner, endpoint)`` of a new incarnation restored from ``saved_at_iteration_3``
+    (inside a running loop: the endpoint is opened)."""
+    owner = Owner()
+    ep = Endpoint(0, 1, NullLink(), owner)
+    ep.restore(ep.load(saved_at_iteration_3(how)), 1)
+    ep.open()
+    return owner, ep
+
+
 @pytest.mark.parametrize("how", ["snapshot", "transfer"])
 def test_the_resumed_loop_starts_from_the_checkpoint_whatever_came_before(how):
     async def body():
-        saved = saved_at_iteration_3(how)
-        owner = Owner()
-        ep = Endpoint(0, 1, NullLink(), owner)
-        ep.restore(ep.load(saved), 1)
-        ep.open()
+        owner, ep = restored_at_iteration_3(how)
         assert ep.restored
         # what Rank.register does; the program keeps what it returned, as locals
         u = owner.u = ep.register("u", None)
@@ -152,11 +158,7 @@ def test_register_writes_the_checkpoint_into_the_object_it_is_given(how):
     restore writes the checkpoint's value into it, and the resumed loop again, so the
     program's local is the attribute; a number cannot take it (``unfilled`` says why)."""
     async def body():
-        saved = saved_at_iteration_3(how)
-        owner = Owner()
-        ep = Endpoint(0, 1, NullLink(), owner)
-        ep.restore(ep.load(saved), 1)
-        ep.open()
+        owner, ep = restored_at_iteration_3(how)
         u, hist = np.zeros(8), []
         view = u[2:5]
         assert ep.register("u", u) is u and ep.register("hist", hist) is hist
