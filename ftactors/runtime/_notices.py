@@ -45,7 +45,7 @@ from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
 from ._chaos import Kill
 from ._program_code import wildcard_notices
 from ._protocol import protocol_classes
-from ._stale_locals import stale_text
+from ._stale_locals import stale_key, stale_text
 
 
 def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
@@ -78,9 +78,13 @@ def on_report(event: Event, earlier: list[Event]) -> None:
              f"(self.register('name', value), then use self.name; for random numbers one "
              f"generator, rng = self.register('rng', np.random.default_rng(seed)), drawn "
              f"from as self.rng)")
-    if event.kind == "restored_not_in_place":
+    if event.kind == "restored_not_in_place":  # once per run for the same local
+        told = {stale_key(item) for e in earlier if e.kind == event.kind
+                for item in e.detail["stale"]}
         for item in event.detail["stale"]:
-            warn(StaleLocalWarning, stale_text(event.rank, event.detail["position"], item))
+            if stale_key(item) not in told:
+                warn(StaleLocalWarning, stale_text([event.rank], event.detail["position"],
+                                                   item))
     if event.kind == "restored_unregistered":
         loop, iteration = event.detail["position"]
         warn(NothingRegisteredWarning,

@@ -92,16 +92,24 @@ def unfilled_report(unfilled: dict[str, tuple[str, Any]], sites: dict[str, str |
     return out
 
 
-def stale_text(rank: int, position, item: dict) -> str:
-    """The warning for one ``unfilled_report`` item of ``rank`` restored at
+def stale_key(item: dict) -> tuple:
+    """What makes two ranks' ``unfilled_report`` items one finding: the name, why, and
+    the locals."""
+    return item["name"], item["why"], tuple(item["locals"])
+
+
+def stale_text(ranks, position, item: dict) -> str:
+    """The warning for one ``unfilled_report`` item of ``ranks`` restored at
     ``position``."""
     name, local = item["name"], item["local"]
     held = ", ".join(repr(x) for x in item["locals"])
-    return (f"rank {rank} was restored to {where(position)} and could not write the "
-            f"checkpoint's value of self.{name} into the program's own object ({item['why']}): "
-            f"the local{'s' if len(item['locals']) > 1 else ''} {held} still "
-            f"hold{'' if len(item['locals']) > 1 else 's'} what the code before the loop "
-            f"gave {'them' if len(item['locals']) > 1 else 'it'}, not the checkpoint's "
+    many = len(item["locals"]) > 1
+    who = (f"rank {ranks[0]} was" if len(ranks) == 1
+           else f"ranks {', '.join(map(str, ranks))} were")
+    return (f"{who} restored to {where(position)} and could not write the checkpoint's "
+            f"value of self.{name} into the program's own object ({item['why']}): the "
+            f"local{'s' if many else ''} {held} still hold{'' if many else 's'} what the "
+            f"code before the loop gave {'them' if many else 'it'}, not the checkpoint's "
             f"value, so the loop goes on from another state and the answer will differ "
             f"from a run without a failure. Bind the local to what register returns "
             f"({local} = self.register({name!r}, {local})) before making views or requests "
@@ -112,7 +120,7 @@ def stale_text(rank: int, position, item: dict) -> str:
 def where(position) -> str:
     """A safe-point position in words."""
     index, iteration = position
-    loop = "its iterations() loop" if index == 0 else f"its iterations() loop #{index + 1}"
+    loop = "the iterations() loop" if index == 0 else f"iterations() loop #{index + 1}"
     return f"iteration {iteration} of {loop}"
 
 

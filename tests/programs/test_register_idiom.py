@@ -116,6 +116,6 @@ def test_a_resized_array_used_through_its_local_is_warned_of():
 def test_a_local_the_skipped_iterations_set_is_named_in_the_error(transport):
     """OSU's ``t_start = Wtime()`` at ``i == skip``, read after the loop: a rank
     restored past ``skip`` never sets it."""
-    with pytest.raises(ft.RankError, match=r"'t_start'.*restored to iteration \d+ of its "
+    with pytest.raises(ft.RankError, match=r"'t_start'.*restored to iteration \d+ of the "
                        r"iterations\(\) loop.*self.register\('t_start', None\)"):
         run(TimedLoop, "ready-flush", transport, [ft.Kill(1, iteration=10)], ranks=2)
