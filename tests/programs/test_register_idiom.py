@@ -32,7 +32,7 @@ def fired(result):
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
-@pytest.mark.parametrize("stack", HEADLINE + ["groups", "hc3i"])
+@pytest.mark.parametrize("stack", HEADLINE + ["rs", "groups", "hc3i"])
 def test_jacobi_with_persistent_requests_on_the_registered_grid(stack, transport):
     """Before: the restored ranks went on with the grid the code before the loop made
     (zeros), while self.A held the checkpoint: 239 iterations instead of 152."""
