@@ -465,6 +465,10 @@ class Communicator(BufferAPI):
 
     Split, Dup, Clone = split, dup, dup
 
+    def Free(self) -> None:
+        """mpi4py's ``Free``: nothing to release (a communicator is an id its members
+        derive alike, and no rank keeps anything for it)."""
+
     def _next_child(self) -> int:
         """The number of the next communicator derived from this one: counted per id by
         the endpoint, whose snapshots keep the counts (``engine/_positions``)."""

@@ -5,6 +5,7 @@ registered, and what the demo prints (or asserts) is returned for the tests to c
 Names are the demos' own (``demo/<path>`` in github.com/mpi4py/mpi4py); what each port
 needed from ftactors is in its docstring."""
 import array
+import asyncio
 import mmap
 from math import pi as PI
 
@@ -506,3 +507,57 @@ class Ex309(ft.Rank):
         await self.comm.Sendrecv((a, xpose), me, 0, (b, ft.DOUBLE), me, 0, status)
         return (bool(np.allclose(a, b.transpose())), status.Get_count(xpose),
                 status.Get_count(ft.DOUBLE) == b.size)
+
+
+class Counter:
+    """demo/nxtval/nxtval-threads.py's shared counter: rank 0 serves ``next`` requests
+    from any rank on a duplicate of the communicator, in a thread there and in a task
+    here (``await Counter.create(comm)``, as ``Dup`` is a collective that waits)."""
+
+    @classmethod
+    async def create(cls, comm):
+        self = cls()
+        self.comm = await comm.Dup()
+        self.task = None
+        if self.comm.Get_rank() == 0:
+            self.task = asyncio.ensure_future(self._counter_task())
+        return self
+
+    async def _counter_task(self):
+        incr = array.array("i", [0])
+        ival = array.array("i", [0])
+        status = ft.Status()
+        while True:  # server loop
+            await self.comm.Recv([incr, ft.INT], ft.ANY_SOURCE, ft.ANY_TAG, status)
+            if status.Get_tag() == 1:
+                return
+            await self.comm.Ssend([ival, ft.INT], status.Get_source(), 0)
+            ival[0] += incr[0]
+
+    async def free(self):
+        await self.comm.Barrier()
+        if self.task:
+            await self.comm.Ssend([None, ft.INT], 0, 1)
+            await self.task
+            self.task = None
+        self.comm.Free()
+
+    async def next(self):
+        incr = array.array("i", [1])
+        ival = array.array("i", [0])
+        await self.comm.Ssend([incr, ft.INT], 0, 0)
+        await self.comm.Recv([ival, ft.INT], 0, 0)
+        return ival[0]
+
+
+class Nxtval(ft.Rank):
+    """demo/nxtval/nxtval-threads.py's test: five values per rank from the counter;
+    together they are 0, 1, 2, ..."""
+
+    async def main(self):
+        vals = []
+        counter = await Counter.create(self.comm)
+        for _ in range(5):
+            vals.append(await counter.next())
+        await counter.free()
+        return await self.comm.allreduce(vals)

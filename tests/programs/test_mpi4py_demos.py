@@ -139,3 +139,8 @@ def test_ex_3_08_a_vector_of_vectors_received_as_doubles(transport):
 
 def test_ex_3_09_a_transpose_by_datatypes(transport):
     assert results(demos.Ex309, 1, transport) == [(True, 1, True)]
+
+
+def test_nxtval_a_counter_served_by_a_task_of_rank_0(transport):
+    for vals in results(demos.Nxtval, 4, transport):
+        assert sorted(vals) == list(range(20))
