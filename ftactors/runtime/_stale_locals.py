@@ -75,17 +75,29 @@ def _views(value: Any, base: Any) -> bool:
     return False
 
 
+def read_from_here(frame) -> set[str]:
+    """The locals ``frame``'s code reads from where it is on (the loop and after it): a
+    stale local the rest of the code never reads is harmless."""
+    names = set()
+    for ins in dis.get_instructions(frame.f_code):
+        if ins.offset >= frame.f_lasti and ins.opname in _LOADS:
+            names.update(ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
+    return names
+
+
 def unfilled_report(unfilled: dict[str, tuple[str, Any]], sites: dict[str, str | None],
                     frame) -> list[dict]:
     """At the resumed loop (``frame`` runs it): for each registered name whose program
     object could not take the checkpoint's value (``unfilled``: name -> (why, object)),
     the locals still holding that object (a local bound to what register returned holds
     the checkpoint's value instead); ``sites``: name -> the local its register call
-    passed (``call_site``). Only names some local still holds are listed."""
+    passed (``call_site``). Only names some local still holds, and the code from here on
+    reads, are listed."""
     out = []
+    read = read_from_here(frame)
     for name, (why, held) in unfilled.items():
         arg = sites.get(name)
-        locals_ = holders(frame, held, arg)
+        locals_ = [x for x in holders(frame, held, arg) if x in read]
         if locals_:
             out.append({"name": name, "why": why, "locals": locals_,
                         "local": arg if arg in locals_ else locals_[0]})

@@ -119,3 +119,22 @@ def test_a_local_the_skipped_iterations_set_is_named_in_the_error(transport):
     with pytest.raises(ft.RankError, match=r"'t_start'.*restored to iteration \d+ of the "
                        r"iterations\(\) loop.*self.register\('t_start', None\)"):
         run(TimedLoop, "ready-flush", transport, [ft.Kill(1, iteration=10)], ranks=2)
+
+
+def test_a_stale_local_the_loop_never_reads_is_not_warned_of():
+    class Unread(Immutables):
+        async def main(self, steps=12):
+            comm, rank, size = self.comm, self.rank, self.size
+            total = 0.0
+            self.register("total", total)  # the loop reads self.total, never total
+            async for i in self.iterations(steps):
+                self.total += await comm.sendrecv(self.total + rank + i,
+                                                  dest=(rank + 1) % size,
+                                                  source=(rank - 1) % size)
+            return self.total
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ft.StaleLocalWarning)
+        r = run(Unread, "standby", "sim", [ft.Kill(1, iteration=7)])
+    assert r.events_of("restored") and not r.events_of("restored_not_in_place")
+    assert r.results == run(Unread, "standby", "sim", []).results
