@@ -12,12 +12,12 @@ from .facade._comm import Cartcomm, Communicator
 from .engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, SUCCESS, TAG_UB, UNDEFINED
 from .runtime._coordinator import RunResult
 from .engine._envelope import APP, CTRL, Envelope
-from .base._errors import (CheckpointCorrupted, ConfigError, FTError, JobLost, ProtocolError,
-                           RankError, RankFailed)
+from .base._errors import (CheckpointCorrupted, ConfigError, Deadlock, FTError, JobLost,
+                           ProtocolError, RankError, RankFailed)
 from .base._events import Event
 from .base._warnings import (FaultToleranceWarning, KillNotFiredWarning, NoCheckpointWarning,
                              NoSparesWarning, NothingRegisteredWarning, RankNicenessWarning,
-                             StaleLocalWarning, UnsavedStateWarning, WildcardReceiveWarning)
+                             StaleLocalWarning, UnsavedStateWarning)
 from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, PROD, REPLACE,
                           SUM, Op)
 from .runtime._progress import Progress
@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "APP", "BAND", "BOR", "BYTE", "CART", "CHAR", "CTRL", "C_BOOL",
     "C_DOUBLE_COMPLEX", "C_FLOAT_COMPLEX", "C_LONG_DOUBLE_COMPLEX", "Cartcomm", "Chaos",
-    "CheckpointCorrupted", "Communicator", "ConfigError", "DOUBLE", "Datatype", "Envelope",
+    "CheckpointCorrupted", "Communicator", "ConfigError", "DOUBLE", "Deadlock", "Datatype", "Envelope",
     "Event", "FLOAT", "FTError", "FaultToleranceWarning", "INT", "INT16_T", "INT32_T",
     "INT64_T", "INT8_T", "IN_PLACE", "JobLost", "Kill", "KillNotFiredWarning", "LAND",
     "LONG", "LONG_DOUBLE", "LONG_LONG", "LOR", "MAX", "MAXLOC", "MIN", "MINLOC", "Message", "NO_OP",
@@ -49,7 +49,7 @@ __all__ = [
     "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
     "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
     "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
-    "StaleLocalWarning", "UnsavedStateWarning", "WildcardReceiveWarning", "Get_processor_name", "Wtick", "Wtime",
+    "StaleLocalWarning", "UnsavedStateWarning", "Get_processor_name", "Wtick", "Wtime",
     "REQUEST_NULL", "Intracomm", "BSEND_OVERHEAD", "Attach_buffer", "Detach_buffer", "Pcontrol",
     "compute_dims", "launch", "run", "run_async", "testall", "testany", "testsome",
     "waitall", "waitany", "waitsome",

@@ -15,6 +15,7 @@ from .runtime import _notices
 from .runtime._chaos import Chaos
 from .runtime._checkpoints import find_resumable
 from .runtime._coordinator import Coordinator, RunResult
+from .runtime._deadlock import background
 from .base._errors import ConfigError, ProtocolError
 from .runtime._identity import new_identity
 from .protocols import PROTOCOLS
@@ -101,7 +102,8 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
     restore = start = None
     if restart_from is not None:
         _, restore, meta = find_resumable(restart_from, identity, any_fingerprint)
-        start = None if meta.get("position") is None else tuple(meta["position"])
+        line = meta.get("line") or meta.get("position")  # see newest_stable_set
+        start = None if line is None else tuple(line)
 
     def coordinator() -> Coordinator:
         return Coordinator(
@@ -116,12 +118,7 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
     async def job(c: Coordinator | None = None) -> RunResult:
         c = c or coordinator()
         _notices.at_start(rank_cls, options, spares)
-        try:
-            result = await asyncio.wait_for(c.run(), timeout_s)
-        except asyncio.TimeoutError:
-            exc = TimeoutError(f"the run did not finish within {timeout_s} s")
-            exc.events = list(c.events.events)  # the coordinator's timeline so far
-            raise exc from None
+        result = await _within(c, timeout_s)
         _notices.after_run(rank_cls, kills, result.metrics, result.events)
         if trace is not None:
             result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
@@ -130,6 +127,31 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
 
     job.coordinator = coordinator
     return job
+
+
+async def _within(c: Coordinator, timeout_s: float | None) -> RunResult:
+    """``c.run()``, given up after ``timeout_s`` (a ``TimeoutError``). The timeout's
+    timer is the coordinator's watching (``background``): it wakes no rank, so a
+    simulated deadlock is found at its moment, not when the timeout comes."""
+    task = asyncio.ensure_future(c.run())  # (made first: the ranks' timers stay theirs)
+    try:
+        with background():
+            done, _ = await asyncio.wait((task,), timeout=timeout_s)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        waits = c.watch.last_waits()  # (before the ranks are stopped)
+        task.cancel()
+        await asyncio.wait((task,))
+        if not task.cancelled() and task.exception() is None:
+            return task.result()  # it ended as it was cancelled
+        exc = TimeoutError(f"the run did not finish within {timeout_s} s" + "".join(
+            f"\n  {w}" for w in waits.values()))
+        exc.events = list(c.events.events)  # the coordinator's timeline so far
+        exc.waits = waits  # each rank's wait in words (``DeadlockWatch.last_waits``)
+        raise exc from None
+    return task.result()
 
 
 class Run:
@@ -265,8 +287,12 @@ _RUN_DOC = """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's r
         TypeError: ``rank_cls`` is not an ``ft.Rank`` with ``async def main``.
         RankError: a rank's ``main()`` raised; carries its traceback.
         RankFailed: a rank died and no protocol recovered it.
+        Deadlock: every live rank waits and nothing in flight can wake any of them (the
+            program's own deadlock, or a protocol's round): raised at once, naming each
+            rank's wait and position (``waits``, ``details``).
         TimeoutError: ``timeout_s`` passed (its ``events``: the coordinator's timeline so
-            far, to see where the run stopped).
+            far, to see where the run stopped; ``waits``: what each rank was waiting
+            for, ``busy`` for a rank that ran).
 
     Warns:
         FaultToleranceWarning: the run tests or protects less than it seems to (a kill

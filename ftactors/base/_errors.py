@@ -70,6 +70,33 @@ class JobLost(RankFailed):
         return (JobLost, (self.ranks, self.reason))
 
 
+class Deadlock(FTError):
+    """The run can never progress: every live rank waits (a receive, a probe, a request,
+    a synchronous send, a protocol's round) and nothing in flight can wake any of them.
+    Raised by ``ft.run`` at once, instead of waiting for ever (or for ``timeout_s``).
+
+    Attributes:
+        waits: rank -> what it waits for and where (its loop and iteration), in words;
+            a rank whose ``main()`` returned reads ``finished``.
+        details: rank -> the same as plain fields: ``kind`` (``recv``, ``probe``,
+            ``request``, ``any``, ``ssend``, ``round``, ``finished``), ``source``,
+            ``tag``, ``comm``, ``what``, ``ranks`` (whom a round has not heard from),
+            ``position`` (loop, iteration).
+        events: the run's timeline up to the deadlock (when raised by ``ft.run``).
+    """
+
+    events: list = []
+
+    def __init__(self, waits: dict, message: str = "", details: dict | None = None):
+        self.waits = dict(waits)
+        self.details = dict(details or {})
+        super().__init__(message or "the run can never progress: "
+                         + "; ".join(self.waits.values()))
+
+    def __reduce__(self):
+        return (Deadlock, (self.waits, self.args[0], self.details))
+
+
 class CheckpointCorrupted(FTError):
     """A stored checkpoint failed its content-hash check; it was not unpickled."""
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 An ``Endpoint`` is one rank's messaging state and services, the one object protocols
-(as ``self.ft``), the facade and the host use. It is built from four parts, one idea
+(as ``self.ft``), the facade and the host use. It is built from five parts, one idea
 each, in modules of their own:
 
 * the outbox (``_outbox``): application numbers, channel stamps, per-destination batches
@@ -12,7 +12,9 @@ each, in modules of their own:
   application order, handed to the protocols and the matcher; receives and probes;
 * positions (``_positions``): loops and safe points, the delivery logs a snapshot
   replays, and a restored rank's way back to its resume point (``_reentry``);
-* snapshots (``_snapshots``): the recoverable state taken, sealed, loaded and installed.
+* snapshots (``_snapshots``): the recoverable state taken, sealed, loaded and installed;
+* waits (``_waits``): what the rank's tasks are blocked on and what went over the wire,
+  read only when the coordinator asks (a deadlock, a progress report).
 
 They are mixins rather than objects the endpoint calls, for two reasons. The send and
 receive paths cross them (a receive logs what it takes for the positions and flushes the
@@ -34,6 +36,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from ..base._events import EventLog
+from ._determinants import Determinants
 from ._envelope import Envelope
 from ._outbox import Outbox
 from ._payload import LARGE_BUFFER_BYTES, Payload
@@ -42,6 +45,7 @@ from ._receiving import Receiving
 from ._snapshots import Snapshots, blank_snapshot  # noqa: F401 (the coordinator imports it here)
 from ._synchronous import SyncAcks
 from ._vector import RankVector
+from ._waits import Waits
 
 
 class Link:
@@ -99,7 +103,7 @@ class Link:
         raise NotImplementedError
 
 
-class Endpoint(Outbox, Receiving, Positions, Snapshots):
+class Endpoint(Outbox, Receiving, Positions, Snapshots, Waits):
     """Messaging state and services of one rank; protocols reach it as ``self.ft``."""
 
     def __init__(self, rank: int, size: int, link: Link, owner, *, epoch: int = 0,
@@ -117,10 +121,13 @@ class Endpoint(Outbox, Receiving, Positions, Snapshots):
         self.trace = trace
         self.sync = SyncAcks(self)  # acknowledgements of synchronous sends
         self.logged_bytes = 0  # payload bytes protocols kept in sender logs (a footprint)
+        # what nondeterministic receives took (off unless a protocol replays them)
+        self.determinants = Determinants()
         self._init_outbox()
         self._init_receiving()
         self._init_positions(record_deliveries)
         self._init_snapshots()
+        self._init_waits()
         # set by the host: protocol tasks, chaos kills at safe points
         self.spawn: Callable[[Any], asyncio.Task] | None = None
         # the tasks of the program's nonblocking operations (a nonblocking collective, a

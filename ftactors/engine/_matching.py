@@ -20,17 +20,22 @@ from ._envelope import Envelope
 
 
 class Posted:
-    """A pending receive or probe: ``source`` is a world rank or ANY_SOURCE."""
+    """A pending receive or probe: ``source`` is a world rank or ANY_SOURCE. A blocking
+    one names the future its task awaits (``fut``) and what the program called
+    (``what``, a collective's name): read back as the task's wait (``_waits``)."""
 
-    __slots__ = ("ctx", "source", "tag", "deliver", "consume")
+    __slots__ = ("ctx", "source", "tag", "deliver", "consume", "fut", "what")
 
     def __init__(self, ctx: str, source: int, tag: int,
-                 deliver: Callable[[Envelope], None], consume: bool = True):
+                 deliver: Callable[[Envelope], None], consume: bool = True,
+                 fut=None, what: str = ""):
         self.ctx = ctx
         self.source = source
         self.tag = tag
         self.deliver = deliver
         self.consume = consume
+        self.fut = fut
+        self.what = what
 
     def matches(self, env: Envelope) -> bool:
         return ((self.source == ANY_SOURCE or self.source == env.src)
@@ -87,6 +92,14 @@ class Matcher:
         if env is None:
             self._posted.setdefault(p.ctx, []).append(p)
         return env
+
+    def awaited(self, fut) -> Posted | None:
+        """The pending receive or probe whose task awaits ``fut``, if any."""
+        for ps in self._posted.values():
+            for p in ps:
+                if p.fut is fut:
+                    return p
+        return None
 
     def posted_receives(self) -> list[Posted]:
         """The receives posted and not completed yet (probes not listed)."""

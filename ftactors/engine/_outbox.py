@@ -26,7 +26,7 @@ set in ``_init_outbox``. From the rest of the endpoint it reads ``rank``, ``size
 ``epoch``, ``peer_epochs`` (the destination's incarnation to stamp), ``link``, ``owner``
 (the protocol stack), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
 positions' ``_replay_sent`` (sends of a restored rank before its resume point are
-dropped); ``sent`` is set back by restores and resume points (``_positions``). The
+dropped) and ``_cut_sent`` (sends re-executed up to a global cut are dropped too) and ``determinants`` (what a message carries of them, ``_determinants``); ``sent`` is set back by restores and resume points (``_positions``). The
 batching tests run it with only those (``tests/engine/test_batches.py``).
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Awaitable
 
 from ._channels import OutChannels
+from ._determinants import DETS
 from ._envelope import APP, CTRL, Envelope
 from ._payload import Payload, pack
 from ._vector import RankVector
@@ -64,6 +65,9 @@ class Outbox:
         self._held: dict[int, list[Envelope]] = {}  # destinations on the move (see hold)
         self._flush_pending = False
         self._sent_now: set[int] = set()  # written at once since the task last yielded
+        # envelopes handed to the link, by batch: (dst, its epoch, mine) -> how many
+        # (``_waits``: what is in flight)
+        self.wire_out: dict[tuple[int, int, int], int] = {}
 
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
         """Pickle ``obj`` for sending (large buffers to the transport's store)."""
@@ -76,13 +80,24 @@ class Outbox:
 
         While a restored rank re-runs the code before its resume point, its sends are
         the ones it made before the snapshot: they were sent then, so they are dropped
-        here, before any protocol sees them again.
+        here, before any protocol sees them again. So are the sends of a rank restored
+        from a part taken off a safe point on a global cut, up to the cut (``_cut_sent``):
+        their receivers' parts hold them.
         """
         if self._replay_sent is not None:
             self.resends_suppressed += 1
             return None
         app_seq = self.sent.bump(dst)
+        if self._cut_sent is not None and app_seq < self._cut_sent[dst]:
+            self.resends_suppressed += 1
+            return None
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
+        dets = self.determinants
+        if dets.causal and dets.told.get(dst, 0) != dets.changed:
+            # before the protocols: their logs keep what it carries
+            carried = dets.outgoing(dst)
+            if carried is not None:
+                env.piggyback = {DETS: carried}
         env = self.owner.on_send(env)
         if env is not None:
             self.transmit(env)
@@ -126,6 +141,7 @@ class Outbox:
                     self._flush_pending = True
                     self._loop.call_soon(self.flush)
                 self.link.send(dst, [env])
+                self.count_out(env, 1)
                 return
             box = self._outbox[dst] = []
         box.append(env)
@@ -174,12 +190,19 @@ class Outbox:
         self._outbox_bytes.pop(dst, None)
         if envs:
             self.link.send(dst, envs)
+            self.count_out(envs[0], len(envs))
 
     def congested(self, dst: int) -> Awaitable | None:
         """None when the transport toward world rank ``dst`` takes more now; else what to
         await before sending more (backpressure: a sender faster than its receiver must
         not buffer without bound)."""
         return self.link.congested(dst)
+
+    def count_out(self, env: Envelope, n: int) -> None:
+        """The link took a batch of ``n`` envelopes, ``env`` the first (a batch is one
+        flush of one destination's outbox: one incarnation pair)."""
+        key = (env.dst, env.dst_epoch, env.src_epoch)
+        self.wire_out[key] = self.wire_out.get(key, 0) + n
 
     def _restart_outbox(self) -> None:
         """A restore: the queued batches belong to the abandoned execution, and every

@@ -31,6 +31,7 @@ from ._buffers import (Scattered, blocks_of, deliver, even_blocks, in_place, mes
 from ._ops import MAXLOC, MINLOC, SUM, check_op
 from ._request import Prequest, Request, Status
 from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from ..engine._waits import Wait
 
 
 class BufferAPI:
@@ -98,7 +99,8 @@ class BufferAPI:
         if into is None:
             return self._done(None, Status.of(PROC_NULL, ANY_TAG))
         return self._receive_request(self._ep.receive_later(self._ctx, src, tag),
-                                     self._into(into, "Recv"))
+                                     self._into(into, "Recv"),
+                                     (self._ep, Wait("recv", src, tag, self._ctx)))
 
     async def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
                        source: int = ANY_SOURCE, recvtag: int = ANY_TAG,

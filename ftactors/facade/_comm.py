@@ -36,6 +36,7 @@ from . import _collectives as coll
 from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED
 from ..engine._envelope import COLLECTIVE_SUFFIX, Envelope
 from ..engine._synchronous import Synchronous
+from ..engine._waits import Wait
 from ._buffer_api import BufferAPI
 from ._buffers import array_bytes
 from ._message import Message
@@ -70,6 +71,7 @@ class Communicator(BufferAPI):
         self._ctx = comm_id
         self._cctx = comm_id + COLLECTIVE_SUFFIX
         self._last_icoll: asyncio.Future | None = None  # the newest nonblocking collective
+        self._running = ""  # the collective running now (one at a time): names its waits
 
     def _local_rank(self, world: int) -> int:
         """This communicator's rank of world rank ``world`` (a member)."""
@@ -154,7 +156,7 @@ class Communicator(BufferAPI):
         send the transport took at once)."""
         fut = asyncio.get_running_loop().create_future()
         fut.set_result((value, status or Status()))
-        return Request(fut, _as_is)
+        return Request(fut, _as_is, dets=self._ep.determinants)
 
     # ---------------------------------------------------------- point to point
     def _post(self, obj: Any, world: int, tag) -> int | None:
@@ -209,7 +211,7 @@ class Communicator(BufferAPI):
         waiting = self._ep.congested(world)
         if waiting is None:
             return self._done()
-        return Request(self._background(waiting), _sent)
+        return Request(self._background(waiting), _sent, dets=self._ep.determinants)
 
     ibsend = isend
     """Buffered nonblocking send: ``isend`` already copies the object at once."""
@@ -224,7 +226,9 @@ class Communicator(BufferAPI):
         app_seq = self._post(Synchronous(obj), world, tag)
         if app_seq is None:  # sent before the snapshot this rank restarted from
             return self._done()
-        return Request(self._ep.sync.expect(world, app_seq), _sent)
+        return Request(self._ep.sync.expect(world, app_seq), _sent,
+                       dets=self._ep.determinants,
+                       waits_on=(self._ep, Wait("ssend", world, tag, self._ctx)))
 
     def irecv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Nonblocking receive; ``await req.wait()`` gives the object. ``req.cancel()``
@@ -233,17 +237,17 @@ class Communicator(BufferAPI):
         if src == PROC_NULL:
             return self._done(None, Status.of(PROC_NULL, ANY_TAG))
         return self._receive_request(self._ep.receive_later(self._ctx, src, tag),
-                                     self._received)
+                                     self._received, (self._ep, Wait("recv", src, tag, self._ctx)))
 
-    @staticmethod
-    def _receive_request(fut: asyncio.Future, finish) -> Request:
+    def _receive_request(self, fut: asyncio.Future, finish, waits_on=None) -> Request:
         """The request of a posted receive: ``finish(envelope)`` runs as soon as a
         message matches (a synchronous send is acknowledged then, not when the program
         looks; a buffer receive fills its buffer then); an error it raises comes out of
         the request's wait or test."""
         received = _Once(finish)
         fut.add_done_callback(lambda f: f.cancelled() or received.prime(f.result()))
-        return Request(fut, received, cancellable=True)
+        return Request(fut, received, cancellable=True, dets=self._ep.determinants,
+                       waits_on=waits_on)
 
     async def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0,
                        source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
@@ -301,12 +305,14 @@ class Communicator(BufferAPI):
         src, tag = self._source(source), self._recv_tag(tag)
         if src == PROC_NULL:
             msg = Message.no_proc(self)
-        elif self._ep.iprobe(self._ctx, src, tag) is None:
+        elif (found := self._ep.iprobe(self._ctx, src, tag)) is None:
             polled_in_vain()
             return None
-        else:  # the receive takes the message found (the first match), without waiting
+        else:  # the receive takes the message found (the first match from its source
+            # with its tag), without waiting; named, so it is no second nondeterministic
+            # event after the probe's
             msg = Message(self, *self._received(
-                self._ep.receive_later(self._ctx, src, tag).result()))
+                self._ep.receive_later(self._ctx, found.src, found.tag).result()))
         if status is not None:
             status._fill(msg._status)
         return msg
@@ -324,7 +330,7 @@ class Communicator(BufferAPI):
         return payload
 
     async def _crecv(self, source: int, tag: int) -> Envelope:
-        return await self._ep.receive(self._cctx, self.group[source], tag)
+        return await self._ep.receive(self._cctx, self.group[source], tag, self._running)
 
     # ------------------------------------------------------------- collectives
     async def _collective(self, run, *args):
@@ -333,13 +339,16 @@ class Communicator(BufferAPI):
         last = self._last_icoll
         if last is not None and not last.done():
             await asyncio.wait((last,))
+        self._running = run.__name__  # one at a time per communicator: a receive's label
         return await run(self, *args)
 
     def _icollective(self, run, *args) -> Request:
         """Start collective ``run(self, *args)`` as a task after the ones before it."""
         task = self._background(self._after(self._last_icoll, run, args))
         self._last_icoll = task
-        return Request(task, _collective_done)
+        return Request(task, _collective_done, dets=self._ep.determinants,
+                       waits_on=(self._ep, Wait("request", comm=self._cctx,
+                                                what=f"nonblocking {run.__name__}")))
 
     def _background(self, awaitable) -> asyncio.Task:
         """A task of the program's nonblocking operation, which a pause for a restore
@@ -353,6 +362,7 @@ class Communicator(BufferAPI):
     async def _after(self, last, run, args):
         if last is not None and not last.done():
             await asyncio.wait((last,))
+        self._running = run.__name__
         return await run(self, *args)
 
     async def barrier(self) -> None:

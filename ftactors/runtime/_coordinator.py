@@ -21,7 +21,7 @@ What a round does is the business of the stack's recovery policy: the one protoc
 with a ``recovery_policy`` class, or with several (a multi-level stack) all of them,
 cheapest level first (``_escalation``). Without one, a failure ends the run.
 
-Deaths outside the solve (docs/ARCHITECTURE.md, "Deaths at every moment"): a host that
+Deaths outside the solve (docs/architecture/recovery.md, "Deaths at every moment"): a host that
 dies before its rank first runs (as it starts, or while the ranks are wired) held no
 state, so the rank gets another host (a warm spare, else a new one) and the wiring is
 done again. Every host is watched (``Fabric.watch``), so the death of a rank whose
@@ -43,9 +43,10 @@ from typing import Any
 
 from . import _notices
 from ._chaos import Kill, Partition
+from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
-from ..base._errors import JobLost, ProtocolError, RankError, RankFailed
+from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFailed
 from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
 from ..engine._vector import RankVector
@@ -172,6 +173,9 @@ class Coordinator:
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
         self.policy = recovery_policy(self, rank_cls)
+        self.watch = DeadlockWatch(self)
+        self._deadlock: Deadlock | None = None  # found by the watch: ends the run
+        self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
@@ -212,7 +216,7 @@ class Coordinator:
                 self.events.record("wired")
                 self.wired.set()
                 results = await self._supervise()
-            except (RankError, RankFailed) as exc:
+            except (RankError, RankFailed, Deadlock) as exc:
                 exc.events = merge([self.events.events, self.rank_events])
                 raise
             if self.policy is not None:
@@ -370,25 +374,31 @@ class Coordinator:
             self.start_rank(rank, None if self.restore is None else
                             {"snapshot": self.restore[rank], "peer_epochs": RankVector(self.n),
                              "line": self.start})
-        work = []
+        watching = [self.watch.service()]  # (their timers wake no rank: ``_deadlock``)
         if self.heartbeat_interval_s:
-            work.append(self._heartbeats())
+            watching.append(self._heartbeats())
         if self.reporter is not None:
-            work.append(self.reporter.service(self.fabric, self.handles))
+            watching.append(self.reporter.service(self.fabric, self.handles))
+        for w in watching:
+            self.helper(in_background(w))
         service = getattr(self.policy, "service", None)
         if service is not None:
-            work.append(service())
-        for w in work:
-            self.helper(w)
+            self.helper(service())
+        self.fabric.on_quiet(self._quiet)
         self._watching = True
         try:
             while len(self._done) < self.n or self._failed:
                 if self._failed:
                     await self._recover()
                     continue
+                if self._deadlock is not None:
+                    await self._collect()
+                    raise self._deadlock
                 if not self._ended:
                     self._wake.clear()
                     await self._wake.wait()
+                    if self._deadlock is not None:
+                        continue
                 ended, self._ended = sorted(self._ended), set()
                 for rank in ended:
                     if rank not in self._runs:
@@ -401,12 +411,39 @@ class Coordinator:
                         await self._strike(rank, "finished")
         finally:
             self._watching = False
+            self.fabric.on_quiet(None)
             for _, task in sorted(self._runs.items()):
                 task.cancel()  # a rank that dies after the run ended (a lost job's) is moot:
                 task.add_done_callback(_consume)  # its death is nobody's to take
             for task in list(self._helpers):
                 task.cancel()
         return self._results
+
+    # ------------------------------------------------------------- deadlocks
+    def steady(self) -> bool:
+        """Whether nothing of the coordinator's can wake a rank now: no failure being
+        recovered (a failed rank stays in ``_failed`` until its round ends), no request
+        to a rank under way, every rank running or finished (``_deadlock``)."""
+        return (not self._failed and not self._calls
+                and not self._ended and not self._fresh and not self._respawning
+                and len(self._runs) + len(self._done) == self.n)  # (never both)
+
+    def finished(self) -> set[int]:
+        """The ranks whose results are in hand (read only)."""
+        return self._done
+
+    def _quiet(self) -> None:
+        """The fabric has nothing pending but the coordinator's watching (sim): read the
+        ranks now, in this process."""
+        if self._deadlock is None and self.steady():
+            self.watch.quiet_check()
+
+    def deadlocked(self, error: Deadlock) -> None:
+        """The watch found the run deadlocked: the supervisor ends it with ``error``."""
+        if self._deadlock is None:
+            self.events.record("deadlock", waits=error.waits)
+            self._deadlock = error
+            self._wake.set()
 
     def _finished(self, rank: int) -> RankError | None:
         """Take the outcome of a rank's run (ended); returns the error that ends the run,
@@ -540,10 +577,19 @@ class Coordinator:
                 await self.fabric.kill(spare, self.kill_method)
                 return
 
+    async def asking(self, request) -> Any:
+        """Await ``request`` to a rank (a fabric call): while one is under way no rank is
+        deadlocked, as its arrival may wake one (``steady``)."""
+        self._calls += 1
+        try:
+            return await request
+        finally:
+            self._calls -= 1
+
     async def call(self, rank: int, name: str, *args) -> Any:
         """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
         try:
-            return await self.fabric.call(self.handles[rank], name, *args)
+            return await self.asking(self.fabric.call(self.handles[rank], name, *args))
         except RankDied:
             raise NewFailure({rank}) from None
 
@@ -551,7 +597,7 @@ class Coordinator:
         """``call``, with the (bytes) answer kept by the coordinator (``Fabric.call_kept``):
         it outlives the rank's process."""
         try:
-            return await self.fabric.call_kept(self.handles[rank], name, *args)
+            return await self.asking(self.fabric.call_kept(self.handles[rank], name, *args))
         except RankDied:
             raise NewFailure({rank}) from None
 

@@ -105,6 +105,7 @@ class RankHost:
         """
         obj, ep = self.obj, self.ep
         ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
+        ep.rank_task = asyncio.current_task()  # whose waits are the rank's (``_waits``)
         self._parked = None
         self._ready = asyncio.get_running_loop().create_future()
         try:
@@ -125,11 +126,12 @@ class RankHost:
                     # paused: wait for the restore (a pause that came while the last one
                     # was installed holds too: main() must not run that restore's state
                     # while the round that paused it gives every rank another)
+                    ep.rank_task = asyncio.current_task()
                     handle, epoch = await self._parked
                     self._parked = None
                     await self._install(handle, epoch)
                     continue
-                self._main = asyncio.ensure_future(obj.main(*args, **kwargs))
+                self._main = ep.rank_task = asyncio.ensure_future(obj.main(*args, **kwargs))
                 try:
                     value = await self._main
                 except asyncio.CancelledError as exc:
@@ -142,6 +144,7 @@ class RankHost:
                         raise RuntimeError("main() raised asyncio.CancelledError") from exc
                     continue
                 break
+            ep.rank_task = asyncio.current_task()
             if self._die_at_return:
                 self._die_at_return = False
                 await self.die(moment="return")
@@ -283,9 +286,11 @@ class RankHost:
         }
 
     def progress(self) -> tuple:
-        """``(position, {checkpoint kind: events recorded})``: for progress reports."""
+        """``(position, {checkpoint kind: events recorded}, wait state)``: for progress
+        reports and the deadlock watch (``Endpoint.wait_state``)."""
         counts = self.ep.events.counts
-        return self.ep.position, {k: counts[k] for k in CHECKPOINT_KINDS if k in counts}
+        return (self.ep.position, {k: counts[k] for k in CHECKPOINT_KINDS if k in counts},
+                self.ep.wait_state())
 
     def cancel_all(self) -> None:
         """Cancel ``main()``, the protocol tasks and the tasks of the program's

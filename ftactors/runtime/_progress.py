@@ -19,6 +19,8 @@ from ..base._events import CHECKPOINT_KINDS, Event
 
 NEWS_KINDS = ("killed", "failure_detected", "recovery_level", "recovery_end", "job_lost")
 """The coordinator's events reported as they happen."""
+WAITS_SHOWN = 4
+"""How many blocked ranks a status line names."""
 PER_INITIATOR = ("hc3i_initiate",)
 """Checkpoint kinds one rank records per checkpoint (its initiator): counted over every
 rank. The other rank-side kinds are recorded by every rank of a round: counted once."""
@@ -40,6 +42,9 @@ class Progress:
         news: what happened since the last report, a line each (kills, detections,
             recoveries).
         done: the run is over (its last report).
+        waits: what each rank waits for now, in words (``receive from rank 1, tag 7,
+            communicator w``, a protocol's round and whom it has not heard from); None:
+            it runs, computes or sleeps, or did not answer.
     """
 
     time_s: float
@@ -49,6 +54,7 @@ class Progress:
     recoveries: int = 0
     news: tuple[str, ...] = ()
     done: bool = False
+    waits: tuple = ()
 
     def status(self) -> str:
         """One line: where the ranks are, the checkpoints, failures and recoveries (the
@@ -62,7 +68,18 @@ class Progress:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.checkpoints.items()))
         return (f"{'done: ' if self.done else ''}{where}; "
                 f"{total} checkpoint(s)" + (f" ({kinds})" if kinds else "")
-                + f"; {self.failures} failure(s), {self.recoveries} recover(ies)")
+                + f"; {self.failures} failure(s), {self.recoveries} recover(ies)"
+                + self.blocked())
+
+    def blocked(self) -> str:
+        """The ranks blocked now and on what (``; blocked: rank 0 receive from ...``), the
+        first ``WAITS_SHOWN`` of them; empty when none is."""
+        blocked = [(r, w) for r, w in enumerate(self.waits) if w is not None]
+        if not blocked:
+            return ""
+        text = "; ".join(f"rank {r} {w}" for r, w in blocked[:WAITS_SHOWN])
+        more = len(blocked) - WAITS_SHOWN
+        return f"; {len(blocked)} blocked: {text}" + (f"; ... ({more} more)" if more > 0 else "")
 
 
 def news_line(ev: Event) -> str | None:
@@ -92,6 +109,8 @@ class Reporter:
         self.interval_s = interval_s
         self.clock = clock
         self.positions: tuple = ()
+        self.waits: tuple = ()
+        self._stuck = False
         self.news: list[str] = []
         self.events: Counter = Counter()  # the coordinator's own, by kind
         self.rank_counts: dict[int, Counter] = {}  # rank -> most ever seen, by kind
@@ -115,21 +134,31 @@ class Reporter:
             self.wake.clear()
             answers = await asyncio.gather(*(fabric.progress(h) for h in handles),
                                            return_exceptions=True)
-            positions = []
+            positions, waits = [], []
             for rank, answer in enumerate(answers):
                 if isinstance(answer, BaseException) or answer is None:
                     positions.append(None)
+                    waits.append(None)
                     continue
-                position, counts = answer
+                position, counts, state = answer
                 positions.append(position)
+                waits.append(None if state["wait"] is None else state["wait"].describe())
                 seen = self.rank_counts.setdefault(rank, Counter())
                 for kind, n in counts.items():
                     seen[kind] = max(seen[kind], n)
-            self.positions = tuple(positions)
+            self.positions, self.waits = tuple(positions), tuple(waits)
             self._send(done=False)
 
+    def stuck(self, positions: tuple, waits: tuple) -> None:
+        """The run ends deadlocked: where the ranks are and what each waits for (None:
+        finished), for the last report."""
+        self.positions, self.waits, self._stuck = positions, waits, True
+
     def finish(self) -> None:
-        """The run is over: the last report."""
+        """The run is over: the last report (naming the blocked ranks only when it ended
+        deadlocked: other waits seen before the end are over)."""
+        if not self._stuck:
+            self.waits = ()
         self._send(done=True)
 
     def _send(self, done: bool) -> None:
@@ -142,7 +171,7 @@ class Reporter:
         news, self.news = tuple(self.news), []
         self.report(Progress(self.clock(), self.positions, counts,
                              self.events["failure_detected"], self.events["recovery_end"],
-                             news, done))
+                             news, done, self.waits))
 
 
 class Printer:

@@ -11,11 +11,13 @@ outbox, matching, channels, positions' internals) stay the engine's.
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..base._events import EventLog
 from ..engine._envelope import Envelope
 from ..engine._vector import RankVector
+from ..engine._waits import Wait
 
 
 class LinkContext(Protocol):
@@ -53,10 +55,27 @@ class RankContext(Protocol):
     logged_bytes: int
     """Bytes of messages a protocol keeps in a log (counted in the run's metrics)."""
     keep_base: Any
+    blocked: list
+    """The world sources of the receives and probes waiting now (``on_blocked``)."""
     restored_from: Any
     """The blob this rank was restored from (a protocol may drop it once not needed)."""
     restore_notes: dict
     """What the recovery policy sent with this rank's restore, by protocol name."""
+    determinants: Any
+    """What its nondeterministic receives took (``engine/_determinants``): ``enable``,
+    ``count``, ``set_floor``, ``resent``, ``held_of``, ``replay_from``."""
+    waiting: Wait | None
+    """What the rank's own task (``main()``, or the host's task running ``on_start`` /
+    ``on_finish``) is blocked on now: a receive or probe (source, tag, communicator), a
+    request, a synchronous send's acknowledgement, a protocol's round
+    (``engine/_waits``); None while it runs, computes or sleeps. Read-only; a protocol
+    may take "blocked" as the moment a rank can join a round."""
+
+    def waiting_on(self, wait: Wait) -> AbstractContextManager[None]:
+        """``with ft.waiting_on(Wait("round", what=..., ranks=...)): await ...``: name a
+        protocol's own wait for ``waiting`` and the deadlock watch. Only a wait that a
+        message or a coordinator request ends may be named: a rank whose named wait a
+        timer would end is not deadlocked, yet would look so."""
 
     def send_control(self, dst: int, protocol: str, op: str, data: Any = None) -> None: ...
     def send_control_all(self, dsts, protocol: str, op: str, data: Any = None) -> None: ...
@@ -72,7 +91,7 @@ class RankContext(Protocol):
     def state_now(self, *, unreceived: dict[int, int] | None = None) -> dict: ...
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes: ...
     def blank_snapshot(self, rank: int) -> bytes: ...
-    def can_snapshot_now(self) -> bool: ...
+    def can_snapshot_now(self, after_loop: bool = False) -> bool: ...
     def next_safe_point(self) -> tuple[int, int] | None: ...
     def received_at(self, cut: dict[int, int]) -> RankVector: ...
     def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]: ...

@@ -24,7 +24,10 @@ The diagnoses, each made only from facts of the runs:
   restore differs from the failure-free run's at that loop's first safe point, and does
   not differ between two failure-free runs of different seeds (a timer, say);
 * ``wildcard_receives``: the program's code names ``ANY_SOURCE`` or ``ANY_TAG``: which
-  message arrives first may differ between runs (read from the code, not observed);
+  message arrives first may differ between runs (read from the code, not observed), so
+  it is offered only where that can be the cause: two failure-free runs that disagree,
+  or a wrong answer under a protocol that restarts part of the ranks; never for a stall,
+  whose cause the ranks' waits give (``_simcheck_stalls``);
 * state outside the rank that the loop changes (a variable of the program's module, a
   class attribute, a global random generator), as the ranks themselves report it in any
   run (``unsaved_state``, ``runtime/_unsaved_state``).
@@ -156,9 +159,10 @@ def preloop_differences(events, reference, other) -> list[tuple[int, int, list[s
     return found
 
 
-def program_causes(cls: type, reference) -> list[str]:
+def program_causes(cls: type, reference, wildcards: bool = True) -> list[str]:
     """The likely causes of a wrong answer that the program and its failure-free run
-    show, one line each."""
+    show, one line each; ``wildcards``: whether the code's wildcard receives may be one
+    (``simcheck.likely_causes`` says when)."""
     lines = []
     for name, at in sorted(unregistered_changes(reference).items()):
         attr = name.removeprefix("self.")
@@ -176,10 +180,11 @@ def program_causes(cls: type, reference) -> list[str]:
                      f"a restore it is what the code before the loop or a new process left, "
                      f"and in a process that runs the program again it carries over from "
                      f"the last run (keep the loop's state in registered attributes)")
-    wild = wildcard_receives(cls)
+    wild = wildcard_receives(cls) if wildcards else []
     if wild:
         lines.append(f"the program receives with {' and '.join(wild)}: which message "
-                     f"comes first can differ between runs and after a recovery; receive "
+                     f"comes first can differ between runs (a recovery replays its first "
+                     f"life's order, but two runs differ from the start); receive "
                      f"from a named source and tag, or make the result independent of the "
                      f"order")
     return lines

@@ -261,7 +261,7 @@ def _cmd_run(args) -> int:
     except ft.ConfigError as exc:
         print(f"ftactors run {args.app}: {exc}", file=sys.stderr)
         return 2
-    except (ft.RankError, ft.RankFailed, TimeoutError, ft.ProtocolError) as exc:
+    except (ft.RankError, ft.RankFailed, TimeoutError, ft.ProtocolError, ft.Deadlock) as exc:
         print(f"run failed: {exc}", file=sys.stderr)
         return 1
     for line in failure_story(result):

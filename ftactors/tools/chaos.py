@@ -148,7 +148,7 @@ async def _execute(cls, spec: RunSpec, exp: Experiment, place: _Place, *, chaos=
                 killer.cancel()
         else:
             result = await ft.run_async(cls, spec.ranks, **kw)
-    except (ft.RankError, ft.RankFailed, ft.ProtocolError, TimeoutError) as exc:
+    except (ft.RankError, ft.RankFailed, ft.ProtocolError, ft.Deadlock, TimeoutError) as exc:
         return None, exc, time.perf_counter() - t0, extra
     # the run's own clock: from its fabric being up to its end (no Ray start-up inside)
     return result, None, result.metrics["wall_s"], extra
@@ -233,6 +233,8 @@ def _outcome(exc) -> str:
         return "verified"
     if isinstance(exc, TimeoutError):
         return "timeout"
+    if isinstance(exc, ft.Deadlock):
+        return "deadlock"
     return "failed" if isinstance(exc, ft.RankFailed) else "error"
 
 
@@ -401,7 +403,7 @@ def add_chaos(sub) -> None:
     p = sub.add_parser(
         "chaos", help="run a matrix of failure experiments and record verified results",
         description="Run app x protocol x ranks x schedule x seed from an experiment file "
-                    "(see docs/ARCHITECTURE.md, 'Chaos experiments'), or one built from flags.")
+                    "(see docs/chaos.md), or one built from flags.")
     p.add_argument("experiment", nargs="?", help="an experiment YAML file")
     p.add_argument("--out", default=None, metavar="DIR_OR_URI",
                    help="results directory (default ./chaos-results/NAME)")

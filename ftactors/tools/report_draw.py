@@ -22,7 +22,8 @@ _CHECKPOINT_LABELS = {"checkpoint": "checkpoint (all ranks)", "backup": "backup"
                       "group_checkpoint": "group checkpoint", "rs_checkpoint": "RS checkpoint",
                       "hc3i_initiate": "HC3I checkpoint initiated"}
 _OUTCOME_COLORS = {"verified": "#d9f2d9", "wrong": "#f8d0d0", "failed": "#fde2c4",
-                   "timeout": "#e6dcf5", "error": "#e0e0e0", "untested": "#fff3b0"}
+                   "timeout": "#e6dcf5", "deadlock": "#e6dcf5", "error": "#e0e0e0",
+                   "untested": "#fff3b0"}
 
 
 def _time_unit(span_s: float) -> tuple[float, str]:

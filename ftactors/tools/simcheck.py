@@ -13,8 +13,9 @@ kills at iterations and times are disconnects instead (nobody dies), and in one 
 four a set of ranks is cut off the others for a while.
 Each run must pass these checks:
 
-* it ends (the simulator turns a run that can never progress into an error, so a lost
-  message is caught, not waited for);
+* it ends (a run that can never progress ends at once with ``ft.Deadlock``, so a lost
+  message is caught, not waited for; the failure names every rank's wait, and with
+  ``--app`` the likely causes are read from them: ``_simcheck_stalls``);
 * no message lost, duplicated or out of channel order: Flood fails at the first wrong
   message, and the digests and totals equal the failure-free run's;
 * a run whose kills are all disconnects declares no rank failed;
@@ -59,6 +60,7 @@ import ftactors as ft
 from ._simcheck_invariants import (hc3i_unbounded, level_problem, needless_give_up,
                                    part_level_problem)
 from ._simcheck_programs import program_causes, run_causes, watched
+from ._simcheck_stalls import stall_causes
 from ..protocols import ForcedCheckpointStorm
 from .apps_cli import protocol_arg
 from .programs import add_program_arguments, program_from_args
@@ -284,6 +286,8 @@ class Outcome:
     events: list = field(default_factory=list)  # a failed run's timeline (a program's)
     causes: list = field(default_factory=list)  # its likely causes, in the program's terms
     ours: bool = False  # the answer was right and a check of ftactors itself failed
+    waits: dict = field(default_factory=dict)  # a stalled run: rank -> its wait, in words
+    stall: dict = field(default_factory=dict)  # rank -> its wait's fields (``ft.Deadlock``)
 
 
 @dataclass
@@ -332,10 +336,16 @@ def check_run(cls, setup: Setup, seed: int, target: Target, ranks: int | None = 
             r = ft.run(cls, ranks, transport="sim", seed=seed, spares=setup.spares,
                        args=target.args, kwargs=target.kwargs, chaos=ft.Chaos(kill=kills, method=method, partitions=partitions),
                        timeout_s=600, sim_jitter_s=JITTER_S, **setup.options)
+    except ft.Deadlock as exc:
+        out.problem = ("the run stalled: every live rank waited and nothing in flight "
+                       "could wake any of them")
+        out.events, out.waits, out.stall = list(exc.events), exc.waits, exc.details
+        return out
     except TimeoutError as exc:
-        out.problem = ("the run stalled: nothing could progress until the time limit "
-                       "(a message lost, or a protocol waiting forever)")
+        out.problem = ("the run stalled: it was still busy at the time limit (ranks that "
+                       "never wait for long, or work that never ends)")
         out.events = list(getattr(exc, "events", []))
+        out.waits = getattr(exc, "waits", {})
         return out
     except ft.RankFailed as exc:
         out.gave_up = True
@@ -480,7 +490,7 @@ def sim_check(name: str, runs: int, seed: int, *, mixins: tuple | None = None,
         for k in range(runs):
             outcome = check_run(cls, setup, seed + k, target, ranks)
             if not outcome.ok and program is not None and not outcome.ours:
-                outcome.causes = likely_causes(target, outcome)
+                outcome.causes = likely_causes(target, outcome, setup)
             outcomes.append(outcome)
             if progress is not None:
                 progress(outcomes)
@@ -499,11 +509,17 @@ def at_scale(setup: Setup, ranks: int) -> Setup:
                                    for k, v in setup.options.items()})
 
 
-def likely_causes(target: Target, outcome: Outcome) -> list[str]:
+def likely_causes(target: Target, outcome: Outcome, setup: Setup) -> list[str]:
     """What a failed run of a user's program most likely did wrong, in the program's
-    terms (``_simcheck_programs``): the run's own findings, then the program's."""
-    return [*run_causes(outcome.events, *target.reference),
-            *program_causes(target.program.cls, target.reference[0])]
+    terms: a stall's from what its ranks waited for (``_simcheck_stalls``), the run's
+    own findings, then the program's (``_simcheck_programs``). That the code names a
+    wildcard receive is a cause only of a wrong answer under a protocol that restarts
+    part of the ranks (which needs the first life's order of arrival); it is never
+    offered for a stall, whose waits say what happened."""
+    partial = any(p.hands_parts for p in setup.mixins)
+    return [*stall_causes(outcome.stall), *run_causes(outcome.events, *target.reference),
+            *program_causes(target.program.cls, target.reference[0],
+                            wildcards=partial and not outcome.waits)]
 
 
 def add_sim_check(sub) -> None:
@@ -584,7 +600,8 @@ def _cmd_sim_check(args) -> int:
         ours = ("\n  the program's answer was right: this failed check is of ftactors "
                 "itself, not of the program (please report it with the replay line)"
                 if o.ours and program is not None else "")
-        print(f"FAILED seed {o.seed}: {o.problem}{ours}\n  kills {kills}{network}\n"
+        waits = "".join(f"\n  {w}" for w in o.waits.values())
+        print(f"FAILED seed {o.seed}: {o.problem}{ours}{waits}\n  kills {kills}{network}\n"
               f"  replay: ftactors sim-check{what} --protocol {args.protocol} --runs 1 "
               f"--seed {o.seed}"
               + "".join(f"\n  likely cause: {c}" for c in o.causes))

@@ -32,7 +32,13 @@ wall-clock reads) therefore produces the same callback order on every run.
 When nothing is ready, no timer is pending, and no thread is working for the
 loop, nothing can ever happen again: the loop raises :class:`SimDeadlock`
 (naming the stuck tasks) instead of blocking forever, which is what a lost
-message or a mismatched send/receive looks like in a simulation.
+message or a mismatched send/receive looks like in a simulation. Timers made
+where the ``background`` context variable is true (a run's watching: heartbeats,
+progress reports, its time limit) wake nobody the simulation is about: they are
+kept in a heap of their own, and whenever nothing but they is pending the loop
+calls ``on_quiet`` first (ftactors' coordinator then looks for a deadlock among
+its ranks, ``runtime/_deadlock``), so such a run ends at that virtual moment,
+not when the watching's last timer would fire.
 
 Why ``SelectorEventLoop``
 -------------------------
@@ -128,6 +134,9 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self._polled = False  # the callback running now polled and found nothing
         self._pollers = 0  # callbacks of the last iteration, when each of them did so
         self._poll_streak = 0  # iterations of nothing but polls in a row
+        self.background = None  # a ContextVar: true where timers wake nobody (``quiet``)
+        self._background: list = []  # their heap, apart: (when, seq, handle)
+        self.on_quiet: Callable[[], None] | None = None  # told when only they are pending
         super().__init__()
 
     def polled_in_vain(self) -> None:
@@ -190,12 +199,23 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
-        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        if self.background is not None and self.background.get():
+            timer = _BackgroundTimer(when, callback, args, self, context)
+            heap = self._background
+        else:
+            timer = asyncio.TimerHandle(when, callback, args, self, context)
+            heap = self._scheduled
         if timer._source_traceback:
             del timer._source_traceback[-1]
-        heapq.heappush(self._scheduled, (when, next(self._timer_seq), timer))
+        heapq.heappush(heap, (when, next(self._timer_seq), timer))
         timer._scheduled = True
         return timer
+
+    def _timer_handle_cancelled(self, handle) -> None:
+        """A background timer's cancel is not counted against the main heap (whose
+        rebuild that count decides)."""
+        if type(handle) is not _BackgroundTimer:
+            super()._timer_handle_cancelled(handle)
 
     def run_in_executor(self, executor, func, *args):
         """Run ``func`` in a thread; virtual time stands still until it ends.
@@ -254,13 +274,17 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
                 self._timer_cancelled_count -= 1
                 heapq.heappop(scheduled)[2]._scheduled = False
 
+        background = self._background
+        while background and background[0][2]._cancelled:
+            heapq.heappop(background)[2]._scheduled = False
+
         ready = self._ready
         if not ready and not self._stopping:
             self._idle()
-        elif (len(ready) <= self._pollers and scheduled and not self._threads_in_flight
-              and scheduled[0][0] > self._vtime):  # only pollers, to poll again
+        elif (len(ready) <= self._pollers and not self._threads_in_flight
+              and self._next_timer() > self._vtime):  # only pollers, to poll again
             step = POLL_STEP_S * 2.0 ** min(self._poll_streak, 60)
-            self._vtime = min(scheduled[0][0], self._vtime + step)
+            self._vtime = min(self._next_timer(), self._vtime + step)
 
         now = self._vtime
         while scheduled and scheduled[0][0] <= now:
@@ -268,6 +292,10 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
             handle._scheduled = False
             ready.append(handle)
             self.timers_fired += 1
+        while background and background[0][0] <= now:
+            handle = heapq.heappop(background)[2]
+            handle._scheduled = False
+            ready.append(handle)
         self.callbacks_run += len(ready)
 
         # Run only what is ready now; callbacks scheduled by these run in the
@@ -323,12 +351,26 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         if self._threads_in_flight:
             self._process_events(self._selector.select(None))
             return
-        if self._scheduled:
-            when = self._scheduled[0][0]
-            if when > self._vtime:
-                self._vtime = when
-            return
-        raise SimDeadlock(self._deadlock_message())
+        scheduled, background = self._scheduled, self._background
+        if not scheduled and self.on_quiet is not None:
+            self.on_quiet()  # nothing pending but the background: may find a deadlock
+            if self._ready:
+                return
+        if scheduled:
+            when = scheduled[0][0]
+            if background and background[0][0] < when:
+                when = background[0][0]
+        elif background:
+            when = background[0][0]
+        else:
+            raise SimDeadlock(self._deadlock_message())
+        if when > self._vtime:
+            self._vtime = when
+
+    def _next_timer(self) -> float:
+        """When the earliest pending timer is due (infinity: none)."""
+        heads = [heap[0][0] for heap in (self._scheduled, self._background) if heap]
+        return min(heads) if heads else float("inf")
 
     def _deadlock_message(self) -> str:
         """Describe the stuck state: virtual time and the pending tasks."""
@@ -345,6 +387,13 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         if len(tasks) > _DEADLOCK_TASKS_SHOWN:
             lines.append(f"  ... and {len(tasks) - _DEADLOCK_TASKS_SHOWN} more")
         return "\n".join(lines)
+
+
+class _BackgroundTimer(asyncio.TimerHandle):
+    """A timer made where ``VirtualClockLoop.background`` is true: kept in a heap of its
+    own, so the loop sees at once when nothing else is pending (``on_quiet``)."""
+
+    __slots__ = ()
 
 
 def run_virtual(

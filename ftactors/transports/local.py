@@ -74,6 +74,10 @@ class LocalFabric:
 
     name = "local"
     link_class = LocalLink
+    hosts_here = True  # the coordinator may read a host's endpoint directly
+    deadlock_check_s = 0.2
+    """How often the coordinator reads the ranks' waits (``runtime/_deadlock``): two
+    readings in a row that find every rank blocked and nothing moving end the run."""
 
     def __init__(self, options: dict):
         self.options = options
@@ -91,6 +95,11 @@ class LocalFabric:
 
     def clock(self) -> float:
         return time.perf_counter() - self._t0
+
+    def on_quiet(self, check) -> None:
+        """Where the fabric can tell that nothing but the coordinator's watching is
+        pending, it calls ``check`` then (sim); here it cannot: the readings every
+        ``deadlock_check_s`` decide."""
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -7,7 +7,7 @@ go on the sockets of ``_direct`` (each rank listens from ``setup`` on, the drive
 run's secret and hands out the endpoints in ``wire``), and only batches that hold
 object-store references still go by actor call. With ``data_plane="ray"`` every batch is an
 actor call. What the actor-call path handles, measured on Ray 2.60 (see
-docs/ARCHITECTURE.md):
+docs/architecture/transports.md):
 
 * calls to async actors run out of submission order, so envelopes go in batches (one
   actor call per destination per flush) and the channel layer reorders them;
@@ -493,6 +493,10 @@ def _importable_everywhere(mod) -> bool:
 
 class RayFabric:
     name = "ray"
+    deadlock_check_s = 0.5
+    """How often the coordinator asks every rank for its wait (``runtime/_deadlock``): a
+    call per rank, answered by its event loop (a computing rank answers late and is
+    busy); two readings in a row with every rank blocked and nothing moving end the run."""
 
     def __init__(self, options: dict, address: str | None):
         self.options = options
@@ -533,6 +537,10 @@ class RayFabric:
     def clock(self) -> float:
         """Seconds since the run started, as on every transport (``RunResult``)."""
         return time.time() - self._t0
+
+    def on_quiet(self, check) -> None:
+        """Nothing here tells when nothing is pending: the readings every
+        ``deadlock_check_s`` decide."""
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -22,6 +22,7 @@ import asyncio
 import random
 
 from ..engine._envelope import Envelope
+from ..runtime._deadlock import BACKGROUND
 from ..runtime._options import CORE_OPTIONS
 from .local import LocalFabric, LocalLink
 
@@ -41,6 +42,7 @@ class SimLink(LocalLink):
 class SimFabric(LocalFabric):
     name = "sim"
     link_class = SimLink
+    deadlock_check_s = 1.0  # virtual: a net under periodic timers (``runtime/_deadlock``)
 
     def __init__(self, options: dict, seed: int):
         super().__init__(options)
@@ -56,6 +58,10 @@ class SimFabric(LocalFabric):
         self.wide_bandwidth = float(options.get("sim_wide_bandwidth_Bps", self.bandwidth))
         self.rng = random.Random(seed)
         self.reconnect_delay_s = 3 * self.latency_s  # a handshake's round trips
+        try:  # made in the run's job, before its timeout: told apart from now on
+            asyncio.get_running_loop().background = BACKGROUND
+        except RuntimeError:  # (made outside a loop: by a test)
+            pass
 
     def clock(self) -> float:
         return self.loop.time()
@@ -65,6 +71,11 @@ class SimFabric(LocalFabric):
         the end of the run: the collector is off meanwhile (``VirtualClockLoop.build``)."""
         await super().start(ranks)
         self.loop.build()
+
+    def on_quiet(self, check) -> None:
+        """``check()`` runs whenever the loop has nothing pending but the coordinator's
+        watching: a deadlock is found at that virtual moment."""
+        self.loop.on_quiet = check
 
     async def wire(self, handles: list) -> None:
         """As on ``local``; the ranks' state, built now, lives until the end of the run:

@@ -306,3 +306,38 @@ def test_at_scale_groups_and_clusters_are_about_sqrt_n_ranks(capsys):
         assert "default" in at_scale(setup, 64).options.values()
     assert cli.main(["sim-check", "--protocol", "groups", "--ranks", "64", "--runs", "1"]) == 0
     assert "1 of 1 runs passed" in capsys.readouterr().out
+
+
+def test_stall_causes_read_what_the_ranks_waited_for():
+    """``_simcheck_stalls``: a ring of receives, a sender that finished, a round's
+    missing ranks, each named from ``ft.Deadlock.details``."""
+    from ftactors.tools._simcheck_stalls import stall_causes
+    recv = {"kind": "recv", "tag": 7, "comm": "w", "what": "", "ranks": []}
+    ring = stall_causes({0: {**recv, "source": 1, "position": (0, 2)},
+                         1: {**recv, "source": 2, "position": (0, 2)},
+                         2: {**recv, "source": 0, "position": (0, 3)}})
+    assert ring == ["ranks 0, 1, 2 each wait for the next one's message first (rank 0 "
+                    "(loop 0, iteration 2) in a receive from rank 1, tag 7, communicator w; "
+                    "rank 1 (loop 0, iteration 2) in a receive from rank 2, tag 7, "
+                    "communicator w; rank 2 (loop 0, iteration 3) in a receive from rank 0, "
+                    "tag 7, communicator w): the program's own deadlock; one of them must "
+                    "send before it receives (or use isend / sendrecv)"]
+    gone = stall_causes({0: {**recv, "source": 1, "position": (1, 4)},
+                         1: {"kind": "finished", "position": (0, 3)}})
+    assert gone == ["rank 0 (loop 1, iteration 4) waits in a receive from rank 1, tag 7, "
+                    "communicator w: rank 1 has finished; rank 1 finished without sending "
+                    "it (its loop is shorter, or it left the loop early)"]
+    stuck = stall_causes({0: {"kind": "round", "what": "standby flush 3: 0 of 1 markers",
+                              "ranks": [1], "position": (0, 6)},
+                          1: {"kind": "finished", "position": (0, 5)}})
+    assert stuck == ["rank 0 (loop 0, iteration 6) waits in a round (standby flush 3: 0 of "
+                     "1 markers), not heard from rank(s) 1: rank 1 has finished: the round "
+                     "needs every rank at a safe point that these never reach"]
+    crossed = stall_causes({0: {"kind": "round", "what": "standby flush (0, 2)",
+                                "ranks": [1], "position": (0, 2)},
+                            1: {**recv, "source": 0, "tag": -1, "position": (0, 0)}})
+    assert crossed[0].endswith("rank(s) 1 wait for rank 0's message, which it sends only "
+                               "once the round is over: the protocol's round and the "
+                               "program wait for each other")
+    assert len(crossed) == 1  # rank 1's receive is said in the round's line
+    assert "rank 1 (loop 0, iteration 0) waits in a receive from rank 0, any tag" in crossed[0]

@@ -162,3 +162,48 @@ def test_a_right_program_passes_every_stack_it_is_run_under():
     for stack in ("standby", "rs+standby+ready-flush", "groups"):
         outcomes = sim_check(stack, 3, 7, program=program)
         assert [o.problem for o in outcomes if not o.ok] == [], stack
+
+
+def test_a_stall_is_diagnosed_from_the_ranks_waits_not_from_the_source_text(capsys):
+    """A rank restarted alone (``groups``) counts its steps from 0 again and turns on
+    after its neighbours finished: the run stalls. The diagnosis names where each rank
+    was and what it waited for (a receive, a group's flush round and whom the round has
+    not heard from), not the ``ANY_SOURCE`` its code names (one message per iteration:
+    the order cannot differ)."""
+    program = resolve(f"{HERE}:CountsItsSteps")
+    assert wildcard_receives(program.cls) == ["ANY_SOURCE"]
+    outcomes = sim_check("groups", 3, 0, program=program, ranks=4)
+    stalled = [o for o in outcomes if o.stall]
+    assert stalled, [o.problem for o in outcomes]
+    for o in stalled:
+        assert o.problem.startswith("the run stalled: every live rank waited")
+        assert sorted(o.waits) == [0, 1, 2, 3]
+        causes = "\n".join(o.causes)
+        assert "ANY_SOURCE" not in causes
+        assert "waits in a receive from any source, tag 3, communicator w" in causes
+        blocked = [r for r, d in o.stall.items() if d["kind"] != "finished"]
+        assert any(f"rank {r} (loop 0, iteration" in causes for r in blocked)
+        rounds = [(r, d) for r, d in o.stall.items() if d["kind"] == "round"]
+        for rank, d in rounds:
+            assert "groups flush" in d["what"]
+            assert f"not heard from rank(s) {', '.join(map(str, d['ranks']))}" in causes
+        assert any("self.counted changes between iterations" in c for c in o.causes)
+    seed = stalled[0].seed
+    from ftactors.tools import cli
+    cli.main(["sim-check", "--app", "tests/tools/user_programs.py:CountsItsSteps",
+              "--protocol", "groups", "--ranks", "4", "--runs", "1", "--seed", str(seed)])
+    out = capsys.readouterr().out
+    assert f"FAILED seed {seed}: the run stalled" in out
+    for line in stalled[0].waits.values():
+        assert f"\n  {line}\n" in out
+    assert "likely cause: the program receives with ANY_SOURCE" not in out
+
+
+def test_a_wrong_answer_under_partial_restarts_still_names_the_wildcard_receive():
+    """Where a wildcard receive can be the cause (a rank restarted alone, whose replay
+    needs its first life's order of arrival), the code's ``ANY_SOURCE`` is still named."""
+    program = resolve(f"{HERE}:CountsItsSteps")
+    wrong = [o for o in sim_check("groups", 6, 0, program=program, ranks=4)
+             if not o.ok and not o.stall]
+    assert wrong
+    assert all(any("receives with ANY_SOURCE" in c for c in o.causes) for o in wrong)

@@ -289,3 +289,24 @@ class Rebinds(ft.Rank):
         async for _ in self.iterations(iterations):
             x = x * 0.5 + await self.comm.allreduce(float(x.sum()))
         return x.tolist()
+
+
+class CountsItsSteps(ft.Rank):
+    """Bug: the loop ends when an attribute the loop counts up, and no checkpoint holds,
+    reaches ``steps``; a rank restarted alone (GroupCoordination) counts from 0 again at
+    its checkpoint and turns on after its neighbours finished, waiting in its ring
+    receive for a message a finished rank never sends. The receive is a wildcard
+    (``ANY_SOURCE``, one message per iteration: the order cannot differ), which is not
+    the cause."""
+
+    async def main(self, steps=8):
+        comm, n, r = self.comm, self.size, self.rank
+        self.register("acc", 0.0)
+        self.counted = 0
+        async for it in self.iterations(10 * steps):
+            await comm.send(float(it + r), dest=(r + 1) % n, tag=3)
+            self.acc += await comm.recv(source=ft.ANY_SOURCE, tag=3)
+            self.counted += 1
+            if self.counted == steps:
+                break
+        return self.acc

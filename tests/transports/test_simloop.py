@@ -419,3 +419,38 @@ def test_pollers_do_not_move_the_clock_while_a_thread_works():
         return loop.time()
 
     assert _run(main) == 0.0
+
+
+def test_background_timers_are_apart_and_quiet_is_told_when_only_they_pend():
+    """Timers made where the ``background`` variable is true (a run's watching) fire in
+    virtual time like any, but whenever nothing else is pending the loop calls
+    ``on_quiet`` first: here at 2.0, once the last real sleeper woke, not at 100."""
+    import contextvars
+    watching = contextvars.ContextVar("watching", default=False)
+    told, fired = [], []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.background = watching
+
+        async def watch():
+            watching.set(True)
+            await asyncio.sleep(100)
+            fired.append(loop.time())
+
+        async def quiet_when(t):
+            await asyncio.sleep(t)
+
+        quiet = asyncio.Event()
+        loop.on_quiet = lambda: (told.append(loop.time()), quiet.set())
+        task = asyncio.ensure_future(watch())
+        await asyncio.gather(quiet_when(1.0), quiet_when(2.0))
+        assert loop._background and not loop._scheduled  # the watch's timer, apart
+        await quiet.wait()  # nothing but the watch pends: the loop says so at once
+        loop.on_quiet = None
+        await task
+        return loop.time()
+
+    assert _within_watchdog(lambda: run_virtual(main)) == 100.0
+    assert told == [2.0]
+    assert fired == [100.0]

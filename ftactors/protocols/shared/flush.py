@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Sequence
 
 from ftactors.base._errors import ProtocolError
+from ftactors.engine._waits import Wait
 
 OPS = ("marker", "flush_count", "flush_go")
 """The control operations a protocol hands to ``Flush.take``."""
@@ -77,6 +78,7 @@ class _Round:
     members: Sequence[int] | None = None           # this rank's start: whom the round joins
     # the root's side: participants heard from, markers per destination, their values
     heard: int = 0
+    heard_from: set = field(default_factory=set)  # (named in a wait record)
     counts: dict = field(default_factory=dict)
     given: dict = field(default_factory=dict)
 
@@ -137,6 +139,7 @@ class FlushRounds:
         said so, tell each how many markers to wait for."""
         r = self._round(round_id)
         r.heard += 1
+        r.heard_from.add(src)
         for p in out:
             r.counts[p] = r.counts.get(p, 0) + 1
         if value is not None:
@@ -186,6 +189,7 @@ class Flush:
         self.rounds: FlushRounds | None = None  # made at the first start (the rank known)
         self._arrived = asyncio.Event()
         self.last_cut: dict[int, int] = {}  # of the round ``wait`` returned last
+        self.protocol = ""  # whose rounds (named in wait records)
 
     def _machine(self, ft) -> FlushRounds:
         if self.rounds is None:
@@ -204,6 +208,7 @@ class Flush:
               data: Any = None, also: Iterable[int] = ()) -> None:
         """Join round ``round_id`` (``FlushRounds.start``)."""
         sent_to = [p for p, _ in ft.sent.nonzero()]
+        self.protocol = protocol
         self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data, also))
 
     def take(self, ft, env, op: str, data) -> None:
@@ -218,11 +223,14 @@ class Flush:
 
     async def wait(self, ft, round_id: Hashable) -> dict[int, Any]:
         """Wait until every marker of ``round_id`` to this rank arrived (``start`` first);
-        returns the participants' values that are not None, by rank."""
+        returns the participants' values that are not None, by rank. While it waits, the
+        rank's wait record names the round and whom it has not heard from
+        (``Endpoint.waiting_on``)."""
         machine = self._machine(ft)
         while (done := machine.complete(round_id, (p for p, _ in ft.received.nonzero()))) is None:
             self._arrived.clear()
-            await self._arrived.wait()
+            with ft.waiting_on(self._waiting(machine, round_id, self.protocol)):
+                await self._arrived.wait()
         values, self.last_cut = done
         return values
 
@@ -231,8 +239,29 @@ class Flush:
         machine, peers = self._machine(ft), set(peers)
         while (markers := machine.markers_from(round_id, peers)) is None:
             self._arrived.clear()
-            await self._arrived.wait()
+            missing = lambda: sorted(peers - machine._round(round_id).markers.keys())
+            with ft.waiting_on(Wait("round", what=f"{self.protocol} flush {round_id!r}: "
+                                                  f"markers", lazy=missing)):
+                await self._arrived.wait()
         return markers
+
+    @staticmethod
+    def _waiting(machine: FlushRounds, round_id: Hashable, protocol: str) -> Wait:
+        """The wait record of a rank in ``protocol``'s round ``round_id``: the root's
+        word on how many markers come (from the root, or at the root from the
+        participants), or the markers; the ranks not heard from are listed only when
+        asked (``Wait.lazy``)."""
+        r = machine.rounds[round_id]
+        me, root = machine.me, r.members[0]
+        name = f"{protocol} flush {round_id!r}"
+        if r.expected is None:
+            if me == root:
+                return Wait("round", what=f"{name}: the root, heard from {r.heard} of "
+                                          f"{len(r.members)} participants",
+                            lazy=lambda: [p for p in r.members if p not in r.heard_from])
+            return Wait("round", what=f"{name}: the root's count", ranks=(root,))
+        return Wait("round", what=f"{name}: {len(r.markers)} of {r.expected} markers",
+                    lazy=lambda: [p for p in r.members if p != me and p not in r.markers])
 
     def reset(self) -> None:
         """Forget every round (after a rollback the peers start over)."""
