@@ -17,18 +17,22 @@ from .base._errors import (CheckpointCorrupted, ConfigError, Deadlock, FTError, 
 from .base._events import Event
 from .base._warnings import (FaultToleranceWarning, KillNotFiredWarning, NoCheckpointWarning,
                              NoSparesWarning, NothingRegisteredWarning, RankNicenessWarning,
-                             UnsavedStateWarning)
+                             StaleLocalWarning, UnsavedStateWarning)
 from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, PROD, REPLACE,
                           SUM, Op)
 from .runtime._progress import Progress
 from .runtime._protocol import Protocol
 from .runtime._rank import Rank
-from .facade._environment import Get_processor_name, Wtick, Wtime
+from .facade._environment import (BSEND_OVERHEAD, Attach_buffer, Detach_buffer,
+                                  Get_processor_name, Pcontrol, Wtick, Wtime)
 from .facade._message import Message
-from .facade._request import (Prequest, Request, Status, testall, testany, testsome, waitall,
+from .facade._request import (REQUEST_NULL, Prequest, Request, Status, testall, testany, testsome, waitall,
                               waitany, waitsome)
 from .facade._topology import CART, compute_dims
 from ._run import Run, launch, run, run_async
+
+Intracomm = Communicator
+"""mpi4py's ``MPI.Intracomm``: every communicator here is an intracommunicator."""
 
 __version__ = "0.1.0"
 
@@ -45,7 +49,8 @@ __all__ = [
     "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
     "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
     "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
-    "UnsavedStateWarning", "Get_processor_name", "Wtick", "Wtime",
+    "StaleLocalWarning", "UnsavedStateWarning", "Get_processor_name", "Wtick", "Wtime",
+    "REQUEST_NULL", "Intracomm", "BSEND_OVERHEAD", "Attach_buffer", "Detach_buffer", "Pcontrol",
     "compute_dims", "launch", "run", "run_async", "testall", "testany", "testsome",
     "waitall", "waitany", "waitsome",
 ]

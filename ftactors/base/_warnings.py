@@ -2,7 +2,8 @@
 
 A run can finish with the right answer while no failure was survived or no state was
 protected: a planned kill that never fired, a rank restored with nothing registered, a
-protocol that never checkpoints, a spares role with no spares. None of these is an error
+protocol that never checkpoints, a spares role with no spares, a local that a restore
+could not set. None of these is an error
 (the answer is right), but a user who believes the program was tested must be told. Each
 is a ``FaultToleranceWarning`` (filter them all with that class) and is also recorded in
 the run's timeline or metrics, which is what the chaos tools read.
@@ -43,6 +44,13 @@ class UnsavedStateWarning(FaultToleranceWarning):
     draws from (made before the loop and not registered, or a global one), a variable of
     its module or an attribute of its class. After a restore that state is not what it
     was at the checkpoint, so a run with a failure gives another answer."""
+
+
+class StaleLocalWarning(FaultToleranceWarning):
+    """A restore could not write a registered attribute's checkpoint value into the
+    program's own object (a number, a tuple, an array of another shape or dtype), and a
+    local of the program still holds that object: its loop goes on from another state
+    than the checkpoint's."""
 
 
 class RankNicenessWarning(UserWarning):

@@ -64,7 +64,11 @@ class Positions:
         self._log: list[Envelope] | None = self._prefix_log if record_deliveries else None
         # a restored rank before its resume point
         self._resume: tuple[int, int] | None = None
+        self.resumed_at: tuple[int, int] | None = None  # the last restore's position
         self._reentry: Reentry | None = None
+        self.unfilled: dict[str, tuple[str, Any]] = {}
+        """At the resumed loop: registered names whose program object could not take the
+        checkpoint's value in place (``Reentry.unfilled``), for the runtime to name."""
         self._replay_sent: RankVector | None = None  # its sends are suppressed
         # a part taken off a safe point on a global cut: sends below these numbers were
         # in their receivers' parts, and its re-execution does not send them again
@@ -119,6 +123,7 @@ class Positions:
         were registered inside the loop are registered again here, since the code that
         registered them may not run again."""
         values = self._reentry.at_loop()
+        self.unfilled = self._reentry.unfilled
         self._reentry = None
         for name, value in values.items():
             if name not in self.registered:
@@ -154,8 +159,9 @@ class Positions:
         return (index, nxt) if nxt < self._loop_n else None
 
     def register(self, name: str, initial: Any) -> Any:
-        """Add ``name`` to the registered state; returns its value: the checkpoint's
-        before a restored rank's resume point, else ``initial``."""
+        """Add ``name`` to the registered state; returns its value: before a restored
+        rank's resume point the checkpoint's, written into ``initial`` in place where it
+        can take it (``Reentry.value``), else ``initial``."""
         if name not in self.registered:
             self.registered.append(name)
         return initial if self._reentry is None else self._reentry.value(name, initial)
@@ -170,8 +176,9 @@ class Positions:
         """A restore: resume at the snapshot's position, with its registered values, its
         ``sent`` counts and ``again`` (the messages the code before that position received
         in its first life) to receive again first."""
-        self._resume = parts["position"]
+        self._resume = self.resumed_at = parts["position"]
         self._reentry = None
+        self.unfilled = {}
         if self._resume is not None or again:
             self._reentry = Reentry(self.rank, self._resume, again, parts["registered"],
                                     parts.get("buffers"))

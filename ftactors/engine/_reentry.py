@@ -12,12 +12,20 @@ wrong there, and both used to give silently wrong answers:
 * That code writes registered attributes (``self.halo = await comm.recv(...)``, or
   ``self.u[0] = ...`` in place), so the state the loop resumes with is no longer the
   checkpoint's. Hence the registered values are put back when the resumed loop is
-  reached, whatever the code before it did to them. The program may hold the objects
-  ``register`` returned (``hist = self.register("hist", [])``, then ``hist.append`` in
-  the loop), as it did in its first life: so the attributes are bound to those objects
-  again, with the checkpoint's contents copied back into them in place where their
-  structure allows (arrays, lists, dicts, tuples' elements), from an untouched copy
-  loaded before the first one was handed out; anything else is replaced.
+  reached, whatever the code before it did to them.
+* The program goes on with its own objects, not with the attributes: a port of an MPI
+  program writes ``A = np.zeros(...); self.register("A", A)`` and its loop uses the
+  local ``A``, views of it and persistent requests made on its buffers (mpi4py's
+  ``Send_init(A[1], ...)``), as it did in its first life. So ``register`` writes the
+  checkpoint's contents into the very object it is given, in place (``put_back``:
+  arrays, Fortran-order ones and views included, whose base's memory is written; lists,
+  dicts, sets, deques, bytearrays, ``array.array``, tuples' elements), and returns that
+  object; the attribute is bound to it, and at the resumed loop it is refilled again
+  from an untouched copy loaded before the first one was handed out. Where the object
+  cannot take the checkpoint's contents (a number or another immutable, an array of
+  another shape or dtype), ``register`` returns the checkpoint's value and ``unfilled``
+  says which and why: the runtime names the locals that still hold the program's own
+  object and warns (``runtime/_stale_locals``).
 * That code does not make the receives it made in its first life (it is skipped when
   ``self.restored``, or it depends on something that changed). A pre-loop message left
   over would be handed to the next matching receive inside the loop, and every later one
@@ -37,6 +45,8 @@ network once the pre-loop messages are all received again.
 """
 from __future__ import annotations
 
+import array
+import collections
 import pickle
 from collections import Counter
 from typing import Any
@@ -74,10 +84,16 @@ class Reentry:
         the resumed loop goes on with."""
         self._pristine: dict[str, Any] | None = None  # loaded before any was handed out
         self._handed: set[str] = set()
+        self.unfilled: dict[str, tuple[str, Any]] = {}
+        """Registered names whose program object could not take the checkpoint's value
+        in place: name -> (why, the program's object)."""
 
     def value(self, name: str, initial: Any) -> Any:
         """What ``register(name, initial)`` gives the code before the resume point: the
-        checkpoint's value (so expensive set-up can be skipped), else ``initial``."""
+        checkpoint's value (so expensive set-up can be skipped), written into ``initial``
+        in place when it can take it (then ``initial`` itself is returned), else the
+        checkpoint's own object (``unfilled`` says why); ``initial`` when the checkpoint
+        has no such name."""
         if name not in self.values:
             return initial
         if self._pristine is None:
@@ -85,6 +101,12 @@ class Reentry:
             self._pristine = pickle.loads(self._registered, buffers=(
                 None if buffers is None else [bytearray(b) for b in buffers]))
         self._handed.add(name)
+        saved = self.values[name]
+        if put_back(initial, saved) is initial:
+            self.values[name] = initial
+            self.unfilled.pop(name, None)
+        else:
+            self.unfilled[name] = (why_not_in_place(initial, saved), initial)
         return self.values[name]
 
     def took(self, env: Envelope | None, source: int, tag: int) -> bool:
@@ -119,7 +141,10 @@ class Reentry:
                 f"did not receive again what it received there in its first life: "
                 f"{describe(self._left.values())}. {RULE}")
         for name in self._handed:
-            self.values[name] = put_back(self.values[name], self._pristine[name])
+            held = self.values[name]
+            self.values[name] = put_back(held, self._pristine[name])
+            if self.values[name] is not held and name not in self.unfilled:
+                self.unfilled[name] = (why_not_in_place(held, self._pristine[name]), held)
         return self.values
 
     def _where(self) -> str:
@@ -148,13 +173,24 @@ def describe(envs) -> str:
     return ", ".join(said)
 
 
+MUTABLE = (np.ndarray, list, dict, set, tuple, bytearray, array.array, collections.deque)
+"""The containers ``put_back`` writes into in place (a tuple: its elements)."""
+
+SCALARS = (int, float, complex, str, bytes, bool, type(None), frozenset)
+"""Immutables: one is "put back" only when it already equals the saved value."""
+
+
 def put_back(dst: Any, src: Any, memo: dict | None = None) -> Any:
-    """``dst`` with the contents of ``src`` (an untouched copy of what ``dst`` was),
-    copied in place where the structure still matches, so whatever holds ``dst`` or a
-    view of it sees them; else ``src``. ``memo``: the containers already put back, by id
+    """``dst`` with the contents of ``src`` (a saved copy of what ``dst`` was), copied
+    in place where the structure still matches, so whatever holds ``dst`` or a view of
+    it sees them; else ``src``. ``memo``: the containers already put back, by id
     (shared and self-containing structures)."""
     kind = type(dst)
-    if kind not in (np.ndarray, list, dict, tuple) or type(src) is not kind:
+    if type(src) is not kind:
+        return src
+    if kind in SCALARS:
+        return dst if dst == src or dst != dst and src != src else src  # NaN is NaN
+    if kind not in MUTABLE:
         return src
     memo = {} if memo is None else memo
     if id(dst) in memo:
@@ -162,7 +198,7 @@ def put_back(dst: Any, src: Any, memo: dict | None = None) -> Any:
     memo[id(dst)] = dst
     if kind is np.ndarray:
         if dst.shape == src.shape and dst.dtype == src.dtype and dst.flags.writeable:
-            np.copyto(dst, src)
+            np.copyto(dst, src)  # a view writes its base's memory
         else:
             memo[id(dst)] = src
     elif kind is list:  # appended to, or shortened: the rest as it was
@@ -171,8 +207,51 @@ def put_back(dst: Any, src: Any, memo: dict | None = None) -> Any:
         kept = {k: put_back(dst[k], v, memo) if k in dst else v for k, v in src.items()}
         dst.clear()
         dst.update(kept)
+    elif kind is set:
+        dst.clear()
+        dst.update(src)
+    elif kind is bytearray:
+        dst[:] = src
+    elif kind is array.array:
+        if dst.typecode == src.typecode:
+            dst[:] = src
+        else:
+            memo[id(dst)] = src
+    elif kind is collections.deque:
+        if dst.maxlen == src.maxlen:
+            kept = [put_back(d, s, memo) for d, s in zip(dst, src)] + list(src)[len(dst):]
+            dst.clear()
+            dst.extend(kept)
+        else:
+            memo[id(dst)] = src
     else:
         back = tuple(put_back(d, s, memo) for d, s in zip(dst, src)) + src[len(dst):]
         if len(back) != len(dst) or any(b is not d for b, d in zip(back, dst)):
             memo[id(dst)] = back
     return memo[id(dst)]
+
+
+def why_not_in_place(dst: Any, src: Any) -> str:
+    """Why ``put_back(dst, src)`` could not write ``src`` into ``dst``, in words."""
+    mine, saved = _a(type(dst).__name__), _a(type(src).__name__)
+    if type(src) is not type(dst):
+        return f"the checkpoint holds {saved} there, and yours is {mine}"
+    if isinstance(dst, np.ndarray):
+        if dst.shape != src.shape:
+            return (f"the checkpoint's array has shape {src.shape} and yours "
+                    f"{dst.shape}: an array cannot change its shape in place")
+        if dst.dtype != src.dtype:
+            return f"the checkpoint's array is of {src.dtype} and yours of {dst.dtype}"
+        if not dst.flags.writeable:
+            return "your array is read-only"
+    if isinstance(dst, array.array) and dst.typecode != src.typecode:
+        return f"the checkpoint's array is of type {src.typecode!r} and yours {dst.typecode!r}"
+    if isinstance(dst, collections.deque) and dst.maxlen != src.maxlen:
+        return f"the checkpoint's deque has maxlen {src.maxlen} and yours {dst.maxlen}"
+    if isinstance(dst, (*SCALARS, tuple)):
+        return f"{mine} cannot be changed in place"
+    return f"{mine} is not one of the objects a restore writes into in place"
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"

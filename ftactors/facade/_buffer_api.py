@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _collectives as coll
-from ._buffers import (blocks_of, deliver, even_blocks, in_place, message, same_memory,
-                       vector)
+from ._buffers import (Scattered, blocks_of, deliver, even_blocks, in_place, message,
+                       same_memory, vector)
 from ._ops import MAXLOC, MINLOC, SUM, check_op
 from ._request import Prequest, Request, Status
 from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
@@ -41,7 +41,7 @@ class BufferAPI:
     def _outgoing(self, buf, dest):
         """The entries ``buf`` sends to ``dest`` (None to PROC_NULL: no buffer is read,
         as in mpi4py)."""
-        return None if self._dest(dest) == PROC_NULL else message(buf)
+        return None if self._dest(dest) == PROC_NULL else message(buf, derived=True)
 
     async def Send(self, buf, dest: int, tag: int = 0) -> None:
         """Send the entries of ``buf`` (packed now: the buffer may be reused at once)."""
@@ -74,7 +74,8 @@ class BufferAPI:
         """``(world source, tag, entries to fill)`` of a buffer receive (no buffer is read
         for PROC_NULL: None)."""
         src, tag = self._source(source), self._recv_tag(tag)
-        return src, tag, None if src == PROC_NULL else message(buf, writable=True)
+        return src, tag, None if src == PROC_NULL else message(buf, writable=True,
+                                                                derived=True)
 
     async def _recv_now(self, src: int, tag: int, into, status: Status | None) -> None:
         """A blocking receive into ``into`` (the lowercase ``recv``'s path, which a
@@ -157,7 +158,7 @@ class BufferAPI:
 
     def _bcast_buf(self, buf, root):
         root = self._root(root)
-        entries = message(buf, writable=self.rank != root)
+        entries = message(buf, writable=self.rank != root, derived=True)
 
         async def run(comm):
             if comm._large(entries.nbytes, "bcast_pipeline_bytes", None):
@@ -166,6 +167,8 @@ class BufferAPI:
                 await coll.bcast_pipeline(comm, raw, root,
                                           coll.pipeline_pieces(raw.size, comm.size),
                                           _filling("Bcast"))
+                if isinstance(entries, Scattered):  # a derived type's bytes: home
+                    entries.put(entries.nbytes)
                 return
             value = await coll.bcast(comm, entries if comm.rank == root else None, root)
             if comm.rank != root:

@@ -27,76 +27,11 @@ from typing import Any
 import numpy as np
 
 from ..engine._synchronous import Synchronous
-
-
-class Datatype:
-    """An MPI datatype as a numpy dtype (``ft.DOUBLE.dtype``); ``Get_size()`` and
-    ``Get_extent()`` as in mpi4py (contiguous types only)."""
-
-    __slots__ = ("name", "dtype")
-
-    def __init__(self, name: str, dtype):
-        self.name = name
-        self.dtype = np.dtype(dtype)
-
-    @property
-    def size(self) -> int:
-        return self.dtype.itemsize
-
-    extent = size
-
-    def Get_size(self) -> int:
-        return self.size
-
-    def Get_extent(self) -> tuple[int, int]:
-        return 0, self.size
-
-    def __repr__(self):
-        return f"ft.{self.name}"
-
-    def __reduce__(self):
-        return (_datatype_by_name, (self.name,))
-
-
-BYTE = Datatype("BYTE", np.uint8)
-CHAR = Datatype("CHAR", np.int8)
-SIGNED_CHAR = Datatype("SIGNED_CHAR", np.byte)
-SHORT = Datatype("SHORT", np.short)
-INT = Datatype("INT", np.intc)
-LONG = Datatype("LONG", np.int_)
-LONG_LONG = Datatype("LONG_LONG", np.longlong)
-UNSIGNED_CHAR = Datatype("UNSIGNED_CHAR", np.ubyte)
-UNSIGNED_SHORT = Datatype("UNSIGNED_SHORT", np.ushort)
-UNSIGNED = Datatype("UNSIGNED", np.uintc)
-UNSIGNED_LONG = Datatype("UNSIGNED_LONG", np.uint)
-UNSIGNED_LONG_LONG = Datatype("UNSIGNED_LONG_LONG", np.ulonglong)
-FLOAT = Datatype("FLOAT", np.single)
-DOUBLE = Datatype("DOUBLE", np.double)
-LONG_DOUBLE = Datatype("LONG_DOUBLE", np.longdouble)
-C_BOOL = Datatype("C_BOOL", np.bool_)
-C_FLOAT_COMPLEX = Datatype("C_FLOAT_COMPLEX", np.csingle)
-C_DOUBLE_COMPLEX = Datatype("C_DOUBLE_COMPLEX", np.cdouble)
-C_LONG_DOUBLE_COMPLEX = Datatype("C_LONG_DOUBLE_COMPLEX", np.clongdouble)
-INT8_T = Datatype("INT8_T", np.int8)
-INT16_T = Datatype("INT16_T", np.int16)
-INT32_T = Datatype("INT32_T", np.int32)
-INT64_T = Datatype("INT64_T", np.int64)
-UINT8_T = Datatype("UINT8_T", np.uint8)
-UINT16_T = Datatype("UINT16_T", np.uint16)
-UINT32_T = Datatype("UINT32_T", np.uint32)
-UINT64_T = Datatype("UINT64_T", np.uint64)
-
-DATATYPES = {t.name: t for t in (
+from ._datatypes import (  # noqa: F401 (the predefined types are ft's, through here)
     BYTE, CHAR, SIGNED_CHAR, SHORT, INT, LONG, LONG_LONG, UNSIGNED_CHAR, UNSIGNED_SHORT,
     UNSIGNED, UNSIGNED_LONG, UNSIGNED_LONG_LONG, FLOAT, DOUBLE, LONG_DOUBLE, C_BOOL,
     C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX, INT8_T, INT16_T, INT32_T,
-    INT64_T, UINT8_T, UINT16_T, UINT32_T, UINT64_T,
-)}
-"""The datatypes ``ft`` exports, by MPI name."""
-
-
-def _datatype_by_name(name: str) -> Datatype:
-    return DATATYPES[name]
+    INT64_T, UINT8_T, UINT16_T, UINT32_T, UINT64_T, Datatype)
 
 
 class _InPlace:
@@ -222,7 +157,7 @@ def _simple(msg, writable: bool) -> np.ndarray | None:
     receive); None for any other form, which ``message`` reads in full."""
     if type(msg) is list and len(msg) == 3:
         buf, count, datatype = msg
-        if type(datatype) is not Datatype or type(count) is not int:
+        if type(datatype) is not Datatype or type(count) is not int or not datatype.is_predefined:
             return None
         dtype = datatype.dtype
     elif type(msg) is np.ndarray:
@@ -236,11 +171,49 @@ def _simple(msg, writable: bool) -> np.ndarray | None:
     return None
 
 
-def message(msg, writable: bool = False, blocks: int = 0) -> np.ndarray:
+class Scattered(np.ndarray):
+    """The bytes a receive of a derived datatype covers, gathered from its buffer:
+    ``deliver`` fills them and writes them back where they belong (``put``)."""
+
+    @classmethod
+    def of(cls, raw: np.ndarray, index: np.ndarray) -> "Scattered":
+        out = raw[index].view(cls)
+        out._home = (raw, index)
+        return out
+
+    def __array_finalize__(self, obj):
+        self._home = getattr(obj, "_home", None)
+
+    def put(self, nbytes: int) -> None:
+        """Write the first ``nbytes`` received back into the buffer."""
+        raw, index = self._home
+        raw[index[:nbytes]] = self.view(np.ndarray)[:nbytes]
+
+
+def _derived(buf, count, displ, datatype: Datatype, writable: bool) -> np.ndarray:
+    """The bytes of a message of a derived datatype: gathered (a send), or a
+    ``Scattered`` copy that ``deliver`` writes back (a receive)."""
+    raw = (np.empty(0, np.uint8) if buf is None
+           else _flat(buf, writable).view(np.uint8))
+    extent = datatype.extent
+    start = 0 if displ is None else _index(displ, "displacement") * extent
+    if count is None:
+        count = (raw.size - start) // extent if extent > 0 else 0
+    index = datatype.byte_index(_index(count, "count"), start)
+    if index.size and (index.min() < 0 or index.max() >= raw.size):
+        raise ValueError(f"message: {count} of {datatype!r} from byte {start} reach bytes "
+                         f"{index.min()}..{index.max()} of a buffer of {raw.size}")
+    return Scattered.of(raw, index) if writable else raw[index]
+
+
+def message(msg, writable: bool = False, blocks: int = 0,
+            derived: bool = False) -> np.ndarray:
     """The entries a simple message covers, as a 1-D view of its buffer.
 
     ``blocks``: for a collective's buffer of one block per rank, the count inferred from
-    the buffer is per block (the buffer must split evenly).
+    the buffer is per block (the buffer must split evenly). ``derived``: the caller
+    takes derived datatypes (point-to-point calls and ``Bcast``): their bytes, gathered
+    (``_derived``).
 
     Raises:
         TypeError: not a buffer or message list, or a bad type.
@@ -251,6 +224,10 @@ def message(msg, writable: bool = False, blocks: int = 0) -> np.ndarray:
     if fast is not None:
         return fast
     buf, count, displ, datatype = _unpack(msg, vector=False)
+    if isinstance(datatype, Datatype) and not datatype.is_predefined:
+        if not derived or blocks:
+            raise TypeError(_NOT_DERIVED)
+        return _derived(buf, count, displ, datatype, writable)
     flat = _entries(buf, datatype, writable)
     start = 0 if displ is None else _index(displ, "displacement")
     if start > flat.size:
@@ -273,6 +250,11 @@ def message(msg, writable: bool = False, blocks: int = 0) -> np.ndarray:
     return flat[start:start + count * max(blocks, 1)]
 
 
+_NOT_DERIVED = ("message: a derived datatype is taken by the point-to-point calls (Send, "
+                "Recv, their nonblocking, persistent and Sendrecv forms) and Bcast; the "
+                "other collectives take predefined types")
+
+
 def vector(msg, blocks: int, writable: bool = False
            ) -> tuple[np.ndarray, list[int], list[int]]:
     """The buffer of a v-collective (``Gatherv``, ...) and one count and displacement (in
@@ -284,6 +266,8 @@ def vector(msg, blocks: int, writable: bool = False
         ValueError: a wrong number of counts or displacements, or a block past the buffer.
     """
     buf, counts, displs, datatype = _unpack(msg, vector=True)
+    if isinstance(datatype, Datatype) and not datatype.is_predefined:
+        raise TypeError(_NOT_DERIVED)
     flat = _entries(buf, datatype, writable)
     if counts is None:
         counts = [flat.size // blocks + (flat.size % blocks > i) for i in range(blocks)]
@@ -349,6 +333,8 @@ def deliver(value: Any, into: np.ndarray, what: str, exact: bool = False) -> int
         raise ValueError(f"{what}: {data.size} entries arrived for a buffer of "
                          f"{into.size} (message {'size mismatch' if exact else 'truncated'})")
     into[:data.size] = data
+    if isinstance(into, Scattered):
+        into.put(data.nbytes)
     return data.nbytes
 
 

@@ -49,10 +49,17 @@ _UNREAD = object()  # ``_status_of`` of a message only probed: its object is not
 
 
 class Communicator(BufferAPI):
-    """A group of ranks that exchange messages; see mpi4py's ``Comm``. The lowercase
-    methods move Python objects, the uppercase ones (``BufferAPI``) numpy buffers."""
+    """A group of ranks that exchange messages; see mpi4py's ``Comm`` (and
+    ``Intracomm``: ``ft.Intracomm`` is this class, and ``Intracomm(comm)`` another
+    handle to ``comm``). The lowercase methods move Python objects, the uppercase ones
+    (``BufferAPI``) numpy buffers."""
 
-    def __init__(self, endpoint, comm_id: str, group: tuple[int, ...] | range):
+    def __init__(self, endpoint, comm_id: str | None = None,
+                 group: tuple[int, ...] | range | None = None):
+        if isinstance(endpoint, Communicator) and comm_id is None and group is None:
+            # mpi4py's ``Intracomm(comm)``: another handle to the same communicator (a
+            # subclass's, e.g. one that overrides some collectives)
+            endpoint, comm_id, group = endpoint._ep, endpoint.id, endpoint.group
         self._ep = endpoint
         self.id = comm_id
         # the world's group is a range: no table of every rank in every rank's world
@@ -75,6 +82,11 @@ class Communicator(BufferAPI):
 
     def Get_size(self) -> int:
         return self.size
+
+    def Get_attr(self, keyval: int) -> Any:
+        """mpi4py's ``Get_attr`` of a predefined attribute: ``ft.TAG_UB`` gives the
+        largest tag; any other keyval None (no such attribute is set)."""
+        return TAG_UB if keyval == TAG_UB else None
 
     def __repr__(self):
         return f"Communicator({self.id!r}, rank {self.rank} of {self.size})"
@@ -460,6 +472,10 @@ class Communicator(BufferAPI):
         return Communicator(self._ep, f"{self.id}.{self._next_child()}d", self.group)
 
     Split, Dup, Clone = split, dup, dup
+
+    def Free(self) -> None:
+        """mpi4py's ``Free``: nothing to release (a communicator is an id its members
+        derive alike, and no rank keeps anything for it)."""
 
     def _next_child(self) -> int:
         """The number of the next communicator derived from this one: counted per id by

@@ -54,7 +54,7 @@ class Message:
         got = Status()
         obj = self._take(got)
         if got.source != PROC_NULL:
-            got.count = deliver(obj, message(buf, writable=True), "Recv")
+            got.count = deliver(obj, message(buf, writable=True, derived=True), "Recv")
         if status is not None:
             status._fill(got)
 

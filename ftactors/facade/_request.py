@@ -2,8 +2,9 @@
 
 A ``Request`` is *active* (true) from the moment the operation starts until a ``wait``,
 a ``test`` that finds it done, or one of the array calls (``waitany``, ``testsome``, ...)
-completes it; then it is false, like mpi4py's request becoming ``REQUEST_NULL``. ``Request()``
-is a null request: false, and complete with an empty status. Unlike mpi4py, waiting on or
+completes it; then it is false and equal to ``REQUEST_NULL``, as mpi4py's request
+becomes ``REQUEST_NULL``. ``Request()`` (and ``REQUEST_NULL``) is a null request: false,
+and complete with an empty status, which the array calls take as MPI does. Unlike mpi4py, waiting on or
 testing a request again after it completed gives its value again (not None).
 
 Nothing here yields to the event loop except the ``wait*`` coroutines: ``test*`` look and
@@ -145,6 +146,17 @@ class Request:
 
     def __bool__(self) -> bool:
         return self._active
+
+    def __eq__(self, other) -> bool:
+        """As mpi4py compares handles: a request equals itself, and every null request
+        (false: completed, freed, or ``REQUEST_NULL``) equals every other one."""
+        if self is other:
+            return True
+        if not isinstance(other, Request):
+            return NotImplemented
+        return not self and not other
+
+    __hash__ = object.__hash__  # identity: a request may key a dict while it is active
 
     def _ready(self) -> bool:
         return not self._active or self._future is None or self._future.done()
@@ -520,3 +532,10 @@ async def _named(requests, waiting, every: bool = False) -> None:
         await waiting
     finally:
         ep.wait_end(token)
+
+
+REQUEST_NULL = Request()
+"""mpi4py's ``MPI.REQUEST_NULL``: the null request. Waiting on it or testing it completes
+at once with an empty status; ``waitall``/``testall`` take it as complete, ``waitany``/
+``testany``/``waitsome``/``testsome`` skip it (all null: ``UNDEFINED``/None). A request
+that completes compares equal to it."""

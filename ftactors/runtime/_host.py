@@ -28,6 +28,7 @@ from ..base._errors import ProtocolError
 from ..base._events import CHECKPOINT_KINDS
 from ._identity import RunIdentity
 from ._protocol import protocol_classes
+from ._stale_locals import unset_after_restore
 from ._unsaved_state import UnsavedStateWatch
 from ._trace import TraceBuffer
 
@@ -121,6 +122,15 @@ class RankHost:
                 self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
             self._ready.set_result(None)
             while True:
+                if self._parked is not None:
+                    # paused: wait for the restore (a pause that came while the last one
+                    # was installed holds too: main() must not run that restore's state
+                    # while the round that paused it gives every rank another)
+                    ep.rank_task = asyncio.current_task()
+                    handle, epoch = await self._parked
+                    self._parked = None
+                    await self._install(handle, epoch)
+                    continue
                 self._main = ep.rank_task = asyncio.ensure_future(obj.main(*args, **kwargs))
                 try:
                     value = await self._main
@@ -132,10 +142,6 @@ class RankHost:
                             raise
                         # main() itself raised it: an application error like any other
                         raise RuntimeError("main() raised asyncio.CancelledError") from exc
-                    ep.rank_task = asyncio.current_task()
-                    handle, epoch = await self._parked
-                    self._parked = None
-                    await self._install(handle, epoch)
                     continue
                 break
             ep.rank_task = asyncio.current_task()
@@ -146,7 +152,8 @@ class RankHost:
         except Killed:
             raise
         except Exception as exc:  # an application (or protocol) error: report, don't crash
-            return self._error(f"{type(exc).__name__}: {exc}", exc)
+            return self._error(unset_after_restore(exc, ep.resumed_at)
+                               or f"{type(exc).__name__}: {exc}", exc)
         unpicklable = _unpicklable(value)
         if unpicklable is not None:
             return self._error(f"{type(unpicklable).__name__}: main() returned a "

@@ -23,7 +23,11 @@ kept in the result:
   failure will do instead;
 * a loop that changes state no checkpoint holds (a random generator, a module variable,
   a class attribute): a rank reports it between its second and third safe points
-  (``_unsaved_state``), the driver warns then.
+  (``_unsaved_state``), the driver warns then;
+* a restore that could not write a registered value into the program's own object
+  while a local still holds it (``self.register("n", n)`` with a number, then the loop
+  goes on with ``n``): the rank reports it at its resumed loop (``_stale_locals``), the
+  driver warns then (``StaleLocalWarning``).
 """
 from __future__ import annotations
 
@@ -32,9 +36,11 @@ from typing import Any
 
 from ..base._events import Event
 from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
-                              NothingRegisteredWarning, UnsavedStateWarning, warn)
+                              NothingRegisteredWarning, StaleLocalWarning,
+                              UnsavedStateWarning, warn)
 from ._chaos import Kill
 from ._protocol import protocol_classes
+from ._stale_locals import stale_key, stale_text
 
 
 def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
@@ -64,6 +70,13 @@ def on_report(event: Event, earlier: list[Event]) -> None:
              f"(self.register('name', value), then use self.name; for random numbers one "
              f"generator, rng = self.register('rng', np.random.default_rng(seed)), drawn "
              f"from as self.rng)")
+    if event.kind == "restored_not_in_place":  # once per run for the same local
+        told = {stale_key(item) for e in earlier if e.kind == event.kind
+                for item in e.detail["stale"]}
+        for item in event.detail["stale"]:
+            if stale_key(item) not in told:
+                warn(StaleLocalWarning, stale_text([event.rank], event.detail["position"],
+                                                   item))
     if event.kind == "restored_unregistered":
         loop, iteration = event.detail["position"]
         warn(NothingRegisteredWarning,

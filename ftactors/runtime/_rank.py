@@ -21,6 +21,7 @@ import sys
 from typing import Any, ClassVar
 
 from ._protocol import Protocol
+from ._stale_locals import call_site, unfilled_report
 
 
 class Rank(Protocol):
@@ -35,6 +36,7 @@ class Rank(Protocol):
 
     _ft_rank_class: ClassVar[bool] = True
     _ft_unsaved_watch = None  # a first life's ``_unsaved_state.UnsavedStateWatch``, if any
+    _ft_register_sites: dict | None = None  # after a restore: name -> the local register got
 
     rank: int
     size: int
@@ -45,16 +47,25 @@ class Rank(Protocol):
     def register(self, name: str, initial: Any = None) -> Any:
         """Declare ``self.<name>`` part of the state that survives failures.
 
-        Sets ``self.<name>`` to the checkpoint's value when ``main()`` is re-entered after
-        a restore and has not reached its resumed loop yet (that loop sets it back to the
-        checkpoint's value again, whatever the code before it did), else to ``initial``,
-        and returns it. Rebinding ``self.<name>`` later is fine: snapshots read the
-        attribute.
+        Returns ``initial`` itself and sets ``self.<name>`` to it, except when
+        ``main()`` is re-entered after a restore and has not reached its resumed loop
+        yet: then the checkpoint's value is written into ``initial`` in place (arrays,
+        views of arrays, lists, dicts, sets, deques, bytearrays, ``array.array``), so a
+        local bound to it, its views and requests made on it see the checkpoint's state;
+        where ``initial`` cannot take it (a number, a tuple, an array of another shape
+        or dtype) the checkpoint's value is returned instead and the run warns, naming
+        the locals that still hold ``initial`` (``StaleLocalWarning``). The resumed loop
+        sets it back to the checkpoint's value again, whatever the code before it did.
+        Rebinding ``self.<name>`` later is fine: snapshots read the attribute.
         """
         if not name.isidentifier():
             raise ValueError(f"register() needs an attribute name, got {name!r}")
         value = self.ft.register(name, initial)
         setattr(self, name, value)
+        if value is not initial:  # a restore that could not write into ``initial``
+            if self._ft_register_sites is None:
+                self._ft_register_sites = {}
+            self._ft_register_sites[name] = call_site(sys._getframe(1))
         return value
 
     def iterations(self, n: int) -> "SafePoints":
@@ -85,7 +96,15 @@ class SafePoints:
         self._i = 0
 
     def __aiter__(self):
-        self._i = self._rank.ft.enter_loop(self._n)
+        ft = self._rank.ft
+        self._i = ft.enter_loop(self._n)
+        if ft.unfilled:  # a restore that could not write into the program's objects
+            sites, self._rank._ft_register_sites = self._rank._ft_register_sites or {}, None
+            stale = unfilled_report(ft.unfilled, sites, sys._getframe(1))
+            ft.unfilled = {}
+            if stale:
+                ft.report("restored_not_in_place", stale=stale,
+                          position=ft.resumed_at)
         return self
 
     async def __anext__(self) -> int:

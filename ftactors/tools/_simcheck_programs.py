@@ -38,6 +38,7 @@ import sys
 
 from ..runtime._program_code import code_objects, wildcard_receives
 from ..runtime._rank import Rank
+from ..runtime._stale_locals import stale_key, stale_text
 from ..runtime._unsaved_state import digest as state_digest
 
 FRAMEWORK_ATTRS = frozenset(vars(Rank).get("__annotations__", {})) | {"comm", "ft",
@@ -190,8 +191,19 @@ def program_causes(cls: type, reference, wildcards: bool = True) -> list[str]:
 
 
 def run_causes(events, reference, other) -> list[str]:
-    """The likely causes one failed run's own timeline shows, one line each."""
-    return [f"rank {rank}, restored at iteration {it}: the code before the loop computed "
-            f"{', '.join(names)} differently than in the failure-free run (it depends on "
-            f"state the restore changed; compute it from the arguments, or register it)"
-            for rank, it, names in preloop_differences(events, reference, other)]
+    """The likely causes one failed run's own timeline shows, one line each: locals a
+    restore could not set (``restored_not_in_place``, as ``StaleLocalWarning`` says
+    it), and values the code before the loop computed differently."""
+    stale: dict[tuple, tuple] = {}  # one line per local, naming every rank
+    for e in events:
+        if e.kind == "restored_not_in_place":
+            for item in e.detail["stale"]:
+                ranks, _, _ = stale.setdefault(stale_key(item),
+                                               ([], e.detail["position"], item))
+                ranks.append(e.rank)
+    return [stale_text(sorted(set(ranks)), position, item)
+            for ranks, position, item in stale.values()] + [
+        f"rank {rank}, restored at iteration {it}: the code before the loop computed "
+        f"{', '.join(names)} differently than in the failure-free run (it depends on "
+        f"state the restore changed; compute it from the arguments, or register it)"
+        for rank, it, names in preloop_differences(events, reference, other)]

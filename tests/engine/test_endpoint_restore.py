@@ -11,13 +11,15 @@ before the loop did to the values ``register`` handed it (rebound, or changed in
 does not reach the loop, and the objects it handed out stay the ones the loop works on
 (a program may hold them in locals, as in its first life). End to end, with every
 protocol: tests/protocols/test_code_before_loop.py."""
+import array
 import asyncio
+import collections
 
 import numpy as np
 import pytest
 
 from ftactors.engine._endpoint import Endpoint, Link
-from ftactors.engine._reentry import put_back
+from ftactors.engine._reentry import put_back, why_not_in_place
 from ftactors.engine._envelope import APP, CTRL, Envelope
 from ftactors.engine._payload import pack, unpack
 
@@ -92,14 +94,20 @@ def saved_at_iteration_3(how: str):
     return ep.snapshot() if how == "snapshot" else ep.transfer()
 
 
+def restored_at_iteration_3(how: str):
+    """``(owner, endpoint)`` of a new incarnation restored from ``saved_at_iteration_3``
+    (inside a running loop: the endpoint is opened)."""
+    owner = Owner()
+    ep = Endpoint(0, 1, NullLink(), owner)
+    ep.restore(ep.load(saved_at_iteration_3(how)), 1)
+    ep.open()
+    return owner, ep
+
+
 @pytest.mark.parametrize("how", ["snapshot", "transfer"])
 def test_the_resumed_loop_starts_from_the_checkpoint_whatever_came_before(how):
     async def body():
-        saved = saved_at_iteration_3(how)
-        owner = Owner()
-        ep = Endpoint(0, 1, NullLink(), owner)
-        ep.restore(ep.load(saved), 1)
-        ep.open()
+        owner, ep = restored_at_iteration_3(how)
         assert ep.restored
         # what Rank.register does; the program keeps what it returned, as locals
         u = owner.u = ep.register("u", None)
@@ -142,3 +150,53 @@ def test_put_back_copies_into_what_is_held_where_the_structure_allows():
     other = np.ones(2)
     assert put_back(frozen, other) is other             # read-only, or another shape
     assert put_back(np.zeros(3), other) is other
+
+
+@pytest.mark.parametrize("how", ["snapshot", "transfer"])
+def test_register_writes_the_checkpoint_into_the_object_it_is_given(how):
+    """A port keeps the object it registered (``u = ...; self.register("u", u)``): the
+    restore writes the checkpoint's value into it, and the resumed loop again, so the
+    program's local is the attribute; a number cannot take it (``unfilled`` says why)."""
+    async def body():
+        owner, ep = restored_at_iteration_3(how)
+        u, hist = np.zeros(8), []
+        view = u[2:5]
+        assert ep.register("u", u) is u and ep.register("hist", hist) is hist
+        assert np.array_equal(view, [2, 3, 4]) and len(hist) == 2
+        assert ep.register("n", 0) == 4                 # the checkpoint's number
+        u[:] = -1.0                                     # the code before the loop
+        hist.clear()
+        assert ep.enter_loop(10) == 3
+        assert np.array_equal(u, np.arange(8.0)) and np.array_equal(view, [2, 3, 4])
+        assert np.array_equal(hist[1], np.zeros(3))
+        assert list(ep.unfilled) == ["n"] and ep.unfilled["n"] == (
+            "an int cannot be changed in place", 0)
+    asyncio.run(body())
+
+
+def test_put_back_writes_every_mutable_kind_in_place():
+    a = np.asfortranarray(np.zeros((2, 3)))
+    assert put_back(a, np.arange(6.0).reshape(2, 3)) is a
+    assert a.flags.f_contiguous and a[1, 2] == 5
+    base = np.zeros(6)
+    assert put_back(base[1:4], np.ones(3)) is not None and base.tolist() == [0, 1, 1, 1, 0, 0]
+    s, b, arr = {1, 2}, bytearray(b"xy"), array.array("d", [1.0])
+    assert put_back(s, {3}) is s and s == {3}
+    assert put_back(b, bytearray(b"abc")) is b and b == b"abc"
+    assert put_back(arr, array.array("d", [4.0, 5.0])) is arr and arr.tolist() == [4, 5]
+    q = collections.deque([1], maxlen=2)
+    assert put_back(q, collections.deque([7, 8], maxlen=2)) is q and list(q) == [7, 8]
+    assert put_back(3.5, 3.5) == 3.5 and put_back(float("nan"), float("nan")) != 1
+
+
+@pytest.mark.parametrize("mine, saved, why", [
+    (np.zeros(2), np.zeros(3), "has shape (3,) and yours (2,)"),
+    (np.zeros(2), np.zeros(2, dtype=np.int32), "is of int32 and yours of float64"),
+    (array.array("i"), array.array("d"), "of type 'd' and yours 'i'"),
+    (collections.deque(maxlen=2), collections.deque(maxlen=3), "maxlen 3 and yours 2"),
+    ((1, 2), (1, 3), "a tuple cannot be changed in place"),
+    (5, 6, "an int cannot be changed in place"),
+    ([1], (1,), "holds a tuple there, and yours is a list")])
+def test_what_cannot_be_written_in_place_is_said(mine, saved, why):
+    assert put_back(mine, saved) is not mine
+    assert why in why_not_in_place(mine, saved)

@@ -228,6 +228,27 @@ def test_stable_store_checkpoint_sets_restart_a_lost_job(tmp_path):
     assert [e.detail["position"] for e in r.events_of("restored")] == [(0, 9)] * 4
 
 
+def test_a_recovery_with_no_survivor_restarts_from_the_start_of_the_run(tmp_path):
+    """Rank 0 dies and its partner as the recovery starts: no rank is left to tell
+    which rounds were backed up, and the two spares are not started, so nothing can be
+    asked of them (an AttributeError escaped from ft_rpc_standby_share before, issue
+    40): every rank restarts from the coordinator's blank, which for a job resumed with
+    restart_from is the set it resumed from, not the program's top."""
+    store = str(tmp_path / "ckpts")
+    kills = [ft.Kill(0, iteration=11), ft.Kill(1, recovery_round=0, recovery_phase="start")]
+    r = ft.run(FTHeat, ranks=2, spares=2, transport="sim", kwargs={"iterations": 20},
+               chaos=ft.Chaos(kill=kills))
+    assert_same(r.results, reference(n=2))
+    assert [e.detail["position"] for e in r.events_of("recovery_line")] == [None]
+    with pytest.raises(ft.RankFailed):  # no spare: the job is lost at iteration 13
+        ft.run(FTHeat, ranks=2, transport="local", kwargs={"iterations": 20},
+               stable_store=store, chaos=ft.Chaos(kill=[(1, 13)]))
+    r = ft.run(FTHeat, ranks=2, spares=2, transport="sim", kwargs={"iterations": 20},
+               restart_from=store, chaos=ft.Chaos(kill=kills))
+    assert_same(r.results, reference(n=2))
+    assert [e.detail["position"] for e in r.events_of("restored")][-2:] == [(0, 9)] * 2
+
+
 def test_restart_from_rejects_wrong_rank_count_and_empty_store(tmp_path):
     store = str(tmp_path / "ckpts")
     r = ft.run(FTHeat, ranks=4, transport="local", kwargs={"iterations": 5}, stable_store=store)

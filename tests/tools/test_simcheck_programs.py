@@ -68,6 +68,17 @@ def test_a_rebound_local_that_register_returned_is_named():
                           for o in failed)
 
 
+def test_a_local_a_restore_could_not_set_is_named():
+    """``total = 0.0; self.register("total", total)`` then the loop goes on with
+    ``total``: a restore cannot write into a float, and the failed runs name the local
+    (issue 40: they failed with no cause named)."""
+    program = resolve("tests.programs.register_idiom:Immutables")
+    failed = _failed(sim_check("standby", 4, 0, program=program, ranks=3))
+    for o in failed:
+        assert any("self.total" in c and "the local 'total' still holds" in c
+                   for c in o.causes), o.causes
+
+
 def test_a_local_changed_in_place_is_named_and_a_recomputed_one_is_not():
     failed = _failed(sim_check("ready-flush", 4, 0, program=resolve(f"{HERE}:Cached"),
                                ranks=3))

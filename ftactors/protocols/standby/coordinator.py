@@ -42,10 +42,13 @@ class StandbyRecovery(LowerLevel):
         await c.rewire()
         c.events.record("repaired", failed=sorted(failed))
         await c.phase("repaired")
-        sources = [partner(rank, c.n) if rank in failed else rank for rank in range(c.n)]
-        handles = await asyncio.gather(
-            *(c.call(src, StandbyReplacement.ft_rpc_standby_share, rank, round_id)
-              for rank, src in enumerate(sources)))
+        if round_id is INITIAL:  # no rank's copy is needed, and every rank may be new
+            handles = [c.blank(rank) for rank in range(c.n)]
+        else:
+            sources = [partner(rank, c.n) if rank in failed else rank for rank in range(c.n)]
+            handles = await asyncio.gather(
+                *(c.call(src, StandbyReplacement.ft_rpc_standby_share, rank, round_id)
+                  for rank, src in enumerate(sources)))
 
         def restore(rank):
             return c.restore_spec(handles[rank], line=None if round_id is INITIAL else round_id)

@@ -89,7 +89,7 @@ from ftactors.base._storage import open_store
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
 from ..shared.level_plan import PlannedLevel
-from .machine import (INITIAL, Input, StandbyMachine, State, next_backup, part_holder,
+from .machine import (Input, StandbyMachine, State, next_backup, part_holder,
                       partner)
 from .options import OPTIONS, standby_settings
 
@@ -313,10 +313,9 @@ class StandbyReplacement(PlannedLevel):
         return {"own": sorted(st.own), "held": {r: sorted(v) for r, v in st.held.items()}}
 
     def ft_rpc_standby_share(self, rank: int, round_id) -> Any:
-        """A handle to the snapshot of ``rank`` for ``round_id`` (own or held copy)."""
+        """A handle to the snapshot of ``rank`` for backup round ``round_id`` (own or held
+        copy; the start of the run is the coordinator's ``blank``)."""
         st, ft = self._standby, self.ft
-        if round_id is INITIAL:
-            return ft.link.share(ft.blank_snapshot(rank))
         blob = st.own[round_id] if rank == self.rank else st.held[rank][round_id]
         return ft.link.share(blob)
 

@@ -1,6 +1,5 @@
 """mpi4py's test/test_cco_buf.py for numpy arrays, translated (see the package docstring for
-the rules). Derived datatypes (``Create_indexed_block``) are not in the facade:
-``testBcastTypeIndexed`` is skipped."""
+the rules)."""
 from functools import reduce
 from itertools import product as it_product
 from operator import mul
@@ -296,7 +295,41 @@ class CCOBuf(Case):
                             self.assertEqual(value, i)
 
     async def testBcastTypeIndexed(self):
-        self.skipTest("derived datatypes (Create_indexed_block) are not in the facade")
+        size = self.COMM.Get_size()
+        rank = self.COMM.Get_rank()
+        for array, typecode in arrayimpl.loop():
+            datatype = array.TypeMap[typecode]
+            for root in range(size):
+                #
+                if rank == root:
+                    buf = array(range(10), typecode).as_raw()
+                else:
+                    buf = array(-1, typecode, 10).as_raw()
+                indices = list(range(0, len(buf), 2))
+                newtype = datatype.Create_indexed_block(1, indices)
+                newtype.Commit()
+                newbuf = (buf, 1, newtype)
+                await self.COMM.Bcast(newbuf, root=root)
+                newtype.Free()
+                if rank != root:
+                    for i, value in enumerate(buf):
+                        check = arrayimpl.scalar(-1 if (i % 2) else i)
+                        self.assertEqual(value, check)
+                #
+                if rank == root:
+                    buf = array(range(10), typecode).as_raw()
+                else:
+                    buf = array(-1, typecode, 10).as_raw()
+                indices = list(range(1, len(buf), 2))
+                newtype = datatype.Create_indexed_block(1, indices)
+                newtype.Commit()
+                newbuf = (buf, 1, newtype)
+                await self.COMM.Bcast(newbuf, root)
+                newtype.Free()
+                if rank != root:
+                    for i, value in enumerate(buf):
+                        check = arrayimpl.scalar(-1 if not (i % 2) else i)
+                        self.assertEqual(value, check)
 
 
 class CCOBufInplace(Case):
