@@ -41,7 +41,7 @@ def test_a_file_and_a_module_reference_resolve_to_the_class():
 
 @pytest.mark.parametrize("ref, kw, message", [
     ("no/such/file.py:X", {}, "no file 'no/such/file.py'"),
-    (f"{HERE}:Nope", {}, "has no 'Nope' (its ft.Rank classes: Arrival, Cached, Counter, Grid2D, HeatRing, IssendRing, MethodVerify"),
+    (f"{HERE}:Nope", {}, "has no 'Nope' (its ft.Rank classes: Arrival, Cached, Counter, CountsItsSteps, Grid2D, HeatRing, IssendRing, MethodVerify"),
     (f"{HERE}:not_a_rank", {}, "'not_a_rank' is not an ft.Rank subclass"),
     ("no_such_package.mod:X", {}, "no module 'no_such_package.mod'"),
     ("cgx", {}, "unknown app 'cgx': one of cg, hpl, stencil, coupled, or a program as"),
