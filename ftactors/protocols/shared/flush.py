@@ -28,7 +28,10 @@ in use. The root does O(n) work per round, once; no participant does O(n) work.
 
 A marker may carry a small value (for example rank 0's decision on when to take the next
 backup) so that one exchange also makes the participants agree: the root hands every
-participant the values of all of them (``wait`` returns them).
+participant the values of all of them (``wait`` returns them). A participant may also
+tell the root where its part of the round resumes (``at``, a safe-point position: ranks
+that join a round out of step take their parts at different places); the root hands
+every participant the furthest of them, the round's *recovery line* (``last_line``).
 
 The rules are a machine, ``FlushRounds`` (one rank's side of every round: events in, the
 control messages to send out, no I/O), stepped by ``tests/protocols/test_flush_machine.py``
@@ -74,11 +77,17 @@ class _Round:
     markers: dict = field(default_factory=dict)   # peer -> its marker's value
     expected: int | None = None                    # markers to wait for (from the root)
     values: dict | None = None                     # every participant's value (from the root)
+    line: tuple | None = None                      # the furthest part's position (from the root)
     members: Sequence[int] | None = None           # this rank's start: whom the round joins
     # the root's side: participants heard from, markers per destination, their values
     heard: int = 0
     counts: dict = field(default_factory=dict)
     given: dict = field(default_factory=dict)
+    furthest: tuple | None = None
+
+
+def _furthest(a, b):
+    return b if a is None or (b is not None and tuple(b) > tuple(a)) else a
 
 
 class FlushRounds:
@@ -98,11 +107,12 @@ class FlushRounds:
         return r
 
     def start(self, round_id: Hashable, members: Sequence[int], sent_to: Iterable[int],
-              data: Any = None, also: Iterable[int] = ()) -> list[Send]:
+              data: Any = None, also: Iterable[int] = (), at: tuple | None = None
+              ) -> list[Send]:
         """Join round ``round_id`` of ``members`` (sorted, this rank among them; a
         ``range`` for every rank: never walked); ``sent_to``: the ranks this one ever sent
         an application message to. Its marker goes to those among the members and to
-        ``also``; the list of them to the root."""
+        ``also``; the list of them, and ``at`` (where its part resumes), to the root."""
         me, root = self.me, members[0]
         out = sorted(set(sent_to).union(also).difference((me,)))
         out = [p for p in out if p in members]
@@ -110,8 +120,8 @@ class FlushRounds:
         r = self._round(round_id)
         r.members = members
         if me == root:
-            return effects + self._count(round_id, out, data, me)
-        return effects + [Send((root,), "flush_count", (round_id, out, data))]
+            return effects + self._count(round_id, out, data, me, at)
+        return effects + [Send((root,), "flush_count", (round_id, out, data, at))]
 
     def take(self, src: int, op: str, data, received: int) -> list[Send]:
         """Flush message ``op`` (in ``OPS``) from ``src``; ``received``: how many
@@ -123,20 +133,22 @@ class FlushRounds:
             r.cuts[src] = received
             return []
         if op == "flush_count":
-            round_id, out, value = data
-            return self._count(round_id, out, value, src)
+            round_id, out, value, at = data
+            return self._count(round_id, out, value, src, at)
         if op == "flush_go":
-            round_id, expected, values = data
+            round_id, expected, values, line = data
             r = self._round(round_id)
-            r.expected, r.values = expected, values
+            r.expected, r.values, r.line = expected, values, line
             return []
         raise ProtocolError(f"unknown flush message {op!r} from rank {src}")
 
-    def _count(self, round_id, out: list[int], value, src: int) -> list[Send]:
-        """The root: ``src`` sent its markers to ``out``; once every participant has
-        said so, tell each how many markers to wait for."""
+    def _count(self, round_id, out: list[int], value, src: int, at=None) -> list[Send]:
+        """The root: ``src`` sent its markers to ``out`` (its part resumes ``at``); once
+        every participant has said so, tell each how many markers to wait for, the
+        values and the round's line."""
         r = self._round(round_id)
         r.heard += 1
+        r.furthest = _furthest(r.furthest, at)
         for p in out:
             r.counts[p] = r.counts.get(p, 0) + 1
         if value is not None:
@@ -146,18 +158,19 @@ class FlushRounds:
         effects = []
         for p in r.members:
             if p == self.me:
-                r.expected, r.values = r.counts.get(p, 0), r.given
+                r.expected, r.values, r.line = r.counts.get(p, 0), r.given, r.furthest
             else:
-                effects.append(Send((p,), "flush_go", (round_id, r.counts.get(p, 0), r.given)))
+                effects.append(Send((p,), "flush_go",
+                                    (round_id, r.counts.get(p, 0), r.given, r.furthest)))
         return effects
 
     def complete(self, round_id: Hashable, received_from: Iterable[int]
-                 ) -> tuple[dict, dict[int, int]] | None:
+                 ) -> tuple[dict, dict[int, int], tuple | None] | None:
         """Whether every marker of ``round_id`` to this rank arrived: None, or the
-        participants' values (not None, by rank) and the cut, each member's receive count
+        participants' values (not None, by rank), the cut, each member's receive count
         at its marker (``received_from``: the ranks this one received anything from; a
-        member that sent no marker had sent nothing before its snapshot: cut at 0). The
-        round is over then."""
+        member that sent no marker had sent nothing before its snapshot: cut at 0), and
+        the round's line (the furthest ``at``). The round is over then."""
         r = self.rounds.get(round_id)
         if r is None or r.members is None:
             raise ProtocolError(f"flush round {round_id!r} waited for before it was started")
@@ -167,7 +180,7 @@ class FlushRounds:
         # the channel to self is never in transit: nothing of it is cut
         cut = {p: 0 for p in received_from if p != self.me and p in r.members}
         cut.update(r.cuts)
-        return r.values, cut
+        return r.values, cut, r.line
 
     def markers_from(self, round_id: Hashable, peers: Iterable[int]) -> dict | None:
         """The markers of ``round_id`` once ``peers`` all sent theirs (a migration's,
@@ -186,6 +199,7 @@ class Flush:
         self.rounds: FlushRounds | None = None  # made at the first start (the rank known)
         self._arrived = asyncio.Event()
         self.last_cut: dict[int, int] = {}  # of the round ``wait`` returned last
+        self.last_line: tuple | None = None  # its line (the furthest part's position)
 
     def _machine(self, ft) -> FlushRounds:
         if self.rounds is None:
@@ -201,10 +215,11 @@ class Flush:
         self._arrived.set()
 
     def start(self, ft, protocol: str, round_id: Hashable, members: Sequence[int],
-              data: Any = None, also: Iterable[int] = ()) -> None:
+              data: Any = None, also: Iterable[int] = (), at: tuple | None = None) -> None:
         """Join round ``round_id`` (``FlushRounds.start``)."""
         sent_to = [p for p, _ in ft.sent.nonzero()]
-        self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data, also))
+        self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data,
+                                                         also, at))
 
     def take(self, ft, env, op: str, data) -> None:
         """A control message of this flush (``op`` in ``OPS``) from ``env.src``."""
@@ -223,7 +238,7 @@ class Flush:
         while (done := machine.complete(round_id, (p for p, _ in ft.received.nonzero()))) is None:
             self._arrived.clear()
             await self._arrived.wait()
-        values, self.last_cut = done
+        values, self.last_cut, self.last_line = done
         return values
 
     async def wait_markers(self, ft, round_id: Hashable, peers: Iterable[int]) -> dict[int, Any]:
