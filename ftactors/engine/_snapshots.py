@@ -48,6 +48,7 @@ class Snapshots:
         self._base: dict | None = None  # the last safe point's state (keep_base)
         self._posted_at_base: list = []  # receives pending at the base's safe point
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
+        self.restored_line: tuple | None = None  # its recovery line (parts may be behind it)
         self.restore_notes: dict = {}  # what the recovery policy sent with that restore
         self._start_protocols: bytes | None = None  # what a blank snapshot restores (started)
 

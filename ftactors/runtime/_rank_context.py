@@ -57,6 +57,8 @@ class RankContext(Protocol):
     """The world sources of the receives and probes waiting now (``on_blocked``)."""
     restored_from: Any
     """The blob this rank was restored from (a protocol may drop it once not needed)."""
+    restored_line: Any
+    """The recovery line of the last restore (None: none given, or the start)."""
     restore_notes: dict
     """What the recovery policy sent with this rank's restore, by protocol name."""
 
