@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
 from ftactors.engine._constants import ANY_SOURCE
+from ftactors.runtime._protocol import MOVED
 
 from .level_plan import PlannedLevel
 
@@ -74,7 +75,8 @@ class Joins:
     """One rank's side of joining the rounds of every level of its stack: which rounds
     it has not joined, which messages it holds, and when it must join at once."""
 
-    def __init__(self):
+    def __init__(self, me: int):
+        self.me = me
         self.levels: dict[str, _Level] = {}
         self.joined: dict[tuple, Part] = {}   # (level, round) -> part, not sealed yet
         self.held: list[Hold] = []            # in arrival order
@@ -123,6 +125,8 @@ class Joins:
         returns whether it is held (sent after a marker of a round not joined here, or
         behind a held message from the same sender)."""
         src = env.src
+        if src == self.me:  # a message to self is never in transit: no cut divides it
+            return False
         if not (self.joined or self.held or any(self._rounds(n) for n in self.levels)):
             return False
         for (name, rid), part in self.joined.items():
@@ -186,7 +190,7 @@ class JoinsRounds(PlannedLevel):
     def _joins_machine(self) -> Joins:
         joins = self.__dict__.get("_joins")
         if joins is None:
-            joins = self._joins = Joins()
+            joins = self._joins = Joins(self.rank)
             self._joining, self._round_flushes = None, {}
         return joins
 
@@ -207,6 +211,12 @@ class JoinsRounds(PlannedLevel):
         """This rank joins round ``rid`` of level ``name`` now, before its state is taken:
         the level's bookkeeping; returns its marker's data."""
         return None
+
+    def round_agreed(self, name: str, rid, values: dict, protocols: dict) -> None:
+        """Every marker of level ``name``'s round ``rid`` is in: ``values`` are the
+        markers' data (a decision rank 0's marker carried); the level takes it, and puts
+        it into ``protocols``, its part's protocol state (taken when it joined, before it
+        was known), so a rank restored from the part goes on as the others do."""
 
     async def round_sealed(self, name: str, rid, part: Part, blob: bytes, values: dict,
                            line) -> None:
@@ -248,6 +258,7 @@ class JoinsRounds(PlannedLevel):
         values = await flush.wait(self.ft, rid)
         line = flush.last_line
         part = self._joins_machine().sealed(name, rid)
+        self.round_agreed(name, rid, values, part.protocols)
         blob = self.ft.seal_state(part.state, part.protocols, part.late)
         await self.round_sealed(name, rid, part, blob, values, line)
 
@@ -309,6 +320,22 @@ class JoinsRounds(PlannedLevel):
         self.join_all_now()
         await super().on_finish()
 
+    def moving_state(self) -> dict:
+        """A migration carries the messages held and the parts not sealed yet (the
+        mover's rounds under way go on in its new process)."""
+        joins = self._joins_machine()
+        return {**super().moving_state(), "joins": (list(joins.held), dict(joins.joined))}
+
+    def restore_protocol_state(self, state: dict) -> None:
+        super().restore_protocol_state(state)
+        self._moved_joins = state.get(MOVED, {}).get("joins")
+
     async def on_restored(self) -> None:
-        self._joins_machine().reset()
+        joins = self._joins_machine()
+        joins.reset()
+        moved, self._moved_joins = self.__dict__.get("_moved_joins"), None
+        if moved is not None:  # the same execution in a new process
+            joins.held, joins.joined = list(moved[0]), dict(moved[1])
+            for name, rid in joins.joined:
+                self.ft_spawn(self._seal_round(name, rid))
         await super().on_restored()

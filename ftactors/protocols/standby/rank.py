@@ -236,6 +236,12 @@ class StandbyReplacement(JoinsRounds):
                                      seconds, st.pacer)
         return st.next_backup
 
+    def round_agreed(self, name: str, round_id, values: dict, protocols: dict) -> None:
+        if name != NAME:
+            return super().round_agreed(name, round_id, values, protocols)
+        if 0 in values:
+            self._standby.next_backup = protocols[NAME]["next_backup"] = values[0]
+
     async def round_sealed(self, name: str, round_id, part: Part, blob: bytes, values: dict,
                            line) -> None:
         """Every marker is in: keep this rank's part of ``round_id`` and send a copy to
@@ -245,8 +251,6 @@ class StandbyReplacement(JoinsRounds):
         st, ft = self._standby, self.ft
         flushed_at = ft.link.clock()
         t_flushed = time.perf_counter()
-        if self.rank != 0 and 0 in values:
-            st.next_backup = values[0]
         if self.rank == 0 and st.unsealed is not None:
             # every rank wrote its part of the previous round before sending this marker
             await self._seal_stable(st.unsealed)
@@ -283,7 +287,8 @@ class StandbyReplacement(JoinsRounds):
         st = self._standby
         await asyncio.to_thread(seal_set, st.stable, self.run_identity,
                                 position_index(round_id), self.size,
-                                {"position": round_id, "protocol": NAME})
+                                {"position": round_id, "protocol": NAME,
+                                 "line": st.lines.get(round_id) or round_id})
         st.unsealed = None
         self.ft.events.record("stable_checkpoint", position=round_id)
 
