@@ -191,7 +191,7 @@ class JoinsRounds(PlannedLevel):
         joins = self.__dict__.get("_joins")
         if joins is None:
             joins = self._joins = Joins(self.rank)
-            self._joining, self._round_flushes = None, {}
+            self._joining, self._round_flushes, self._sealing = None, {}, {}
         return joins
 
     def add_round_level(self, name: str, flush, is_round=lambda rid: True) -> None:
@@ -251,7 +251,14 @@ class JoinsRounds(PlannedLevel):
         flush.start(ft, name, rid, range(self.size), value, also=range(self.size),
                     at=ft.position)
         self._release_held()
-        return self.ft_spawn(self._seal_round(name, rid))
+        return self._spawn_seal(name, rid)
+
+    def _spawn_seal(self, name: str, rid) -> asyncio.Task:
+        key = (name, rid)
+        task = self._sealing[key] = self.ft_spawn(self._seal_round(name, rid))
+        task.add_done_callback(
+            lambda t: self._sealing.pop(key) if self._sealing.get(key) is t else None)
+        return task
 
     async def _seal_round(self, name: str, rid) -> None:
         flush = self._round_flushes[name]
@@ -333,9 +340,12 @@ class JoinsRounds(PlannedLevel):
     async def on_restored(self) -> None:
         joins = self._joins_machine()
         joins.reset()
+        for task in list(self._sealing.values()):  # a survivor's parts of rounds abandoned
+            task.cancel()
+        self._sealing.clear()
         moved, self._moved_joins = self.__dict__.get("_moved_joins"), None
         if moved is not None:  # the same execution in a new process
             joins.held, joins.joined = list(moved[0]), dict(moved[1])
             for name, rid in joins.joined:
-                self.ft_spawn(self._seal_round(name, rid))
+                self._spawn_seal(name, rid)
         await super().on_restored()
