@@ -58,6 +58,7 @@ class Outbox:
     def _init_outbox(self) -> None:
         self.sent = RankVector(self.size)  # application messages sent to each rank
         self.resends_suppressed = 0
+        self._sent_at_cut = None  # restored from a state taken "now": see ``send_app``
         self._out = OutChannels()
         self._outbox: dict[int, list[Envelope]] = {}
         self._outbox_bytes: dict[int, int] = {}  # per batch: bytes of its counted messages
@@ -82,6 +83,11 @@ class Outbox:
             self.resends_suppressed += 1
             return None
         app_seq = self.sent.bump(dst)
+        if self._sent_at_cut is not None and app_seq < self._sent_at_cut[dst]:
+            # restored from a state taken "now" (``state_now``): the code since its base
+            # sent this before the cut, and the receiver's part of that round has it
+            self.resends_suppressed += 1
+            return None
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
         env = self.owner.on_send(env)
         if env is not None:

@@ -166,6 +166,9 @@ class Snapshots:
             received[src] -= k
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
+        # what the code since the base sent before this moment: a restore does not send
+        # it again (the receivers' parts of the round have it)
+        parts["sent_at_cut"] = RankVector.of(self.sent)
         return parts
 
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:
@@ -268,6 +271,7 @@ class Snapshots:
         """
         replay = list(parts["replay"])
         self._resume_at(parts, replay[:len(parts["prefix_log"])])
+        self._sent_at_cut = parts.get("sent_at_cut")
         self._base = None
         self.epoch = epoch
         self.peer_epochs[self.rank] = epoch  # the channel to self reaches this incarnation

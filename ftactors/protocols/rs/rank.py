@@ -300,6 +300,18 @@ class RSBackup(JoinsRounds):
         st.next_round = st.pacer.next_after(round_id[1], seconds)
         return st.next_round
 
+    def round_also(self, name: str, round_id) -> tuple:
+        """The holders' channels too: the last round's blocks are there once this one
+        is over (no placement yet: no encoding was sent either)."""
+        if name != NAME:
+            return super().round_also(name, round_id)
+        placed = self._rs.placed
+        if not placed.done():
+            return ()
+        placement = placed.result()
+        g, _ = placement.group_of(self.rank)
+        return tuple(placement.holder(g, j) for j in range(placement.m(g)))
+
     def round_agreed(self, name: str, round_id, values: dict, protocols: dict) -> None:
         if name != NAME:
             return super().round_agreed(name, round_id, values, protocols)

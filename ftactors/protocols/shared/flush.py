@@ -46,7 +46,7 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from ftactors.base._errors import ProtocolError
 
-OPS = ("marker", "flush_count", "flush_go")
+OPS = ("marker", "flush_count", "flush_go", "flush_begin")
 """The control operations a protocol hands to ``Flush.take``."""
 
 
@@ -76,6 +76,8 @@ class _Round:
     cuts: dict = field(default_factory=dict)      # peer -> receive count at its marker
     markers: dict = field(default_factory=dict)   # peer -> its marker's value
     expected: int | None = None                    # markers to wait for (from the root)
+    counted: int = 0                               # markers in that count that came
+    marked_to: set = field(default_factory=set)    # this rank's start: whom it marked
     values: dict | None = None                     # every participant's value (from the root)
     line: tuple | None = None                      # the furthest part's position (from the root)
     members: Sequence[int] | None = None           # this rank's start: whom the round joins
@@ -84,6 +86,7 @@ class _Round:
     counts: dict = field(default_factory=dict)
     given: dict = field(default_factory=dict)
     furthest: tuple | None = None
+    announced: bool = False
 
 
 def _furthest(a, b):
@@ -119,22 +122,42 @@ class FlushRounds:
         effects = [Send(tuple(out), "marker", (round_id, data))] if out else []
         r = self._round(round_id)
         r.members = members
+        r.marked_to = set(out)
         if me == root:
-            return effects + self._count(round_id, out, data, me, at)
-        return effects + [Send((root,), "flush_count", (round_id, out, data, at))]
+            return effects + self._count(round_id, out, data, me, at, members)
+        return effects + [Send((root,), "flush_count", (round_id, out, data, at, members))]
+
+    def before_send(self, dst: int) -> list[Send]:
+        """This rank sends an application message to ``dst``: on a channel its start
+        left unmarked (it carried nothing then), a marker of every round it joined that
+        some participant has not joined yet goes first (*lazy*, not in the root's
+        count): ``dst`` tells what was sent after this rank's part by the marker before
+        it, on every channel, without a marker on every channel at every round. Once
+        the root's count is in, every participant has joined: no more are needed."""
+        effects = []
+        for round_id, r in self.rounds.items():
+            if (r.members is not None and r.expected is None and dst != self.me
+                    and dst not in r.marked_to and dst in r.members):
+                r.marked_to.add(dst)
+                effects.append(Send((dst,), "marker", (round_id, None, False)))
+        return effects
 
     def take(self, src: int, op: str, data, received: int) -> list[Send]:
         """Flush message ``op`` (in ``OPS``) from ``src``; ``received``: how many
         application messages from ``src`` this rank has received (a marker's cut)."""
         if op == "marker":
-            round_id, value = data
+            round_id, value, *lazy = data  # a lazy marker is not in the root's count
             r = self._round(round_id)
             r.markers[src] = value
             r.cuts[src] = received
+            r.counted += not lazy
             return []
         if op == "flush_count":
-            round_id, out, value, at = data
-            return self._count(round_id, out, value, src, at)
+            round_id, out, value, at, members = data
+            return self._count(round_id, out, value, src, at, members)
+        if op == "flush_begin":  # the root's word that a round began
+            self._round(data)
+            return []
         if op == "flush_go":
             round_id, expected, values, line = data
             r = self._round(round_id)
@@ -142,20 +165,26 @@ class FlushRounds:
             return []
         raise ProtocolError(f"unknown flush message {op!r} from rank {src}")
 
-    def _count(self, round_id, out: list[int], value, src: int, at=None) -> list[Send]:
-        """The root: ``src`` sent its markers to ``out`` (its part resumes ``at``); once
-        every participant has said so, tell each how many markers to wait for, the
-        values and the round's line."""
+    def _count(self, round_id, out: list[int], value, src: int, at, members) -> list[Send]:
+        """The root: ``src`` sent its markers to ``out`` (its part resumes ``at``); the
+        first time, tell every other member that the round began (``flush_begin``: a
+        member it marked no channel to learns of it so); once every participant has said
+        so, tell each how many markers to wait for, the values and the round's line."""
         r = self._round(round_id)
         r.heard += 1
         r.furthest = _furthest(r.furthest, at)
+        effects = []
+        if not r.announced:
+            r.announced = True
+            others = tuple(p for p in members if p not in (src, self.me))
+            if others:
+                effects.append(Send(others, "flush_begin", round_id))
         for p in out:
             r.counts[p] = r.counts.get(p, 0) + 1
         if value is not None:
             r.given[src] = value
         if r.members is None or r.heard < len(r.members):
-            return []
-        effects = []
+            return effects
         for p in r.members:
             if p == self.me:
                 r.expected, r.values, r.line = r.counts.get(p, 0), r.given, r.furthest
@@ -174,7 +203,7 @@ class FlushRounds:
         r = self.rounds.get(round_id)
         if r is None or r.members is None:
             raise ProtocolError(f"flush round {round_id!r} waited for before it was started")
-        if r.expected is None or len(r.markers) < r.expected:
+        if r.expected is None or r.counted < r.expected:
             return None
         del self.rounds[round_id]
         # the channel to self is never in transit: nothing of it is cut
@@ -220,6 +249,14 @@ class Flush:
         sent_to = [p for p, _ in ft.sent.nonzero()]
         self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data,
                                                          also, at))
+
+    def before_send(self, ft, protocol: str, dst: int) -> None:
+        """An application message to ``dst`` is about to go: lazy markers first
+        (``FlushRounds.before_send``)."""
+        if self.rounds is not None and self.rounds.rounds:
+            effects = self.rounds.before_send(dst)
+            if effects:
+                self._send(ft, protocol, effects)
 
     def take(self, ft, env, op: str, data) -> None:
         """A control message of this flush (``op`` in ``OPS``) from ``env.src``."""

@@ -108,17 +108,19 @@ class Joins:
         """Whether some level has a round to join."""
         return any(self.unjoined(name) for name in self.levels)
 
-    def must_join_now(self, blocked: Iterable[int]) -> bool:
+    def must_join_now(self, blocked: Iterable[int], silent: Callable[[int], bool]) -> bool:
         """Whether this rank must join the rounds under way now rather than at its next
         safe point: it is parked, finished, or blocked on a message that may come only
-        after a round (from a marked rank, or from any source)."""
+        after a round: from a marked rank, from any source, or from a rank ``silent``
+        so far (it sent this rank nothing: its marker, which goes only on channels in
+        use, may never come, and it may wait for the round)."""
         if self.parked or self.finished:
             return True
         blocked = list(blocked)
         if not blocked:
             return False
         marked = self._marked()
-        return any(src == ANY_SOURCE or src in marked for src in blocked)
+        return any(src == ANY_SOURCE or src in marked or silent(src) for src in blocked)
 
     def arrive(self, env) -> bool:
         """An application message from ``env.src``: add it to the parts it is late for;
@@ -223,6 +225,11 @@ class JoinsRounds(PlannedLevel):
         """Level ``name``'s part of ``rid`` is sealed (``blob``); ``values``: the
         markers' data; ``line``: the round's recovery line (its furthest part)."""
 
+    def round_also(self, name: str, rid) -> tuple:
+        """Ranks level ``name``'s markers of ``rid`` go to beyond the channels in use
+        (where control messages of its own must have arrived by the round's end)."""
+        return ()
+
     def rounds_to_begin_now(self, name: str) -> list:
         """Rounds level ``name`` wants begun by a rank that joins at once (ready_flush:
         the positions the coordinator placed)."""
@@ -247,8 +254,9 @@ class JoinsRounds(PlannedLevel):
             self._joining = None
         part = Part(state, protocols, ft.position, ft.link.clock(), list(late))
         joins.join(name, rid, part)
-        # every rank: a rank learns of a round from the first marker it gets
-        flush.start(ft, name, rid, range(self.size), value, also=range(self.size),
+        # markers on the channels in use (and lazily before the first message on another,
+        # ``Flush.before_send``); the root tells every rank the round began
+        flush.start(ft, name, rid, range(self.size), value, also=self.round_also(name, rid),
                     at=ft.position)
         self._release_held()
         return self._spawn_seal(name, rid)
@@ -300,7 +308,8 @@ class JoinsRounds(PlannedLevel):
     def _must_join(self) -> bool:
         joins = self._joins_machine()
         wants = joins.pending() or any(self.rounds_to_begin_now(n) for n in joins.levels)
-        return wants and joins.must_join_now(self.ft.blocked)
+        received = self.ft.received
+        return wants and joins.must_join_now(self.ft.blocked, lambda src: received[src] == 0)
 
     def marker_taken(self) -> None:
         """A level's flush took a control message: a round may have begun that this
@@ -309,6 +318,11 @@ class JoinsRounds(PlannedLevel):
             self.join_all_now()
 
     # ------------------------------------------------------------------ hooks
+    def on_send(self, env):
+        for name, flush in self._round_flushes.items():
+            flush.before_send(self.ft, name, env.dst)
+        return super().on_send(env)
+
     def on_receive(self, env):
         if self._joins_machine().arrive(env):
             return None

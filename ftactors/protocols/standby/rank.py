@@ -236,6 +236,13 @@ class StandbyReplacement(JoinsRounds):
                                      seconds, st.pacer)
         return st.next_backup
 
+    def round_also(self, name: str, round_id) -> tuple:
+        """The partner's channel too: the last round's copy is held once this one is
+        over."""
+        if name != NAME:
+            return super().round_also(name, round_id)
+        return (partner(self.rank, self.size),)
+
     def round_agreed(self, name: str, round_id, values: dict, protocols: dict) -> None:
         if name != NAME:
             return super().round_agreed(name, round_id, values, protocols)
