@@ -174,9 +174,10 @@ class FlushRounds:
         r.heard += 1
         r.furthest = _furthest(r.furthest, at)
         effects = []
-        if not r.announced:
+        if not r.announced:  # not to those ``src`` marked: its marker told them
             r.announced = True
-            others = tuple(p for p in members if p not in (src, self.me))
+            told = set(out).union((src, self.me))
+            others = tuple(p for p in members if p not in told)
             if others:
                 effects.append(Send(others, "flush_begin", round_id))
         for p in out:
