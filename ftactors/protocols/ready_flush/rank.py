@@ -13,10 +13,11 @@ timer) the coordinator notifies every rank, each answers with the next safe poin
 will reach and stops there until told K, the largest of the answers, and begins the
 round when it reaches K. The notification is handled between sends (message hooks are
 synchronous), as the paper requires. A rank that joins a round takes its part's state
-*then*, sends a ready message (RM) on its channel to every other rank (so every rank
-learns of the round from the first RM it gets) and keeps receiving: every application
-message that arrives before the RM of its channel belongs to the part (queued for the
-application, or consumed meanwhile and so replayed). Once it holds every peer's RM
+*then*, sends a ready message (RM) on every channel it ever sent on (and, lazily, before
+its first message on another; the round's root tells the ranks no RM reached that the
+round began: ``shared/flush.py``) and keeps receiving: every application message that
+arrives before the RM of its channel belongs to the part (queued for the application,
+or consumed meanwhile and so replayed). Once it holds the RMs the root counted for it
 nothing addressed to it is in transit, and its part (registered state, protocol state,
 the messages to receive again in arrival order, the channel and application counters)
 is sealed and saved, in the object store (``checkpoint_storage="object"``, owned by the
@@ -31,30 +32,24 @@ restored messages, in arrival order, then from the network (the core's matcher).
 loop, two loops, a rank that leaves its loop first). Waiting at K for every RM, as the
 paper does, assumes every rank reaches K while its peers wait there: a farm's worker
 blocked in ``recv(source=0)`` for a task the master sends only after the round never
-does, nor does a rank whose loop is shorter. So a rank joins a round it has heard of at
-whichever comes first: (a) its next safe point, where its part is that safe point's
-state (the common case of lockstep programs: nothing to replay); (b) the moment it is
-blocked in a receive or probe whose message may come only after the round: from a rank
-whose RM it holds, or from any source (``_idle``; ``Endpoint.blocked`` and the
-``on_blocked`` hook say it waits); (c) once ``main()`` has returned (or, for a round it
-hears of later, then). In (b) and (c) the part is ``Endpoint.state_now``: the last safe
-point's state, or the state at the end of the last loop (``keep_base`` is on from the
-start: the engine keeps it at every safe point and loop end), plus every message
-consumed since, which a restore replays while ``main()`` runs that code again (piecewise
-determinism, as HC3I's forced checkpoints). A finished rank's part re-runs ``main()``
-with its finished loops skipped. So every rank joins every round in finite time (a rank
-that never blocks reaches a safe point or returns), and no round waits forever. Why the
-cut stays consistent: a rank that holds the RM of a round it has not joined *holds*
-every message from that RM's sender (``on_receive``: sent after the sender's part, so
-in none of this rank's parts) until it joins, and its part does not count them
-(``state_now(unreceived=)``); messages that come after it joined and before their
-sender's RM are added to its part as received (``late``); what it consumes after joining
-is not in the part. A held message a blocked rank waits for is from a marked rank, so
-it joins and gets it. The round keeps its name K, but each part resumes where its rank
-was when it joined, so the coordinator's recovery line is the furthest part's resume
-point (``_Set.line``; ``line`` in a stable set's manifest), which the restore checks
-every part against. Parts taken in (b) and (c) carry the messages consumed since their
-base and a restore re-sends what the rank sent since (the receivers drop duplicates).
+does, nor does a rank whose loop is shorter. So a rank joins a round it has heard of (an
+RM, or the root's word that it began) at whichever comes first: (a) its next safe
+point, where its part is that safe point's state (the common case of lockstep programs:
+nothing to replay); (b) the moment it is blocked in a receive or probe whose message may
+come only after the round (from a rank whose RM it holds, a rank that never sent to it,
+or any source), or parked at a safe point; (c) once ``main()`` has returned. In (b) and
+(c) the part is ``Endpoint.state_now``: the last safe point's or loop end's state plus
+every message consumed since, replayed on restore. Post-cut messages are held until the
+rank joins, pre-cut ones that come later go into the part (``late``). The rules, shared
+with StandbyReplacement and RSBackup and with every level of a stack, are
+``protocols/shared/joining.py``'s (its docstring says why the cut stays consistent);
+this protocol adds the rounds the coordinator placed (``rounds_to_begin_now``: an idle
+rank begins them, it may never reach them) and its own work with a sealed part
+(``round_sealed``: store, hand-off). The round keeps its name K, but each part resumes
+where its rank was when it joined, so the coordinator's recovery line is the furthest
+part's resume point (``_Set.line``; ``line`` in a stable set's manifest), which the
+restore checks every part against; a rank restored from a part taken in (b) or (c)
+re-runs the code since its base and does not send again what it sent before the cut.
 
 *Hand-off* (object store; ``handoff.py`` has its rules and their reasons). A rank past a
 checkpoint must never hold the only copy of its part, yet waiting for the coordinator's

@@ -13,10 +13,13 @@ sends every rank the placement. A group of ``k`` members encodes ``m = k`` parit
 (``rs_parity`` for fewer); parity ``j`` of group ``G_i`` is held by member ``j`` of
 ``G_{i+1}``, so a whole group can be lost with its parity intact.
 
-*Checkpoint* (every ``rs_interval`` iterations, at the same safe point on every rank): the
-ranks flush every channel with ready messages (``_flush``, as StandbyReplacement does), so
-the snapshots of a round form a consistent cut, and each rank keeps its own snapshot
-(``s`` bytes). Then, in a task that runs beside ``main()``, the *star encoding* (V.A):
+*Checkpoint* (every ``rs_interval`` iterations): a rank at its safe point begins a round
+and the others join it, at their own safe point or, out of step, when blocked on a
+message that may come only after it or once ``main()`` returned (``shared/joining.py``,
+as StandbyReplacement and ReadyMessageFlush do); the ranks flush their channels with
+ready messages (``shared/flush.py``), so the parts of a round form a consistent cut
+(its recovery line is the furthest part, kept beside each own copy and in a stable
+set's manifest), and each rank keeps its own part (``s`` bytes). Then, in a task that runs beside ``main()``, the *star encoding* (V.A):
 rank ``i`` of a group cuts its snapshot into blocks of ``rs_block_bytes`` (``z``), and
 for each block computes its ``m`` partial products ``M[j][i] * block`` (its column of
 the Cauchy matrix, ``erasure.partial_products``) and sends product ``j`` to the holder
@@ -27,8 +30,9 @@ every member's last block has arrived the parity block is complete; the holder k
 as an object of its own (``Link.share``: on Ray an object in the object store owned by
 the holder's actor, so it lives as long as the holder; in-process elsewhere). Encoding
 costs ``m * s`` field products per rank whatever the number of groups (V.B): groups
-encode in parallel. The next checkpoint waits for the previous encoding to be sent, so
-its markers follow every block of it on each channel (the holders' channels are always
+encode in parallel. A rank joining the next round first sends the rest of the previous
+encoding at once (``joining_round``), so its markers follow every block of it on each
+channel (the holders' channels are always
 marked, ``Flush.start(also=)``, even where no application message went): when a round's
 flush is over, the previous round is complete on every live holder. Ranks and holders keep the newest two
 rounds (ping-pong): a failure in the middle of an encoding leaves the round before.
@@ -61,8 +65,9 @@ recovery tries the partner copies first and comes here when a rank and its partn
 together (``runtime/_escalation``); a loss the blocks cannot rebuild passes on to the
 global set. Below a costlier level, a failure before the first complete encoding is
 passed on (``LevelExhausted``) rather than restarted from the start of the run. A rank
-restored by another level keeps no round of ours unless its snapshot was taken after our
-round at that position (``on_restored``): our parity of it would be encoded twice.
+restored by another level keeps no round of ours unless its snapshot is our part of a
+round (``part_of`` in its protocol state, ``on_restored``): our parity of it would be
+encoded twice.
 
 *Keeping another protocol's parts* (``class S(RSBackup, GroupCoordination, App)``, or
 DDVPiggyback; ``_rs_parts``): those protocols checkpoint one group or cluster (a *unit*)

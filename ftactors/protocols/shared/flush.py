@@ -26,6 +26,17 @@ message sent before a participant's marker is received before the receiver's sna
 none sent after it is in it), at 2(n-1) messages through the root plus one per channel
 in use. The root does O(n) work per round, once; no participant does O(n) work.
 
+*Rounds joined out of step* (``joining.py``: a rank joins a round it has heard of, at its
+own moment) need two more things, still without a marker on every channel. A member
+must hear of a round although no joiner ever sent to it: the root, hearing of a round
+for the first time, tells every member the first joiner did not mark that it began
+(``flush_begin``, at most n - 1 messages a round). And a receiver that has not joined
+must know every message sent after its sender's part: a joined participant that sends
+on a channel its start left unmarked (nothing was ever sent on it) sends a *lazy*
+marker first (``before_send``), until the root's count tells it every member has
+joined; a lazy marker is not in the root's count (the receiver counts the others,
+``counted``), and the cut of its channel is 0, as for a peer that sent no marker.
+
 A marker may carry a small value (for example rank 0's decision on when to take the next
 backup) so that one exchange also makes the participants agree: the root hands every
 participant the values of all of them (``wait`` returns them). A participant may also

@@ -5,16 +5,26 @@ Figures 3, 5 and 6.
 
 Theory of operation
 -------------------
-*Backups* (NR_Backup, double in-memory, section 1.5): at safe points chosen by
+*Backups* (NR_Backup, double in-memory, section 1.5): a rank at a safe point chosen by
 ``need_backup`` (every ``backup_interval`` iterations, or about every
-``backup_interval_s`` seconds), all ranks flush their channels with ready messages
-(``_flush``, CoCheck) so the snapshots of one round form a consistent cut, then each
-keeps its snapshot and sends a copy to its *partner*, rank ``(r + n // 2) % n``. Both keep
+``backup_interval_s`` seconds) begins a backup round, and the ranks flush their channels
+with ready messages (``shared/flush.py``, CoCheck) so the parts of one round form a
+consistent cut; once flushed, each keeps its part and sends a copy to its *partner*,
+rank ``(r + n // 2) % n``. Ranks need not be in step (task farms, uneven loops, ranks
+with other roles): the others join the round at their next safe point, when blocked on
+a message that may come only after it, or once ``main()`` returned, with their state
+then (``shared/joining.py``, shared with ReadyMessageFlush and RSBackup and with every
+level of a stack). Each part resumes where its rank joined, so a round's recovery line
+is its furthest part (the flush's root hands it to every rank; kept beside each copy and
+reported with the rounds held), and a restored copy is named by its round
+(``part_of`` in its protocol state) or, restored by another level, by that recovery
+line. Both keep
 the two newest rounds (ping-pong buffers), so a failure in the middle of a backup round
 never destroys the last complete one. The partner's copy is a plain object in the
 partner's process, so it survives the death of the rank it protects. Rank 0's marker
 carries the iteration of the next backup, so all ranks agree on it even when the
-interval is given in seconds.
+interval is given in seconds (``round_agreed`` puts it into every part too: ranks
+restored from a round begin the next one together).
 
 *Detection and arbitration* (section 1.2) are the coordinator's: it sees a dead rank
 within milliseconds, a hung one by heartbeats, and handles failures one recovery round at
