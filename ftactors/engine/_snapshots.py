@@ -105,7 +105,8 @@ class Snapshots:
                                self.owner.protocol_state() if protocol_state is None
                                else protocol_state)
 
-    def state_now(self, *, unreceived: dict[int, int] | None = None) -> dict:
+    def state_now(self, *, unreceived: dict[int, int] | None = None,
+                  global_cut: bool = False) -> dict:
         """The state of ``snapshot_now``, not sealed yet (``seal_state`` finishes it, maybe
         later, adding messages that were in transit at this moment).
 
@@ -125,6 +126,9 @@ class Snapshots:
             unreceived: ``{source: k}``: the last ``k`` messages accepted from ``source``
                 are held back by the protocol and not delivered; the state does not count
                 them as received (after a rollback their senders send them again).
+            global_cut: every rank restores its part of one round together (a global
+                checkpoint): a restore does not send again what was sent before now,
+                which the receivers' parts hold (else they drop it as a duplicate).
 
         Raises:
             ProtocolError: while a restored rank re-runs the code before its resume
@@ -166,9 +170,11 @@ class Snapshots:
             received[src] -= k
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
-        # what the code since the base sent before this moment: a restore does not send
-        # it again (the receivers' parts of the round have it)
-        parts["sent_at_cut"] = RankVector.of(self.sent)
+        if global_cut:
+            # every rank restores its part of the same round: what the code since the
+            # base sent before this moment is in the receivers' parts, and a restore does
+            # not send it again (the receivers would drop it: an exact cut drops nothing)
+            parts["sent_at_cut"] = RankVector.of(self.sent)
         return parts
 
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:

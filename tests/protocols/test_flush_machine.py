@@ -37,10 +37,11 @@ class World:
                 self.markers += e.op == "marker"
                 self.channels[(src, dst)].append((e.op, e.data))
 
-    def start(self, rank: int, round_id, members, data=None, also=()) -> None:
+    def start(self, rank: int, round_id, members, data=None, also=(), announce=False) -> None:
         self.at_start[(round_id, rank)] = list(self.sent[rank])
         sent_to = [p for p in range(self.n) if self.sent[rank][p]]
-        self.perform(rank, self.machines[rank].start(round_id, members, sent_to, data, also))
+        self.perform(rank, self.machines[rank].start(round_id, members, sent_to, data, also,
+                                                     announce=announce))
 
     def step(self) -> bool:
         """Deliver the head of one non-empty channel (drawn); False: all empty."""
@@ -175,15 +176,14 @@ def test_the_root_tells_the_members_no_marker_reached_that_a_round_began():
     joiner marked."""
     world = World(4)
     world.app(1, 2)
-    world.start(1, "R", range(4))  # rank 1 marks rank 2 only; the root is rank 0
+    world.start(1, "R", range(4), announce=True)  # rank 1 marks rank 2; the root is 0
     while world.step():
         pass
     for r in (0, 2, 3):  # rank 3: from the root's flush_begin only
         assert "R" in world.machines[r].rounds and world.machines[r].rounds["R"].members is None
     assert world.markers == 1
-    world.start(2, "R", range(4))
-    world.start(3, "R", range(4))
-    world.start(0, "R", range(4))
+    for r in (2, 3, 0):
+        world.start(r, "R", range(4), announce=True)
     while world.step():
         pass
     assert all(world.complete(r, "R") is not None for r in range(4))
@@ -194,14 +194,15 @@ def test_a_lazy_marker_precedes_the_first_message_on_an_unmarked_channel_uncount
     (so rank 0 knows the message is post-cut), but the root's count does not include
     it, and a second send needs none."""
     m1, m0 = FlushRounds(1), FlushRounds(0)
-    effects = m1.start("R", range(2), sent_to=[])
+    effects = m1.start("R", range(2), sent_to=[], announce=True)
     assert [e.op for e in effects] == ["flush_count"]
     lazy = m1.before_send(0)
     assert [(e.to, e.op, e.data) for e in lazy] == [((0,), "marker", ("R", None, False))]
     assert m1.before_send(0) == []
     m0.take(1, "marker", lazy[0].data, 0)
     assert 1 in m0.rounds["R"].markers and m0.rounds["R"].counted == 0
-    go = m0.start("R", range(2), sent_to=[]) + m0.take(1, "flush_count", effects[0].data, 0)
+    go = (m0.start("R", range(2), sent_to=[], announce=True)
+          + m0.take(1, "flush_count", effects[0].data, 0))
     go = [e for e in go if e.op == "flush_go"]
     assert go[0].to == (1,) and go[0].data[1] == 0  # rank 1 waits for no marker
     assert m0.complete("R", [1]) is not None  # rank 0 waits for no counted marker

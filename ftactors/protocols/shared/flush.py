@@ -121,12 +121,13 @@ class FlushRounds:
         return r
 
     def start(self, round_id: Hashable, members: Sequence[int], sent_to: Iterable[int],
-              data: Any = None, also: Iterable[int] = (), at: tuple | None = None
-              ) -> list[Send]:
+              data: Any = None, also: Iterable[int] = (), at: tuple | None = None,
+              announce: bool = False) -> list[Send]:
         """Join round ``round_id`` of ``members`` (sorted, this rank among them; a
         ``range`` for every rank: never walked); ``sent_to``: the ranks this one ever sent
         an application message to. Its marker goes to those among the members and to
-        ``also``; the list of them, and ``at`` (where its part resumes), to the root."""
+        ``also``; the list of them, and ``at`` (where its part resumes), to the root.
+        ``announce``: members join out of step (the root tells them the round began)."""
         me, root = self.me, members[0]
         out = sorted(set(sent_to).union(also).difference((me,)))
         out = [p for p in out if p in members]
@@ -134,9 +135,10 @@ class FlushRounds:
         r = self._round(round_id)
         r.members = members
         r.marked_to = set(out)
+        announce = members if announce else None
         if me == root:
-            return effects + self._count(round_id, out, data, me, at, members)
-        return effects + [Send((root,), "flush_count", (round_id, out, data, at, members))]
+            return effects + self._count(round_id, out, data, me, at, announce)
+        return effects + [Send((root,), "flush_count", (round_id, out, data, at, announce))]
 
     def before_send(self, dst: int) -> list[Send]:
         """This rank sends an application message to ``dst``: on a channel its start
@@ -164,8 +166,8 @@ class FlushRounds:
             r.counted += not lazy
             return []
         if op == "flush_count":
-            round_id, out, value, at, members = data
-            return self._count(round_id, out, value, src, at, members)
+            round_id, out, value, at, announce = data
+            return self._count(round_id, out, value, src, at, announce)
         if op == "flush_begin":  # the root's word that a round began
             self._round(data)
             return []
@@ -176,19 +178,20 @@ class FlushRounds:
             return []
         raise ProtocolError(f"unknown flush message {op!r} from rank {src}")
 
-    def _count(self, round_id, out: list[int], value, src: int, at, members) -> list[Send]:
+    def _count(self, round_id, out: list[int], value, src: int, at, announce) -> list[Send]:
         """The root: ``src`` sent its markers to ``out`` (its part resumes ``at``); the
-        first time, tell every other member that the round began (``flush_begin``: a
-        member it marked no channel to learns of it so); once every participant has said
-        so, tell each how many markers to wait for, the values and the round's line."""
+        first time, if asked (``announce``: the members), tell every other member that the
+        round began (``flush_begin``: a member no marker reached learns of it so); once
+        every participant has said so, tell each how many markers to wait for, the
+        values and the round's line."""
         r = self._round(round_id)
         r.heard += 1
         r.furthest = _furthest(r.furthest, at)
         effects = []
-        if not r.announced:  # not to those ``src`` marked: its marker told them
+        if announce is not None and not r.announced:  # not to those ``src`` marked
             r.announced = True
             told = set(out).union((src, self.me))
-            others = tuple(p for p in members if p not in told)
+            others = tuple(p for p in announce if p not in told)
             if others:
                 effects.append(Send(others, "flush_begin", round_id))
         for p in out:
@@ -256,11 +259,12 @@ class Flush:
         self._arrived.set()
 
     def start(self, ft, protocol: str, round_id: Hashable, members: Sequence[int],
-              data: Any = None, also: Iterable[int] = (), at: tuple | None = None) -> None:
+              data: Any = None, also: Iterable[int] = (), at: tuple | None = None,
+              announce: bool = False) -> None:
         """Join round ``round_id`` (``FlushRounds.start``)."""
         sent_to = [p for p, _ in ft.sent.nonzero()]
         self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data,
-                                                         also, at))
+                                                         also, at, announce))
 
     def before_send(self, ft, protocol: str, dst: int) -> None:
         """An application message to ``dst`` is about to go: lazy markers first

@@ -246,7 +246,7 @@ class JoinsRounds(PlannedLevel):
             return None
         unreceived, late = joins.cut(name, rid)
         value = self.joining_round(name, rid)
-        state = ft.state_now(unreceived=unreceived)
+        state = ft.state_now(unreceived=unreceived, global_cut=True)
         self._joining = (name, rid)
         try:
             protocols = self.protocol_state()
@@ -257,7 +257,7 @@ class JoinsRounds(PlannedLevel):
         # markers on the channels in use (and lazily before the first message on another,
         # ``Flush.before_send``); the root tells every rank the round began
         flush.start(ft, name, rid, range(self.size), value, also=self.round_also(name, rid),
-                    at=ft.position)
+                    at=ft.position, announce=True)
         self._release_held()
         return self._spawn_seal(name, rid)
 
@@ -319,7 +319,7 @@ class JoinsRounds(PlannedLevel):
 
     # ------------------------------------------------------------------ hooks
     def on_send(self, env):
-        for name, flush in self._round_flushes.items():
+        for name, flush in self.__dict__.get("_round_flushes", {}).items():
             flush.before_send(self.ft, name, env.dst)
         return super().on_send(env)
 
