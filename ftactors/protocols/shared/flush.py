@@ -91,11 +91,13 @@ class _Round:
     marked_to: set = field(default_factory=set)    # this rank's start: whom it marked
     values: dict | None = None                     # every participant's value (from the root)
     line: tuple | None = None                      # the furthest part's position (from the root)
+    sources: tuple = ()                            # who marked this rank at their start (root)
     members: Sequence[int] | None = None           # this rank's start: whom the round joins
     # the root's side: participants heard from, markers per destination, their values
     heard: int = 0
     counts: dict = field(default_factory=dict)
     given: dict = field(default_factory=dict)
+    froms: dict = field(default_factory=dict)
     furthest: tuple | None = None
     announced: bool = False
 
@@ -172,9 +174,9 @@ class FlushRounds:
             self._round(data)
             return []
         if op == "flush_go":
-            round_id, expected, values, line = data
+            round_id, expected, values, line, sources = data
             r = self._round(round_id)
-            r.expected, r.values, r.line = expected, values, line
+            r.expected, r.values, r.line, r.sources = expected, values, line, sources
             return []
         raise ProtocolError(f"unknown flush message {op!r} from rank {src}")
 
@@ -196,25 +198,29 @@ class FlushRounds:
                 effects.append(Send(others, "flush_begin", round_id))
         for p in out:
             r.counts[p] = r.counts.get(p, 0) + 1
+            r.froms.setdefault(p, []).append(src)
         if value is not None:
             r.given[src] = value
         if r.members is None or r.heard < len(r.members):
             return effects
         for p in r.members:
+            sources = tuple(r.froms.get(p, ()))
             if p == self.me:
                 r.expected, r.values, r.line = r.counts.get(p, 0), r.given, r.furthest
+                r.sources = sources
             else:
-                effects.append(Send((p,), "flush_go",
-                                    (round_id, r.counts.get(p, 0), r.given, r.furthest)))
+                effects.append(Send((p,), "flush_go", (round_id, r.counts.get(p, 0), r.given,
+                                                       r.furthest, sources)))
         return effects
 
     def complete(self, round_id: Hashable, received_from: Iterable[int]
-                 ) -> tuple[dict, dict[int, int], tuple | None] | None:
+                 ) -> tuple[dict, dict[int, int], tuple | None, tuple] | None:
         """Whether every marker of ``round_id`` to this rank arrived: None, or the
         participants' values (not None, by rank), the cut, each member's receive count
         at its marker (``received_from``: the ranks this one received anything from; a
         member that sent no marker had sent nothing before its snapshot: cut at 0), and
-        the round's line (the furthest ``at``). The round is over then."""
+        the round's line (the furthest ``at``), and the members whose start marked this
+        rank (only they sent it anything before their part). The round is over then."""
         r = self.rounds.get(round_id)
         if r is None or r.members is None:
             raise ProtocolError(f"flush round {round_id!r} waited for before it was started")
@@ -224,7 +230,7 @@ class FlushRounds:
         # the channel to self is never in transit: nothing of it is cut
         cut = {p: 0 for p in received_from if p != self.me and p in r.members}
         cut.update(r.cuts)
-        return r.values, cut, r.line
+        return r.values, cut, r.line, r.sources
 
     def markers_from(self, round_id: Hashable, peers: Iterable[int]) -> dict | None:
         """The markers of ``round_id`` once ``peers`` all sent theirs (a migration's,
@@ -244,6 +250,7 @@ class Flush:
         self._arrived = asyncio.Event()
         self.last_cut: dict[int, int] = {}  # of the round ``wait`` returned last
         self.last_line: tuple | None = None  # its line (the furthest part's position)
+        self.last_sources: tuple = ()  # the members whose start marked this rank
 
     def _machine(self, ft) -> FlushRounds:
         if self.rounds is None:
@@ -291,7 +298,7 @@ class Flush:
         while (done := machine.complete(round_id, (p for p, _ in ft.received.nonzero()))) is None:
             self._arrived.clear()
             await self._arrived.wait()
-        values, self.last_cut, self.last_line = done
+        values, self.last_cut, self.last_line, self.last_sources = done
         return values
 
     async def wait_markers(self, ft, round_id: Hashable, peers: Iterable[int]) -> dict[int, Any]:

@@ -271,8 +271,12 @@ class JoinsRounds(PlannedLevel):
     async def _seal_round(self, name: str, rid) -> None:
         flush = self._round_flushes[name]
         values = await flush.wait(self.ft, rid)
-        line = flush.last_line
+        line, sources = flush.last_line, set(flush.last_sources)
         part = self._joins_machine().sealed(name, rid)
+        # in transit at the cut only from a member that had sent to this rank before its
+        # part (its start marked this rank): a member that had not may have sent since,
+        # with no marker before it once every member had joined
+        part.late = [env for env in part.late if env.src in sources]
         self.round_agreed(name, rid, values, part.protocols)
         blob = self.ft.seal_state(part.state, part.protocols, part.late)
         await self.round_sealed(name, rid, part, blob, values, line)
