@@ -26,7 +26,7 @@ set in ``_init_outbox``. From the rest of the endpoint it reads ``rank``, ``size
 ``epoch``, ``peer_epochs`` (the destination's incarnation to stamp), ``link``, ``owner``
 (the protocol stack), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
 positions' ``_replay_sent`` (sends of a restored rank before its resume point are
-dropped) and ``_cut_sent`` (sends re-executed up to a global cut are dropped too) and ``determinants`` (what a message carries of them, ``_determinants``); ``sent`` is set back by restores and resume points (``_positions``). The
+dropped) and ``determinants`` (what a message carries of them, ``_determinants``); ``sent`` is set back by restores and resume points (``_positions``). The
 batching tests run it with only those (``tests/engine/test_batches.py``).
 """
 from __future__ import annotations
@@ -59,6 +59,7 @@ class Outbox:
     def _init_outbox(self) -> None:
         self.sent = RankVector(self.size)  # application messages sent to each rank
         self.resends_suppressed = 0
+        self._sent_at_cut = None  # restored from a state taken "now": see ``send_app``
         self._out = OutChannels()
         self._outbox: dict[int, list[Envelope]] = {}
         self._outbox_bytes: dict[int, int] = {}  # per batch: bytes of its counted messages
@@ -81,14 +82,16 @@ class Outbox:
         While a restored rank re-runs the code before its resume point, its sends are
         the ones it made before the snapshot: they were sent then, so they are dropped
         here, before any protocol sees them again. So are the sends of a rank restored
-        from a part taken off a safe point on a global cut, up to the cut (``_cut_sent``):
+        from a part taken off a safe point on a global cut, up to the cut (``_sent_at_cut``):
         their receivers' parts hold them.
         """
         if self._replay_sent is not None:
             self.resends_suppressed += 1
             return None
         app_seq = self.sent.bump(dst)
-        if self._cut_sent is not None and app_seq < self._cut_sent[dst]:
+        if self._sent_at_cut is not None and app_seq < self._sent_at_cut[dst]:
+            # restored from a state taken "now" (``state_now``): the code since its base
+            # sent this before the cut, and the receiver's part of that round has it
             self.resends_suppressed += 1
             return None
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)

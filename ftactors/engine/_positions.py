@@ -70,9 +70,6 @@ class Positions:
         """At the resumed loop: registered names whose program object could not take the
         checkpoint's value in place (``Reentry.unfilled``), for the runtime to name."""
         self._replay_sent: RankVector | None = None  # its sends are suppressed
-        # a part taken off a safe point on a global cut: sends below these numbers were
-        # in their receivers' parts, and its re-execution does not send them again
-        self._cut_sent: RankVector | None = None
         self._restored = False
         self.derived: dict[str, int] = {}  # communicator id -> communicators derived
         self._resume_derived: dict[str, int] = {}  # ``derived`` at the resume point
@@ -187,8 +184,6 @@ class Positions:
         self._restored = bool(values) or self._resume is not None
         self.sent = RankVector.of(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent
-        cut_sent = parts.get("cut_sent")
-        self._cut_sent = None if cut_sent is None else RankVector.of(cut_sent)
         self.derived, self._resume_derived = {}, dict(parts.get("derived", {}))
         self.determinants.restored(parts.get("nondet", 0), parts.get("determinants"),
                                    parts.get("own_determinants"),

@@ -51,6 +51,7 @@ class Snapshots:
         self._base_buffers: list[bytearray] = []  # its registered values' buffers
         self._posted_at_base: list = []  # receives pending at the base's safe point
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
+        self.restored_line: tuple | None = None  # its recovery line (parts may be behind it)
         self.restore_notes: dict = {}  # what the recovery policy sent with that restore
         self._start_protocols: bytes | None = None  # what a blank snapshot restores (started)
 
@@ -169,7 +170,7 @@ class Snapshots:
             global_cut: the part belongs to a cut that every rank rolls back to together
                 (a global round's flush: what this rank sent before its marker is in its
                 receiver's part of the same round, received or queued). The re-execution
-                then does not send those messages again (``cut_sent``: ``send_app``
+                then does not send those messages again (``sent_at_cut``: ``send_app``
                 drops sends numbered below it), so no receiver drops a duplicate: a
                 duplicate on such a line would be an orphan.
 
@@ -214,7 +215,7 @@ class Snapshots:
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
         if global_cut:
-            parts["cut_sent"] = RankVector.of(self.sent)
+            parts["sent_at_cut"] = RankVector.of(self.sent)
         parts["determinants"] = self.determinants.state()
         # re-executed up to now, its nondeterministic receives take what they took
         parts["own_determinants"] = self.determinants.since(parts["nondet"])
@@ -322,6 +323,7 @@ class Snapshots:
         """
         replay = list(parts["replay"])
         self._resume_at(parts, replay[:len(parts["prefix_log"])])
+        self._sent_at_cut = parts.get("sent_at_cut")
         self._base = None
         self.epoch = epoch
         self.peer_epochs[self.rank] = epoch  # the channel to self reaches this incarnation

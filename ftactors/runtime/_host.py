@@ -198,6 +198,7 @@ class RankHost:
             ep.report("restored_unregistered", position=parts["position"],
                       incarnation=self.spec.incarnation)
         ep.restored_from = (parts["position"], blob)
+        ep.restored_line = restore.get("line")
         ep.restore_notes = restore.get("notes", {})
         self.obj.comm = Communicator(ep, WORLD, range(self.spec.size))
         ep.events.record("restored", epoch=epoch, position=parts["position"])

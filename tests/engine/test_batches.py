@@ -50,7 +50,6 @@ class Sender(Outbox):
         self.link, self.owner, self.trace = link, Owner(), None
         self._loop = asyncio.get_running_loop()
         self._replay_sent = None
-        self._cut_sent = None
         self.determinants = Determinants()  # off, as without a protocol that replays
         self.delivered = []  # what it sent itself
         self._init_outbox()

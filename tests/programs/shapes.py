@@ -130,3 +130,9 @@ class BreakFirst(ft.Rank):
                 break
             self.x += 1.0
         return self.x
+
+
+def farm_check(results, reference) -> bool:
+    """sim-check's judge of a Farm run (``--check tests.programs.shapes:farm_check``):
+    the master's collected results; which worker did which task depends on timing."""
+    return results[0] == reference[0]

@@ -1,7 +1,7 @@
 """A part taken off a safe point on a global round (a rank that joined while blocked, or
 after ``main()`` returned) is re-executed from its base after a rollback; what it sent
 before its marker is in its receivers' parts of the same round, so the re-execution does
-not send it again (``Endpoint.state_now(global_cut=True)``, ``send_app``'s ``_cut_sent``).
+not send it again (``Endpoint.state_now(global_cut=True)``, ``send_app``'s ``_sent_at_cut``).
 Else every receiver drops those messages as duplicates, which on a global cut is the mark
 of an orphan, and sim-check fails the run as a fault of ftactors."""
 from __future__ import annotations

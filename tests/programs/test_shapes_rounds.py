@@ -1,10 +1,11 @@
-"""Checkpoint rounds at an agreed position on programs whose ranks do not progress in
-step (issue 40): a rank joins a round at its safe point, when it blocks on a message
-that may come only after the round, or once ``main()`` has returned, so no round waits
-for a rank that cannot come (protocols/ready_flush/rank.py, "Ranks in any shape").
+"""Checkpoint rounds on programs whose ranks do not progress in step (issue 40): a rank
+joins a round at its safe point, when it blocks on a message that may come only after
+the round, or once ``main()`` has returned, so no round waits for a rank that cannot
+come (``protocols/shared/joining.py``), under ReadyMessageFlush, StandbyReplacement,
+RSBackup and their stacks.
 
 Every run must give the plain run's answer and take part in rounds (else the test would
-prove nothing); with a kill, it rolls back and still gives that answer."""
+prove nothing); with a kill, it recovers and still gives that answer."""
 from __future__ import annotations
 
 import functools
@@ -12,7 +13,7 @@ import functools
 import pytest
 
 import ftactors as ft
-from ftactors.protocols import ReadyMessageFlush
+from ftactors.tools.apps_cli import protocol_stack
 
 from . import shapes
 
@@ -36,21 +37,36 @@ def answer(name: str, results: list):
     return results[0] if name == "Farm" else results
 
 
-def under_ready_flush(name: str, transport: str, kills=()):
+ROUND_EVENTS = {"ready-flush": "checkpoint_part", "standby": "backup", "rs": "rs_checkpoint"}
+"""The event of a rank's part of one of the level's rounds."""
+STACKS = ["ready-flush", "standby", "rs", "standby+ready-flush", "rs+ready-flush",
+          "rs+standby", "rs+standby+ready-flush"]
+ON_LOCAL = ("ready-flush", "standby", "rs", "rs+standby+ready-flush")
+"""The stacks run on local too (sim runs them all: virtual time is cheap)."""
+
+
+def under(stack: str, name: str, transport: str, kills=()):
     cls, ranks = SHAPES[name]
-    stack = type(f"Ready{cls.__name__}", (ReadyMessageFlush, cls), {})
-    return ft.run(stack, ranks=ranks, transport=transport, timeout_s=60, spares=1,
-                  checkpoint_interval=INTERVAL.get(name, 3),
-                  chaos=ft.Chaos(kill=list(kills)) if kills else None)
+    every = INTERVAL.get(name, 3)
+    options = {"ready-flush": {"checkpoint_interval": every},
+               "standby": {"backup_interval": max(1, every - 1)},
+               "rs": {"rs_interval": every}}
+    kw = {k: v for level in stack.split("+") for k, v in options[level].items()}
+    return ft.run(protocol_stack(cls, stack), ranks=ranks, transport=transport, timeout_s=60,
+                  spares=1, chaos=ft.Chaos(kill=list(kills)) if kills else None, **kw)
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("stack", STACKS)
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_failure_free_rounds_finish_with_the_plain_answer(name, transport):
-    r = under_ready_flush(name, transport)
+def test_failure_free_rounds_finish_with_the_plain_answer(name, stack, transport):
+    if transport == "local" and stack not in ON_LOCAL:
+        pytest.skip("the two-level stacks run on sim; local runs each level and all three")
+    r = under(stack, name, transport)
     assert answer(name, r.results) == plain(name, transport)
-    # rounds were taken (the last may end with the run, before its set is complete)
-    assert any(e.kind == "checkpoint_part" for e in r.events)
+    # every level took rounds (the last may end with the run, before it is complete)
+    for level in stack.split("+"):
+        assert any(e.kind == ROUND_EVENTS[level] for e in r.events), level
 
 
 KILLS = {
@@ -74,13 +90,16 @@ KILLS = {
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("stack", STACKS)
 @pytest.mark.parametrize("name,kill", [(n, k) for n, ks in KILLS.items() for k in ks],
                          ids=lambda v: v if isinstance(v, str) else "")
-def test_a_kill_anywhere_restarts_to_the_failure_free_answer(name, kill, transport):
+def test_a_kill_anywhere_recovers_to_the_failure_free_answer(name, kill, stack, transport):
+    if transport == "local" and stack not in ON_LOCAL:
+        pytest.skip("the two-level stacks run on sim; local runs each level and all three")
     if kill.time_s is not None and transport != "sim":
         pytest.skip("a kill at a time hits the same moment only on virtual time")
-    r = under_ready_flush(name, transport, [kill])
+    r = under(stack, name, transport, [kill])
     assert answer(name, r.results) == plain(name, transport)
     assert r.metrics["kills_fired"], "the kill did not strike: the test proves nothing"
     if kill.moment != "finished":  # a rank that returned dies: the others may be done
-        assert any(e.kind == "rollback" for e in r.events)
+        assert any(e.kind == "recovery_end" for e in r.events)

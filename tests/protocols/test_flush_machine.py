@@ -37,10 +37,11 @@ class World:
                 self.markers += e.op == "marker"
                 self.channels[(src, dst)].append((e.op, e.data))
 
-    def start(self, rank: int, round_id, members, data=None, also=()) -> None:
+    def start(self, rank: int, round_id, members, data=None, also=(), announce=False) -> None:
         self.at_start[(round_id, rank)] = list(self.sent[rank])
         sent_to = [p for p in range(self.n) if self.sent[rank][p]]
-        self.perform(rank, self.machines[rank].start(round_id, members, sent_to, data, also))
+        self.perform(rank, self.machines[rank].start(round_id, members, sent_to, data, also,
+                                                     announce=announce))
 
     def step(self) -> bool:
         """Deliver the head of one non-empty channel (drawn); False: all empty."""
@@ -95,7 +96,7 @@ RING = [(r, (r + 1) % 5) for r in range(5)] + [((r + 1) % 5, r) for r in range(5
 def test_every_cut_holds_exactly_what_was_sent_before_the_senders_marker(seed):
     world = World(5, seed)
     done = run_round(world, range(5), RING, data=lambda r: 7 if r == 0 else None)
-    for q, (values, cut) in done.items():
+    for q, (values, cut, *_) in done.items():
         assert values == {0: 7}
         for p in range(5):
             if p != q:
@@ -124,7 +125,7 @@ def test_a_member_that_sent_nothing_before_joining_is_cut_at_zero():
         world.start(r, "R", range(3))
     while world.step():
         pass
-    values, cut = world.complete(0, "R")
+    values, cut, *_ = world.complete(0, "R")
     assert world.received[0][1] == 1 and cut[1] == 0
 
 
@@ -138,7 +139,7 @@ def test_a_group_round_waits_for_its_members_only():
         pass
     assert world.markers == 2  # 0->1 and 1->0; none to 3, which 0 talks to but is not in it
     for r in (0, 1):
-        values, cut = world.complete(r, "G")
+        values, cut, *_ = world.complete(r, "G")
         assert 2 not in cut  # rank 2 is not in the round: its messages are the logs'
 
 
@@ -146,7 +147,7 @@ def test_every_member_agrees_on_the_values():
     world = World(4, 3)
     done = run_round(world, range(4), RING[:0] + [(0, 1), (1, 2), (2, 3), (3, 0)],
                      data=lambda r: r * 10 if r % 2 else None)
-    assert {k: v for k, (v, _) in done.items()} == {r: {1: 10, 3: 30} for r in range(4)}
+    assert {k: v for k, (v, *_) in done.items()} == {r: {1: 10, 3: 30} for r in range(4)}
 
 
 def test_waiting_for_a_round_not_started_is_an_error():
@@ -167,3 +168,43 @@ def test_a_migrations_markers_are_waited_for_by_name():
 def test_an_unknown_flush_message_is_an_error():
     with pytest.raises(ProtocolError, match="unknown flush message 'nope'"):
         FlushRounds(0).take(1, "nope", None, 0)
+
+
+def test_the_root_tells_the_members_no_marker_reached_that_a_round_began():
+    """Markers go only on channels in use: a member no joiner ever sent to learns of the
+    round from the root (``flush_begin``), once per round, except those the first
+    joiner marked."""
+    world = World(4)
+    world.app(1, 2)
+    world.start(1, "R", range(4), announce=True)  # rank 1 marks rank 2; the root is 0
+    while world.step():
+        pass
+    for r in (0, 2, 3):  # rank 3: from the root's flush_begin only
+        assert "R" in world.machines[r].rounds and world.machines[r].rounds["R"].members is None
+    assert world.markers == 1
+    for r in (2, 3, 0):
+        world.start(r, "R", range(4), announce=True)
+    while world.step():
+        pass
+    assert all(world.complete(r, "R") is not None for r in range(4))
+
+
+def test_a_lazy_marker_precedes_the_first_message_on_an_unmarked_channel_uncounted():
+    """Rank 1 joins having sent rank 0 nothing, then sends to it: a marker goes first
+    (so rank 0 knows the message is post-cut), but the root's count does not include
+    it, and a second send needs none."""
+    m1, m0 = FlushRounds(1), FlushRounds(0)
+    effects = m1.start("R", range(2), sent_to=[], announce=True)
+    assert [e.op for e in effects] == ["flush_count"]
+    lazy = m1.before_send(0)
+    assert [(e.to, e.op, e.data) for e in lazy] == [((0,), "marker", ("R", None, False))]
+    assert m1.before_send(0) == []
+    m0.take(1, "marker", lazy[0].data, 0)
+    assert 1 in m0.rounds["R"].markers and m0.rounds["R"].counted == 0
+    go = (m0.start("R", range(2), sent_to=[], announce=True)
+          + m0.take(1, "flush_count", effects[0].data, 0))
+    go = [e for e in go if e.op == "flush_go"]
+    assert go[0].to == (1,) and go[0].data[1] == 0  # rank 1 waits for no marker
+    assert m0.complete("R", [1]) is not None  # rank 0 waits for no counted marker
+    m1.take(0, "flush_go", go[0].data, 0)
+    assert m1.before_send(0) == []  # every member joined: no more lazy markers

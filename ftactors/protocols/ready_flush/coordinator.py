@@ -400,8 +400,7 @@ class ReadyFlushCoordinator:
                     ck.line or ck.position)
             self.c.events.record("checkpoint_lost", position=ck.position, storage="object")
         if self.store is not None:
-            found = await self.c.newest_stable_set(self.store, "checkpoint set")
-            return None if found is None else (*found, found[0])
+            return await self.c.newest_stable_set(self.store, "checkpoint set")
         return None
 
     async def finish(self) -> None:

@@ -13,10 +13,11 @@ timer) the coordinator notifies every rank, each answers with the next safe poin
 will reach and stops there until told K, the largest of the answers, and begins the
 round when it reaches K. The notification is handled between sends (message hooks are
 synchronous), as the paper requires. A rank that joins a round takes its part's state
-*then*, sends a ready message (RM) on its channel to every other rank (so every rank
-learns of the round from the first RM it gets) and keeps receiving: every application
-message that arrives before the RM of its channel belongs to the part (queued for the
-application, or consumed meanwhile and so replayed). Once it holds every peer's RM
+*then*, sends a ready message (RM) on every channel it ever sent on (and, lazily, before
+its first message on another; the round's root tells the ranks no RM reached that the
+round began: ``shared/flush.py``) and keeps receiving: every application message that
+arrives before the RM of its channel belongs to the part (queued for the application,
+or consumed meanwhile and so replayed). Once it holds the RMs the root counted for it
 nothing addressed to it is in transit, and its part (registered state, protocol state,
 the messages to receive again in arrival order, the channel and application counters)
 is sealed and saved, in the object store (``checkpoint_storage="object"``, owned by the
@@ -31,30 +32,24 @@ restored messages, in arrival order, then from the network (the core's matcher).
 loop, two loops, a rank that leaves its loop first). Waiting at K for every RM, as the
 paper does, assumes every rank reaches K while its peers wait there: a farm's worker
 blocked in ``recv(source=0)`` for a task the master sends only after the round never
-does, nor does a rank whose loop is shorter. So a rank joins a round it has heard of at
-whichever comes first: (a) its next safe point, where its part is that safe point's
-state (the common case of lockstep programs: nothing to replay); (b) the moment it is
-blocked in a receive or probe whose message may come only after the round: from a rank
-whose RM it holds, or from any source (``_idle``; ``Endpoint.blocked`` and the
-``on_blocked`` hook say it waits); (c) once ``main()`` has returned (or, for a round it
-hears of later, then). In (b) and (c) the part is ``Endpoint.state_now``: the last safe
-point's state, or the state at the end of the last loop (``keep_base`` is on from the
-start: the engine keeps it at every safe point and loop end), plus every message
-consumed since, which a restore replays while ``main()`` runs that code again (piecewise
-determinism, as HC3I's forced checkpoints). A finished rank's part re-runs ``main()``
-with its finished loops skipped. So every rank joins every round in finite time (a rank
-that never blocks reaches a safe point or returns), and no round waits forever. Why the
-cut stays consistent: a rank that holds the RM of a round it has not joined *holds*
-every message from that RM's sender (``on_receive``: sent after the sender's part, so
-in none of this rank's parts) until it joins, and its part does not count them
-(``state_now(unreceived=)``); messages that come after it joined and before their
-sender's RM are added to its part as received (``late``); what it consumes after joining
-is not in the part. A held message a blocked rank waits for is from a marked rank, so
-it joins and gets it. The round keeps its name K, but each part resumes where its rank
-was when it joined, so the coordinator's recovery line is the furthest part's resume
-point (``_Set.line``; ``line`` in a stable set's manifest), which the restore checks
-every part against. Parts taken in (b) and (c) carry the messages consumed since their
-base and a restore re-sends what the rank sent since (the receivers drop duplicates).
+does, nor does a rank whose loop is shorter. So a rank joins a round it has heard of (an
+RM, or the root's word that it began) at whichever comes first: (a) its next safe
+point, where its part is that safe point's state (the common case of lockstep programs:
+nothing to replay); (b) the moment it is blocked in a receive or probe whose message may
+come only after the round (from a rank whose RM it holds, a rank that never sent to it,
+or any source), or parked at a safe point; (c) once ``main()`` has returned. In (b) and
+(c) the part is ``Endpoint.state_now``: the last safe point's or loop end's state plus
+every message consumed since, replayed on restore. Post-cut messages are held until the
+rank joins, pre-cut ones that come later go into the part (``late``). The rules, shared
+with StandbyReplacement and RSBackup and with every level of a stack, are
+``protocols/shared/joining.py``'s (its docstring says why the cut stays consistent);
+this protocol adds the rounds the coordinator placed (``rounds_to_begin_now``: an idle
+rank begins them, it may never reach them) and its own work with a sealed part
+(``round_sealed``: store, hand-off). The round keeps its name K, but each part resumes
+where its rank was when it joined, so the coordinator's recovery line is the furthest
+part's resume point (``_Set.line``; ``line`` in a stable set's manifest), which the
+restore checks every part against; a rank restored from a part taken in (b) or (c)
+re-runs the code since its base and does not send again what it sent before the cut.
 
 *Hand-off* (object store; ``handoff.py`` has its rules and their reasons). A rank past a
 checkpoint must never hold the only copy of its part, yet waiting for the coordinator's
@@ -126,7 +121,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors.engine._constants import ANY_SOURCE
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoCheckpointWarning
@@ -134,7 +128,7 @@ from ftactors.runtime._protocol import CONSISTENCY, LEVEL, MOVED
 from ftactors.base._storage import open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
-from ..shared.level_plan import PlannedLevel
+from ..shared.joining import JoinsRounds, Part
 from ..shared.parts import HeldParts
 from .handoff import GoOn, HandOff
 from .machine import ReadyRank
@@ -167,24 +161,13 @@ class _Ready:
     safe: dict = field(default_factory=dict)        # position -> future: the part is safe
     stop: asyncio.Future | None = None               # MP's answer: where it stopped
     moved: dict | None = None                        # restored by a migration: what came
-    joined: dict = field(default_factory=dict)       # round -> _Part: joined, not sealed
-    held: dict = field(default_factory=dict)         # src -> its post-cut messages held
-    idle: int = 0                                    # > 0: parked at a safe point
-    finished: bool = False                           # main() has returned
 
 
-@dataclass(slots=True)
-class _Part:
-    """This rank's part of one round, from the moment it joined to its seal."""
-
-    state: dict                                      # Endpoint.state_now at the join
-    protocols: dict                                  # the protocols' state then
-    position: tuple | None                           # where main() was (its resume point)
-    at: float                                        # when (the run's clock)
-    late: list = field(default_factory=list)         # pre-cut messages that came since
+def _is_checkpoint(round_id) -> bool:
+    return round_id[0] == "ckpt"  # not a migration's (``("move", n)``)
 
 
-class ReadyMessageFlush(PlannedLevel):
+class ReadyMessageFlush(JoinsRounds):
     """Mixin: coordinated checkpoints by ready messages, global restart, migration."""
 
     protocol_name = NAME
@@ -222,16 +205,16 @@ class ReadyMessageFlush(PlannedLevel):
         if st.settings["storage"] != "object":
             st.store = open_store(st.settings["dir"])
         self.ft.keep_base = True  # a round may take this rank's state between safe points
+        self.add_round_level(NAME, st.flush, _is_checkpoint)
         await super().on_start()
 
     async def on_finish(self) -> None:
         """``main()`` returned: its state is final, so every round under way or to come
-        takes it as this rank's part (``_join_idle``)."""
+        takes it as this rank's part (``JoinsRounds.on_finish``), once the positions
+        asked of it are decided."""
         st = self._ready
         for fut in st.undecided.values():
             await fut
-        st.finished = True
-        self._join_idle()
         await self._migrate(st.moving.finished())
         await super().on_finish()
 
@@ -248,20 +231,9 @@ class ReadyMessageFlush(PlannedLevel):
         # the rounds other ranks began: this safe point's state is its part of each
         rounds = [("ckpt", k) for k in sorted(passed)] + ([("ckpt", pos)] if here else [])
         st.where.targets.difference_update(passed)
-        await self._parked(self._join(r) for r in rounds + self._unjoined())
+        await self.joined_at_safe_point(NAME, rounds)
         if st.moving.stopping:
             await self._stop_for_migration()
-
-    async def _parked(self, seals) -> None:
-        """Wait at this safe point until the parts of the rounds joined here are sealed
-        and safe; rounds that begin meanwhile are joined at once (``_join_idle``)."""
-        st = self._ready
-        st.idle += 1
-        try:
-            for seal in [t for t in seals if t is not None]:
-                await seal
-        finally:
-            st.idle -= 1
 
     async def checkpoint_here(self) -> None:
         """Take a checkpoint at this safe point: this rank starts the round of its
@@ -269,116 +241,35 @@ class ReadyMessageFlush(PlannedLevel):
         sealed and safe."""
         if self.ft.position is None:
             raise ProtocolError("checkpoint_here() must be called at a safe point")
-        await self._parked([self._join(("ckpt", self.ft.position))])
+        await self.joined_at_safe_point(NAME, [("ckpt", self.ft.position)])
 
     # ---------------------------------------------------------------- rounds
-    def _unjoined(self) -> list:
-        """The checkpoint rounds other ranks began that this rank has not joined yet."""
-        rounds = self._ready.flush.rounds
-        return [] if rounds is None else [
-            rid for rid, r in rounds.rounds.items() if rid[0] == "ckpt" and r.members is None]
+    def joining_round(self, name: str, round_id):
+        if name != NAME:
+            return super().joining_round(name, round_id)
+        self._ready.where.taken(round_id[1])
+        self._ready.where.targets.discard(round_id[1])
+        return None
 
-    def _join(self, round_id) -> asyncio.Task | None:
-        """Join checkpoint round ``round_id``: this rank's state now is its part (at a
-        safe point that is the safe point's state; else the last safe point's, or the
-        loop end's, plus what it consumed since, replayed on restore), without the
-        post-cut messages it holds; its markers go to every rank. Returns the task that
-        seals the part once every marker is in (None: joined already)."""
-        st, ft = self._ready, self.ft
-        rounds = st.flush.rounds
-        r = None if rounds is None else rounds.rounds.get(round_id)
-        if round_id in st.joined or (r is not None and r.members is not None):
-            return None
-        st.where.taken(round_id[1])
-        state = ft.state_now(unreceived={src: len(envs) for src, envs in st.held.items()},
-                             global_cut=True)
-        part = st.joined[round_id] = _Part(state, self.protocol_state(), ft.position,
-                                           ft.link.clock())
-        # every rank: a rank learns of a round from the first marker it gets, and holds
-        # what the marker's sender sends after it until it has joined too
-        st.flush.start(ft, NAME, round_id, range(self.size), also=range(self.size))
-        self._release_held()
-        return self.ft_spawn(self._seal(round_id, part))
-
-    def _join_idle(self) -> None:
-        """The rank is idle (blocked in a receive, parked at a safe point, or finished):
-        join every round under way now, and begin those the coordinator placed that it
-        has not reached (it may never reach them)."""
-        st, ft = self._ready, self.ft
-        if not ft.can_snapshot_now(after_loop=True):
-            return  # a restored rank re-running the code before its resume point
+    def rounds_to_begin_now(self, name: str) -> list:
+        """The positions the coordinator placed that this rank has not reached (it may
+        never reach them: it is blocked, parked or finished)."""
+        if name != NAME:
+            return super().rounds_to_begin_now(name)
+        st = self._ready
         st.where.decided(f.result() for f in st.undecided.values() if f.done())
         for key in [k for k, f in st.undecided.items() if f.done()]:
             del st.undecided[key]
-        rounds = [("ckpt", k) for k in sorted(st.where.targets)] + self._unjoined()
-        st.where.targets.clear()
-        for round_id in rounds:
-            self._join(round_id)
+        return [("ckpt", k) for k in sorted(st.where.targets)]
 
-    def _idle(self) -> bool:
-        """Whether this rank must join the rounds under way now rather than at a safe
-        point: it is parked at one, it has finished, or it waits for a message that may
-        come only after a round (from a rank that joined one: marked, or from any
-        rank). A rank that waits for an unmarked rank waits on: that rank sends before
-        it joins, so the message comes and the part is taken at a safe point, a plain
-        state with nothing to replay (lockstep programs' parts stay so)."""
+    async def round_sealed(self, name: str, round_id, part: Part, blob: bytes, values: dict,
+                           line) -> None:
+        """Every marker of ``round_id`` is in and this rank's part sealed: save it and
+        hand it off."""
+        if name != NAME:
+            return await super().round_sealed(name, round_id, part, blob, values, line)
         st, ft = self._ready, self.ft
-        if st.idle or st.finished:
-            return True
-        if not ft.blocked:
-            return False
-        rounds = st.flush.rounds.rounds if st.flush.rounds is not None else {}
-        marked = {p for rid in self._unjoined() for p in rounds[rid].markers}
-        return any(src == ANY_SOURCE or src in marked for src in ft.blocked)
-
-    def on_blocked(self) -> None:
-        """``main()`` waits for a message: a round under way may need this rank's part
-        before that message comes (its sender may be waiting for the round), so the
-        rank joins now when ``_idle`` says so (module docstring)."""
-        st = self._ready
-        if (st.undecided or st.where.targets or self._unjoined()) and self._idle():
-            self._join_idle()
-        super().on_blocked()
-
-    def on_receive(self, env):
-        """Messages sent after their sender's marker of a round this rank has not joined
-        are held until it joins (they are not in its part); messages that come after
-        this rank joined a round, sent before their sender's marker of it, belong to the
-        part (``late``)."""
-        st = self._ready
-        src = env.src
-        if src != self.rank and (st.joined or st.held or st.flush.rounds is not None):
-            rounds = st.flush.rounds.rounds if st.flush.rounds is not None else {}
-            for round_id, part in st.joined.items():
-                r = rounds.get(round_id)
-                if r is not None and src not in r.markers:
-                    part.late.append(env)
-            if src in st.held or any(src in rounds[rid].markers for rid in self._unjoined()):
-                st.held.setdefault(src, []).append(env)
-                return None
-        return super().on_receive(env)
-
-    def _release_held(self) -> None:
-        """Deliver the held messages no round left unjoined holds back, in order."""
-        st = self._ready
-        if not st.held:
-            return
-        unjoined = self._unjoined()
-        rounds = st.flush.rounds.rounds
-        for src in [s for s in st.held if not any(s in rounds[r].markers for r in unjoined)]:
-            for env in st.held.pop(src):
-                env = super().on_receive(env)
-                if env is not None:
-                    self.ft.deliver_now(env)
-
-    async def _seal(self, round_id, part: _Part) -> None:
-        """Once every marker of ``round_id`` is in, seal this rank's part with the
-        pre-cut messages that came since it joined, save it and hand it off."""
-        st, ft = self._ready, self.ft
-        await st.flush.wait(ft, round_id)
-        del st.joined[round_id]
         t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
-        blob = ft.seal_state(part.state, part.protocols, part.late)
         pos = round_id[1]
         index = position_index(pos)
         if st.store is not None:  # first: a copy at the holder implies the part on disk
@@ -458,8 +349,8 @@ class ReadyMessageFlush(PlannedLevel):
         fut = self._ready.undecided.get(request)
         if fut is not None and not fut.done():
             fut.set_result(None if position is None else tuple(position))
-            if self._idle() and not self._ready.idle:  # parked: on_safe_point takes it
-                self._join_idle()
+            if not self._joins.parked and self._must_join():  # parked: on_safe_point takes it
+                self.join_all_now()
 
     # --------------------------------------------------------------- migration
     async def _migrate(self, effects: list) -> int:
@@ -533,8 +424,7 @@ class ReadyMessageFlush(PlannedLevel):
         op, data = ft.control_data(env)
         if op in FLUSH_OPS:
             st.flush.take(ft, env, op, data)
-            if self._idle() and self._unjoined():
-                self._join_idle()
+            self.marker_taken()
         elif op == "copy":  # a part to hold for env.src until the coordinator took it
             pos, blob = data
             self._hand_off(st.handoff.copy_received(env.src, tuple(pos), bytes(blob)))
@@ -567,9 +457,6 @@ class ReadyMessageFlush(PlannedLevel):
         st = self._ready
         st.undecided.clear()
         st.safe.clear()  # the parts under way belong to the execution left
-        st.joined.clear()
-        st.held.clear()
-        st.idle, st.finished = 0, False
         st.stop = None
         st.moving.restored()
         if st.moved is None:

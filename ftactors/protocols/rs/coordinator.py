@@ -90,20 +90,22 @@ class RSRecovery(LowerLevel):
         if event.kind != "rs_stored":
             return
         pos = tuple(event.detail["position"])
+        line = event.detail.get("line")
         ranks = self.stored.setdefault(pos, set())
         ranks.add(event.rank)
         if len(ranks) == self.c.n:
             del self.stored[pos]
-            task = asyncio.ensure_future(self._seal(pos))
+            task = asyncio.ensure_future(self._seal(pos, pos if line is None else line))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-    async def _seal(self, pos: tuple) -> None:
+    async def _seal(self, pos: tuple, line) -> None:
         async with self.sealing:
             try:
                 await asyncio.to_thread(seal_set, self.store, self.c.identity,
                                         position_index(pos), self.c.n,
-                                        {"position": list(pos), "protocol": NAME})
+                                        {"position": list(pos), "protocol": NAME,
+                                         "line": list(line)})
             except KeyError as missing:  # a part is gone from the store
                 self.c.events.record("stable_checkpoint_failed", position=pos,
                                      reason=str(missing))
@@ -125,7 +127,8 @@ class RSRecovery(LowerLevel):
         answers = await asyncio.gather(
             *(c.call(r, RSBackup.ft_rpc_rs_failure, sorted(failed)) for r in survivors))
         await c.phase("notified")
-        plan, source = await self._plan(placement, failed, dict(zip(survivors, answers)))
+        inventories = dict(zip(survivors, answers))
+        plan, source, line = await self._plan(placement, failed, inventories)
         c.events.record("rs_recovery", position=plan.round, failed=sorted(failed),
                         source="memory" if isinstance(source, str) else "stable",
                         reencode=plan.reencode,
@@ -141,7 +144,7 @@ class RSRecovery(LowerLevel):
 
         waits = []
         for rank in range(c.n):
-            spec = c.restore_spec(handles[rank], line=plan.round)
+            spec = c.restore_spec(handles[rank], line=line)
             if rank in survivors and c.running(rank):
                 waits.append(c.call(rank, "resume", spec, c.epochs[rank]))
             else:
@@ -157,15 +160,19 @@ class RSRecovery(LowerLevel):
         """Every restored rank learns the placement (a promoted spare has none)."""
         return {} if self.placement is None else {NAME: {"placement": self.placement}}
 
-    async def _plan(self, placement, failed, inventories) -> tuple[RecoveryPlan, Any]:
+    async def _plan(self, placement, failed, inventories) -> tuple[RecoveryPlan, Any, Any]:
         """The recovery plan from memory, else from stable storage (``source`` is then
-        the blobs of the newest complete set). A plan to restart from the start of the
-        run (nothing known in memory: the whole job was lost) also prefers a stable set.
+        the blobs of the newest complete set), and its line (the round's furthest part:
+        ranks that joined it out of step took their parts where they were). A plan to
+        restart from the start of the run (nothing known in memory: the whole job was
+        lost) also prefers a stable set.
         """
         try:
             plan = choose_recovery(placement, failed, inventories)
             if plan.round is not None:
-                return plan, "memory"
+                line = next((inv["lines"][plan.round] for inv in inventories.values()
+                             if inv["lines"].get(plan.round) is not None), plan.round)
+                return plan, "memory", line
             lost = None
         except Undecodable as exc:
             lost = exc
@@ -174,12 +181,12 @@ class RSRecovery(LowerLevel):
             if lost is not None:
                 self.c.events.record("rs_undecodable", groups=lost.groups,
                                      position=lost.round, fallback="stable")
-            position, blobs = stable
-            return RecoveryPlan(position, {}, self._everything()), blobs
+            position, blobs, line = stable
+            return RecoveryPlan(position, {}, self._everything()), blobs, line
         if lost is None and self.escalates:
             raise LevelExhausted(sorted(failed), "no encoded round is complete yet")
         if lost is None:
-            return plan, "memory"
+            return plan, "memory", None
         groups = ", ".join(f"{g} (ranks {list(placement.groups[g])})" for g in lost.groups)
         raise RankFailed(sorted(failed), f"RSBackup cannot rebuild group(s) {groups}: too "
                                          f"few blocks survive and there is no stable copy "

@@ -13,10 +13,13 @@ sends every rank the placement. A group of ``k`` members encodes ``m = k`` parit
 (``rs_parity`` for fewer); parity ``j`` of group ``G_i`` is held by member ``j`` of
 ``G_{i+1}``, so a whole group can be lost with its parity intact.
 
-*Checkpoint* (every ``rs_interval`` iterations, at the same safe point on every rank): the
-ranks flush every channel with ready messages (``_flush``, as StandbyReplacement does), so
-the snapshots of a round form a consistent cut, and each rank keeps its own snapshot
-(``s`` bytes). Then, in a task that runs beside ``main()``, the *star encoding* (V.A):
+*Checkpoint* (every ``rs_interval`` iterations): a rank at its safe point begins a round
+and the others join it, at their own safe point or, out of step, when blocked on a
+message that may come only after it or once ``main()`` returned (``shared/joining.py``,
+as StandbyReplacement and ReadyMessageFlush do); the ranks flush their channels with
+ready messages (``shared/flush.py``), so the parts of a round form a consistent cut
+(its recovery line is the furthest part, kept beside each own copy and in a stable
+set's manifest), and each rank keeps its own part (``s`` bytes). Then, in a task that runs beside ``main()``, the *star encoding* (V.A):
 rank ``i`` of a group cuts its snapshot into blocks of ``rs_block_bytes`` (``z``), and
 for each block computes its ``m`` partial products ``M[j][i] * block`` (its column of
 the Cauchy matrix, ``erasure.partial_products``) and sends product ``j`` to the holder
@@ -27,8 +30,9 @@ every member's last block has arrived the parity block is complete; the holder k
 as an object of its own (``Link.share``: on Ray an object in the object store owned by
 the holder's actor, so it lives as long as the holder; in-process elsewhere). Encoding
 costs ``m * s`` field products per rank whatever the number of groups (V.B): groups
-encode in parallel. The next checkpoint waits for the previous encoding to be sent, so
-its markers follow every block of it on each channel (the holders' channels are always
+encode in parallel. A rank joining the next round first sends the rest of the previous
+encoding at once (``joining_round``), so its markers follow every block of it on each
+channel (the holders' channels are always
 marked, ``Flush.start(also=)``, even where no application message went): when a round's
 flush is over, the previous round is complete on every live holder. Ranks and holders keep the newest two
 rounds (ping-pong): a failure in the middle of an encoding leaves the round before.
@@ -61,8 +65,9 @@ recovery tries the partner copies first and comes here when a rank and its partn
 together (``runtime/_escalation``); a loss the blocks cannot rebuild passes on to the
 global set. Below a costlier level, a failure before the first complete encoding is
 passed on (``LevelExhausted``) rather than restarted from the start of the run. A rank
-restored by another level keeps no round of ours unless its snapshot was taken after our
-round at that position (``on_restored``): our parity of it would be encoded twice.
+restored by another level keeps no round of ours unless its snapshot is our part of a
+round (``part_of`` in its protocol state, ``on_restored``): our parity of it would be
+encoded twice.
 
 *Keeping another protocol's parts* (``class S(RSBackup, GroupCoordination, App)``, or
 DDVPiggyback; ``_rs_parts``): those protocols checkpoint one group or cluster (a *unit*)
@@ -126,7 +131,7 @@ from ftactors.protocols.rs.erasure import RSCode, partial_products, xor_into
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
-from ..shared.level_plan import PlannedLevel
+from ..shared.joining import JoinsRounds, Part
 from .options import KEEP_ROUNDS, NAME, OPTIONS, rs_settings
 from .stable import store_parity
 from .placement import Placement, as_key, unit_code, unit_holder
@@ -177,6 +182,9 @@ class _RS:
     held: dict = field(default_factory=dict)      # (group, parity index, round) -> _Parity
     floors: dict = field(default_factory=dict)    # parts mode: unit -> its oldest part kept
     encoding: list = field(default_factory=list)  # encoding tasks under way
+    steps: list = field(default_factory=list)     # their star encodings (generators)
+    lines: dict = field(default_factory=dict)     # own round -> its line (furthest part)
+    restored_round: tuple | None = None           # the round of the part restored (ours)
     last: tuple | None = None                     # position of the last checkpoint
     restored: tuple | None = None                 # position of the last restore
     store: Any = None
@@ -186,10 +194,17 @@ class _RS:
     moved: dict | None = None  # restored by a migration: what came with it
 
 
-async def _blocks_between(steps) -> None:
-    """Run a star encoding's steps, letting the application run between blocks."""
-    for _ in steps:
-        await asyncio.sleep(0)
+async def _blocks_between(steps, running: list | None = None) -> None:
+    """Run a star encoding's steps, letting the application run between blocks; listed
+    in ``running`` meanwhile (a round's join sends the rest at once: ``_drain``)."""
+    if running is not None:
+        running.append(steps)
+    try:
+        for _ in steps:
+            await asyncio.sleep(0)
+    finally:
+        if running is not None:
+            running.remove(steps)
 
 
 def _keep_newest(d: dict, round_of, keep: int, group_of=lambda key: None) -> None:
@@ -203,7 +218,7 @@ def _keep_newest(d: dict, round_of, keep: int, group_of=lambda key: None) -> Non
             del d[key]
 
 
-class RSBackup(PlannedLevel):
+class RSBackup(JoinsRounds):
     """Mixin: Reed-Solomon encoded in-memory checkpoints, fast and slow recovery."""
 
     protocol_name = NAME
@@ -229,6 +244,9 @@ class RSBackup(PlannedLevel):
         if st.settings["stable"] is not None:
             st.store = open_store(st.settings["stable"])
         st.pacer = Pacer(self.ft.link.clock)
+        if not st.parts_mode:
+            self.ft.keep_base = True  # a round may take this rank's state between safe points
+            self.add_round_level(NAME, st.flush)
         await super().on_start()
 
     async def on_finish(self) -> None:
@@ -250,42 +268,78 @@ class RSBackup(PlannedLevel):
         elif due is None:
             due = (not st.parts_mode and iteration > 0
                    and iteration % st.settings["interval"] == 0)
-        if due and (st.last is None or pos > st.last):
-            await self.rs_checkpoint()
+        if st.parts_mode:
+            return
+        # its own round here, and the rounds other ranks began: this safe point's state
+        begin = [pos] if due and (st.last is None or pos > st.last) else []
+        await self.joined_at_safe_point(NAME, begin)
 
     async def rs_checkpoint(self) -> None:
-        """Flush every channel, keep this rank's snapshot and start its star encoding.
-        Collective: every rank calls it at the same safe point (the protocol does)."""
+        """Begin a round at this safe point (every other rank joins it,
+        ``shared/joining.py``): once flushed, this rank keeps its snapshot and starts
+        its star encoding."""
         st, ft = self._rs, self.ft
-        pos = ft.position
-        if pos is None:
+        if ft.position is None:
             raise ProtocolError("rs_checkpoint() must be called at a safe point")
         if st.parts_mode:
             raise ProtocolError("rs_checkpoint() takes a global round; in this stack the "
                                 "encoded blocks are of the consistency protocol's parts")
-        at = ft.link.clock()
-        await self._encoded()  # their blocks go out before this round's markers
-        t0 = time.perf_counter()
+        await self.joined_at_safe_point(NAME, [ft.position])
+
+    def joining_round(self, name: str, round_id):
+        """The encodings under way send their remaining blocks first (so this round's
+        markers follow every block of them on each channel: once its flush is over the
+        previous round is complete on every live holder); with ``rs_interval_s`` rank
+        0's marker carries the iteration of the next round."""
+        if name != NAME:
+            return super().joining_round(name, round_id)
+        st = self._rs
+        for steps in list(st.steps):
+            for _ in steps:
+                pass
+        if st.last is None or round_id > st.last:
+            st.last = round_id  # saved in the part: a rank restored here does not begin it
         seconds = st.settings["interval_s"]
-        decision = (st.pacer.next_after(pos[1], seconds)
-                    if seconds is not None and self.rank == 0 else None)
-        placement = await st.placed
+        if seconds is None or self.rank != 0:
+            return None
+        st.next_round = st.pacer.next_after(round_id[1], seconds)
+        return st.next_round
+
+    def round_also(self, name: str, round_id) -> tuple:
+        """The holders' channels too: the last round's blocks are there once this one
+        is over (no placement yet: no encoding was sent either)."""
+        if name != NAME:
+            return super().round_also(name, round_id)
+        placed = self._rs.placed
+        if not placed.done():
+            return ()
+        placement = placed.result()
         g, _ = placement.group_of(self.rank)
-        # the holders' channels too: the last round's blocks are there once this one is over
-        st.flush.start(ft, NAME, pos, range(self.size), decision,
-                       also=[placement.holder(g, j) for j in range(placement.m(g))])
-        markers = await st.flush.wait(ft, pos)
-        flush_s = time.perf_counter() - t0
-        st.pacer.mark(pos[1])
-        if seconds is not None:  # rank 0's choice, carried by its marker
-            st.next_round = decision if self.rank == 0 else markers[0]
-        st.last = pos  # saved in the snapshot: a rank restored here does not take it again
-        blob = ft.snapshot(cut=st.flush.last_cut)
-        st.own[pos] = blob
+        return tuple(placement.holder(g, j) for j in range(placement.m(g)))
+
+    def round_agreed(self, name: str, round_id, values: dict, protocols: dict) -> None:
+        if name != NAME:
+            return super().round_agreed(name, round_id, values, protocols)
+        if self._rs.settings["interval_s"] is not None and 0 in values:
+            # rank 0's choice, carried by its marker
+            self._rs.next_round = protocols[NAME]["next_round"] = values[0]
+
+    async def round_sealed(self, name: str, round_id, part: Part, blob: bytes, values: dict,
+                           line) -> None:
+        """Every marker is in: keep this rank's part and start its star encoding."""
+        if name != NAME:
+            return await super().round_sealed(name, round_id, part, blob, values, line)
+        st, ft = self._rs, self.ft
+        st.pacer.mark(round_id[1])
+        st.own[round_id] = blob
+        st.lines[round_id] = line
         _keep_newest(st.own, lambda key: key, KEEP_ROUNDS)
-        ft.events.record("rs_checkpoint", position=pos, bytes=len(blob), flush_s=flush_s)
-        st.encoding.append(self.ft_spawn(self._encode_and_store(pos, blob)))
-        self.planned_cost(NAME, at)
+        for old in [r for r in st.lines if r not in st.own]:
+            del st.lines[old]
+        ft.events.record("rs_checkpoint", position=round_id, bytes=len(blob),
+                         flush_s=ft.link.clock() - part.at, part_position=part.position)
+        st.encoding.append(self.ft_spawn(self._encode_and_store(round_id, blob)))
+        self.planned_cost(NAME, part.at)
 
     async def _encoded(self) -> None:
         """Wait for the encodings under way (their blocks are all sent then)."""
@@ -301,7 +355,8 @@ class RSBackup(PlannedLevel):
         if st.store is not None:
             await asyncio.to_thread(store_part, st.store, self.run_identity,
                                     position_index(pos), self.rank, blob)
-            await self.ft.link.report_now(self.ft.events.make("rs_stored", position=pos))
+            await self.ft.link.report_now(self.ft.events.make(
+                "rs_stored", position=pos, line=st.lines.get(pos)))
 
     async def _encode(self, pos: tuple, blob: bytes, parities) -> None:
         """The star encoding of this rank's ``blob`` for the parity blocks ``parities``
@@ -309,7 +364,8 @@ class RSBackup(PlannedLevel):
         placement = await self._rs.placed
         g, i = placement.group_of(self.rank)
         await _blocks_between(self._star(pos, blob, (g, i, placement.k(g), placement.m(g)),
-                                         parities, lambda j: placement.holder(g, j)))
+                                         parities, lambda j: placement.holder(g, j)),
+                              self._rs.steps)
 
     def _star(self, pos, blob: bytes, code: tuple, parities, holder_of, floor=None):
         """The star encoding of this rank's ``blob`` (member ``i`` of group ``g`` coded
@@ -401,6 +457,7 @@ class RSBackup(PlannedLevel):
         op, data = self.ft.control_data(env)
         if op in FLUSH_OPS:
             self._rs.flush.take(self.ft, env, op, data)
+            self.marker_taken()
         elif op == "part":
             self._take_part(data)
         else:
@@ -408,7 +465,10 @@ class RSBackup(PlannedLevel):
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
-        state[NAME] = {"last": self._rs.last, "next_round": self._rs.next_round}
+        # ``part_of``: this state is this rank's part of that round of ours (not another
+        # level's snapshot)
+        state[NAME] = {"last": self._rs.last, "next_round": self._rs.next_round,
+                       "part_of": self.joining_part(NAME)}
         return state
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
@@ -416,12 +476,14 @@ class RSBackup(PlannedLevel):
         last = state[NAME]["last"]
         self._rs.last = None if last is None else tuple(last)
         self._rs.next_round = state[NAME]["next_round"]
+        part_of = state[NAME].get("part_of")
+        self._rs.restored_round = None if part_of is None else tuple(part_of)
         self._rs.moved = state.get(MOVED, {}).get(NAME)
 
     def moving_state(self) -> dict[str, Any]:
         st = self._rs
         return {**super().moving_state(),
-                NAME: {"own": st.own, "held": st.held, "floors": st.floors,
+                NAME: {"own": st.own, "held": st.held, "floors": st.floors, "lines": st.lines,
                        "restored": st.restored, "flush": st.flush.moving()}}
 
     # ------------------------------------------------- recovery (coordinator calls)
@@ -430,7 +492,8 @@ class RSBackup(PlannedLevel):
         st = self._rs
         st.encoding = []  # cancelled by the pause
         held = [(g, j, rnd) for (g, j, rnd), p in st.held.items() if p.handle is not None]
-        return {"own": sorted(st.own), "held": sorted(held)}
+        return {"own": sorted(st.own), "held": sorted(held),
+                "lines": {r: st.lines.get(r) for r in st.own}}
 
     def ft_rpc_rs_share(self, round_id, what: tuple) -> Any:
         """A handle to this rank's own snapshot of ``round_id`` (``("own",)``), or
@@ -522,19 +585,21 @@ class RSBackup(PlannedLevel):
         st.encoding = []
         position, blob = ft.restored_from
         if st.moved is not None:  # a migration: the same execution, its rounds and blocks too
-            st.own, st.held, st.floors, st.restored = (
-                st.moved[k] for k in ("own", "held", "floors", "restored"))
+            st.own, st.held, st.floors, st.restored, st.lines = (
+                st.moved[k] for k in ("own", "held", "floors", "restored", "lines"))
             st.flush.moved(self.rank, st.moved["flush"])
             st.moved = None
             return await super().on_restored()
         st.flush.reset()
-        st.restored = position
-        # the restored round is one of ours if its snapshot says it was taken (another
-        # level's snapshot at the same position may precede our round there)
-        ours = position is not None and st.last == position
-        st.own = {position: blob} if ours else {}
-        st.held = {key: p for key, p in st.held.items()
-                   if ours and key[2] == position and p.handle is not None}
+        st.steps = []
+        # the restored round is one of ours if its snapshot is our part of it (not
+        # another level's snapshot, which may be at the same position)
+        key = st.restored_round
+        st.restored = position if key is None else key
+        st.own = {} if key is None else {key: blob}
+        st.lines = {} if key is None else {key: ft.restored_line or position}
+        st.held = {k: p for k, p in st.held.items()
+                   if key is not None and k[2] == key and p.handle is not None}
         await super().on_restored()
 
     def ft_rpc_rs_restored(self):

@@ -26,9 +26,23 @@ message sent before a participant's marker is received before the receiver's sna
 none sent after it is in it), at 2(n-1) messages through the root plus one per channel
 in use. The root does O(n) work per round, once; no participant does O(n) work.
 
+*Rounds joined out of step* (``joining.py``: a rank joins a round it has heard of, at its
+own moment) need two more things, still without a marker on every channel. A member
+must hear of a round although no joiner ever sent to it: the root, hearing of a round
+for the first time, tells every member the first joiner did not mark that it began
+(``flush_begin``, at most n - 1 messages a round). And a receiver that has not joined
+must know every message sent after its sender's part: a joined participant that sends
+on a channel its start left unmarked (nothing was ever sent on it) sends a *lazy*
+marker first (``before_send``), until the root's count tells it every member has
+joined; a lazy marker is not in the root's count (the receiver counts the others,
+``counted``), and the cut of its channel is 0, as for a peer that sent no marker.
+
 A marker may carry a small value (for example rank 0's decision on when to take the next
 backup) so that one exchange also makes the participants agree: the root hands every
-participant the values of all of them (``wait`` returns them).
+participant the values of all of them (``wait`` returns them). A participant may also
+tell the root where its part of the round resumes (``at``, a safe-point position: ranks
+that join a round out of step take their parts at different places); the root hands
+every participant the furthest of them, the round's *recovery line* (``last_line``).
 
 The rules are a machine, ``FlushRounds`` (one rank's side of every round: events in, the
 control messages to send out, no I/O), stepped by ``tests/protocols/test_flush_machine.py``
@@ -44,7 +58,7 @@ from typing import Any, Hashable, Iterable, Sequence
 from ftactors.base._errors import ProtocolError
 from ftactors.engine._waits import Wait
 
-OPS = ("marker", "flush_count", "flush_go")
+OPS = ("marker", "flush_count", "flush_go", "flush_begin")
 """The control operations a protocol hands to ``Flush.take``."""
 
 
@@ -74,13 +88,24 @@ class _Round:
     cuts: dict = field(default_factory=dict)      # peer -> receive count at its marker
     markers: dict = field(default_factory=dict)   # peer -> its marker's value
     expected: int | None = None                    # markers to wait for (from the root)
+    counted: int = 0                               # markers in that count that came
+    marked_to: set = field(default_factory=set)    # this rank's start: whom it marked
     values: dict | None = None                     # every participant's value (from the root)
+    line: tuple | None = None                      # the furthest part's position (from the root)
+    sources: tuple = ()                            # who marked this rank at their start (root)
     members: Sequence[int] | None = None           # this rank's start: whom the round joins
     # the root's side: participants heard from, markers per destination, their values
     heard: int = 0
     heard_from: set = field(default_factory=set)  # (named in a wait record)
     counts: dict = field(default_factory=dict)
     given: dict = field(default_factory=dict)
+    froms: dict = field(default_factory=dict)
+    furthest: tuple | None = None
+    announced: bool = False
+
+
+def _furthest(a, b):
+    return b if a is None or (b is not None and tuple(b) > tuple(a)) else a
 
 
 class FlushRounds:
@@ -100,77 +125,115 @@ class FlushRounds:
         return r
 
     def start(self, round_id: Hashable, members: Sequence[int], sent_to: Iterable[int],
-              data: Any = None, also: Iterable[int] = ()) -> list[Send]:
+              data: Any = None, also: Iterable[int] = (), at: tuple | None = None,
+              announce: bool = False) -> list[Send]:
         """Join round ``round_id`` of ``members`` (sorted, this rank among them; a
         ``range`` for every rank: never walked); ``sent_to``: the ranks this one ever sent
         an application message to. Its marker goes to those among the members and to
-        ``also``; the list of them to the root."""
+        ``also``; the list of them, and ``at`` (where its part resumes), to the root.
+        ``announce``: members join out of step (the root tells them the round began)."""
         me, root = self.me, members[0]
         out = sorted(set(sent_to).union(also).difference((me,)))
         out = [p for p in out if p in members]
         effects = [Send(tuple(out), "marker", (round_id, data))] if out else []
         r = self._round(round_id)
         r.members = members
+        r.marked_to = set(out)
+        announce = members if announce else None
         if me == root:
-            return effects + self._count(round_id, out, data, me)
-        return effects + [Send((root,), "flush_count", (round_id, out, data))]
+            return effects + self._count(round_id, out, data, me, at, announce)
+        return effects + [Send((root,), "flush_count", (round_id, out, data, at, announce))]
+
+    def before_send(self, dst: int) -> list[Send]:
+        """This rank sends an application message to ``dst``: on a channel its start
+        left unmarked (it carried nothing then), a marker of every round it joined that
+        some participant has not joined yet goes first (*lazy*, not in the root's
+        count): ``dst`` tells what was sent after this rank's part by the marker before
+        it, on every channel, without a marker on every channel at every round. Once
+        the root's count is in, every participant has joined: no more are needed."""
+        effects = []
+        for round_id, r in self.rounds.items():
+            if (r.members is not None and r.expected is None and dst != self.me
+                    and dst not in r.marked_to and dst in r.members):
+                r.marked_to.add(dst)
+                effects.append(Send((dst,), "marker", (round_id, None, False)))
+        return effects
 
     def take(self, src: int, op: str, data, received: int) -> list[Send]:
         """Flush message ``op`` (in ``OPS``) from ``src``; ``received``: how many
         application messages from ``src`` this rank has received (a marker's cut)."""
         if op == "marker":
-            round_id, value = data
+            round_id, value, *lazy = data  # a lazy marker is not in the root's count
             r = self._round(round_id)
             r.markers[src] = value
             r.cuts[src] = received
+            r.counted += not lazy
             return []
         if op == "flush_count":
-            round_id, out, value = data
-            return self._count(round_id, out, value, src)
+            round_id, out, value, at, announce = data
+            return self._count(round_id, out, value, src, at, announce)
+        if op == "flush_begin":  # the root's word that a round began
+            self._round(data)
+            return []
         if op == "flush_go":
-            round_id, expected, values = data
+            round_id, expected, values, line, sources = data
             r = self._round(round_id)
-            r.expected, r.values = expected, values
+            r.expected, r.values, r.line, r.sources = expected, values, line, sources
             return []
         raise ProtocolError(f"unknown flush message {op!r} from rank {src}")
 
-    def _count(self, round_id, out: list[int], value, src: int) -> list[Send]:
-        """The root: ``src`` sent its markers to ``out``; once every participant has
-        said so, tell each how many markers to wait for."""
+    def _count(self, round_id, out: list[int], value, src: int, at, announce) -> list[Send]:
+        """The root: ``src`` sent its markers to ``out`` (its part resumes ``at``); the
+        first time, if asked (``announce``: the members), tell every other member that the
+        round began (``flush_begin``: a member no marker reached learns of it so); once
+        every participant has said so, tell each how many markers to wait for, the
+        values and the round's line."""
         r = self._round(round_id)
         r.heard += 1
         r.heard_from.add(src)
+        r.furthest = _furthest(r.furthest, at)
+        effects = []
+        if announce is not None and not r.announced:  # not to those ``src`` marked
+            r.announced = True
+            told = set(out).union((src, self.me))
+            others = tuple(p for p in announce if p not in told)
+            if others:
+                effects.append(Send(others, "flush_begin", round_id))
         for p in out:
             r.counts[p] = r.counts.get(p, 0) + 1
+            r.froms.setdefault(p, []).append(src)
         if value is not None:
             r.given[src] = value
         if r.members is None or r.heard < len(r.members):
-            return []
-        effects = []
+            return effects
         for p in r.members:
+            sources = tuple(r.froms.get(p, ()))
             if p == self.me:
-                r.expected, r.values = r.counts.get(p, 0), r.given
+                r.expected, r.values, r.line = r.counts.get(p, 0), r.given, r.furthest
+                r.sources = sources
             else:
-                effects.append(Send((p,), "flush_go", (round_id, r.counts.get(p, 0), r.given)))
+                effects.append(Send((p,), "flush_go", (round_id, r.counts.get(p, 0), r.given,
+                                                       r.furthest, sources)))
         return effects
 
     def complete(self, round_id: Hashable, received_from: Iterable[int]
-                 ) -> tuple[dict, dict[int, int]] | None:
+                 ) -> tuple[dict, dict[int, int], tuple | None, tuple] | None:
         """Whether every marker of ``round_id`` to this rank arrived: None, or the
-        participants' values (not None, by rank) and the cut, each member's receive count
+        participants' values (not None, by rank), the cut, each member's receive count
         at its marker (``received_from``: the ranks this one received anything from; a
-        member that sent no marker had sent nothing before its snapshot: cut at 0). The
-        round is over then."""
+        member that sent no marker had sent nothing before its snapshot: cut at 0), and
+        the round's line (the furthest ``at``), and the members whose start marked this
+        rank (only they sent it anything before their part). The round is over then."""
         r = self.rounds.get(round_id)
         if r is None or r.members is None:
             raise ProtocolError(f"flush round {round_id!r} waited for before it was started")
-        if r.expected is None or len(r.markers) < r.expected:
+        if r.expected is None or r.counted < r.expected:
             return None
         del self.rounds[round_id]
         # the channel to self is never in transit: nothing of it is cut
         cut = {p: 0 for p in received_from if p != self.me and p in r.members}
         cut.update(r.cuts)
-        return r.values, cut
+        return r.values, cut, r.line, r.sources
 
     def markers_from(self, round_id: Hashable, peers: Iterable[int]) -> dict | None:
         """The markers of ``round_id`` once ``peers`` all sent theirs (a migration's,
@@ -190,6 +253,8 @@ class Flush:
         self._arrived = asyncio.Event()
         self.last_cut: dict[int, int] = {}  # of the round ``wait`` returned last
         self.protocol = ""  # whose rounds (named in wait records)
+        self.last_line: tuple | None = None  # its line (the furthest part's position)
+        self.last_sources: tuple = ()  # the members whose start marked this rank
 
     def _machine(self, ft) -> FlushRounds:
         if self.rounds is None:
@@ -205,11 +270,21 @@ class Flush:
         self._arrived.set()
 
     def start(self, ft, protocol: str, round_id: Hashable, members: Sequence[int],
-              data: Any = None, also: Iterable[int] = ()) -> None:
+              data: Any = None, also: Iterable[int] = (), at: tuple | None = None,
+              announce: bool = False) -> None:
         """Join round ``round_id`` (``FlushRounds.start``)."""
         sent_to = [p for p, _ in ft.sent.nonzero()]
         self.protocol = protocol
-        self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data, also))
+        self._send(ft, protocol, self._machine(ft).start(round_id, members, sent_to, data,
+                                                         also, at, announce))
+
+    def before_send(self, ft, protocol: str, dst: int) -> None:
+        """An application message to ``dst`` is about to go: lazy markers first
+        (``FlushRounds.before_send``)."""
+        if self.rounds is not None and self.rounds.rounds:
+            effects = self.rounds.before_send(dst)
+            if effects:
+                self._send(ft, protocol, effects)
 
     def take(self, ft, env, op: str, data) -> None:
         """A control message of this flush (``op`` in ``OPS``) from ``env.src``."""
@@ -231,7 +306,7 @@ class Flush:
             self._arrived.clear()
             with ft.waiting_on(self._waiting(machine, round_id, self.protocol)):
                 await self._arrived.wait()
-        values, self.last_cut = done
+        values, self.last_cut, self.last_line, self.last_sources = done
         return values
 
     async def wait_markers(self, ft, round_id: Hashable, peers: Iterable[int]) -> dict[int, Any]:

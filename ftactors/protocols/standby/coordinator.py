@@ -50,8 +50,14 @@ class StandbyRecovery(LowerLevel):
                 *(c.call(src, StandbyReplacement.ft_rpc_standby_share, rank, round_id)
                   for rank, src in enumerate(sources)))
 
+        # the furthest part's position (a rank that joined the round out of step took its
+        # part where it was: before or past the round's name)
+        line = None if round_id is INITIAL else next(
+            (inv["lines"][round_id] for inv in inventories.values()
+             if inv["lines"].get(round_id) is not None), round_id)
+
         def restore(rank):
-            return c.restore_spec(handles[rank], line=None if round_id is INITIAL else round_id)
+            return c.restore_spec(handles[rank], line=line)
 
         waits = []
         for rank in survivors:

@@ -5,16 +5,26 @@ Figures 3, 5 and 6.
 
 Theory of operation
 -------------------
-*Backups* (NR_Backup, double in-memory, section 1.5): at safe points chosen by
+*Backups* (NR_Backup, double in-memory, section 1.5): a rank at a safe point chosen by
 ``need_backup`` (every ``backup_interval`` iterations, or about every
-``backup_interval_s`` seconds), all ranks flush their channels with ready messages
-(``_flush``, CoCheck) so the snapshots of one round form a consistent cut, then each
-keeps its snapshot and sends a copy to its *partner*, rank ``(r + n // 2) % n``. Both keep
+``backup_interval_s`` seconds) begins a backup round, and the ranks flush their channels
+with ready messages (``shared/flush.py``, CoCheck) so the parts of one round form a
+consistent cut; once flushed, each keeps its part and sends a copy to its *partner*,
+rank ``(r + n // 2) % n``. Ranks need not be in step (task farms, uneven loops, ranks
+with other roles): the others join the round at their next safe point, when blocked on
+a message that may come only after it, or once ``main()`` returned, with their state
+then (``shared/joining.py``, shared with ReadyMessageFlush and RSBackup and with every
+level of a stack). Each part resumes where its rank joined, so a round's recovery line
+is its furthest part (the flush's root hands it to every rank; kept beside each copy and
+reported with the rounds held), and a restored copy is named by its round
+(``part_of`` in its protocol state) or, restored by another level, by that recovery
+line. Both keep
 the two newest rounds (ping-pong buffers), so a failure in the middle of a backup round
 never destroys the last complete one. The partner's copy is a plain object in the
 partner's process, so it survives the death of the rank it protects. Rank 0's marker
 carries the iteration of the next backup, so all ranks agree on it even when the
-interval is given in seconds.
+interval is given in seconds (``round_agreed`` puts it into every part too: ranks
+restored from a round begin the next one together).
 
 *Detection and arbitration* (section 1.2) are the coordinator's: it sees a dead rank
 within milliseconds, a hung one by heartbeats, and handles failures one recovery round at
@@ -88,7 +98,7 @@ from ftactors.base._storage import open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer
-from ..shared.level_plan import PlannedLevel
+from ..shared.joining import JoinsRounds, Part
 from .machine import (Input, StandbyMachine, State, next_backup, part_holder,
                       partner)
 from .options import OPTIONS, standby_settings
@@ -107,6 +117,9 @@ class _Standby:
     held: dict = field(default_factory=dict)      # rank -> {round -> sealed snapshot}
     flush: Flush = field(default_factory=Flush)
     next_backup: int = 0
+    last: tuple | None = None                     # the newest round this rank joined
+    lines: dict = field(default_factory=dict)     # round -> its line (own and held copies)
+    restored_round: tuple | None = None           # the round of the part restored (ours)
     failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
     stable: Any = None                                # a Store, with the stable_store option
     unsealed: Any = None                              # the round written but not sealed yet
@@ -122,7 +135,7 @@ def _keep(store: dict, round_id, blob: bytes, keep: int = KEEP_ROUNDS) -> None:
         del store[old]
 
 
-class StandbyReplacement(PlannedLevel):
+class StandbyReplacement(JoinsRounds):
     """Mixin: survive rank failures by promoting standby ranks (``ft.run(spares=k)``)."""
 
     protocol_name = NAME
@@ -170,6 +183,9 @@ class StandbyReplacement(PlannedLevel):
         self._standby.pacer = Pacer(self.ft.link.clock)
         uri = standby_settings(getattr(self, "options", {}))["stable_store"]
         self._standby.stable = None if uri is None else open_store(uri)
+        if not self._standby.parts_mode:
+            self.ft.keep_base = True  # a round may take this rank's state between safe points
+            self.add_round_level(NAME, self._standby.flush)
         self._nr_fire(Input.PROMOTED if self.incarnation > 0 else Input.STARTED)
         await super().on_start()
 
@@ -197,55 +213,84 @@ class StandbyReplacement(PlannedLevel):
 
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
-        if self.need_backup(iteration):
-            await self.backup()
+        st, pos = self._standby, self.ft.position
+        if st.parts_mode:
+            return
+        due = self.need_backup(iteration) and (st.last is None or pos > st.last)
+        # its own round here, and the rounds other ranks began: this safe point's state
+        await self.joined_at_safe_point(NAME, [pos] if due else [])
 
     async def backup(self) -> None:
-        """NR_Backup: flush, snapshot, keep one copy and send one to the partner.
-
-        Collective: every rank must call it at the same safe point.
-        """
+        """NR_Backup: begin a backup round at this safe point (every other rank joins
+        it, ``shared/joining.py``) and wait until this rank's part is kept here and sent
+        to the partner."""
         st, ft = self._standby, self.ft
         if ft.position is None:
             raise ProtocolError("backup() must be called at a safe point (inside iterations())")
         if st.parts_mode:
             raise ProtocolError("backup() takes a global round; in this stack the partner "
                                 "copies are of the consistency protocol's parts (on_part)")
-        t0, at = time.perf_counter(), ft.link.clock()
-        iteration = ft.position[1]
-        round_id = ft.position
-        decision = None
-        if self.rank == 0:  # the next round's iteration, agreed in this round's markers
-            every, seconds = self._interval()
-            decision = next_backup(iteration, self._levels_plan is not None, every, seconds,
-                                   st.pacer)
-        # the partner's channel too: the last round's copy is held once this one is over
-        st.flush.start(ft, NAME, round_id, range(self.size), decision,
-                       also=(partner(self.rank, self.size),))
-        markers = await st.flush.wait(ft, round_id)
+        await self.joined_at_safe_point(NAME, [ft.position])
+
+    def joining_round(self, name: str, round_id):
+        """Rank 0's marker carries the iteration of the next backup (its choice)."""
+        if name != NAME:
+            return super().joining_round(name, round_id)
+        st = self._standby
+        if st.last is None or round_id > st.last:
+            st.last = round_id  # saved in the part: a rank restored here does not begin it
+        if self.rank != 0:
+            return None
+        every, seconds = self._interval()
+        st.next_backup = next_backup(round_id[1], self._levels_plan is not None, every,
+                                     seconds, st.pacer)
+        return st.next_backup
+
+    def round_also(self, name: str, round_id) -> tuple:
+        """The partner's channel too: the last round's copy is held once this one is
+        over."""
+        if name != NAME:
+            return super().round_also(name, round_id)
+        return (partner(self.rank, self.size),)
+
+    def round_agreed(self, name: str, round_id, values: dict, protocols: dict) -> None:
+        if name != NAME:
+            return super().round_agreed(name, round_id, values, protocols)
+        if 0 in values:
+            self._standby.next_backup = protocols[NAME]["next_backup"] = values[0]
+
+    async def round_sealed(self, name: str, round_id, part: Part, blob: bytes, values: dict,
+                           line) -> None:
+        """Every marker is in: keep this rank's part of ``round_id`` and send a copy to
+        the partner."""
+        if name != NAME:
+            return await super().round_sealed(name, round_id, part, blob, values, line)
+        st, ft = self._standby, self.ft
+        flushed_at = ft.link.clock()
         t_flushed = time.perf_counter()
-        st.next_backup = decision if self.rank == 0 else markers[0]
         if self.rank == 0 and st.unsealed is not None:
             # every rank wrote its part of the previous round before sending this marker
             await self._seal_stable(st.unsealed)
-        blob = ft.snapshot(cut=st.flush.last_cut)
         _keep(st.own, round_id, blob)
+        st.lines[round_id] = line
         holder = self._send_to_partner(round_id, blob)
         if st.stable is not None:
             await asyncio.to_thread(store_part, st.stable, self.run_identity,
                                     position_index(round_id), self.rank, blob)
             st.unsealed = round_id
-        st.pacer.mark(iteration)
+        st.pacer.mark(round_id[1])
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
-                         flush_s=t_flushed - t0, save_s=time.perf_counter() - t_flushed)
-        self.planned_cost(NAME, at)
+                         flush_s=flushed_at - part.at, save_s=time.perf_counter() - t_flushed,
+                         part_position=part.position)
+        self.planned_cost(NAME, part.at)
 
     def _send_to_partner(self, round_id, blob: bytes) -> int:
         """Keep ``blob`` (this rank's backup of ``round_id``) safe from this rank's death:
-        send a copy to the partner; returns it."""
+        send a copy, with the round's line, to the partner; returns it."""
         holder = partner(self.rank, self.size)
         if holder != self.rank:
-            self.ft.send_control(holder, NAME, "copy", (round_id, blob))
+            self.ft.send_control(holder, NAME, "copy",
+                                 (round_id, blob, self._standby.lines.get(round_id)))
         return holder
 
     def on_part(self, key, blob: bytes) -> None:
@@ -259,7 +304,8 @@ class StandbyReplacement(PlannedLevel):
         st = self._standby
         await asyncio.to_thread(seal_set, st.stable, self.run_identity,
                                 position_index(round_id), self.size,
-                                {"position": round_id, "protocol": NAME})
+                                {"position": round_id, "protocol": NAME,
+                                 "line": st.lines.get(round_id) or round_id})
         st.unsealed = None
         self.ft.events.record("stable_checkpoint", position=round_id)
 
@@ -270,9 +316,11 @@ class StandbyReplacement(PlannedLevel):
         st = self._standby
         if op in FLUSH_OPS:
             st.flush.take(self.ft, env, op, data)
+            self.marker_taken()
         elif op == "copy":
-            round_id, blob = data
+            round_id, blob, line = data
             _keep(st.held.setdefault(env.src, {}), round_id, bytes(blob))
+            st.lines[round_id] = line
         elif op == "part":
             key, blob, floor = data
             kept = st.copies.setdefault(env.src, {})
@@ -284,24 +332,32 @@ class StandbyReplacement(PlannedLevel):
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
-        state[NAME] = {"next_backup": self._standby.next_backup}
+        st = self._standby
+        # ``part_of``: this state is this rank's part of that round of ours (not another
+        # level's snapshot)
+        state[NAME] = {"next_backup": st.next_backup, "last": st.last,
+                       "part_of": self.joining_part(NAME)}
         return state
 
     def restore_protocol_state(self, state: dict[str, Any]) -> None:
         super().restore_protocol_state(state)
         st = self._standby
-        st.next_backup = state[NAME]["next_backup"]
+        mine = state[NAME]
+        st.next_backup = mine["next_backup"]
+        st.last = None if mine.get("last") is None else tuple(mine["last"])
+        st.restored_round = None if mine.get("part_of") is None else tuple(mine["part_of"])
         moved = state.get(MOVED, {}).get(NAME)
         st.moved = moved is not None
         if st.moved:
             st.own, st.held, st.copies = moved["own"], moved["held"], moved["copies"]
+            st.lines = moved["lines"]
             st.unsealed = moved["unsealed"]
             st.flush.moved(self.rank, moved["flush"])
 
     def moving_state(self) -> dict[str, Any]:
         st = self._standby
         return {**super().moving_state(),
-                NAME: {"own": st.own, "held": st.held, "copies": st.copies,
+                NAME: {"own": st.own, "held": st.held, "copies": st.copies, "lines": st.lines,
                        "unsealed": st.unsealed, "flush": st.flush.moving()}}
 
     # ------------------------------------------------- recovery (coordinator calls)
@@ -310,7 +366,9 @@ class StandbyReplacement(PlannedLevel):
         st = self._standby
         st.failures.append(tuple(failed))
         self._nr_fire(Input.FAILURE, failed=list(failed))
-        return {"own": sorted(st.own), "held": {r: sorted(v) for r, v in st.held.items()}}
+        return {"own": sorted(st.own), "held": {r: sorted(v) for r, v in st.held.items()},
+                "lines": {r: st.lines.get(r) for r in {*st.own, *(k for v in st.held.values()
+                                                                  for k in v)}}}
 
     def ft_rpc_standby_share(self, rank: int, round_id) -> Any:
         """A handle to the snapshot of ``rank`` for backup round ``round_id`` (own or held
@@ -360,10 +418,14 @@ class StandbyReplacement(PlannedLevel):
             st.flush.reset()
             st.unsealed = None  # its parts may belong to the abandoned execution
             # the restored round becomes this rank's newest copy, and the partner (maybe
-            # a fresh replacement) gets it again, so every pair is whole at once
-            st.own = {} if position is None else {position: blob}
-            if position is not None:
-                self._send_to_partner(position, blob)
+            # a fresh replacement) gets it again, so every pair is whole at once: named
+            # by our round if the part is ours, else by the recovery line (the same on
+            # every rank, where the parts' positions may differ)
+            key = st.restored_round or ft.restored_line or position
+            st.own = {} if key is None else {key: blob}
+            st.lines = {} if key is None else {key: ft.restored_line or position}
+            if key is not None:
+                self._send_to_partner(key, blob)
         if st.machine.state is State.RUNNING:
             # a new job restarted from stable storage: not a transition of NR-MPI's machine
             ft.events.record("restarted_from_stable", position=position)
