@@ -96,9 +96,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftactors.engine._envelope import Envelope
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
+from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 
 from ..shared.flush import Flush
+from ..shared.joining import JoinsRounds, Part
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups, of_unit
 from .machine import GroupMember
@@ -118,7 +119,7 @@ class _GroupState:
     completed: asyncio.Event = field(default_factory=asyncio.Event)  # ``complete`` moved
 
 
-class GroupCoordination(Protocol):
+class GroupCoordination(JoinsRounds):
     """Mixin: group checkpoints, inter-group message logs, restart of one group; the
     decisions are ``GroupMember``'s (``machine.py``), performed here."""
 
@@ -145,6 +146,8 @@ class GroupCoordination(Protocol):
         self._gc = _GroupState(GroupMember(
             self.rank, groups, of_unit(settings["group_checkpoint_interval"],
                                        groups.group_of(self.rank))))
+        self.ft.keep_base = True  # a round may take this rank's state between safe points
+        self.add_round_level(NAME, self._gc.flush)
         await super().on_start()
 
     def part_units(self) -> Groups:
@@ -184,34 +187,48 @@ class GroupCoordination(Protocol):
     # ------------------------------------------------------------ checkpoints
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
-        if self._gc.member.due(iteration, self.ft.position):
-            await self.group_checkpoint()
-
-    async def group_checkpoint(self) -> None:
-        """Flush the channels inside this rank's group, save this rank's part. Collective
-        over the group, at one safe point."""
-        gc, ft = self._gc, self.ft
-        member = gc.member
-        pos = ft.position
-        at = ft.link.clock()
-        while member.held_back():  # see "Hand-off"
+        gc, pos = self._gc, self.ft.position
+        due = gc.member.due(iteration, pos)
+        while due and gc.member.held_back():  # see "Hand-off"
             gc.completed.clear()
             await gc.completed.wait()
-        gc.flush.start(ft, NAME, ("ckpt", pos), sorted(self.my_group()))
-        await gc.flush.wait(ft, ("ckpt", pos))
+            due = gc.member.due(iteration, pos)
+        # its own round here, and the rounds other members began: this safe point's state
+        await self.joined_at_safe_point(NAME, [("ckpt", pos)] if due else [])
+
+    def round_members(self, name: str, rid) -> tuple:
+        if name != NAME:
+            return super().round_members(name, rid)
+        return tuple(sorted(self.my_group()))
+
+    def joining_round(self, name: str, rid):
+        if name != NAME:
+            return super().joining_round(name, rid)
+        self._gc.member.joined(tuple(rid[1]))  # saved in the part: not begun again
+        return None
+
+    async def round_sealed(self, name: str, rid, part: Part, blob: bytes, values: dict,
+                           line) -> None:
+        """Every marker of the group's round is in: hold this member's part for the
+        coordinator, hand it to the stack's levels, report it with its R_X."""
+        if name != NAME:
+            return await super().round_sealed(name, rid, part, blob, values, line)
+        gc, ft = self._gc, self.ft
+        member, pos = gc.member, tuple(rid[1])
         flushed_at = ft.link.clock()
-        member.checkpointed(pos, ft.received.nonzero())
+        held = list(part.state["received"])  # R_X in the part
+        for env in part.late:
+            held[env.src] += 1
+        member.checkpointed(pos, [(x, n) for x, n in enumerate(held) if n])
         t0 = time.perf_counter()
-        cut = gc.flush.last_cut
-        blob = ft.snapshot(cut=cut)
-        held = ft.received_at(cut)  # R_X in the part
         gc.parts.hold(pos, blob)  # until the coordinator takes it; this rank goes on
         self.on_part(pos, blob)  # and the stack's levels keep copies
         n_log, log_bytes = member.log_size()
         ft.link.report(ft.events.make(  # not waited for either: see "Hand-off"
             "group_checkpoint_part", group=member.groups.group_of(self.rank), position=pos,
-            bytes=len(blob), flush_s=flushed_at - at, save_s=time.perf_counter() - t0,
-            log_messages=n_log, log_bytes=log_bytes, received=held))
+            bytes=len(blob), flush_s=flushed_at - part.at, save_s=time.perf_counter() - t0,
+            log_messages=n_log, log_bytes=log_bytes, received=held,
+            part_position=part.position))
 
     def ft_rpc_group_part(self, position) -> bytes:
         return self._gc.parts.give(tuple(position))
@@ -274,6 +291,7 @@ class GroupCoordination(Protocol):
         if env.comm != NAME:
             return super().on_control(env)
         self._gc.flush.take_marker(self.ft, env)
+        self.marker_taken()
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
@@ -287,7 +305,8 @@ class GroupCoordination(Protocol):
     async def on_restored(self) -> None:
         gc = self._gc
         gc.flush.reset()
-        gc.member.restored(self.ft.restore_notes.get(NAME, {}), self.ft.sent)
+        gc.member.restored(self.ft.restore_notes.get(NAME, {}), self.ft.sent,
+                           self.ft.sent_at_cut)
         if gc.member.skip:
             self.ft.events.record("group_skip", upto=dict(gc.member.skip))
         await super().on_restored()

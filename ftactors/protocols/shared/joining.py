@@ -1,5 +1,6 @@
 """Joining checkpoint rounds out of step, shared by the protocols that take global rounds
-(ReadyMessageFlush, StandbyReplacement, RSBackup) and by every level of a stack of them.
+(ReadyMessageFlush, StandbyReplacement, RSBackup), by GroupCoordination (whose rounds are
+one group's: ``round_members``) and by every level of a stack of them.
 
 Theory of operation: a round (``flush.py``: ready messages on the channels) is begun by
 a rank at a safe point of its own schedule; every other rank *joins* it when it hears of
@@ -133,7 +134,9 @@ class Joins:
             return False
         for (name, rid), part in self.joined.items():
             r = self._rounds(name).get(rid)
-            if r is not None and src not in r.markers:
+            # a group's round cuts only its members' channels: a message from outside
+            # the group is counted where it is received (the group protocol logs it)
+            if r is not None and src not in r.markers and src in r.members:
                 part.late.append(env)
         marked = frozenset((name, rid) for name in self.levels
                            for rid, r in self._rounds(name).items()
@@ -182,7 +185,7 @@ class Joins:
 
 
 class JoinsRounds(PlannedLevel):
-    """Mixin under ReadyMessageFlush, StandbyReplacement and RSBackup (once in a stack's
+    """Mixin under ReadyMessageFlush, StandbyReplacement, RSBackup and GroupCoordination (once in a stack's
     MRO): performs ``Joins`` for every level. A level calls ``add_round_level`` at its
     ``on_start``, ``join_round`` to begin or join a round, ``joined_at_safe_point`` at
     its safe point, ``marker_taken`` after its flush took a control message, and
@@ -230,6 +233,11 @@ class JoinsRounds(PlannedLevel):
         (where control messages of its own must have arrived by the round's end)."""
         return ()
 
+    def round_members(self, name: str, rid) -> tuple | range:
+        """The ranks of level ``name``'s round ``rid`` (sorted, this rank among them):
+        every rank, or a group's members (GroupCoordination)."""
+        return range(self.size)
+
     def rounds_to_begin_now(self, name: str) -> list:
         """Rounds level ``name`` wants begun by a rank that joins at once (ready_flush:
         the positions the coordinator placed)."""
@@ -256,8 +264,8 @@ class JoinsRounds(PlannedLevel):
         joins.join(name, rid, part)
         # markers on the channels in use (and lazily before the first message on another,
         # ``Flush.before_send``); the root tells every rank the round began
-        flush.start(ft, name, rid, range(self.size), value, also=self.round_also(name, rid),
-                    at=ft.position)
+        flush.start(ft, name, rid, self.round_members(name, rid), value,
+                    also=self.round_also(name, rid), at=ft.position)
         self._release_held()
         return self._spawn_seal(name, rid)
 
