@@ -1,0 +1,88 @@
+"""Group checkpoints on programs whose ranks do not progress in step (issue 40): a member
+joins its group's round at its safe point, when it blocks on a message that may come only
+after the round, or once ``main()`` has returned (``protocols/shared/joining.py``, the
+round's members being the group's), under GroupCoordination and the stacks over it.
+
+Two group definitions per shape: rank 0 (the farm's master, the roles' sender) in a group
+with a worker, and rank 0 alone. Every run must give the plain run's answer and take group
+checkpoints (else the test would prove nothing); with a kill, the killed rank's group
+restarts alone from its parts (taken at different places by its members) with the
+inter-group messages resent from the senders' logs, and still gives that answer."""
+from __future__ import annotations
+
+import pytest
+
+import ftactors as ft
+from ftactors.tools.apps_cli import protocol_stack
+
+from .test_shapes_rounds import INTERVAL, SHAPES, answer, plain
+
+GROUPINGS = {"with0": lambda n: [[0, 1], list(range(2, n))],
+             "alone0": lambda n: [[0], list(range(1, n))]}
+"""Group definitions by name, for ``n`` ranks."""
+STACKS = ["groups", "standby+groups", "rs+groups"]
+ON_LOCAL = ("groups", "rs+groups")
+"""The stacks run on local too (sim runs them all: virtual time is cheap)."""
+
+
+def under(stack: str, name: str, grouping: str, transport: str, kills=()):
+    cls, ranks = SHAPES[name]
+    kw = {"groups": GROUPINGS[grouping](ranks),
+          "group_checkpoint_interval": INTERVAL.get(name, 3)}
+    if "rs" in stack.split("+"):
+        kw["rs_block_bytes"] = 1024
+    return ft.run(protocol_stack(cls, stack), ranks=ranks, transport=transport, timeout_s=60,
+                  spares=1, chaos=ft.Chaos(kill=list(kills)) if kills else None, **kw)
+
+
+def skip_on_local(stack: str, transport: str) -> None:
+    if transport == "local" and stack not in ON_LOCAL:
+        pytest.skip("standby+groups runs on sim; local runs groups and rs+groups")
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("grouping", list(GROUPINGS))
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_failure_free_group_rounds_finish_with_the_plain_answer(name, grouping, stack,
+                                                                transport):
+    skip_on_local(stack, transport)
+    r = under(stack, name, grouping, transport)
+    assert answer(name, r.results) == plain(name, transport)
+    assert any(e.kind == "group_checkpoint_part" for e in r.events)
+
+
+KILLS = {
+    # a worker at one of its iterations, a worker that has returned already, and (on
+    # sim, virtual time) whoever is where at a time: mostly blocked in a receive
+    "Farm": [ft.Kill(1, iteration=3), ft.Kill(2, moment="finished"),
+             ft.Kill(2, time_s=0.0001)],
+    "Uneven3": [ft.Kill(2, iteration=5), ft.Kill(1, moment="finished"),
+                ft.Kill(0, moment="return")],
+    "Uneven4": [ft.Kill(3, iteration=4), ft.Kill(1, moment="finished")],
+    "UnevenHalo": [ft.Kill(1, iteration=6), ft.Kill(0, moment="finished"),
+                   ft.Kill(2, iteration=4)],
+    "Roles": [ft.Kill(2, iteration=1), ft.Kill(0, moment="finished"),
+              ft.Kill(2, moment="return")],
+    "TwoLoops": [ft.Kill(2, iteration=4), ft.Kill(1, moment="return"),
+                 ft.Kill(0, iteration=2)],
+    "BreakFirst": [ft.Kill(2, iteration=4), ft.Kill(1, moment="return"),
+                   ft.Kill(0, moment="finished")],
+}
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("grouping", list(GROUPINGS))
+@pytest.mark.parametrize("name,kill", [(n, k) for n, ks in KILLS.items() for k in ks],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_a_kill_restarts_one_group_to_the_failure_free_answer(name, kill, grouping, stack,
+                                                              transport):
+    skip_on_local(stack, transport)
+    if kill.time_s is not None and transport != "sim":
+        pytest.skip("a kill at a time hits the same moment only on virtual time")
+    r = under(stack, name, grouping, transport, [kill])
+    assert answer(name, r.results) == plain(name, transport)
+    assert r.metrics["kills_fired"], "the kill did not strike: the test proves nothing"
+    if kill.moment != "finished":  # a rank that returned dies: the others may be done
+        assert any(e.kind == "group_rollback" for e in r.events)
