@@ -10,6 +10,8 @@ restarts alone from its parts (taken at different places by its members) with th
 inter-group messages resent from the senders' logs, and still gives that answer."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 import ftactors as ft
@@ -20,6 +22,11 @@ from .test_shapes_rounds import INTERVAL, SHAPES, answer, plain
 GROUPINGS = {"with0": lambda n: [[0, 1], list(range(2, n))],
              "alone0": lambda n: [[0], list(range(1, n))]}
 """Group definitions by name, for ``n`` ranks."""
+ORDERED_WILDCARDS = importlib.util.find_spec("ftactors.engine._determinants") is not None
+"""Whether a restarted rank takes its wildcard receives in its first life's order
+(receive determinants, issue 40 part 2). Without them a restart of the farm's master's
+group may hand tasks out in another order than its survivors hold (the run then must
+still end: no hang, no crash; the answer may differ: ``WildcardReceiveWarning``)."""
 STACKS = ["groups", "standby+groups", "rs+groups"]
 ON_LOCAL = ("groups", "rs+groups")
 """The stacks run on local too (sim runs them all: virtual time is cheap)."""
@@ -56,7 +63,7 @@ KILLS = {
     # a worker at one of its iterations, a worker that has returned already, and (on
     # sim, virtual time) whoever is where at a time: mostly blocked in a receive
     "Farm": [ft.Kill(1, iteration=3), ft.Kill(2, moment="finished"),
-             ft.Kill(2, time_s=0.0001)],
+             ft.Kill(2, time_s=0.0001), ft.Kill(0, iteration=12), ft.Kill(0, moment="return")],
     "Uneven3": [ft.Kill(2, iteration=5), ft.Kill(1, moment="finished"),
                 ft.Kill(0, moment="return")],
     "Uneven4": [ft.Kill(3, iteration=4), ft.Kill(1, moment="finished")],
@@ -82,7 +89,12 @@ def test_a_kill_restarts_one_group_to_the_failure_free_answer(name, kill, groupi
     if kill.time_s is not None and transport != "sim":
         pytest.skip("a kill at a time hits the same moment only on virtual time")
     r = under(stack, name, grouping, transport, [kill])
-    assert answer(name, r.results) == plain(name, transport)
     assert r.metrics["kills_fired"], "the kill did not strike: the test proves nothing"
+    master_restarts = name == "Farm" and 0 in next(
+        g for g in GROUPINGS[grouping](SHAPES[name][1]) if kill.rank in g)
+    if (master_restarts and not ORDERED_WILDCARDS
+            and answer(name, r.results) != plain(name, transport)):
+        pytest.xfail("the master's group restarted without receive determinants")
+    assert answer(name, r.results) == plain(name, transport)
     if kill.moment != "finished":  # a rank that returned dies: the others may be done
         assert any(e.kind == "group_rollback" for e in r.events)
