@@ -327,7 +327,9 @@ class JoinsRounds(PlannedLevel):
 
     # ------------------------------------------------------------------ hooks
     def on_send(self, env):
-        for name, flush in self._round_flushes.items():
+        # none before the first round level (a level keeping another protocol's parts
+        # takes no rounds: its first send may come before anything made the machine)
+        for name, flush in self.__dict__.get("_round_flushes", {}).items():
             flush.before_send(self.ft, name, env.dst)
         return super().on_send(env)
 
