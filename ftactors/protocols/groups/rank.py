@@ -7,10 +7,18 @@ the object store by the coordinator, not on stable storage.
 Theory of operation
 -------------------
 *Groups* (``groups`` option: a definition file or a policy, ``protocols/shared/units.py``;
-default groups of ceil(sqrt(n)) consecutive ranks). A group checkpoints alone, at its own
-safe-point positions (``group_checkpoint_interval``: an int, or ``{group index: int}``):
-ready messages flush the channels between its members only (CoCheck restricted to the
-group), each member saves its snapshot, and the other groups keep computing.
+default groups of ceil(sqrt(n)) consecutive ranks). A group checkpoints alone
+(``group_checkpoint_interval``: an int, or ``{group index: int}``): a member due at a
+safe point begins a round of its group, ready messages flush the channels between its
+members only (CoCheck restricted to the group), each member saves its part, and the
+other groups keep computing. Members need not be in step (a farm's master turns once per
+message, a worker once per task; loops of different lengths; a member that has returned):
+each joins the round as ``shared/joining.py`` says (its next safe point; or at once,
+with its state now, when it blocks on a message that may come only after the round, or
+once ``main()`` has returned), the round's members being the group's
+(``round_members``). Only the group's channels are cut: a message from another group is
+never held or added late to a part; it counts where it is received (R_X below), and its
+sender logs it.
 
 *Counters* are counted in messages, not bytes: the core's application sequence numbers
 (``Endpoint.sent`` / ``received``, per peer) are S_X and R_X, and they identify each
@@ -67,7 +75,13 @@ and skipped the same way: a group checkpoint's report carries each part's R, so 
 coordinator knows what a restarted peer will hold before it starts. Whatever the skip
 misses would still be dropped by the receivers' sequence numbers. Piecewise
 determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
-messages with the same numbers.
+messages with the same numbers. A part taken off a safe point (a member that joined
+while blocked, or after returning) is re-executed from its base, and the re-execution
+does not send again what the part had sent (``Endpoint.sent_at_cut``): the members'
+parts hold those sent inside the group, and the restored log holds those sent to other
+groups, so the restarted rank's own fence and skip count up to ``sent_at_cut``, not its
+base's ``sent``: what a peer outside the group lacks below it is resent from the log,
+and nothing is sent twice (``GroupMember.restored``).
 
 *In a stack* (``class S(StandbyReplacement, GroupCoordination, App)``) every part is
 also handed to the levels (``on_part``; ``hands_parts``), and the restart of a group
