@@ -5,7 +5,8 @@ round's members being the group's), under GroupCoordination and the stacks over 
 
 Two group definitions per shape: rank 0 (the farm's master, the roles' sender) in a group
 with a worker, and rank 0 alone. Every run must give the plain run's answer and take group
-checkpoints (else the test would prove nothing); with a kill, the killed rank's group
+checkpoints (else the test would prove nothing); with a kill (``test_shapes_rounds``'
+kills: workers, masters, ranks mid-iteration, ranks that returned), the killed rank's group
 restarts alone from its parts (taken at different places by its members) with the
 inter-group messages resent from the senders' logs, and still gives that answer."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import ftactors as ft
 from ftactors.tools.apps_cli import protocol_stack
 
-from .test_shapes_rounds import INTERVAL, SHAPES, answer, plain
+from .test_shapes_rounds import INTERVAL, KILLS, SHAPES, answer, plain
 
 GROUPINGS = {"with0": lambda n: [[0, 1], list(range(2, n))],
              "alone0": lambda n: [[0], list(range(1, n))]}
@@ -57,25 +58,6 @@ def test_failure_free_group_rounds_finish_with_the_plain_answer(name, grouping, 
     r = under(stack, name, grouping, transport)
     assert answer(name, r.results) == plain(name, transport)
     assert any(e.kind == "group_checkpoint_part" for e in r.events)
-
-
-KILLS = {
-    # a worker at one of its iterations, a worker that has returned already, and (on
-    # sim, virtual time) whoever is where at a time: mostly blocked in a receive
-    "Farm": [ft.Kill(1, iteration=3), ft.Kill(2, moment="finished"),
-             ft.Kill(2, time_s=0.0001), ft.Kill(0, iteration=12), ft.Kill(0, moment="return")],
-    "Uneven3": [ft.Kill(2, iteration=5), ft.Kill(1, moment="finished"),
-                ft.Kill(0, moment="return")],
-    "Uneven4": [ft.Kill(3, iteration=4), ft.Kill(1, moment="finished")],
-    "UnevenHalo": [ft.Kill(1, iteration=6), ft.Kill(0, moment="finished"),
-                   ft.Kill(2, iteration=4)],
-    "Roles": [ft.Kill(2, iteration=1), ft.Kill(0, moment="finished"),
-              ft.Kill(2, moment="return")],
-    "TwoLoops": [ft.Kill(2, iteration=4), ft.Kill(1, moment="return"),
-                 ft.Kill(0, iteration=2)],
-    "BreakFirst": [ft.Kill(2, iteration=4), ft.Kill(1, moment="return"),
-                   ft.Kill(0, moment="finished")],
-}
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
