@@ -80,3 +80,41 @@ def test_a_kill_restarts_one_group_to_the_failure_free_answer(name, kill, groupi
     assert answer(name, r.results) == plain(name, transport)
     if kill.moment != "finished":  # a rank that returned dies: the others may be done
         assert any(e.kind == "group_rollback" for e in r.events)
+
+
+class Relay(ft.Rank):
+    """Rank 0 sends one message per iteration to rank 2 (another group), which relays
+    each to rank 1 (rank 0's group); rank 1 turns once per three messages, so its
+    iteration j needs rank 0's iterations 3j..3j+2, sent after rank 0's safe points. A
+    member blocked on a rank outside its group must join the group's round at once: that
+    rank may wait for a member parked in the round (here rank 2 waits for rank 0)."""
+
+    async def main(self, n=9):
+        comm, r = self.comm, self.rank
+        self.register("acc", 0)
+        if r == 2:
+            for _ in range(n):
+                await comm.send(await comm.recv(source=0), dest=1)
+            return None
+        async for i in self.iterations(n if r == 0 else n // 3):
+            if r == 0:
+                await comm.send(i, dest=2)
+            else:
+                for k in range(3):
+                    self.acc += await comm.recv(source=2) * 10 ** k
+        return self.acc
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
+@pytest.mark.parametrize("kills", [(), (ft.Kill(1, iteration=2),), (ft.Kill(0, iteration=5),)],
+                         ids=["failure-free", "rank1", "rank0"])
+def test_a_member_blocked_on_another_group_joins_at_once(kills, transport):
+    plain_run = ft.run(Relay, 3, transport=transport, timeout_s=60).results
+    r = ft.run(protocol_stack(Relay, "groups"), 3, transport=transport, timeout_s=60,
+               groups=[[0, 1], [2]], group_checkpoint_interval=2,
+               chaos=ft.Chaos(kill=list(kills)) if kills else None)
+    assert r.results == plain_run
+    parts = r.events_of("group_checkpoint_part")
+    assert any(e.rank == 1 for e in parts) and any(e.rank == 0 for e in parts)
+    if kills:
+        assert r.metrics["kills_fired"] and r.events_of("group_rollback")

@@ -70,6 +70,7 @@ class Hold:
 class _Level:
     rounds: Callable[[], Any]      # -> its FlushRounds (None: none yet)
     is_round: Callable[[Hashable], bool]  # its checkpoint rounds among the flush's
+    members: Callable[[Hashable], Any] | None  # a round's ranks (None: every rank)
 
 
 class Joins:
@@ -85,10 +86,12 @@ class Joins:
         self.finished = False                 # main() has returned
 
     def add_level(self, name: str, rounds: Callable[[], Any],
-                  is_round: Callable[[Hashable], bool] = lambda rid: True) -> None:
+                  is_round: Callable[[Hashable], bool] = lambda rid: True,
+                  members: Callable[[Hashable], Any] | None = None) -> None:
         """Level ``name``'s rounds are those of ``rounds()`` (a ``FlushRounds``) that
-        ``is_round`` accepts."""
-        self.levels[name] = _Level(rounds, is_round)
+        ``is_round`` accepts; ``members(rid)``: the ranks of round ``rid`` (None: every
+        rank)."""
+        self.levels[name] = _Level(rounds, is_round, members)
 
     def _rounds(self, name: str) -> dict:
         machine = self.levels[name].rounds()
@@ -112,16 +115,22 @@ class Joins:
     def must_join_now(self, blocked: Iterable[int], silent: Callable[[int], bool]) -> bool:
         """Whether this rank must join the rounds under way now rather than at its next
         safe point: it is parked, finished, or blocked on a message that may come only
-        after a round: from a marked rank, from any source, or from a rank ``silent``
+        after a round: from a marked rank, from any source, from a rank ``silent``
         so far (it sent this rank nothing: its marker, which goes only on channels in
-        use, may never come, and it may wait for the round)."""
+        use, may never come, and it may wait for the round), or from a rank outside a
+        round's members (a group's round: no marker of it ever comes from there, and
+        that rank may wait for a member parked in the round)."""
         if self.parked or self.finished:
             return True
         blocked = list(blocked)
         if not blocked:
             return False
         marked = self._marked()
-        return any(src == ANY_SOURCE or src in marked or silent(src) for src in blocked)
+        if any(src == ANY_SOURCE or src in marked or silent(src) for src in blocked):
+            return True
+        return any(src not in level.members(rid)
+                   for name, level in self.levels.items() if level.members is not None
+                   for rid in self.unjoined(name) for src in blocked)
 
     def arrive(self, env) -> bool:
         """An application message from ``env.src``: add it to the parts it is late for;
@@ -202,7 +211,8 @@ class JoinsRounds(PlannedLevel):
     def add_round_level(self, name: str, flush, is_round=lambda rid: True) -> None:
         """Level ``name`` takes rounds on ``flush`` (a ``flush.Flush``; ``is_round``
         picks its checkpoint rounds among them)."""
-        self._joins_machine().add_level(name, lambda: flush.rounds, is_round)
+        self._joins_machine().add_level(name, lambda: flush.rounds, is_round,
+                                        lambda rid: self.round_members(name, rid))
         self._round_flushes[name] = flush
 
     def joining_part(self, name: str):
