@@ -70,6 +70,13 @@ class Outbox:
         # (``_waits``: what is in flight)
         self.wire_out: dict[tuple[int, int, int], int] = {}
 
+    @property
+    def sent_at_cut(self):
+        """What this rank had sent when the state it was restored from was taken "now"
+        (a ``RankVector``; None: restored at a safe point, or never): its re-execution
+        does not send those again (``send_app``)."""
+        return self._sent_at_cut
+
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
         """Pickle ``obj`` for sending (large buffers to the transport's store)."""
         put = None if dst == self.rank else self.link.put_large

@@ -61,6 +61,9 @@ class RankContext(Protocol):
     """The blob this rank was restored from (a protocol may drop it once not needed)."""
     restored_line: Any
     """The recovery line of the last restore (None: none given, or the start)."""
+    sent_at_cut: Any
+    """What this rank had sent when the state it was restored from was taken "now" (None:
+    at a safe point, or never restored): its re-execution does not send those again."""
     restore_notes: dict
     """What the recovery policy sent with this rank's restore, by protocol name."""
     determinants: Any

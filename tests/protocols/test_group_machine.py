@@ -169,3 +169,26 @@ def test_the_state_a_snapshot_keeps_comes_back():
     assert (sorted(copy.log[1]), copy.last, copy.piggyback) == ([0], (0, 2), {1: 1})
     copy.log[1].clear()
     assert logged(h.m[0], 1) == [0]  # the snapshot's log is its own
+
+
+def test_a_part_taken_off_a_safe_point_fences_and_skips_at_what_it_had_sent():
+    """Rank 0's part was taken "now": its base had sent rank 1 two messages, the part
+    four (``sent_at_cut``); rank 1 holds one. The re-execution does not send messages
+    2 and 3 again (``Endpoint.send_app``), so the resend from the restored log covers
+    1..3: none lost, none sent twice."""
+    h = Harness()
+    for _ in range(4):
+        h.send(0, 1, deliver=False)
+    state = h.m[0].state()            # the part: its log holds 0..3
+    m = GroupMember(0, GROUPS, 2)
+    m.restore(state)
+    m.restored({1: 1}, sent=[0, 2, 0], sent_at_cut=[0, 4, 0])
+    assert m.fenced == {1: 4, 2: 0} and m.skip == {}
+    envs, upto = m.resend({1: 1}, [0, 2, 0])
+    assert [e.app_seq for e in envs] == [1, 2, 3] and upto == {1: 4}
+    # a peer that holds more than the part had sent is skipped up to what it holds
+    m.restored({1: 6}, sent=[0, 2, 0], sent_at_cut=[0, 4, 0])
+    assert m.skip == {1: 6} and m.fenced[1] == 4
+    # at a safe point (no sent_at_cut) the fence is the base's count, as before
+    m.restored({1: 1}, sent=[0, 2, 0])
+    assert m.fenced == {1: 2, 2: 0}

@@ -116,3 +116,22 @@ def test_unjoined_lists_only_the_levels_checkpoint_rounds_not_joined():
     assert rank.joins.unjoined("ready") == [("ckpt", (0, 3))]
     rank.join("ready", ("ckpt", (0, 3)))
     assert rank.joins.unjoined("ready") == []
+
+
+def test_a_groups_round_cuts_only_its_members_and_a_wait_outside_them_joins_at_once():
+    """A group's round (members 0 and 1 of 3): rank 2 never sends a marker of it, so a
+    message from rank 2 is neither held nor late, and a rank blocked on rank 2 joins at
+    once (rank 2 may wait for a member parked in the round)."""
+    rank = Rank()
+    rank.flush["groups"] = FlushRounds(0)
+    rank.joins.add_level("groups", lambda: rank.flush["groups"], members=lambda rid: (0, 1))
+    silent = {1: False, 2: False}.__getitem__
+    rank.begun("groups", "G")
+    assert not rank.joins.must_join_now([1], silent)  # a member: its marker will come
+    assert rank.joins.must_join_now([2], silent)
+    unreceived, late = rank.joins.cut("groups", "G")
+    part = Part({}, {}, None, 0.0, list(late))
+    rank.joins.join("groups", "G", part)
+    rank.flush["groups"].start("G", (0, 1), [1, 2])
+    assert not rank.joins.arrive(Env(2, 0)) and not rank.joins.arrive(Env(1, 0))
+    assert [e.src for e in part.late] == [1]  # rank 1's was in transit at its cut

@@ -105,17 +105,25 @@ class GroupMember:
         return bool(every and iteration > 0 and iteration % every == 0
                     and (self.last is None or position > self.last))
 
+    def joined(self, position: tuple) -> None:
+        """This member joined its group's round at ``position`` (the position of the
+        safe point where a member began it; its own part may be taken elsewhere,
+        ``shared/joining.py``): it begins no round at or before it."""
+        if self.last is None or position > self.last:
+            self.last = position
+
     def held_back(self) -> bool:
         """Whether the next checkpoint must wait for a set to complete first: this member
         made ``PARTS_AHEAD_MAX`` parts past its group's newest complete set."""
         return len(self.ahead) >= PARTS_AHEAD_MAX
 
     def checkpointed(self, position: tuple, received: list[tuple[int, int]]) -> None:
-        """The group's channels are flushed at ``position`` and this member's part is
-        taken; ``received``: its nonzero ``(peer, R)`` counts. RR_X = R_X for the peers
-        outside the group heard from (an RR of 0 lets a sender drop nothing)."""
+        """The group's channels are flushed for the round at ``position`` and this
+        member's part is sealed; ``received``: the part's nonzero ``(peer, R)`` counts.
+        RR_X = R_X for the peers outside the group heard from (an RR of 0 lets a sender
+        drop nothing)."""
         self.ahead.append(position)
-        self.last = position
+        self.joined(position)
         self.rr[position] = {x: n for x, n in received if not self.same_group(x)}
 
     def committed(self, position: tuple) -> bool:
@@ -195,12 +203,19 @@ class GroupMember:
         self.last = None if state["last"] is None else tuple(state["last"])
         self.piggyback = dict(state["piggyback"])
 
-    def restored(self, notes: dict, sent: Sequence[int]) -> None:
+    def restored(self, notes: dict, sent: Sequence[int],
+                 sent_at_cut: Sequence[int] | None = None) -> None:
         """This rank runs again from its restored part (of a complete set), with the
         restart's ``notes`` {peer: messages it holds from this rank}: skip sending those
-        again; its own fence is its part's counts (from there its log is sent again by
-        running on, so a resend to another restarted rank stops there)."""
+        again; its own fence is what its part had sent: from there it sends by running
+        on, so a resend from its log stops there. A part taken off a safe point
+        (``sent_at_cut``: what it had sent when it was taken, beyond its base's ``sent``)
+        is re-executed from its base, and the re-execution does not send again what
+        the part had sent (``Endpoint.send_app``): its log holds those (it is the
+        part's), so the fence is there and a peer that lacks them gets them resent."""
         self.rr.clear()
         self.complete, self.ahead = self.last, []
-        self.skip = {int(x): n for x, n in notes.items() if n > sent[int(x)]}
-        self.fenced = {x: n for x, n in enumerate(sent) if x != self.rank}
+        upto = list(sent) if sent_at_cut is None else [max(a, b) for a, b in
+                                                        zip(sent, sent_at_cut)]
+        self.skip = {int(x): n for x, n in notes.items() if n > upto[int(x)]}
+        self.fenced = {x: n for x, n in enumerate(upto) if x != self.rank}

@@ -7,10 +7,18 @@ the object store by the coordinator, not on stable storage.
 Theory of operation
 -------------------
 *Groups* (``groups`` option: a definition file or a policy, ``protocols/shared/units.py``;
-default groups of ceil(sqrt(n)) consecutive ranks). A group checkpoints alone, at its own
-safe-point positions (``group_checkpoint_interval``: an int, or ``{group index: int}``):
-ready messages flush the channels between its members only (CoCheck restricted to the
-group), each member saves its snapshot, and the other groups keep computing.
+default groups of ceil(sqrt(n)) consecutive ranks). A group checkpoints alone
+(``group_checkpoint_interval``: an int, or ``{group index: int}``): a member due at a
+safe point begins a round of its group, ready messages flush the channels between its
+members only (CoCheck restricted to the group), each member saves its part, and the
+other groups keep computing. Members need not be in step (a farm's master turns once per
+message, a worker once per task; loops of different lengths; a member that has returned):
+each joins the round as ``shared/joining.py`` says (its next safe point; or at once,
+with its state now, when it blocks on a message that may come only after the round, or
+once ``main()`` has returned), the round's members being the group's
+(``round_members``). Only the group's channels are cut: a message from another group is
+never held or added late to a part; it counts where it is received (R_X below), and its
+sender logs it.
 
 *Counters* are counted in messages, not bytes: the core's application sequence numbers
 (``Endpoint.sent`` / ``received``, per peer) are S_X and R_X, and they identify each
@@ -67,7 +75,13 @@ and skipped the same way: a group checkpoint's report carries each part's R, so 
 coordinator knows what a restarted peer will hold before it starts. Whatever the skip
 misses would still be dropped by the receivers' sequence numbers. Piecewise
 determinism is assumed, as everywhere in ftactors: a restarted rank resends the same
-messages with the same numbers.
+messages with the same numbers. A part taken off a safe point (a member that joined
+while blocked, or after returning) is re-executed from its base, and the re-execution
+does not send again what the part had sent (``Endpoint.sent_at_cut``): the members'
+parts hold those sent inside the group, and the restored log holds those sent to other
+groups, so the restarted rank's own fence and skip count up to ``sent_at_cut``, not its
+base's ``sent``: what a peer outside the group lacks below it is resent from the log,
+and nothing is sent twice (``GroupMember.restored``).
 
 *In a stack* (``class S(StandbyReplacement, GroupCoordination, App)``) every part is
 also handed to the levels (``on_part``; ``hands_parts``), and the restart of a group
@@ -97,10 +111,11 @@ from typing import Any
 
 from ftactors.engine._determinants import DETS
 from ftactors.engine._envelope import Envelope
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
+from ftactors.runtime._protocol import CONSISTENCY, LEVEL
 
 from ..shared.determinants import ReplaysDeterminants
 from ..shared.flush import Flush
+from ..shared.joining import JoinsRounds, Part
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups, of_unit
 from .machine import GroupMember
@@ -121,7 +136,7 @@ class _GroupState:
     nondet: dict = field(default_factory=dict)  # position -> determinants counted there
 
 
-class GroupCoordination(ReplaysDeterminants, Protocol):
+class GroupCoordination(ReplaysDeterminants, JoinsRounds):
     """Mixin: group checkpoints, inter-group message logs, restart of one group; the
     decisions are ``GroupMember``'s (``machine.py``), performed here."""
 
@@ -149,6 +164,8 @@ class GroupCoordination(ReplaysDeterminants, Protocol):
             self.rank, groups, of_unit(settings["group_checkpoint_interval"],
                                        groups.group_of(self.rank))))
         self._record_determinants(self.my_group())
+        self.ft.keep_base = True  # a round may take this rank's state between safe points
+        self.add_round_level(NAME, self._gc.flush)
         await super().on_start()
 
     def part_units(self) -> Groups:
@@ -188,35 +205,52 @@ class GroupCoordination(ReplaysDeterminants, Protocol):
     # ------------------------------------------------------------ checkpoints
     async def on_safe_point(self, iteration: int) -> None:
         await super().on_safe_point(iteration)
-        if self._gc.member.due(iteration, self.ft.position):
-            await self.group_checkpoint()
-
-    async def group_checkpoint(self) -> None:
-        """Flush the channels inside this rank's group, save this rank's part. Collective
-        over the group, at one safe point."""
-        gc, ft = self._gc, self.ft
-        member = gc.member
-        pos = ft.position
-        at = ft.link.clock()
-        while member.held_back():  # see "Hand-off"
+        gc, pos = self._gc, self.ft.position
+        due = gc.member.due(iteration, pos)
+        while due and gc.member.held_back():  # see "Hand-off"
             gc.completed.clear()
             await gc.completed.wait()
-        gc.flush.start(ft, NAME, ("ckpt", pos), sorted(self.my_group()))
-        await gc.flush.wait(ft, ("ckpt", pos))
+            due = gc.member.due(iteration, pos)
+        # its own round here, and the rounds other members began: this safe point's state
+        await self.joined_at_safe_point(NAME, [("ckpt", pos)] if due else [])
+
+    def round_members(self, name: str, rid) -> tuple:
+        if name != NAME:
+            return super().round_members(name, rid)
+        return tuple(sorted(self.my_group()))
+
+    def joining_round(self, name: str, rid):
+        if name != NAME:
+            return super().joining_round(name, rid)
+        self._gc.member.joined(tuple(rid[1]))  # saved in the part: not begun again
+        return None
+
+    async def round_sealed(self, name: str, rid, part: Part, blob: bytes, values: dict,
+                           line) -> None:
+        """Every marker of the group's round is in: hold this member's part for the
+        coordinator, hand it to the stack's levels, report it with its R_X."""
+        if name != NAME:
+            return await super().round_sealed(name, rid, part, blob, values, line)
+        gc, ft = self._gc, self.ft
+        member, pos = gc.member, tuple(rid[1])
         flushed_at = ft.link.clock()
-        member.checkpointed(pos, ft.received.nonzero())
-        gc.nondet[pos] = ft.determinants.count
+        held = list(part.state["received"])  # R_X in the part
+        for env in part.late:
+            held[env.src] += 1
+        member.checkpointed(pos, [(x, n) for x, n in enumerate(held) if n])
+        # a restart from this part replays its own determinants from its base's count
+        # on, and needs the peers' copies of those recorded after it was taken: keep
+        # from the base's (the rank may have gone on past the part before it sealed)
+        gc.nondet[pos] = part.state["nondet"]
         t0 = time.perf_counter()
-        cut = gc.flush.last_cut
-        blob = ft.snapshot(cut=cut)
-        held = ft.received_at(cut)  # R_X in the part
         gc.parts.hold(pos, blob)  # until the coordinator takes it; this rank goes on
         self.on_part(pos, blob)  # and the stack's levels keep copies
         n_log, log_bytes = member.log_size()
         ft.link.report(ft.events.make(  # not waited for either: see "Hand-off"
             "group_checkpoint_part", group=member.groups.group_of(self.rank), position=pos,
-            bytes=len(blob), flush_s=flushed_at - at, save_s=time.perf_counter() - t0,
-            log_messages=n_log, log_bytes=log_bytes, received=held))
+            bytes=len(blob), flush_s=flushed_at - part.at, save_s=time.perf_counter() - t0,
+            log_messages=n_log, log_bytes=log_bytes, received=held,
+            part_position=part.position))
 
     def ft_rpc_group_part(self, position) -> bytes:
         return self._gc.parts.give(tuple(position))
@@ -289,6 +323,7 @@ class GroupCoordination(ReplaysDeterminants, Protocol):
         if env.comm != NAME:
             return super().on_control(env)
         self._gc.flush.take_marker(self.ft, env)
+        self.marker_taken()
 
     def protocol_state(self) -> dict[str, Any]:
         state = super().protocol_state()
@@ -304,7 +339,8 @@ class GroupCoordination(ReplaysDeterminants, Protocol):
         gc = self._gc
         gc.flush.reset()
         gc.nondet.clear()
-        gc.member.restored(self.ft.restore_notes.get(NAME, {}), self.ft.sent)
+        gc.member.restored(self.ft.restore_notes.get(NAME, {}), self.ft.sent,
+                           self.ft.sent_at_cut)
         if gc.member.skip:
             self.ft.events.record("group_skip", upto=dict(gc.member.skip))
         await super().on_restored()

@@ -74,10 +74,14 @@ rollback (logs, or re-execution inside the cluster); (3) nothing this cluster se
 another after its cut leaves before the commit, and it leaves with the new SN, so a
 receiver's DDV records the dependency exactly as if the CLC had been taken at once (the
 paper's freeze of inter-cluster traffic during the 2PC). A member that has left its
-``iterations()`` loop cannot be captured (straight-line code after a loop cannot be
-resumed): it answers with a refusal, the CLC is aborted and its cluster takes no CLC any
-more (a forced one becomes a dependency in the current DDV, which a rollback undoes by
-going back to the last CLC, ``_ddv.cascade``).
+``iterations()`` loop takes part too: its part is its state at the loop's end plus what
+the code after the loop consumed since (a restore skips the finished loop and runs that
+code again with those messages), and once ``main()`` has returned, its state at return
+(``can_snapshot_now(after_loop=True)``), so a cluster with a member that finished early
+stays protected. Only a member that cannot be captured at all (a restored rank still
+re-running the code before its resume point) answers with a refusal: the CLC is aborted
+and its cluster takes no CLC any more (a forced one becomes a dependency in the current
+DDV, which a rollback undoes by going back to the last CLC, ``_ddv.cascade``).
 
 *Rollback* (section 3.4). The coordinator is the single arbiter of failures; it keeps
 every committed CLC's DDV (as the paper's GC initiator collects them) and runs the alert
@@ -260,7 +264,7 @@ class DDVPiggyback(Protocol):
         """A message from another cluster: perform what the member decides (Algorithm 6);
         True if it is to be handed on now."""
         what, ack, j, sn = self._hc3i.m.from_outside(env, env.piggyback[NAME],
-                                                     self.ft.can_snapshot_now)
+                                                     self._capturable)
         if ack is None:
             return False  # held during a CLC
         if what is DEPEND:  # no CLC possible any more: a dependency of the current state
@@ -280,7 +284,7 @@ class DDVPiggyback(Protocol):
     def request_clc(self) -> None:
         """Start an unforced CLC of this rank's cluster now (what the leader's timer
         does); ignored during a 2PC or once the cluster can no longer checkpoint."""
-        if not self._hc3i.m.closed and self.ft.can_snapshot_now():
+        if not self._hc3i.m.closed and self._capturable():
             self._initiate(forced_by=None)
 
     def _initiate(self, forced_by: int | None, cause=None) -> None:
@@ -306,8 +310,14 @@ class DDVPiggyback(Protocol):
         st, ft = self._hc3i, self.ft
         st.late = []
         st.captured = None
-        if ft.can_snapshot_now():
+        if self._capturable():
             st.captured = (ft.state_now(unreceived=st.m.unreceived()), self._part_state(sn))
+
+    def _capturable(self) -> bool:
+        """Whether this rank's state now can be its part: inside a loop, before the
+        first, or after one (its state at the loop's end plus what the code after it
+        consumed since; once ``main()`` has returned, its state at return)."""
+        return self.ft.can_snapshot_now(after_loop=True)
 
     def _tell_cut(self, r: _ddv.ClcRound) -> None:
         r.told = True

@@ -1,5 +1,6 @@
 """Joining checkpoint rounds out of step, shared by the protocols that take global rounds
-(ReadyMessageFlush, StandbyReplacement, RSBackup) and by every level of a stack of them.
+(ReadyMessageFlush, StandbyReplacement, RSBackup), by GroupCoordination (whose rounds are
+one group's: ``round_members``) and by every level of a stack of them.
 
 Theory of operation: a round (``flush.py``: ready messages on the channels) is begun by
 a rank at a safe point of its own schedule; every other rank *joins* it when it hears of
@@ -69,6 +70,7 @@ class Hold:
 class _Level:
     rounds: Callable[[], Any]      # -> its FlushRounds (None: none yet)
     is_round: Callable[[Hashable], bool]  # its checkpoint rounds among the flush's
+    members: Callable[[Hashable], Any] | None  # a round's ranks (None: every rank)
 
 
 class Joins:
@@ -84,10 +86,12 @@ class Joins:
         self.finished = False                 # main() has returned
 
     def add_level(self, name: str, rounds: Callable[[], Any],
-                  is_round: Callable[[Hashable], bool] = lambda rid: True) -> None:
+                  is_round: Callable[[Hashable], bool] = lambda rid: True,
+                  members: Callable[[Hashable], Any] | None = None) -> None:
         """Level ``name``'s rounds are those of ``rounds()`` (a ``FlushRounds``) that
-        ``is_round`` accepts."""
-        self.levels[name] = _Level(rounds, is_round)
+        ``is_round`` accepts; ``members(rid)``: the ranks of round ``rid`` (None: every
+        rank)."""
+        self.levels[name] = _Level(rounds, is_round, members)
 
     def _rounds(self, name: str) -> dict:
         machine = self.levels[name].rounds()
@@ -111,16 +115,22 @@ class Joins:
     def must_join_now(self, blocked: Iterable[int], silent: Callable[[int], bool]) -> bool:
         """Whether this rank must join the rounds under way now rather than at its next
         safe point: it is parked, finished, or blocked on a message that may come only
-        after a round: from a marked rank, from any source, or from a rank ``silent``
+        after a round: from a marked rank, from any source, from a rank ``silent``
         so far (it sent this rank nothing: its marker, which goes only on channels in
-        use, may never come, and it may wait for the round)."""
+        use, may never come, and it may wait for the round), or from a rank outside a
+        round's members (a group's round: no marker of it ever comes from there, and
+        that rank may wait for a member parked in the round)."""
         if self.parked or self.finished:
             return True
         blocked = list(blocked)
         if not blocked:
             return False
         marked = self._marked()
-        return any(src == ANY_SOURCE or src in marked or silent(src) for src in blocked)
+        if any(src == ANY_SOURCE or src in marked or silent(src) for src in blocked):
+            return True
+        return any(src not in level.members(rid)
+                   for name, level in self.levels.items() if level.members is not None
+                   for rid in self.unjoined(name) for src in blocked)
 
     def arrive(self, env) -> bool:
         """An application message from ``env.src``: add it to the parts it is late for;
@@ -133,7 +143,9 @@ class Joins:
             return False
         for (name, rid), part in self.joined.items():
             r = self._rounds(name).get(rid)
-            if r is not None and src not in r.markers:
+            # a group's round cuts only its members' channels: a message from outside
+            # the group is counted where it is received (the group protocol logs it)
+            if r is not None and src not in r.markers and src in r.members:
                 part.late.append(env)
         marked = frozenset((name, rid) for name in self.levels
                            for rid, r in self._rounds(name).items()
@@ -182,7 +194,7 @@ class Joins:
 
 
 class JoinsRounds(PlannedLevel):
-    """Mixin under ReadyMessageFlush, StandbyReplacement and RSBackup (once in a stack's
+    """Mixin under ReadyMessageFlush, StandbyReplacement, RSBackup and GroupCoordination (once in a stack's
     MRO): performs ``Joins`` for every level. A level calls ``add_round_level`` at its
     ``on_start``, ``join_round`` to begin or join a round, ``joined_at_safe_point`` at
     its safe point, ``marker_taken`` after its flush took a control message, and
@@ -199,7 +211,8 @@ class JoinsRounds(PlannedLevel):
     def add_round_level(self, name: str, flush, is_round=lambda rid: True) -> None:
         """Level ``name`` takes rounds on ``flush`` (a ``flush.Flush``; ``is_round``
         picks its checkpoint rounds among them)."""
-        self._joins_machine().add_level(name, lambda: flush.rounds, is_round)
+        self._joins_machine().add_level(name, lambda: flush.rounds, is_round,
+                                        lambda rid: self.round_members(name, rid))
         self._round_flushes[name] = flush
 
     def joining_part(self, name: str):
@@ -230,6 +243,11 @@ class JoinsRounds(PlannedLevel):
         (where control messages of its own must have arrived by the round's end)."""
         return ()
 
+    def round_members(self, name: str, rid) -> tuple | range:
+        """The ranks of level ``name``'s round ``rid`` (sorted, this rank among them):
+        every rank, or a group's members (GroupCoordination)."""
+        return range(self.size)
+
     def rounds_to_begin_now(self, name: str) -> list:
         """Rounds level ``name`` wants begun by a rank that joins at once (ready_flush:
         the positions the coordinator placed)."""
@@ -256,8 +274,8 @@ class JoinsRounds(PlannedLevel):
         joins.join(name, rid, part)
         # markers on the channels in use (and lazily before the first message on another,
         # ``Flush.before_send``); the root tells every rank the round began
-        flush.start(ft, name, rid, range(self.size), value, also=self.round_also(name, rid),
-                    at=ft.position, announce=True)
+        flush.start(ft, name, rid, self.round_members(name, rid), value,
+                    also=self.round_also(name, rid), at=ft.position, announce=True)
         self._release_held()
         return self._spawn_seal(name, rid)
 
@@ -323,6 +341,8 @@ class JoinsRounds(PlannedLevel):
 
     # ------------------------------------------------------------------ hooks
     def on_send(self, env):
+        # none before the first round level (a level keeping another protocol's parts
+        # takes no rounds: its first send may come before anything made the machine)
         for name, flush in self.__dict__.get("_round_flushes", {}).items():
             flush.before_send(self.ft, name, env.dst)
         return super().on_send(env)
