@@ -235,8 +235,8 @@ def _copy_program(source: Path, work: Path, place: Path, out=None) -> None:
             if path.is_dir() and (path / "pyvenv.cfg").is_file():
                 skip.add(name)
             elif path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
-                print(f"  not shipped: {path} ({path.stat().st_size >> 20} MiB, over "
-                      f"{MAX_FILE_BYTES >> 20} MiB)", file=out)
+                print(f"  not shipped: {path} ({path.stat().st_size / (1 << 20):.1f} MiB, "
+                      f"over {MAX_FILE_BYTES >> 20} MiB)", file=out)
                 skip.add(name)
         return skip
 

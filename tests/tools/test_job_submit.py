@@ -16,6 +16,7 @@ fresh Ray at once. The other tests need no Ray.
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -131,6 +132,15 @@ def user(tmp_path_factory) -> Path:
     (program / ".git").mkdir()
     (program / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     return root
+
+
+def test_the_cluster_page_shows_the_example_files_these_tests_run():
+    """docs/cluster.md shows each file of examples/cluster as it is."""
+    page = (REPO / "docs" / "cluster.md").read_text()
+    shown = dict(re.findall(r'```\w+ title="([^"]+)"\n(.*?)```', page, flags=re.S))
+    assert sorted(shown) == sorted(p.name for p in EXAMPLE.iterdir() if p.is_file())
+    for name, text in shown.items():
+        assert text == (EXAMPLE / name).read_text(), name
 
 
 def example_experiment(**changes) -> dict:
@@ -381,8 +391,14 @@ def test_nothing_of_the_cluster_is_left_and_ray_init_starts_a_fresh_ray(cluster)
              "ray.shutdown()")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     t0 = time.time()
-    out = subprocess.run([sys.executable, "-c", fresh], env=env, capture_output=True,
-                         text=True, timeout=120)
+    try:
+        out = subprocess.run([sys.executable, "-c", fresh], env=env, capture_output=True,
+                             text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        named = address_file.read_text().strip() if address_file.exists() else None
+        pytest.fail(f"a plain ray.init() did not come up within 120 s; Ray's address file "
+                    f"{address_file} names {named!r} (this module's cluster was "
+                    f"{state['gcs_address']})")
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[0] != state["gcs_address"]
     print(f"a plain ray.init() came up in {time.time() - t0:.1f} s")
