@@ -282,14 +282,15 @@ def cluster(tmp_path_factory):
         stop()
 
 
-def _rank_nodes(cluster: dict) -> set[str]:
-    """The nodes the rank actors of the cluster's jobs ran on (Ray's state API)."""
+def _rank_actors(cluster: dict) -> dict[str, str]:
+    """actor id -> node id of the rank actors every job on the cluster started (Ray's
+    state API, through the dashboard, with the token)."""
     request = urllib.request.Request(
         f"{cluster['state']['dashboard_url']}/api/v0/actors?limit=10000&detail=1",
         headers={"Authorization": f"Bearer {cluster['token'].read_text().strip()}"})
     with urllib.request.urlopen(request, timeout=30) as r:
         actors = json.loads(r.read())["data"]["result"]["result"]
-    return {a["node_id"] for a in actors if a["class_name"] == "RankActor"}
+    return {a["actor_id"]: a["node_id"] for a in actors if a["class_name"] == "RankActor"}
 
 
 def _submit(cluster, user, *argv, **env):
@@ -332,7 +333,7 @@ def test_an_experiment_naming_the_users_program_runs_on_the_cluster(cluster, use
         assert {"killed", "failure_detected", "recovery_end"} <= kinds
     assert (remote / "results.parquet").is_file()  # what the job itself wrote
     assert yaml.safe_load((local / "experiment.yaml").read_text())["cluster"] == {"address": "auto"}
-    assert len(_rank_nodes(cluster)) == 2  # the ranks ran on both nodes
+    assert len(set(_rank_actors(cluster).values())) == 2  # ranks ran on both nodes
 
 
 @pytest.mark.ray
@@ -360,6 +361,7 @@ def test_a_plain_ft_run_script_with_ray_job_submit(cluster, user):
     script's ``ft.run`` joins the job's cluster (no address given)."""
     env = {**cluster["env"], **cluster["state"]["env"],
            "RAY_API_SERVER_ADDRESS": cluster["state"]["dashboard_url"]}
+    before = _rank_actors(cluster)
     done = subprocess.run(
         cluster["lc"].ray_command() + ["job", "submit", "--working-dir", ".", "--",
                                        "python", "my_script.py"],
@@ -369,6 +371,8 @@ def test_a_plain_ft_run_script_with_ray_job_submit(cluster, user):
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
     answer = json.loads(line.split(" ", 1)[1])
     assert answer == {"results": expected_totals(), "kills": 1}
+    # its ranks were actors of the cluster, not of a private Ray inside the job
+    assert len(_rank_actors(cluster).keys() - before.keys()) >= 2
 
 
 @pytest.mark.ray
