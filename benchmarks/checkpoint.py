@@ -33,7 +33,12 @@ synchronisation, the ``allreduce`` every iteration ends with, as the first rank 
 it to the last leaving it (the same first-in to last-out measure as the spread), and the
 iteration time without a checkpoint (median over ranks and the iterations with no
 checkpoint). Ratios: spread / allreduce, and the extra time of an iteration with a
-checkpoint over a plain one, in iterations.
+checkpoint over a plain one, in iterations. In interval mode off ``sim``, the workload
+also runs bare (no protocol, next to the checkpointed run): *plain/bare*, a plain
+iteration over a bare one, is what the protocol costs at every safe point, chiefly the
+base it keeps there for a round joined between safe points (the registered state copied:
+raise ``--state-mib`` and ``--compute-ms 0`` to see it; on ``sim`` it is CPU, not
+virtual time, so it is not measured there).
 
 Ranks: real ones on Ray (``--ray-ranks``, the embedded local Ray, started once),
 simulated ones on ``sim`` (``--sim-ranks``) with a cluster network model
@@ -208,7 +213,8 @@ def checkpoints_for(args, transport: str, n: int) -> int:
 
 
 def measure_interval(args, transport: str, n: int, count: int) -> dict:
-    """Checkpoints every ``--interval`` iterations, ``count`` of them."""
+    """Checkpoints every ``--interval`` iterations, ``count`` of them; off ``sim``, the
+    bare workload too (``_bare``)."""
     k = args.interval
     iterations = k * count + 2
     t0 = time.perf_counter()
@@ -217,10 +223,24 @@ def measure_interval(args, transport: str, n: int, count: int) -> dict:
                timeout_s=args.timeout_s, **_run_options(args, transport))
     wall = time.perf_counter() - t0
     base = _baselines(r.results, {i for i in range(k, iterations, k)})
+    if transport != "sim":
+        base.update(_bare(args, transport, n, iterations, base["iteration_s"]["median"]))
     rows = _per_checkpoint(r.events, n)
     return {"mode": "interval", "transport": transport, "ranks": n, "iterations": iterations,
             "interval": k, "wall_s": wall, "baseline": base, "rows": rows,
             "summary": _summary(rows, base)}
+
+
+def _bare(args, transport: str, n: int, iterations: int, plain_s: float) -> dict:
+    """The workload with no protocol, run as the checkpointed one was: its median
+    iteration, and the protocol's plain iterations (no checkpoint in them) over it. What
+    ReadyMessageFlush costs at every safe point shows there, chiefly the base it keeps
+    for a round joined between safe points (``--state-mib`` of registered state copied)."""
+    r = ft.run(CheckpointWorkload, n, transport=transport, seed=args.seed,
+               kwargs=_workload_kwargs(args, iterations), timeout_s=args.timeout_s)
+    bare = _baselines(r.results, set())["iteration_s"]
+    ratio = plain_s / bare["median"] if bare["median"] > 0 else float("nan")
+    return {"bare_iteration_s": bare, "plain_over_bare": ratio}
 
 
 def measure_requested_sim(args, n: int, count: int, iteration_s: float) -> dict:
@@ -321,9 +341,10 @@ def _ratio(x: float) -> str:
 
 def format_table(configs: list[dict]) -> str:
     head = ("mode", "transport", "ranks", "ckpts", "flush/rank", "spread", "notify->RM",
-            "save/rank", "complete", "allreduce", "iteration", "spread/ar", "+iter")
+            "save/rank", "complete", "allreduce", "iteration", "spread/ar", "+iter",
+            "plain/bare")
     sub = ("", "", "", "", "med/max", "med/max", "med/max", "med/max", "med", "med", "med",
-           "", "")
+           "", "", "")
     rows = [head, sub]
     for c in configs:
         s, b = c["summary"], c["baseline"]
@@ -333,7 +354,8 @@ def format_table(configs: list[dict]) -> str:
                      mm(s["notify_to_last_rm_s"]) if "notify_to_last_rm_s" in s else "-",
                      mm(s["save_s"]), _ms(s["complete_s"]["median"]),
                      _ms(b["allreduce_s"]["median"]), _ms(b["iteration_s"]["median"]),
-                     _ratio(s["spread_over_allreduce"]), _ratio(b["extra_iterations"])))
+                     _ratio(s["spread_over_allreduce"]), _ratio(b["extra_iterations"]),
+                     _ratio(b.get("plain_over_bare", float("nan")))))
     return table(rows, left=2, header=2)
 
 
@@ -421,7 +443,9 @@ def main(args) -> int:
           "notify->RM: notification to the last RM; complete: last RM to every part at "
           "the coordinator; allreduce: first in to last out (same run, plain iterations); "
           "spread/ar: spread / allreduce; +iter: extra time of an iteration holding a "
-          "checkpoint, in plain iterations")
+          "checkpoint, in plain iterations; plain/bare: a plain iteration over one of "
+          "the workload run with no protocol (interval mode, not on sim): the cost at "
+          "every safe point, chiefly the base kept for rounds joined between them")
     print(f"  total wall time {total:.1f} s")
     write_results(args, "checkpoint", {
         "settings": {"state_mib": args.state_mib, "checkpoints": args.checkpoints,

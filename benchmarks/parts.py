@@ -2,7 +2,7 @@
 
 GroupCoordination checkpoints one group at a time; in a stack, StandbyReplacement keeps a
 copy of every part in the next group, or RSBackup encodes each group's parts with the
-parity in the next group (``docs/ARCHITECTURE.md``, "Levels that keep another protocol's
+parity in the next group (``docs/architecture/protocols.md``, "Levels that keep another protocol's
 parts"). Measured on CG (Ray by default, ``--transport`` for a dry run):
 
 1. *Failure-free*: CG's solve time with GroupCoordination alone, with the partner copies

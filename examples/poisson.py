@@ -8,7 +8,7 @@ sums the squared updates of every rank (``allreduce``); the loop stops when that
 falls under ``tol``. Every value depends only on the arguments and the order of the
 sweeps, so the answer is the same bit for bit on any transport, with or without failures.
 
-Fault tolerance (README, "Code before the loop"): the block ``u`` and the residual
+Fault tolerance (docs/writing.md, "Code before the loop"): the block ``u`` and the residual
 ``history`` change across iterations, so both are registered; the first halo exchange
 before the loop runs again after a restore and gets the same messages. A protocol is
 mixed in by the tools (``ftactors run examples/poisson.py:Poisson --protocol standby``).

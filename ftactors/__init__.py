@@ -17,7 +17,7 @@ from .base._errors import (CheckpointCorrupted, ConfigError, FTError, JobLost, P
 from .base._events import Event
 from .base._warnings import (FaultToleranceWarning, KillNotFiredWarning, NoCheckpointWarning,
                              NoSparesWarning, NothingRegisteredWarning, RankNicenessWarning,
-                             UnsavedStateWarning, WildcardReceiveWarning)
+                             UnsavedStateWarning)
 from .facade._ops import (BAND, BOR, LAND, LOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, PROD, REPLACE,
                           SUM, Op)
 from .runtime._progress import Progress
@@ -45,7 +45,7 @@ __all__ = [
     "Request", "Run", "RunResult", "SHORT", "SIGNED_CHAR", "SUCCESS", "SUM",
     "Status", "TAG_UB", "UINT16_T", "UINT32_T", "UINT64_T", "UINT8_T", "UNDEFINED",
     "UNSIGNED", "UNSIGNED_CHAR", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
-    "UnsavedStateWarning", "WildcardReceiveWarning", "Get_processor_name", "Wtick", "Wtime",
+    "UnsavedStateWarning", "Get_processor_name", "Wtick", "Wtime",
     "compute_dims", "launch", "run", "run_async", "testall", "testany", "testsome",
     "waitall", "waitany", "waitsome",
 ]

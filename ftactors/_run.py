@@ -101,7 +101,8 @@ def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=
     restore = start = None
     if restart_from is not None:
         _, restore, meta = find_resumable(restart_from, identity, any_fingerprint)
-        start = None if meta.get("position") is None else tuple(meta["position"])
+        line = meta.get("line") or meta.get("position")  # see newest_stable_set
+        start = None if line is None else tuple(line)
 
     def coordinator() -> Coordinator:
         return Coordinator(

@@ -25,7 +25,8 @@ def transport(request):
 
 
 SECONDS = {
-    "tests/protocols/test_stacks_nodes.py": 350, "tests/benchmarks/test_bench_smoke.py": 156,
+    "tests/protocols/test_stacks_nodes.py": 350, "tests/programs/test_wildcard_replay.py": 90,
+    "tests/benchmarks/test_bench_smoke.py": 156,
     "tests/transports/test_deaths_ray.py": 108, "tests/protocols/test_ready_flush_ray.py": 106,
     "tests/protocols/test_standby_ray.py": 71, "tests/tools/test_stacks_cli.py": 68,
     "tests/tools/test_cli.py": 66, "tests/facade/test_conformance.py": 64,

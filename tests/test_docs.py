@@ -1,5 +1,5 @@
-"""README.md and docs/ARCHITECTURE.md name only what exists: every file path, every module
-attribute (``_escalation.PartLevels``), every ``Class.member`` and every code word
+"""README.md and the site's pages (docs/**/*.md) name only what exists: every file path,
+every module attribute (``_escalation.PartLevels``), every ``Class.member`` and every code word
 (``keep_base``, ``state_now``) they quote is in the tree, so a rename or a removal that
 leaves the docs behind fails here instead of misleading a reader."""
 import importlib
@@ -14,7 +14,7 @@ import benchmarks
 import ftactors
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "docs/ARCHITECTURE.md"]
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/**/*.md"))]
 SOURCES = [*ROOT.glob("ftactors/**/*.py"), *ROOT.glob("benchmarks/*.py"),
            *ROOT.glob("tests/**/*.py"), *ROOT.glob("cluster/**/*"), *ROOT.glob("experiments/*"),
            *ROOT.glob("examples/*"), ROOT / "pyproject.toml",

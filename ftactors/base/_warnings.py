@@ -38,12 +38,6 @@ class NoSparesWarning(FaultToleranceWarning):
     """The stack's spares role has ``spares=0``: what a failure does instead."""
 
 
-class WildcardReceiveWarning(FaultToleranceWarning):
-    """The program receives with ``ANY_SOURCE``/``ANY_TAG`` under a protocol that
-    restarts part of the ranks and replays logged messages, which is right only if a
-    restarted rank receives in the order of its first life."""
-
-
 class UnsavedStateWarning(FaultToleranceWarning):
     """The program's loop changes state that no checkpoint holds: a random generator it
     draws from (made before the loop and not registered, or a global one), a variable of

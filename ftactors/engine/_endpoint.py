@@ -34,6 +34,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from ..base._events import EventLog
+from ._determinants import Determinants
 from ._envelope import Envelope
 from ._outbox import Outbox
 from ._payload import LARGE_BUFFER_BYTES, Payload
@@ -117,6 +118,8 @@ class Endpoint(Outbox, Receiving, Positions, Snapshots):
         self.trace = trace
         self.sync = SyncAcks(self)  # acknowledgements of synchronous sends
         self.logged_bytes = 0  # payload bytes protocols kept in sender logs (a footprint)
+        # what nondeterministic receives took (off unless a protocol replays them)
+        self.determinants = Determinants()
         self._init_outbox()
         self._init_receiving()
         self._init_positions(record_deliveries)

@@ -26,7 +26,7 @@ set in ``_init_outbox``. From the rest of the endpoint it reads ``rank``, ``size
 ``epoch``, ``peer_epochs`` (the destination's incarnation to stamp), ``link``, ``owner``
 (the protocol stack), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
 positions' ``_replay_sent`` (sends of a restored rank before its resume point are
-dropped); ``sent`` is set back by restores and resume points (``_positions``). The
+dropped) and ``_cut_sent`` (sends re-executed up to a global cut are dropped too) and ``determinants`` (what a message carries of them, ``_determinants``); ``sent`` is set back by restores and resume points (``_positions``). The
 batching tests run it with only those (``tests/engine/test_batches.py``).
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Awaitable
 
 from ._channels import OutChannels
+from ._determinants import DETS
 from ._envelope import APP, CTRL, Envelope
 from ._payload import Payload, pack
 from ._vector import RankVector
@@ -76,13 +77,24 @@ class Outbox:
 
         While a restored rank re-runs the code before its resume point, its sends are
         the ones it made before the snapshot: they were sent then, so they are dropped
-        here, before any protocol sees them again.
+        here, before any protocol sees them again. So are the sends of a rank restored
+        from a part taken off a safe point on a global cut, up to the cut (``_cut_sent``):
+        their receivers' parts hold them.
         """
         if self._replay_sent is not None:
             self.resends_suppressed += 1
             return None
         app_seq = self.sent.bump(dst)
+        if self._cut_sent is not None and app_seq < self._cut_sent[dst]:
+            self.resends_suppressed += 1
+            return None
         env = Envelope(APP, self.rank, dst, ctx, tag, app_seq, payload)
+        dets = self.determinants
+        if dets.causal and dets.told.get(dst, 0) != dets.changed:
+            # before the protocols: their logs keep what it carries
+            carried = dets.outgoing(dst)
+            if carried is not None:
+                env.piggyback = {DETS: carried}
         env = self.owner.on_send(env)
         if env is not None:
             self.transmit(env)

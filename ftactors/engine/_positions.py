@@ -66,6 +66,9 @@ class Positions:
         self._resume: tuple[int, int] | None = None
         self._reentry: Reentry | None = None
         self._replay_sent: RankVector | None = None  # its sends are suppressed
+        # a part taken off a safe point on a global cut: sends below these numbers were
+        # in their receivers' parts, and its re-execution does not send them again
+        self._cut_sent: RankVector | None = None
         self._restored = False
         self.derived: dict[str, int] = {}  # communicator id -> communicators derived
         self._resume_derived: dict[str, int] = {}  # ``derived`` at the resume point
@@ -100,6 +103,7 @@ class Positions:
                 self._resume = None
                 self.sent, self._replay_sent = self._replay_sent, None  # caught up
                 self.derived = self._resume_derived
+                self.determinants.resumed()
         if self._reentry is not None and self._resume is None:
             self._reentered()
         self._in_loop = True
@@ -124,6 +128,7 @@ class Positions:
     def at_safe_point(self, iteration: int) -> None:
         self.position = (self._loop_count - 1, iteration)
         self._consumed_since = 0
+        self.determinants.at_safe_point()
         if self._since_safe_point:
             self._since_safe_point.clear()
         if self.keep_base:
@@ -134,6 +139,8 @@ class Positions:
         self._in_loop = False
         self._since_safe_point = None
         self._log = self._prefix_log if self._record else None
+        if self.keep_base and self._resume is None:
+            self._take_base()  # the code after the loop can be captured "now" from here
 
     def next_safe_point(self) -> tuple[int, int] | None:
         """The position of the next safe point this rank will offer, if it is inside a
@@ -173,7 +180,12 @@ class Positions:
         self._restored = bool(values) or self._resume is not None
         self.sent = RankVector.of(parts["sent"])
         self._replay_sent = None if self._resume is None else self.sent
+        cut_sent = parts.get("cut_sent")
+        self._cut_sent = None if cut_sent is None else RankVector.of(cut_sent)
         self.derived, self._resume_derived = {}, dict(parts.get("derived", {}))
+        self.determinants.restored(parts.get("nondet", 0), parts.get("determinants"),
+                                   parts.get("own_determinants"),
+                                   resume=self._resume is not None)
         # re-running the code before the resume point consumes (and logs) the replayed
         # prefix messages again: starting from the saved log would hold them twice, and
         # the next snapshot would replay the extra copies into later receives

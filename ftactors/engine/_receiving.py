@@ -13,8 +13,9 @@ matcher (``_matching``) completes a posted receive or queues the message. Batche
 come before the rank has started, or for a restored incarnation before its protocols
 have reset, wait until ``open``.
 
-A receive takes the first queued message that matches, else posts itself and waits; a
-blocking receive's message is *in flight* from the moment it matches until its task
+A receive takes the first queued message that matches, else posts itself and waits
+(the rank is then *blocked*: ``blocked`` lists the sources of such waits, and the
+protocol stack hears of each one at once, ``on_blocked``); a blocking receive's message is *in flight* from the moment it matches until its task
 resumes (neither queued nor consumed), so a snapshot taken in between (``state_now``)
 finds it there.
 
@@ -27,8 +28,10 @@ the endpoint's own methods, with no delegating call. Its own state is set in
 ``_init_receiving``. From the rest of the endpoint it reads ``rank``, ``owner``,
 ``link``, ``trace``, ``sync``, ``peer_epochs``, ``_loop``, ``keep_base`` (whether
 ``state_now`` needs what is in flight), the positions' ``_reentry``,
-``_received_again`` and ``_consumed`` (a consumed message is logged for replay), and the
-outbox's ``_flush_before_wait``.
+``_received_again`` and ``_consumed`` (a consumed message is logged for replay), the
+outbox's ``_flush_before_wait``, and ``determinants`` (a wildcard receive or probe records
+what it took, or takes what its first life took; a message's piggybacked determinants
+are kept: ``_determinants``).
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ import asyncio
 from typing import Any, Callable
 
 from ._channels import InChannels
+from ._constants import ANY_SOURCE, ANY_TAG
+from ._determinants import DETS, IPROBE, PROBE, RECV
 from ._envelope import COLLECTIVE_SUFFIX, CTRL, KIND_NAMES, Envelope
 from ._matching import Matcher, Posted
 from ._payload import unpack
@@ -57,6 +62,7 @@ class Receiving:
         self._waiting: list[list[Envelope]] | None = []
         self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
+        self._waits: list[tuple[int, asyncio.Future]] = []  # see ``blocked``
 
     # ------------------------------------------------------------------ arrivals
     def deliver(self, envs: list[Envelope]) -> None:
@@ -94,6 +100,8 @@ class Receiving:
                 self.owner.on_control(env)
             return
         src = env.src
+        if env.piggyback is not None and DETS in env.piggyback:
+            self.determinants.incoming(src, env.piggyback[DETS])
         expected = self.received.get(src)  # src: a rank the channels accepted
         if env.app_seq != expected:
             if env.app_seq < expected:
@@ -124,7 +132,11 @@ class Receiving:
 
     # ---------------------------------------------------------- receives, probes
     async def receive(self, ctx: str, source: int, tag: int) -> Envelope:
-        """Wait for and consume the first message matching (world ``source``)."""
+        """Wait for and consume the first message matching (world ``source``). With a
+        wildcard, a determinant is recorded, or replayed (``_determinants``)."""
+        k = None
+        if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
+            k, source, tag = self._determined(RECV, source, tag)
         env = self.matcher.find(ctx, source, tag, consume=True)
         if self._reentry is not None:
             self._received_again(env, source, tag)
@@ -134,7 +146,7 @@ class Receiving:
             # half of an exchange: without this, an allreduce between computations cost
             # the other rank the whole computation, 5x its time alone)
             self._flush_before_wait()
-            return self._consumed(env)
+            return self._consumed(env) if k is None else self._took(k, self._consumed(env))
         fut = self._loop.create_future()
         track = self.keep_base  # only snapshot_now reads what is in flight
         p = Posted(ctx, source, tag,
@@ -142,7 +154,7 @@ class Receiving:
         self.matcher.post(p)
         self._flush_before_wait()
         try:
-            env = await fut
+            env = await self._blocked_on(fut, source)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             if fut.done() and not fut.cancelled():
@@ -152,7 +164,46 @@ class Receiving:
             raise
         if track:
             self._unmatched(env)
-        return self._consumed(env)
+        return self._consumed(env) if k is None else self._took(k, self._consumed(env))
+
+    def _determined(self, kind: str, source: int, tag: int) -> tuple[int | None, int, int]:
+        """A wildcard receive or probe starts: its determinant's number (None: not
+        counted, before a restored rank's resume point) and the source and tag to match,
+        the first life's when it is replayed."""
+        dets = self.determinants
+        if not dets.active():
+            return None, source, tag
+        k, forced = dets.next(kind)
+        return (k, source, tag) if forced is None else (k, *forced)
+
+    def _took(self, k: int | None, env: Envelope, kind: str = RECV) -> Envelope:
+        """Nondeterministic event ``k`` (None: none) took ``env``."""
+        if k is not None:
+            self.determinants.found(kind, (env.src, env.tag), k)
+        return env
+
+    async def _blocked_on(self, fut: asyncio.Future, source: int):
+        """Wait for ``fut``, a posted receive or probe from ``source`` that nothing queued
+        matched: the rank is *blocked* on ``source`` meanwhile (``blocked`` lists the
+        sources of such waits), and its protocols hear of it at once (``on_blocked``: a
+        checkpoint round may take its state now rather than wait for a safe point it
+        cannot reach before this message comes)."""
+        wait = (source, fut)
+        self._waits.append(wait)
+        try:
+            self.owner.on_blocked()
+            if fut.done():  # the protocol released a message it held: no wait
+                return fut.result()
+            return await fut
+        finally:
+            self._waits.remove(wait)
+
+    @property
+    def blocked(self) -> list[int]:
+        """The world sources (ANY_SOURCE: any) of the receives and probes that wait now
+        with no message yet: one matched already, whose task has not resumed, waits no
+        more (a batch that brings a message and then a marker behind it)."""
+        return [source for source, fut in self._waits if not fut.done()]
 
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither
@@ -168,36 +219,56 @@ class Receiving:
 
     def receive_later(self, ctx: str, source: int, tag: int) -> asyncio.Future:
         """Post a receive now; the future completes with the consumed envelope."""
+        k = None
+        if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
+            k, source, tag = self._determined(RECV, source, tag)
         fut = self._loop.create_future()
-        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, self._consumed))
+        # the outcome is recorded as the message matches, before anything can depend on it
+        took = self._consumed if k is None else lambda env: self._took(k, self._consumed(env))
+        p = Posted(ctx, source, tag, _resolver(fut, self.matcher, took))
         env = self.matcher.post(p)
         if self._reentry is not None:
             if env is None:
                 self.matcher.withdraw(p)
             self._received_again(env, source, tag)
         if env is not None:
-            fut.set_result(self._consumed(env))
+            fut.set_result(took(env))
         else:
             fut.add_done_callback(lambda f: f.cancelled() and self.matcher.withdraw(p))
         return fut
 
     async def probe(self, ctx: str, source: int, tag: int) -> Envelope:
         """Wait until a matching message is queued; it stays queued."""
+        k = None
+        if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
+            k, source, tag = self._determined(PROBE, source, tag)
         env = self.matcher.find(ctx, source, tag, consume=False)
         if env is not None:
-            return env
+            return self._took(k, env, PROBE)
         fut = self._loop.create_future()
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False), consume=False)
         self.matcher.post(p)
         self._flush_before_wait()
         try:
-            return await fut
+            return self._took(k, await self._blocked_on(fut, source), PROBE)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             raise
 
     def iprobe(self, ctx: str, source: int, tag: int) -> Envelope | None:
-        return self.matcher.find(ctx, source, tag, consume=False)
+        """The first matching message queued, if any (it stays queued). With a wildcard
+        it counts as a nondeterministic event only if it finds one; replayed, it finds
+        only the message its first life found (``_determinants``)."""
+        dets = self.determinants
+        if (source != ANY_SOURCE and tag != ANY_TAG) or not dets.active():
+            return self.matcher.find(ctx, source, tag, consume=False)
+        forced = dets.poll(IPROBE)
+        if forced is not None:
+            source, tag = forced
+        env = self.matcher.find(ctx, source, tag, consume=False)
+        if env is not None:
+            dets.found(IPROBE, (env.src, env.tag))
+        return env
 
     # ------------------------------------------------------- peers' incarnations
     def set_peer_epoch(self, rank: int, epoch: int) -> None:

@@ -57,8 +57,9 @@ class Reentry:
             taken before the first loop.
         again: the pre-loop messages, in the order the first life received them.
         registered, buffers: the snapshot's pickled registered values and their
-            out-of-band buffers (a transfer's, which the values are views of), None for
-            a sealed snapshot.
+            out-of-band buffers (a transfer's, or those of a snapshot taken from a base,
+            ``Endpoint._take_base``: the values are views of them), None when the
+            pickle holds them.
     """
 
     def __init__(self, rank: int, resume: tuple[int, int] | None, again: list[Envelope],

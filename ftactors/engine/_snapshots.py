@@ -12,10 +12,13 @@ original order, then from the network (CoCheck, section 4), and sends the rank t
 resume point (``_positions``).
 
 A snapshot at a safe point needs nothing else. One between safe points is the last safe
-point's state (``keep_base``: kept at every safe point, ``_take_base``) plus the messages
-received since, which a restore replays; ``state_now`` takes one at any moment, even
-while ``main()`` waits in a receive (HC3I's forced checkpoints). A ``transfer`` is a safe
-point's state for a move to another process, its large buffers left out of band. A
+point's state (``keep_base``: kept at every safe point and at every loop's end,
+``_take_base``, its registered arrays' bytes copied into buffers reused from one base to
+the next, since most bases are never used) plus the messages received since, which a
+restore replays; ``state_now`` takes one at any moment, even while ``main()`` waits in a
+receive (HC3I's forced checkpoints, ReadyMessageFlush's rounds joined by a blocked or
+finished rank). A ``transfer`` is a safe point's state for a move to another process,
+its large buffers left out of band. A
 *blank* snapshot is the start of the run; restoring it gives the protocols back their
 state right after ``on_start`` (``started``).
 
@@ -45,6 +48,7 @@ class Snapshots:
     def _init_snapshots(self) -> None:
         self.keep_base = False  # a protocol that snapshots between safe points sets it
         self._base: dict | None = None  # the last safe point's state (keep_base)
+        self._base_buffers: list[bytearray] = []  # its registered values' buffers
         self._posted_at_base: list = []  # receives pending at the base's safe point
         self.restored_from: tuple | None = None  # (position, blob) of the last restore
         self.restore_notes: dict = {}  # what the recovery policy sent with that restore
@@ -52,21 +56,59 @@ class Snapshots:
 
     def _take_base(self) -> None:
         """At a safe point (``keep_base``): keep its state, which a snapshot between this
-        safe point and the next starts from."""
-        self._base = self._snapshot_parts()
+        safe point and the next starts from (``_from_base``).
+
+        It runs at every safe point and loop end, and most bases are never used, so the
+        registered values' large buffers (the data of contiguous numpy arrays, which
+        pickle protocol 5 hands out) are not pickled: their bytes are copied into the
+        last base's buffers where the sizes match (a memcpy, no allocation) and the
+        pickle refers to them out of band. The rest (views that are not contiguous,
+        object arrays, lists, scalars, ...) is pickled in band, as in a snapshot. Either
+        way the base is the values as they were here, whatever the program writes into
+        them later."""
+        kept, reusable = [], self._base_buffers
+
+        def keep(buffer: pickle.PickleBuffer) -> bool:
+            try:
+                raw = buffer.raw()
+            except BufferError:
+                return True  # not contiguous: pickled in band
+            i = len(kept)
+            if i < len(reusable) and len(reusable[i]) == raw.nbytes:
+                memoryview(reusable[i])[:] = raw  # a memcpy (a bytearray's own is slower)
+                kept.append(reusable[i])
+            else:
+                kept.append(bytearray(raw))
+            return False
+
+        self._base = self._snapshot_parts(keep)
+        self._base_buffers = kept
         self._posted_at_base = self.matcher.posted_receives()
 
-    def _snapshot_parts(self, buffers: list | None = None) -> dict:
-        values = {name: getattr(self.owner, name) for name in self.registered}
+    def _from_base(self) -> dict:
+        """The parts of the last base, for a snapshot: with copies of its buffers (the
+        next ``_take_base`` overwrites them, and a ``state_now`` is sealed later), which
+        ``load`` hands to the restore with the pickle that refers to them."""
+        parts = dict(self._base)
+        if self._base_buffers:
+            parts["buffers"] = [bytearray(b) for b in self._base_buffers]
+        return parts
+
+    def _snapshot_parts(self, buffer_callback=None, registered: bool = True) -> dict:
+        """The snapshot parts read from the endpoint now; ``buffer_callback``: pickle's,
+        for the registered values' buffers; ``registered=False``: no registered values."""
+        names = self.registered if registered else ()
+        values = {name: getattr(self.owner, name) for name in names}
         return {
             "rank": self.rank,
             "position": self.position,
-            "registered": cloudpickle.dumps(values, protocol=5, buffer_callback=(
-                None if buffers is None else buffers.append)),
+            "registered": cloudpickle.dumps(values, protocol=5,
+                                            buffer_callback=buffer_callback),
             "sent": RankVector.of(self.sent),
             "received": RankVector.of(self.received),
             "prefix_log": list(self._prefix_log),
             "derived": dict(self.derived),
+            "nondet": self.determinants.count,  # the safe point's, as ``sent``
         }
 
     def snapshot(self, protocol_state: dict | None = None,
@@ -103,14 +145,18 @@ class Snapshots:
                                self.owner.protocol_state() if protocol_state is None
                                else protocol_state)
 
-    def state_now(self, *, unreceived: dict[int, int] | None = None) -> dict:
+    def state_now(self, *, unreceived: dict[int, int] | None = None,
+                  global_cut: bool = False) -> dict:
         """The state of ``snapshot_now``, not sealed yet (``seal_state`` finishes it, maybe
         later, adding messages that were in transit at this moment).
 
         Inside a loop it is the last safe point's state plus every message consumed
-        since (replayed on restore, in order); before the first loop it is the start of
-        the run plus every message consumed so far, with no message counted as sent, so
-        re-running ``main()`` sends them again with their original numbers. Either way a
+        since (replayed on restore, in order); after a loop (or once ``main()`` has
+        returned) it is the state at the loop's end plus every message consumed since:
+        a restore skips the finished loop and runs the code after it again with those
+        messages; before the first loop it is the start of the run plus every message
+        consumed so far, with no message counted as sent, so re-running ``main()``
+        sends them again with their original numbers. Either way a
         restore re-executes the code since that point and the receivers drop what they
         already have (piecewise determinism). Receives posted since that point and still
         pending are posted again by the re-execution, so they are no obstacle; an
@@ -120,39 +166,58 @@ class Snapshots:
             unreceived: ``{source: k}``: the last ``k`` messages accepted from ``source``
                 are held back by the protocol and not delivered; the state does not count
                 them as received (after a rollback their senders send them again).
+            global_cut: the part belongs to a cut that every rank rolls back to together
+                (a global round's flush: what this rank sent before its marker is in its
+                receiver's part of the same round, received or queued). The re-execution
+                then does not send those messages again (``cut_sent``: ``send_app``
+                drops sends numbered below it), so no receiver drops a duplicate: a
+                duplicate on such a line would be an orphan.
 
         Raises:
-            ProtocolError: outside a loop once one was entered (straight-line code after
-                a loop cannot be resumed; see ``can_snapshot_now``), or an irecv from
-                before the safe point is still pending.
+            ProtocolError: while a restored rank re-runs the code before its resume
+                point (see ``can_snapshot_now``), or an irecv from before the safe point
+                is still pending.
         """
         if not self.keep_base or not self._record:
             raise ProtocolError("snapshot_now() needs keep_base = True from the start and "
                                 "a protocol that records deliveries")
-        if self._in_loop:
+        if self._in_loop or self._after_loop():
             posted = self.matcher.posted_receives()
             if any(p is q for p in posted for q in self._posted_at_base):
                 raise ProtocolError(
                     f"rank {self.rank}: an irecv posted before the last safe point is still "
-                    f"pending; complete irecv requests before the next safe point")
-            parts = dict(self._base)
+                    f"pending at the snapshot; complete irecv requests before the next "
+                    f"safe point")
+        if self._in_loop:
+            parts = self._from_base()
             replay = parts["prefix_log"] + list(self._since_safe_point) + self._in_flight
         elif self.position is None and self._resume is None:
-            parts = self._snapshot_parts()
-            parts["registered"] = cloudpickle.dumps({})
+            parts = self._snapshot_parts(registered=False)
             parts["sent"] = RankVector(self.size)
+            parts["nondet"] = 0
             # what a blocked receive got is received before the loop too: a restore
             # hands both to the code before the loop again (``_reentry``)
             parts["prefix_log"] = parts["prefix_log"] + self._in_flight
             replay = list(parts["prefix_log"])
+        elif self._after_loop():
+            # the base was taken as the loop ended; what the code after it consumed since
+            # is in the prefix log past the base's, and is served again from the queue
+            # once the resumed (finished) loop is skipped
+            parts = self._from_base()
+            replay = list(self._prefix_log) + self._in_flight
         else:
-            raise ProtocolError(f"rank {self.rank}: no snapshot now outside a loop once "
-                                f"one was entered (position {self.position})")
+            raise ProtocolError(f"rank {self.rank}: no snapshot now while it re-runs the "
+                                f"code before its resume point (position {self.position})")
         received = RankVector.of(self.received)
         for src, k in (unreceived or {}).items():
             received[src] -= k
         parts["received"] = received
         parts["replay"] = replay + self.matcher.queued()
+        if global_cut:
+            parts["cut_sent"] = RankVector.of(self.sent)
+        parts["determinants"] = self.determinants.state()
+        # re-executed up to now, its nondeterministic receives take what they took
+        parts["own_determinants"] = self.determinants.since(parts["nondet"])
         return parts
 
     def seal_state(self, parts: dict, protocol_state: dict, late=()) -> bytes:
@@ -168,11 +233,19 @@ class Snapshots:
         parts["protocols"] = protocol_state
         return _storage.dumps(parts)
 
-    def can_snapshot_now(self) -> bool:
-        """Whether ``snapshot_now`` can capture this moment: inside a loop, or before the
-        first one (not while a restored rank re-runs the code before its resume point,
-        nor after a loop ended)."""
-        return self._in_loop or (self.position is None and self._resume is None)
+    def can_snapshot_now(self, after_loop: bool = False) -> bool:
+        """Whether ``snapshot_now`` can capture this moment: inside a loop or before the
+        first one; with ``after_loop``, also after a loop (``keep_base`` took a base as
+        it ended; ``main()`` may have returned: ReadyMessageFlush takes that state, HC3I
+        closes the cluster instead). Never while a restored rank re-runs the code
+        before its resume point."""
+        return (self._in_loop or (self.position is None and self._resume is None)
+                or (after_loop and self._after_loop()))
+
+    def _after_loop(self) -> bool:
+        """Past the end of a loop, with the base taken there (``exit_loop``)."""
+        return (not self._in_loop and self._resume is None and self._base is not None
+                and self._base["position"] == self.position)
 
     def transfer(self, protocol_state: dict | None = None) -> tuple[bytes, list]:
         """The rank's state at this safe point for a move to another process, as
@@ -200,17 +273,19 @@ class Snapshots:
                     "a snapshot between safe points (after receiving since the last one) "
                     "needs keep_base = True from the start and a protocol that records "
                     "deliveries; a transfer needs a safe point")
-            parts = dict(self._base)
+            parts = self._from_base()
             parts["received"] = RankVector.of(self.received)
             replay = parts["prefix_log"] + list(self._since_safe_point)
+            parts["own_determinants"] = self.determinants.since(parts["nondet"])
         else:
-            parts = self._snapshot_parts(buffers)
+            parts = self._snapshot_parts(None if buffers is None else buffers.append)
             replay = list(parts["prefix_log"])
         queued = self.matcher.queued()
         if cut:
             queued = [e for e in queued if e.src not in cut or e.app_seq < cut[e.src]]
             parts["received"] = self.received_at(cut)
         parts["replay"] = replay + queued
+        parts["determinants"] = self.determinants.state()
         parts["protocols"] = self.owner.protocol_state() if protocol_state is None else protocol_state
         return parts
 

@@ -63,7 +63,7 @@ PIECES, RING, PIPELINE = 9, 10, 11
 LARGE_COLLECTIVES_BYTES = 8 << 20
 """Default of the option ``large_collectives_bytes``: a buffer ``Allreduce`` or
 ``Allgather(v)`` of at least this many bytes takes the large-array schedule (measured:
-README, "Performance")."""
+docs/performance.md)."""
 
 PIPELINE_PIECE_BYTES = 1 << 20
 """``bcast_pipeline`` cuts an array in pieces of at most this many bytes, and in at least

@@ -142,7 +142,7 @@ class Communicator(BufferAPI):
         send the transport took at once)."""
         fut = asyncio.get_running_loop().create_future()
         fut.set_result((value, status or Status()))
-        return Request(fut, _as_is)
+        return Request(fut, _as_is, dets=self._ep.determinants)
 
     # ---------------------------------------------------------- point to point
     def _post(self, obj: Any, world: int, tag) -> int | None:
@@ -197,7 +197,7 @@ class Communicator(BufferAPI):
         waiting = self._ep.congested(world)
         if waiting is None:
             return self._done()
-        return Request(self._background(waiting), _sent)
+        return Request(self._background(waiting), _sent, dets=self._ep.determinants)
 
     ibsend = isend
     """Buffered nonblocking send: ``isend`` already copies the object at once."""
@@ -212,7 +212,8 @@ class Communicator(BufferAPI):
         app_seq = self._post(Synchronous(obj), world, tag)
         if app_seq is None:  # sent before the snapshot this rank restarted from
             return self._done()
-        return Request(self._ep.sync.expect(world, app_seq), _sent)
+        return Request(self._ep.sync.expect(world, app_seq), _sent,
+                       dets=self._ep.determinants)
 
     def irecv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Nonblocking receive; ``await req.wait()`` gives the object. ``req.cancel()``
@@ -223,15 +224,14 @@ class Communicator(BufferAPI):
         return self._receive_request(self._ep.receive_later(self._ctx, src, tag),
                                      self._received)
 
-    @staticmethod
-    def _receive_request(fut: asyncio.Future, finish) -> Request:
+    def _receive_request(self, fut: asyncio.Future, finish) -> Request:
         """The request of a posted receive: ``finish(envelope)`` runs as soon as a
         message matches (a synchronous send is acknowledged then, not when the program
         looks; a buffer receive fills its buffer then); an error it raises comes out of
         the request's wait or test."""
         received = _Once(finish)
         fut.add_done_callback(lambda f: f.cancelled() or received.prime(f.result()))
-        return Request(fut, received, cancellable=True)
+        return Request(fut, received, cancellable=True, dets=self._ep.determinants)
 
     async def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0,
                        source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
@@ -289,12 +289,14 @@ class Communicator(BufferAPI):
         src, tag = self._source(source), self._recv_tag(tag)
         if src == PROC_NULL:
             msg = Message.no_proc(self)
-        elif self._ep.iprobe(self._ctx, src, tag) is None:
+        elif (found := self._ep.iprobe(self._ctx, src, tag)) is None:
             polled_in_vain()
             return None
-        else:  # the receive takes the message found (the first match), without waiting
+        else:  # the receive takes the message found (the first match from its source
+            # with its tag), without waiting; named, so it is no second nondeterministic
+            # event after the probe's
             msg = Message(self, *self._received(
-                self._ep.receive_later(self._ctx, src, tag).result()))
+                self._ep.receive_later(self._ctx, found.src, found.tag).result()))
         if status is not None:
             status._fill(msg._status)
         return msg
@@ -327,7 +329,7 @@ class Communicator(BufferAPI):
         """Start collective ``run(self, *args)`` as a task after the ones before it."""
         task = self._background(self._after(self._last_icoll, run, args))
         self._last_icoll = task
-        return Request(task, _collective_done)
+        return Request(task, _collective_done, dets=self._ep.determinants)
 
     def _background(self, awaitable) -> asyncio.Task:
         """A task of the program's nonblocking operation, which a pause for a restore

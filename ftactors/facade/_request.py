@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ._buffers import dtype_of
 from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
+from ..engine._determinants import ANY, SOME
 
 
 def polled_in_vain() -> None:
@@ -106,11 +107,13 @@ class Request:
     completes. ``cancellable``: ``cancel()`` may withdraw it (a receive not matched yet).
     """
 
-    __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable")
+    __slots__ = ("_future", "_finish", "_active", "_value", "_status", "_cancellable",
+                 "_dets")
 
     def __init__(self, future: asyncio.Future | None = None,
                  finish: Callable[[Any], tuple[Any, Status]] | None = None,
-                 cancellable: bool = False):
+                 cancellable: bool = False, dets=None):
+        self._dets = dets  # its rank's ``Determinants``: the array calls record there
         self._future = future
         self._finish = finish
         self._active = future is not None
@@ -272,6 +275,7 @@ class Prequest(Request):
                              f"{'freed' if self._freed else 'still active'}")
         run = self._start()
         self._future, self._finish, self._cancellable = run._future, run._finish, run._cancellable
+        self._dets = run._dets
         self._active, self._value, self._status = run._active, None, Status()
 
     @staticmethod
@@ -317,17 +321,32 @@ def testall(requests: Sequence[Request], statuses: list | None = None):
                   for i, req in enumerate(requests)]
 
 
+def _determinants(requests: Sequence[Request], active: list[int]):
+    """The ``Determinants`` that record which of several active ``requests`` completed
+    (None: one active at most, whose completion nothing can reorder, or no protocol
+    records them)."""
+    if len(active) < 2:
+        return None
+    dets = requests[active[0]]._dets
+    return dets if dets is not None and dets.active() else None
+
+
 def testany(requests: Sequence[Request], status: Status | None = None):
     """``(index, True, value)`` completing the first done active request;
     ``(UNDEFINED, True, None)`` when none is active; ``(UNDEFINED, False, None)`` when none
-    is done yet."""
+    is done yet. Replayed (``engine/_determinants``), it completes only the request its
+    first life's call did."""
     active = [i for i, req in enumerate(requests) if req._active]
     if not active:
         if status is not None:
             status._fill(Status())
         return UNDEFINED, True, None
-    for i in active:
+    dets = _determinants(requests, active)
+    forced = None if dets is None else dets.poll(ANY)
+    for i in active if forced is None else (forced,):
         if requests[i]._ready():
+            if dets is not None:
+                dets.found(ANY, i)
             return i, True, requests[i]._complete(status)
     polled_in_vain()
     return UNDEFINED, False, None
@@ -335,22 +354,50 @@ def testany(requests: Sequence[Request], status: Status | None = None):
 
 async def waitany(requests: Sequence[Request], status: Status | None = None):
     """``(index, value)`` of the first active request done (waiting for one);
-    ``(UNDEFINED, None)`` when none is active."""
-    index, flag, value = testany(requests, status)
-    if not flag:
-        await asyncio.wait([req._future for req in requests if req._active],
-                           return_when=asyncio.FIRST_COMPLETED)
+    ``(UNDEFINED, None)`` when none is active. Replayed, the request its first life's
+    call completed."""
+    active = [i for i, req in enumerate(requests) if req._active]
+    dets = _determinants(requests, active)
+    if dets is None:
         index, flag, value = testany(requests, status)
-    return index, value
+        if not flag:
+            await asyncio.wait([req._future for req in requests if req._active],
+                               return_when=asyncio.FIRST_COMPLETED)
+            index, flag, value = testany(requests, status)
+        return index, value
+    k, index = dets.next(ANY)
+    if index is None:
+        if not any(requests[i]._ready() for i in active):
+            await asyncio.wait([requests[i]._future for i in active],
+                               return_when=asyncio.FIRST_COMPLETED)
+        index = next(i for i in active if requests[i]._ready())
+    elif not requests[index]._ready():
+        await asyncio.wait((requests[index]._future,))
+    dets.found(ANY, index, k)
+    return index, requests[index]._complete(status)
 
 
 def testsome(requests: Sequence[Request], statuses: list | None = None):
     """``(indices, values)`` of the active requests done now, completed (both empty when
     none is); ``(None, None)`` when none is active. A status per index is appended to
-    ``statuses``."""
-    if not any(req._active for req in requests):
+    ``statuses``. Replayed, it completes only the requests its first life's call did,
+    once they are all done."""
+    active = [i for i, req in enumerate(requests) if req._active]
+    if not active:
         return None, None
-    indices = [i for i, req in enumerate(requests) if req._active and req._ready()]
+    indices = [i for i in active if requests[i]._ready()]
+    dets = _determinants(requests, active)
+    if dets is not None:
+        forced = dets.poll(SOME)
+        if forced is not None:
+            indices = list(forced) if all(requests[i]._ready() for i in forced) else []
+        if indices:
+            dets.found(SOME, tuple(indices))
+    return _complete_some(requests, indices, statuses)
+
+
+def _complete_some(requests: Sequence[Request], indices: list[int], statuses):
+    """Complete ``requests[i]`` for the ``indices`` (none: the poll found nothing)."""
     if not indices:
         polled_in_vain()
     values = []
@@ -363,8 +410,23 @@ def testsome(requests: Sequence[Request], statuses: list | None = None):
 
 
 async def waitsome(requests: Sequence[Request], statuses: list | None = None):
-    """``testsome`` after waiting until at least one active request is done."""
-    active = [req._future for req in requests if req._active]
-    if active and not any(f.done() for f in active):
-        await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
-    return testsome(requests, statuses)
+    """``testsome`` after waiting until at least one active request is done; replayed,
+    until the requests its first life's call completed are done."""
+    active = [i for i, req in enumerate(requests) if req._active]
+    dets = _determinants(requests, active)
+    if dets is None:
+        futures = [requests[i]._future for i in active]
+        if futures and not any(f.done() for f in futures):
+            await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+        return testsome(requests, statuses)
+    k, indices = dets.next(SOME)
+    if indices is None:
+        if not any(requests[i]._ready() for i in active):
+            await asyncio.wait([requests[i]._future for i in active],
+                               return_when=asyncio.FIRST_COMPLETED)
+        indices = [i for i in active if requests[i]._ready()]
+    else:
+        indices = list(indices)
+        await asyncio.wait([requests[i]._future for i in indices])
+    dets.found(SOME, tuple(indices), k)
+    return _complete_some(requests, indices, statuses)

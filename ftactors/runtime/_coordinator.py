@@ -21,7 +21,7 @@ What a round does is the business of the stack's recovery policy: the one protoc
 with a ``recovery_policy`` class, or with several (a multi-level stack) all of them,
 cheapest level first (``_escalation``). Without one, a failure ends the run.
 
-Deaths outside the solve (docs/ARCHITECTURE.md, "Deaths at every moment"): a host that
+Deaths outside the solve (docs/architecture/recovery.md, "Deaths at every moment"): a host that
 dies before its rank first runs (as it starts, or while the ranks are wired) held no
 state, so the rank gets another host (a warm spare, else a new one) and the wiring is
 done again. Every host is watched (``Fabric.watch``), so the death of a rank whose

@@ -21,10 +21,6 @@ kept in the result:
   (``Protocol.needs_safe_points``): no earlier moment knows that ``main()`` has no loop;
 * a spares role with ``spares=0`` (``StandbyReplacement.start_notices``): what a
   failure will do instead;
-* a program that receives with wildcards under a protocol whose groups or clusters
-  checkpoint and restart on their own (``Protocol.hands_parts``): its partial restarts
-  replay the others' logged messages, which needs the first life's receive order
-  (``_program_code.wildcard_notices``);
 * a loop that changes state no checkpoint holds (a random generator, a module variable,
   a class attribute): a rank reports it between its second and third safe points
   (``_unsaved_state``), the driver warns then.
@@ -38,7 +34,6 @@ from ..base._events import Event
 from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
                               NothingRegisteredWarning, UnsavedStateWarning, warn)
 from ._chaos import Kill
-from ._program_code import wildcard_notices
 from ._protocol import protocol_classes
 
 
@@ -47,10 +42,7 @@ def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
     starts (``Protocol.start_notices``); returns the messages."""
     told = []
     for proto in protocol_classes(rank_cls):
-        notices = proto.start_notices(rank_cls, options, spares)
-        if proto.hands_parts:
-            notices = [*notices, *wildcard_notices(rank_cls, proto.__name__)]
-        for category, message in notices:
+        for category, message in proto.start_notices(rank_cls, options, spares):
             warn(category, message)
             told.append(message)
     return told

@@ -14,7 +14,8 @@ subclass that refines a protocol names it again and extends its parent's:
   (``add_option_flags``: ``--`` and the name with ``-``; a value is read by
   ``Option.from_text``) and the experiment YAML keys (a ``protocols:`` entry takes any
   option of its stack, checked by the same validation);
-* the README's options table (``options_table``, kept equal by a test).
+* the options table of docs/reference/options.md (``options_table``, kept equal by a
+  test).
 
 So adding an option to a protocol touches that protocol's ``options.py`` and its tests only.
 
@@ -198,23 +199,23 @@ CORE_OPTIONS: tuple[Option, ...] = (
          "on the direct plane, array buffers at least this large travel out of band: "
          "written from the sender's copy and read into a buffer the receiver owns, with no "
          "pickling copy on either side (smaller ones are pickled into the message); "
-         "default: the measured crossover, see the README", "bytes"),
+         "default: the measured crossover, see docs/performance.md", "bytes"),
     _ray("shared_memory_bytes", (int, NONE), 64 << 10,
          "on the direct plane, out-of-band buffers at least this large to a rank on the "
          "same node go through a shared-memory segment of the channel (the socket carries "
          "only where they are), smaller ones and those to other nodes on the socket, and "
          "all of them where the segment cannot be passed; None: never; default: the "
-         "measured crossover, see the README", "bytes"),
+         "measured crossover, see docs/performance.md", "bytes"),
     _ray("poll_spin_us", int, 500,
          "on the direct plane, a rank with nothing to do polls for messages this long "
          "(yielding its core to any other runnable process between polls) before its "
          "process sleeps, as MPI ranks do: a message that comes meanwhile is taken without "
-         "a wake-up; 0: sleep at once; default: measured, see the README", "us"),
+         "a wake-up; 0: sleep at once; default: measured, see docs/performance.md", "us"),
     _ray("object_store_bytes", int, 16 << 20,
          "out-of-band buffers at least this large travel by "
          "reference through Ray's object store and an actor call, smaller ones on the direct "
          "plane's sockets, without a joined copy (with data_plane='ray': every one through "
-         "the object store); default: the measured crossover, see the README", "bytes"),
+         "the object store); default: the measured crossover, see docs/performance.md", "bytes"),
     Option("collectives", str, "auto",
            "allreduce/allgather schedule: 'auto' (recursive doubling on power-of-two "
            "communicators of Ray's direct plane, binomial trees elsewhere), 'tree' or "
@@ -222,11 +223,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option("large_collectives_bytes", (int, NONE), LARGE_COLLECTIVES_BYTES,
            "buffer Allreduce and Allgather(v) of at least this many bytes split the array "
            "among the ranks (reduce-scatter + allgather with the tree's bits, a ring); "
-           "None: never; default: the measured crossover, see the README", "bytes"),
+           "None: never; default: the measured crossover, see docs/performance.md", "bytes"),
     Option("bcast_pipeline_bytes", (int, NONE), None,
            "buffer Bcast of at least this many bytes goes down a chain of ranks in pieces "
            "instead of the binomial tree; None (default): never (on one node the tree was "
-           "as fast or faster at most sizes measured, see the README)", "bytes"),
+           "as fast or faster at most sizes measured, see docs/performance.md)", "bytes"),
     _ray("rank_num_cpus", float, 0, "CPUs reserved per rank actor (0: ranks share the cores)"),
     _ray("rank_niceness", (int, NONE), None,
          "the niceness of every rank's process (Ray starts its workers at 15, which gives "
@@ -437,7 +438,7 @@ def options_text(protocols: dict[str, type], width: int = 88) -> str:
 
 
 def options_table(protocols: dict[str, type]) -> str:
-    """The README's options table (markdown), made from the declarations."""
+    """The options table of docs/reference/options.md (markdown), made from the declarations."""
     lines = ["| option | type | default | unit | applies to | meaning |",
              "|---|---|---|---|---|---|"]
     for o, where in _rows(protocols):

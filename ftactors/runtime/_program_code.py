@@ -1,15 +1,12 @@
 """What a program's own code names, read from its code objects (not run).
 
-Used before a run, to warn about what the chosen protocols cannot protect
-(``wildcard_notices``), and by ``sim-check --app`` to name the likely cause of a failed
-run (``tools/_simcheck_programs``).
+Used by ``sim-check --app`` to name the likely cause of a failed run
+(``tools/_simcheck_programs``).
 """
 from __future__ import annotations
 
 import sys
 import types
-
-from ..base._warnings import WildcardReceiveWarning
 
 WILDCARDS = frozenset({"ANY_SOURCE", "ANY_TAG"})
 
@@ -68,22 +65,3 @@ def wildcard_receives(cls: type) -> list[str]:
     """The wildcard names (``ANY_SOURCE``, ``ANY_TAG``) the program's code uses."""
     names = {n for c in code_objects(cls) for n in c.co_names}
     return sorted(names & WILDCARDS)
-
-
-def wildcard_notices(stack: type, protocol: str) -> list[tuple[type, str]]:
-    """The start notice of a protocol that restarts part of the ranks and replays the
-    messages the others logged (``protocol``: one that ``hands_parts``, given by
-    ``_notices.at_start``), for a program that receives with wildcards: such a restart is right only if the restarted ranks receive in the order
-    of their first life (piecewise determinism), which a wildcard receive does not
-    promise. (A master/worker program taking results from ANY_SOURCE, restarted by
-    GroupCoordination, stalled or returned a wrong sum in 20 of 40 sim-check runs.)"""
-    wild = wildcard_receives(stack)
-    if not wild:
-        return []
-    return [(WildcardReceiveWarning,
-             f"the program receives with {' and '.join(wild)}, and {protocol} restarts "
-             f"part of the ranks with the messages the others logged: a restarted rank "
-             f"whose wildcard receive takes another message first than in its first life "
-             f"goes another way, and the run may stall or give a wrong answer; receive "
-             f"from a named source and tag, or use a protocol that takes every rank back "
-             f"(ready-flush, standby, rs), and check it with ftactors sim-check --app")]

@@ -86,7 +86,7 @@ class Protocol:
     OPTIONS: ClassVar[tuple] = ()
     """This protocol's ``ft.run`` options, each a ``runtime._options.Option`` (name, type,
     default, unit, meaning, transports, roles): validation, ``help(ft.run)``, ``ftactors
-    options``, the command-line flags, the experiment keys and the README table are made
+    options``, the command-line flags, the experiment keys and the site's options table are made
     from them. A subclass that refines a protocol extends its parent's tuple."""
     needs_safe_points: ClassVar[bool] = False
     """Whether this protocol checkpoints only at safe points (``iterations()`` loops): a
@@ -136,6 +136,12 @@ class Protocol:
         raise ProtocolError(
             f"rank {getattr(self, 'rank', '?')} got a control message for protocol "
             f"{env.comm!r}, which is not in its stack {protocol_names(type(self))}")
+
+    def on_blocked(self) -> None:
+        """A receive or probe of the rank just began to wait: nothing queued matches it
+        (``Endpoint.blocked`` lists the sources of such waits). Synchronous, on the receive's path: a
+        protocol may take the rank's state now (``Endpoint.state_now``) or release a
+        message it holds (``deliver_now``), which ends the wait at once."""
 
     # --------------------------------------------------------------- control path
     async def on_start(self) -> None:
@@ -303,9 +309,9 @@ def working_stacks(protocols: dict[str, type]) -> list[list[str]]:
 
 
 def composition_table(protocols: dict[str, type]) -> str:
-    """The README's composition table, made from ``roles`` and ``stack_verdict``: each
-    protocol's roles, then for every pair whether it stacks (and in which order), and the
-    stacks that work (``--protocol`` takes them joined by ``+``)."""
+    """The composition table of docs/reference/options.md, made from ``roles`` and
+    ``stack_verdict``: each protocol's roles, then for every pair whether it stacks (and in
+    which order), and the stacks that work (``--protocol`` takes them joined by ``+``)."""
     names = list(protocols)
 
     def role(p, r):

@@ -9,9 +9,9 @@ that had finished is skipped, and the loop that was running resumes at the saved
 iteration with the registered attributes set back to the checkpoint's values.
 
 Rules that make re-entry correct (the piecewise-determinism assumption, see
-docs/ARCHITECTURE.md): whatever ``main()`` computes must follow from its arguments, its
+docs/architecture/recovery.md): whatever ``main()`` computes must follow from its arguments, its
 registered state and the messages it receives; state changed inside a loop and used later
-must be registered; the code before a loop is not skipped after a restore (README, "Code
+must be registered; the code before a loop is not skipped after a restore (docs/writing.md, "Code
 before the loop"); safe-point loops are not nested (use ``range`` for inner loops).
 """
 from __future__ import annotations

@@ -193,12 +193,14 @@ class RecoveryContext:
         await self._c.collect_events()
 
     async def newest_stable_set(self, store, what: str) -> tuple[tuple, list] | None:
-        """``(position, blob per rank)`` of this run's newest complete checkpoint set in
+        """``(line, blob per rank)`` of this run's newest complete checkpoint set in
         ``store`` (never another run's, nor one past what this run reached: ``what`` names
-        it in that error), or None."""
+        it in that error), or None. ``line``: the set's recovery line, its position, or
+        the manifest's ``line`` when its parts resume at different positions (the
+        furthest of them: a ReadyMessageFlush round joined by ranks in other places)."""
         own = await asyncio.to_thread(load_own, store, self._c.identity, self._c.n)
         if own is None:
             return None
         prefix, blobs, meta = own
         self._c.check_reached(meta["position"], f"{what} {prefix!r}")
-        return tuple(meta["position"]), blobs
+        return tuple(meta.get("line") or meta["position"]), blobs

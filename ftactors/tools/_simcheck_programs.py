@@ -178,7 +178,8 @@ def program_causes(cls: type, reference) -> list[str]:
     wild = wildcard_receives(cls)
     if wild:
         lines.append(f"the program receives with {' and '.join(wild)}: which message "
-                     f"comes first can differ between runs and after a recovery; receive "
+                     f"comes first can differ between runs (a recovery replays its first "
+                     f"life's order, but two runs differ from the start); receive "
                      f"from a named source and tag, or make the result independent of the "
                      f"order")
     return lines

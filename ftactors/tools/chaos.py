@@ -401,7 +401,7 @@ def add_chaos(sub) -> None:
     p = sub.add_parser(
         "chaos", help="run a matrix of failure experiments and record verified results",
         description="Run app x protocol x ranks x schedule x seed from an experiment file "
-                    "(see docs/ARCHITECTURE.md, 'Chaos experiments'), or one built from flags.")
+                    "(see docs/chaos.md), or one built from flags.")
     p.add_argument("experiment", nargs="?", help="an experiment YAML file")
     p.add_argument("--out", default=None, metavar="DIR_OR_URI",
                    help="results directory (default ./chaos-results/NAME)")

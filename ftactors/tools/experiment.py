@@ -4,7 +4,8 @@ An experiment is a matrix (app x protocol stack x ranks x failure schedule x see
 the settings each axis value stands for. Loading it checks everything before anything
 runs: the apps' settings, the protocol options, every schedule against every rank count,
 and node kills against the cluster, so a typo costs a second, not an hour of runs.
-See ``docs/ARCHITECTURE.md`` ("Chaos experiments") for the file format.
+See ``docs/chaos.md`` ("Chaos experiments") for the file format, and
+``docs/architecture/tools.md`` ("Chaos experiments") for how each part is read.
 """
 from __future__ import annotations
 

@@ -25,8 +25,9 @@ def add_options(sub) -> None:
                    help="a protocol or stack (rs+standby): only its protocols' options "
                         "beside the core's (default: every protocol's)")
     p.add_argument("--markdown", action="store_true",
-                   help="print the README's options table instead (made from the same "
-                        "declarations; tests/runtime/test_options.py keeps the README equal)")
+                   help="print the options table of docs/reference/options.md instead (made "
+                        "from the same declarations; tests/runtime/test_options.py keeps the "
+                        "page equal)")
     p.set_defaults(func=_cmd_options)
 
 

@@ -473,7 +473,7 @@ def add_submit(sub) -> None:
                     "cluster at --address (its dashboard / job API), run `ftactors chaos` "
                     "there as a Ray job, show its progress and fetch results.parquet. "
                     "PROGRAM instead of EXPERIMENT submits one run, given with the flags "
-                    "of `ftactors run PROGRAM`. See cluster/README.md.")
+                    "of `ftactors run PROGRAM`. See docs/cluster.md and cluster/README.md.")
     p.add_argument("target", metavar="EXPERIMENT | PROGRAM",
                    help="an experiment YAML file (as for ftactors chaos), or a program "
                         "(path/to/file.py:Class, package.module:Class, or cg, hpl, "

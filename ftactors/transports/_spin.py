@@ -2,8 +2,8 @@
 
 A process that blocks in ``epoll_wait`` and is woken by its peer's write takes tens of
 microseconds on this kind of machine before it runs again, more than the rest of a small
-message's round trip (``docs/ARCHITECTURE.md``, "Busy-polling"); MPI libraries poll for
-the same reason. So while a rank's loop would block, it asks its selector again without
+message's round trip (``docs/benchmarks/transport.md``, "Busy-polling, measured"); MPI
+libraries poll for the same reason. So while a rank's loop would block, it asks its selector again without
 blocking, giving the core to any other runnable process between two polls
 (``sched_yield``), for up to ``poll_spin_us``; only then does it block. A wait longer
 than that costs the rank that much CPU once; ranks that share cores with each other get

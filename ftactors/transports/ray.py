@@ -7,7 +7,7 @@ go on the sockets of ``_direct`` (each rank listens from ``setup`` on, the drive
 run's secret and hands out the endpoints in ``wire``), and only batches that hold
 object-store references still go by actor call. With ``data_plane="ray"`` every batch is an
 actor call. What the actor-call path handles, measured on Ray 2.60 (see
-docs/ARCHITECTURE.md):
+docs/architecture/transports.md):
 
 * calls to async actors run out of submission order, so envelopes go in batches (one
   actor call per destination per flush) and the channel layer reorders them;

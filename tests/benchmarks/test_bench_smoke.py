@@ -142,6 +142,11 @@ def test_checkpoint_bench_json(tmp_path):
         assert b["allreduce_s"]["median"] > 0 and b["iteration_s"]["median"] > 0
         assert s["spread_over_allreduce"] > 0
         assert ("notify_to_last_rm_s" in s) == (c["mode"] == "requested")
+        # the bare workload next to the checkpointed one: interval mode, not on sim
+        bare = c["mode"] == "interval" and c["transport"] != "sim"
+        assert ("plain_over_bare" in b) == bare
+        if bare:
+            assert b["bare_iteration_s"]["median"] > 0 and b["plain_over_bare"] > 0
     assert bench("checkpoint", "--ray-ranks", "none", "--sim-ranks", "1") == 2
 
 

@@ -10,6 +10,7 @@ import asyncio
 
 import numpy as np
 
+from ftactors.engine._determinants import Determinants
 from ftactors.engine._endpoint import Endpoint, Link
 from ftactors.engine._outbox import BATCH_BYTES, BATCH_MAX, Outbox
 from ftactors.engine._payload import unpack
@@ -49,6 +50,8 @@ class Sender(Outbox):
         self.link, self.owner, self.trace = link, Owner(), None
         self._loop = asyncio.get_running_loop()
         self._replay_sent = None
+        self._cut_sent = None
+        self.determinants = Determinants()  # off, as without a protocol that replays
         self.delivered = []  # what it sent itself
         self._init_outbox()
 

@@ -223,18 +223,19 @@ def test_the_numpy_exchange_skipped_is_an_error_too():
         run("standby", Jacobi, 5, "sim", [(2, 9)], skip=True)
 
 
-def readme_example() -> type:
-    """The README's example of code before the loop, as it is written there."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    code = text.split("### Code before the loop")[1].split("```python")[1].split("```")[0]
+def docs_example() -> type:
+    """The site's example of code before the loop (docs/writing.md), as it is written
+    there."""
+    text = (Path(__file__).resolve().parents[2] / "docs/writing.md").read_text()
+    code = text.split("## Code before the loop")[1].split("```python")[1].split("```")[0]
     namespace = {"ft": ft}
     exec(code, namespace)
     return namespace["Jacobi"]
 
 
 @pytest.mark.parametrize("name", ["standby", "ready-flush"])
-def test_the_readme_example_recovers_bit_for_bit(name):
-    program = readme_example()
+def test_the_docs_example_recovers_bit_for_bit(name):
+    program = docs_example()
     want = ft.run(program, 5, transport="sim").results
     r = run(name, program, 5, "sim", [(2, 9)])
     resumed_in_loop(r)

@@ -1,4 +1,4 @@
-"""Options are declared once (``runtime/_options``): the README's table is the one the
+"""Options are declared once (``runtime/_options``): the site's options table is the one the
 declarations make, and an option added to a protocol by a subclass alone is found by
 validation, the command line, experiment files and the listing."""
 import argparse
@@ -12,15 +12,15 @@ from ftactors.runtime._options import CORE_OPTIONS, Option, options_table
 from ftactors.tools import cli
 from ftactors.tools.experiment import experiment_from_dict
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs/reference/options.md"
 BEGIN, END = "<!-- options table: begin -->\n", "<!-- options table: end -->"
 
 
-def test_the_readme_holds_exactly_the_table_made_from_the_declarations(capsys):
+def test_the_site_holds_exactly_the_table_made_from_the_declarations(capsys):
     """After adding an option, ``ftactors options --markdown`` prints the new table."""
     assert cli.main(["options", "--markdown"]) == 0
     assert capsys.readouterr().out == options_table(PROTOCOLS)
-    text = README.read_text()
+    text = PAGE.read_text()
     assert text.count(BEGIN) == text.count(END) == 1
     assert text.split(BEGIN)[1].split(END)[0] == options_table(PROTOCOLS)
 

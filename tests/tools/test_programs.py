@@ -1,6 +1,6 @@
 """Programs by reference (``tools/programs.py``): the user's class under ``ftactors
 run``, chaos experiments and sim-check, judged by its check or bit for bit against its
-failure-free run; and the README's example (``examples/``) run by all three."""
+failure-free run; and the example of docs/chaos.md (``examples/``) run by all three."""
 import argparse
 import json
 import os
@@ -25,7 +25,7 @@ BUGGY_HISTORY = "holds: self.history. After"
 
 @pytest.fixture
 def in_root(monkeypatch):
-    """Commands run from the repository's root, as the README's do."""
+    """Commands run from the repository's root, as the docs' do."""
     monkeypatch.chdir(ROOT)
 
 

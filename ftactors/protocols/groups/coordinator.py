@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ftactors.runtime._checkpoints import position_index
 from ftactors.base._errors import RankFailed
 
+from ..shared.determinants import NOTE, hand_determinants
 from ..shared.parts import PartTaker
 from ..shared.units import load_groups
 from .options import group_settings
@@ -100,7 +101,8 @@ class GroupRecovery:
         holds.update(restored)  # a restarted rank will hold what its part holds
         for r in ranks:
             held_from = {x: held[r] for x, held in holds.items() if x != r}
-            c.start_rank(r, c.restore_spec(handles[r], {NAME: held_from}))
+            c.start_rank(r, c.restore_spec(handles[r], {NAME: held_from, NOTE: True}))
+        replayed = await hand_determinants(c, ranks)  # before they run: see its module
         await asyncio.gather(*(c.call(r, "ready") for r in ranks))
         if c.part_levels is not None:
             await c.part_levels.reprotect(set(ranks), self._restorable(), self.groups)
@@ -119,7 +121,7 @@ class GroupRecovery:
                    {x: done["upto"][r] for x, done in enumerate(resent) if r in done["upto"]})
             for r in ranks))
         c.events.record("group_resumed", groups=hit,
-                        resent=sum(done["messages"] for done in resent))
+                        resent=sum(done["messages"] for done in resent), determinants=replayed)
         if c.part_levels is not None:
             c.part_levels.recovered(failed)
         c.refill_spares()

@@ -95,9 +95,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ftactors.engine._determinants import DETS
 from ftactors.engine._envelope import Envelope
 from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
 
+from ..shared.determinants import ReplaysDeterminants
 from ..shared.flush import Flush
 from ..shared.parts import HeldParts
 from ..shared.units import Groups, load_groups, of_unit
@@ -116,9 +118,10 @@ class _GroupState:
     flush: Flush = field(default_factory=Flush)
     parts: HeldParts = field(default_factory=HeldParts)  # until the coordinator takes them
     completed: asyncio.Event = field(default_factory=asyncio.Event)  # ``complete`` moved
+    nondet: dict = field(default_factory=dict)  # position -> determinants counted there
 
 
-class GroupCoordination(Protocol):
+class GroupCoordination(ReplaysDeterminants, Protocol):
     """Mixin: group checkpoints, inter-group message logs, restart of one group; the
     decisions are ``GroupMember``'s (``machine.py``), performed here."""
 
@@ -145,6 +148,7 @@ class GroupCoordination(Protocol):
         self._gc = _GroupState(GroupMember(
             self.rank, groups, of_unit(settings["group_checkpoint_interval"],
                                        groups.group_of(self.rank))))
+        self._record_determinants(self.my_group())
         await super().on_start()
 
     def part_units(self) -> Groups:
@@ -201,6 +205,7 @@ class GroupCoordination(Protocol):
         await gc.flush.wait(ft, ("ckpt", pos))
         flushed_at = ft.link.clock()
         member.checkpointed(pos, ft.received.nonzero())
+        gc.nondet[pos] = ft.determinants.count
         t0 = time.perf_counter()
         cut = gc.flush.last_cut
         blob = ft.snapshot(cut=cut)
@@ -219,8 +224,14 @@ class GroupCoordination(Protocol):
     def ft_rpc_group_commit(self, position) -> None:
         """The group checkpoint at ``position`` is complete: piggyback its RR values; the
         levels may drop copies of older parts, and a member held back may go on."""
-        if self._gc.member.committed(tuple(position)):
-            self._gc.completed.set()
+        gc, position = self._gc, tuple(position)
+        if gc.member.committed(position):
+            gc.completed.set()
+        count = gc.nondet.pop(position, None)
+        for old in [p for p in gc.nondet if p < position]:
+            del gc.nondet[old]
+        if count is not None:  # this rank restarts from there or later: see ``determinants``
+            self.ft.determinants.set_floor(count)
 
     # ------------------------------------------------------------------ restart
     def ft_rpc_group_received(self) -> list[int]:
@@ -249,7 +260,11 @@ class GroupCoordination(Protocol):
         ft = self.ft
         received = {int(rank): n for rank, n in received.items()}
         envs, upto = self._gc.member.resend(received, ft.sent)
+        first = set()
         for env in envs:
+            if env.dst not in first:  # it may have lost what the first copies carried
+                first.add(env.dst)
+                env.piggyback = {DETS: ft.determinants.resent(env.dst)}
             ft.transmit(env)
         ft.events.record("group_resent", to=sorted(received), messages=len(envs),
                          bytes=sum(env.payload.nbytes for env in envs))
@@ -285,8 +300,10 @@ class GroupCoordination(Protocol):
         self._gc.member.restore(state[NAME])
 
     async def on_restored(self) -> None:
+        await self._replay_determinants()
         gc = self._gc
         gc.flush.reset()
+        gc.nondet.clear()
         gc.member.restored(self.ft.restore_notes.get(NAME, {}), self.ft.sent)
         if gc.member.skip:
             self.ft.events.record("group_skip", upto=dict(gc.member.skip))

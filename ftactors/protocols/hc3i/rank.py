@@ -65,7 +65,7 @@ the run plus what was received so far), with the held messages not counted as re
 the messages from members that were in transit at the cut are added when they arrive
 (``seal_state``). Why the recovery line stays consistent: (1) a restored member
 re-executes from the safe point with exactly the messages it had consumed at its cut, so
-under piecewise determinism (assumed by all of ftactors, docs/ARCHITECTURE.md) it reaches
+under piecewise determinism (assumed by all of ftactors, docs/architecture/recovery.md) it reaches
 the state it had there and sends again, with the same numbers, what it had sent since the
 safe point; receivers that have those drop them; (2) held messages (the forcing one,
 messages from other clusters from the cut to the commit, intra-cluster messages sent after
@@ -199,6 +199,9 @@ class DDVPiggyback(Protocol):
         m = ClcMember(self.rank, groups, settings["ddv_transitive"], settings["log_bytes_max"])
         self._hc3i = _State(m, groups, of_unit(settings["clc_interval_s"], m.me))
         self.ft.keep_base = True
+        # a part is the state at the cut, re-executed from the last safe point: its
+        # waitany and polls must take again what they took (``engine/_determinants``)
+        self.ft.determinants.enable()
         self._start_timer()
         await super().on_start()
 

@@ -36,6 +36,7 @@ class _Set:
     flush_s: float = 0.0
     save_s: float = 0.0
     first_at: float = math.inf   # the first rank's arrival at the position (its clock)
+    line: tuple | None = None    # the furthest resume point of its parts (``_part``)
     cost_s: float | None = None  # first_at to stored: what the checkpoint cost the job
     done: asyncio.Future | None = None
 
@@ -67,10 +68,6 @@ class ReadyFlushCoordinator:
             self._part(event)
         elif event.kind == "checkpoint_request":
             self._spawn(self.request())
-        elif event.kind == "checkpoint_abandoned":
-            ck = self.sets.get(tuple(event.detail["position"]))
-            if ck is not None and ck.done is not None and not ck.done.done():
-                ck.done.set_result(None)
 
     def _set(self, position) -> _Set:
         position = tuple(position)
@@ -87,6 +84,11 @@ class ReadyFlushCoordinator:
         ck.flush_s = max(ck.flush_s, d["flush_s"])
         ck.save_s = max(ck.save_s, d["save_s"])
         ck.first_at = min(ck.first_at, d["at"])
+        # a part taken where its rank was when it joined (blocked, finished, or at a
+        # safe point past the round's position) resumes there: the recovery line a
+        # restore checks each part against is the furthest of them
+        at = d.get("part_position")
+        ck.line = max((p for p in (ck.line, ck.position, at and tuple(at)) if p is not None))
         self.parts.take(event.rank, ck.position,
                         lambda handle: self._kept(ck, event.rank, handle),
                         fetch=self.settings["storage"] != "stable")
@@ -106,7 +108,8 @@ class ReadyFlushCoordinator:
     async def _seal(self, ck: _Set) -> None:
         if self.store is not None:
             await asyncio.to_thread(seal_set, self.store, self.c.identity, ck.index, self.c.n,
-                                    {"position": list(ck.position), "protocol": NAME})
+                                    {"position": list(ck.position), "protocol": NAME,
+                                     "line": list(ck.line or ck.position)})
             await asyncio.to_thread(prune_sets, self.store, self.c.identity, KEEP_STABLE)
         self.c.stored(ck.position)
         if self.latest is None or ck.index > self.latest.index:
@@ -293,7 +296,7 @@ class ReadyFlushCoordinator:
         await c.rewire()
         for rank in range(c.n):
             handle = c.blank(rank) if restore is None else restore[1][rank]
-            line = None if restore is None else restore[0]
+            line = None if restore is None else restore[2]
             c.start_rank(rank, c.restore_spec(handle, line=line))
         await asyncio.gather(*(c.call(rank, "ready") for rank in range(c.n)))
         self.sets.clear()
@@ -386,17 +389,19 @@ class ReadyFlushCoordinator:
                 ck.done.set_result(None)  # a waiting run.checkpoint() asks again
 
     async def _restore_handles(self):
-        """``(position, handle per rank)`` of the newest complete checkpoint whose parts
-        are still there: the object-store copy, else this run's own newest set on stable
-        storage (never another run's, and never one past what this run stored); None:
-        none."""
+        """``(position, handle per rank, line)`` of the newest complete checkpoint whose
+        parts are still there: the object-store copy, else this run's own newest set on
+        stable storage (never another run's, and never one past what this run stored);
+        None: none. ``line``: the furthest resume point of its parts (``_part``)."""
         ck = self.latest
         if ck is not None and ck.handles.get(0) is not None:
             if await self.c.available(list(ck.handles.values())):
-                return ck.position, [ck.handles[r] for r in range(self.c.n)]
+                return ck.position, [ck.handles[r] for r in range(self.c.n)], (
+                    ck.line or ck.position)
             self.c.events.record("checkpoint_lost", position=ck.position, storage="object")
         if self.store is not None:
-            return await self.c.newest_stable_set(self.store, "checkpoint set")
+            found = await self.c.newest_stable_set(self.store, "checkpoint set")
+            return None if found is None else (*found, found[0])
         return None
 
     async def finish(self) -> None:

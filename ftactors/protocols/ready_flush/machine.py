@@ -44,8 +44,10 @@ class ReadyRank:
         return here, {k for k in self.targets if k < position}
 
     def taken(self, position: tuple) -> None:
-        """Every rank flushed and this rank saved its part at ``position``."""
-        self.last = position
+        """This rank joined the checkpoint round of ``position`` (rounds other ranks
+        began may be joined out of order: the newest counts)."""
+        if self.last is None or position > self.last:
+            self.last = position
 
 
 def salvage(n: int, own: dict[int, set], copies: dict[int, set], taken: dict[tuple, set],

@@ -1,5 +1,5 @@
 """ReadyMessageFlush's options, declared once (``runtime/_options``: validation, help,
-command-line flags and the README's table come from here), checked and read the same way
+command-line flags and the site's options table come from here), checked and read the same way
 by its ranks and its coordinator side (``ready_settings``)."""
 from __future__ import annotations
 

@@ -5,25 +5,56 @@ Paper: cocheck-ready-messages.txt (Stellner, 1996), sections 2, 4 and 5.2.
 Theory of operation
 -------------------
 *Checkpoint* (section 4). The central instance is the run's coordinator. A checkpoint is
-taken at one safe-point position K, the same on every rank (a position is
-``(loop, iteration)``): with ``checkpoint_interval`` every rank knows K by itself (every
-k-th iteration); for a request (``await run.checkpoint()``, ``self.request_checkpoint()``
-or the ``checkpoint_interval_s`` timer) the coordinator notifies every rank, each answers
-with the next safe point it will reach and stops there until told K, the largest of the
-answers, so no rank has passed it. The notification is handled between sends (message
-hooks are synchronous), as the paper requires. At K a rank sends a ready message (RM) on
-its channel to every other rank and keeps receiving: every application message that
-arrives before the RM of its channel is queued for the application. Once it holds every
-peer's RM nothing addressed to it is in transit, and its snapshot (registered state,
-protocol state, the queued in-transit messages in arrival order, the channel and
-application counters) is saved, in the object store (``checkpoint_storage="object"``,
-owned by the coordinator: it survives the rank, not its node), on stable storage through
-pyarrow.fs (``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete
-(committed: usable for a restore) when the coordinator holds every rank's part: it then
-writes the manifest (stable storage) and makes it the one to restart from, so a failure
-during a checkpoint leaves the previous one in force. After a restart, receives are
-served first from the restored in-transit messages, in arrival order, then from the
-network (the core's matcher).
+a *round* named by a safe-point position K (a position is ``(loop, iteration)``): with
+``checkpoint_interval`` a rank begins the round of K when it reaches K (every k-th
+iteration) and has not joined a round of K or later; for a request (``await
+run.checkpoint()``, ``self.request_checkpoint()`` or the ``checkpoint_interval_s``
+timer) the coordinator notifies every rank, each answers with the next safe point it
+will reach and stops there until told K, the largest of the answers, and begins the
+round when it reaches K. The notification is handled between sends (message hooks are
+synchronous), as the paper requires. A rank that joins a round takes its part's state
+*then*, sends a ready message (RM) on its channel to every other rank (so every rank
+learns of the round from the first RM it gets) and keeps receiving: every application
+message that arrives before the RM of its channel belongs to the part (queued for the
+application, or consumed meanwhile and so replayed). Once it holds every peer's RM
+nothing addressed to it is in transit, and its part (registered state, protocol state,
+the messages to receive again in arrival order, the channel and application counters)
+is sealed and saved, in the object store (``checkpoint_storage="object"``, owned by the
+coordinator: it survives the rank, not its node), on stable storage through pyarrow.fs
+(``"stable"``, ``checkpoint_dir``), or both. A checkpoint is complete (committed: usable
+for a restore) when the coordinator holds every rank's part: it then writes the manifest
+(stable storage) and makes it the one to restart from, so a failure during a checkpoint
+leaves the previous one in force. After a restart, receives are served first from the
+restored messages, in arrival order, then from the network (the core's matcher).
+
+*Ranks in any shape* (issue 40: task farms, loops of different lengths, ranks with no
+loop, two loops, a rank that leaves its loop first). Waiting at K for every RM, as the
+paper does, assumes every rank reaches K while its peers wait there: a farm's worker
+blocked in ``recv(source=0)`` for a task the master sends only after the round never
+does, nor does a rank whose loop is shorter. So a rank joins a round it has heard of at
+whichever comes first: (a) its next safe point, where its part is that safe point's
+state (the common case of lockstep programs: nothing to replay); (b) the moment it is
+blocked in a receive or probe whose message may come only after the round: from a rank
+whose RM it holds, or from any source (``_idle``; ``Endpoint.blocked`` and the
+``on_blocked`` hook say it waits); (c) once ``main()`` has returned (or, for a round it
+hears of later, then). In (b) and (c) the part is ``Endpoint.state_now``: the last safe
+point's state, or the state at the end of the last loop (``keep_base`` is on from the
+start: the engine keeps it at every safe point and loop end), plus every message
+consumed since, which a restore replays while ``main()`` runs that code again (piecewise
+determinism, as HC3I's forced checkpoints). A finished rank's part re-runs ``main()``
+with its finished loops skipped. So every rank joins every round in finite time (a rank
+that never blocks reaches a safe point or returns), and no round waits forever. Why the
+cut stays consistent: a rank that holds the RM of a round it has not joined *holds*
+every message from that RM's sender (``on_receive``: sent after the sender's part, so
+in none of this rank's parts) until it joins, and its part does not count them
+(``state_now(unreceived=)``); messages that come after it joined and before their
+sender's RM are added to its part as received (``late``); what it consumes after joining
+is not in the part. A held message a blocked rank waits for is from a marked rank, so
+it joins and gets it. The round keeps its name K, but each part resumes where its rank
+was when it joined, so the coordinator's recovery line is the furthest part's resume
+point (``_Set.line``; ``line`` in a stable set's manifest), which the restore checks
+every part against. Parts taken in (b) and (c) carry the messages consumed since their
+base and a restore re-sends what the rank sent since (the receivers drop duplicates).
 
 *Hand-off* (object store; ``handoff.py`` has its rules and their reasons). A rank past a
 checkpoint must never hold the only copy of its part, yet waiting for the coordinator's
@@ -52,10 +83,10 @@ event), and waits Daly's optimal interval for that cost and the given MTBF
 a ``checkpoint_interval_chosen`` event (``ReadyFlushCoordinator._auto_timer`` says why).
 
 Programs must not keep an ``irecv`` pending across a safe point (the code that posted it
-does not run again after a restart); the snapshot refuses with a ProtocolError. Ranks
-are assumed to progress in step: what a rank needs to reach safe point K was sent by its
-peers before they reached K (true of iterative SPMD codes; a program where a rank needs
-a peer's next-iteration message to finish its own iteration would wait forever at K).
+does not run again after a restart); the snapshot refuses with a ProtocolError. A rank
+that waits in ``Request.wait`` on an ``irecv``, or polls with ``iprobe``/``test``, is not
+*blocked* to the protocol: it joins at its next safe point, so a round can wait for it
+while it waits for a rank parked at the round's position (not yet handled).
 
 *Restart* (global rollback). When a rank fails, every rank is restarted in a new actor
 (a new incarnation: traffic of the old ones is dropped by the channels) from the last
@@ -95,6 +126,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ftactors.engine._constants import ANY_SOURCE
 from ftactors.runtime._checkpoints import position_index, store_part
 from ftactors.base._errors import ProtocolError
 from ftactors.base._warnings import NoCheckpointWarning
@@ -112,8 +144,6 @@ from .options import OPTIONS, ready_settings
 NAME = "ready_flush"
 KEEP_STABLE = 2
 """Complete checkpoint sets kept on stable storage (older ones are deleted)."""
-ABORT = "abort"
-"""A marker's data when its sender cannot reach the checkpoint position (its loop ended)."""
 FIRST_RETRY = 1e-4
 """Before the first auto checkpoint, a request no rank could place (not in a loop yet) is
 retried after this fraction of ``mtbf_s``, doubling up to ``RETRY_MAX``."""
@@ -137,6 +167,21 @@ class _Ready:
     safe: dict = field(default_factory=dict)        # position -> future: the part is safe
     stop: asyncio.Future | None = None               # MP's answer: where it stopped
     moved: dict | None = None                        # restored by a migration: what came
+    joined: dict = field(default_factory=dict)       # round -> _Part: joined, not sealed
+    held: dict = field(default_factory=dict)         # src -> its post-cut messages held
+    idle: int = 0                                    # > 0: parked at a safe point
+    finished: bool = False                           # main() has returned
+
+
+@dataclass(slots=True)
+class _Part:
+    """This rank's part of one round, from the moment it joined to its seal."""
+
+    state: dict                                      # Endpoint.state_now at the join
+    protocols: dict                                  # the protocols' state then
+    position: tuple | None                           # where main() was (its resume point)
+    at: float                                        # when (the run's clock)
+    late: list = field(default_factory=list)         # pre-cut messages that came since
 
 
 class ReadyMessageFlush(PlannedLevel):
@@ -176,28 +221,19 @@ class ReadyMessageFlush(PlannedLevel):
                                   HandOff(self.rank, self.size), Move(self.rank))
         if st.settings["storage"] != "object":
             st.store = open_store(st.settings["dir"])
+        self.ft.keep_base = True  # a round may take this rank's state between safe points
         await super().on_start()
 
     async def on_finish(self) -> None:
-        """``main()`` returned: no safe point is left, so positions still awaited here
-        can never be reached; tell the peers waiting there."""
+        """``main()`` returned: its state is final, so every round under way or to come
+        takes it as this rank's part (``_join_idle``)."""
         st = self._ready
         for fut in st.undecided.values():
             await fut
-        self._abandon(set(st.where.targets) | {k for k in self._decided() if k is not None})
+        st.finished = True
+        self._join_idle()
         await self._migrate(st.moving.finished())
         await super().on_finish()
-
-    def _decided(self) -> set:
-        return {f.result() for f in self._ready.undecided.values() if f.done()}
-
-    def _abandon(self, positions) -> None:
-        st = self._ready
-        for pos in sorted(positions):
-            st.flush.start(self.ft, NAME, ("ckpt", pos), range(self.size), ABORT)
-            self.ft.report("checkpoint_abandoned", position=pos)
-        st.where.targets.clear()
-        st.undecided.clear()
 
     # ------------------------------------------------------------ safe points
     async def on_safe_point(self, iteration: int) -> None:
@@ -208,31 +244,142 @@ class ReadyMessageFlush(PlannedLevel):
         st.where.decided(fut.result() for fut in st.undecided.values())
         st.undecided.clear()
         here, passed = st.where.at_safe_point(iteration, pos, self.planned_due(NAME, iteration))
-        if here:
-            await self.checkpoint_here()
-        if passed:  # a new loop began before the position (SPMD programs do not)
-            self._abandon(passed)
+        # its own checkpoint here, decided positions it went past (a new loop began), and
+        # the rounds other ranks began: this safe point's state is its part of each
+        rounds = [("ckpt", k) for k in sorted(passed)] + ([("ckpt", pos)] if here else [])
+        st.where.targets.difference_update(passed)
+        await self._parked(self._join(r) for r in rounds + self._unjoined())
         if st.moving.stopping:
             await self._stop_for_migration()
 
+    async def _parked(self, seals) -> None:
+        """Wait at this safe point until the parts of the rounds joined here are sealed
+        and safe; rounds that begin meanwhile are joined at once (``_join_idle``)."""
+        st = self._ready
+        st.idle += 1
+        try:
+            for seal in [t for t in seals if t is not None]:
+                await seal
+        finally:
+            st.idle -= 1
+
     async def checkpoint_here(self) -> None:
-        """Flush every channel with ready messages, then save this rank's part of the
-        checkpoint at this safe point. Collective: every rank calls it at the same
-        position (the protocol does, see the module docstring)."""
-        st, ft = self._ready, self.ft
-        pos = ft.position
-        if pos is None:
+        """Take a checkpoint at this safe point: this rank starts the round of its
+        position (the others join it, module docstring) and waits until its part is
+        sealed and safe."""
+        if self.ft.position is None:
             raise ProtocolError("checkpoint_here() must be called at a safe point")
-        at = ft.link.clock()  # the run's clock: virtual on sim
-        st.flush.start(ft, NAME, ("ckpt", pos), range(self.size))
-        markers = await st.flush.wait(ft, ("ckpt", pos))
-        t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
-        if ABORT in markers.values():
-            ft.events.record("checkpoint_aborted", position=pos,
-                             by=sorted(r for r, d in markers.items() if d == ABORT))
+        await self._parked([self._join(("ckpt", self.ft.position))])
+
+    # ---------------------------------------------------------------- rounds
+    def _unjoined(self) -> list:
+        """The checkpoint rounds other ranks began that this rank has not joined yet."""
+        rounds = self._ready.flush.rounds
+        return [] if rounds is None else [
+            rid for rid, r in rounds.rounds.items() if rid[0] == "ckpt" and r.members is None]
+
+    def _join(self, round_id) -> asyncio.Task | None:
+        """Join checkpoint round ``round_id``: this rank's state now is its part (at a
+        safe point that is the safe point's state; else the last safe point's, or the
+        loop end's, plus what it consumed since, replayed on restore), without the
+        post-cut messages it holds; its markers go to every rank. Returns the task that
+        seals the part once every marker is in (None: joined already)."""
+        st, ft = self._ready, self.ft
+        rounds = st.flush.rounds
+        r = None if rounds is None else rounds.rounds.get(round_id)
+        if round_id in st.joined or (r is not None and r.members is not None):
+            return None
+        st.where.taken(round_id[1])
+        state = ft.state_now(unreceived={src: len(envs) for src, envs in st.held.items()},
+                             global_cut=True)
+        part = st.joined[round_id] = _Part(state, self.protocol_state(), ft.position,
+                                           ft.link.clock())
+        # every rank: a rank learns of a round from the first marker it gets, and holds
+        # what the marker's sender sends after it until it has joined too
+        st.flush.start(ft, NAME, round_id, range(self.size), also=range(self.size))
+        self._release_held()
+        return self.ft_spawn(self._seal(round_id, part))
+
+    def _join_idle(self) -> None:
+        """The rank is idle (blocked in a receive, parked at a safe point, or finished):
+        join every round under way now, and begin those the coordinator placed that it
+        has not reached (it may never reach them)."""
+        st, ft = self._ready, self.ft
+        if not ft.can_snapshot_now(after_loop=True):
+            return  # a restored rank re-running the code before its resume point
+        st.where.decided(f.result() for f in st.undecided.values() if f.done())
+        for key in [k for k, f in st.undecided.items() if f.done()]:
+            del st.undecided[key]
+        rounds = [("ckpt", k) for k in sorted(st.where.targets)] + self._unjoined()
+        st.where.targets.clear()
+        for round_id in rounds:
+            self._join(round_id)
+
+    def _idle(self) -> bool:
+        """Whether this rank must join the rounds under way now rather than at a safe
+        point: it is parked at one, it has finished, or it waits for a message that may
+        come only after a round (from a rank that joined one: marked, or from any
+        rank). A rank that waits for an unmarked rank waits on: that rank sends before
+        it joins, so the message comes and the part is taken at a safe point, a plain
+        state with nothing to replay (lockstep programs' parts stay so)."""
+        st, ft = self._ready, self.ft
+        if st.idle or st.finished:
+            return True
+        if not ft.blocked:
+            return False
+        rounds = st.flush.rounds.rounds if st.flush.rounds is not None else {}
+        marked = {p for rid in self._unjoined() for p in rounds[rid].markers}
+        return any(src == ANY_SOURCE or src in marked for src in ft.blocked)
+
+    def on_blocked(self) -> None:
+        """``main()`` waits for a message: a round under way may need this rank's part
+        before that message comes (its sender may be waiting for the round), so the
+        rank joins now when ``_idle`` says so (module docstring)."""
+        st = self._ready
+        if (st.undecided or st.where.targets or self._unjoined()) and self._idle():
+            self._join_idle()
+        super().on_blocked()
+
+    def on_receive(self, env):
+        """Messages sent after their sender's marker of a round this rank has not joined
+        are held until it joins (they are not in its part); messages that come after
+        this rank joined a round, sent before their sender's marker of it, belong to the
+        part (``late``)."""
+        st = self._ready
+        src = env.src
+        if src != self.rank and (st.joined or st.held or st.flush.rounds is not None):
+            rounds = st.flush.rounds.rounds if st.flush.rounds is not None else {}
+            for round_id, part in st.joined.items():
+                r = rounds.get(round_id)
+                if r is not None and src not in r.markers:
+                    part.late.append(env)
+            if src in st.held or any(src in rounds[rid].markers for rid in self._unjoined()):
+                st.held.setdefault(src, []).append(env)
+                return None
+        return super().on_receive(env)
+
+    def _release_held(self) -> None:
+        """Deliver the held messages no round left unjoined holds back, in order."""
+        st = self._ready
+        if not st.held:
             return
-        st.where.taken(pos)
-        blob = ft.snapshot(cut=st.flush.last_cut)
+        unjoined = self._unjoined()
+        rounds = st.flush.rounds.rounds
+        for src in [s for s in st.held if not any(s in rounds[r].markers for r in unjoined)]:
+            for env in st.held.pop(src):
+                env = super().on_receive(env)
+                if env is not None:
+                    self.ft.deliver_now(env)
+
+    async def _seal(self, round_id, part: _Part) -> None:
+        """Once every marker of ``round_id`` is in, seal this rank's part with the
+        pre-cut messages that came since it joined, save it and hand it off."""
+        st, ft = self._ready, self.ft
+        await st.flush.wait(ft, round_id)
+        del st.joined[round_id]
+        t_flushed, flushed_at = time.perf_counter(), ft.link.clock()
+        blob = ft.seal_state(part.state, part.protocols, part.late)
+        pos = round_id[1]
         index = position_index(pos)
         if st.store is not None:  # first: a copy at the holder implies the part on disk
             await asyncio.to_thread(store_part, st.store, self.run_identity, index, self.rank,
@@ -245,8 +392,8 @@ class ReadyMessageFlush(PlannedLevel):
         t_saved = time.perf_counter()
         event = ft.events.make(
             "checkpoint_part", position=pos, index=index, bytes=len(blob),
-            flush_s=flushed_at - at, save_s=t_saved - t_flushed, at=at,
-            flushed_at=flushed_at)
+            flush_s=flushed_at - part.at, save_s=t_saved - t_flushed, at=part.at,
+            flushed_at=flushed_at, part_position=part.position)
         if safe is None:
             await ft.link.report_now(event)  # on disk: the coordinator must know to seal it
         else:
@@ -254,7 +401,7 @@ class ReadyMessageFlush(PlannedLevel):
             await safe  # a rank past the position never holds the only copy of its part
             ft.events.record("checkpoint_copied", position=pos, holder=st.handoff.holder,
                              wait_s=time.perf_counter() - t_saved)
-        self.planned_cost(NAME, at)
+        self.planned_cost(NAME, part.at)
 
     def _hand_off(self, effects: list) -> None:
         """Do what the hand-off machine (``handoff.HandOff``) says."""
@@ -311,6 +458,8 @@ class ReadyMessageFlush(PlannedLevel):
         fut = self._ready.undecided.get(request)
         if fut is not None and not fut.done():
             fut.set_result(None if position is None else tuple(position))
+            if self._idle() and not self._ready.idle:  # parked: on_safe_point takes it
+                self._join_idle()
 
     # --------------------------------------------------------------- migration
     async def _migrate(self, effects: list) -> int:
@@ -384,6 +533,8 @@ class ReadyMessageFlush(PlannedLevel):
         op, data = ft.control_data(env)
         if op in FLUSH_OPS:
             st.flush.take(ft, env, op, data)
+            if self._idle() and self._unjoined():
+                self._join_idle()
         elif op == "copy":  # a part to hold for env.src until the coordinator took it
             pos, blob = data
             self._hand_off(st.handoff.copy_received(env.src, tuple(pos), bytes(blob)))
@@ -416,6 +567,9 @@ class ReadyMessageFlush(PlannedLevel):
         st = self._ready
         st.undecided.clear()
         st.safe.clear()  # the parts under way belong to the execution left
+        st.joined.clear()
+        st.held.clear()
+        st.idle, st.finished = 0, False
         st.stop = None
         st.moving.restored()
         if st.moved is None:

@@ -1,5 +1,5 @@
 """RSBackup's name, what it keeps, and its options: declared once (``runtime/_options``:
-validation, help, command-line flags and the README's table come from here), read and
+validation, help, command-line flags and the site's options table come from here), read and
 checked (``rs_settings``) for its rank side, its coordinator side and the encoded parts
 of another protocol (``parts.py``)."""
 from __future__ import annotations

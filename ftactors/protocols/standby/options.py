@@ -1,5 +1,5 @@
 """StandbyReplacement's options, declared once (``runtime/_options``: validation, help,
-command-line flags and the README's table come from here), checked and read here."""
+command-line flags and the site's options table come from here), checked and read here."""
 from __future__ import annotations
 
 import os

@@ -5,7 +5,7 @@ its test class's methods, made ``async``, with the changes the facade needs and 
 else; the buffer tests loop over numpy's types through ``arrayimpl.py`` (mpi4py's helper
 cut down to numpy). ``tests/facade/test_mpi4py_*.py`` run them on every transport.
 
-The rules of translation (the README's "Differences from mpi4py" lists why):
+The rules of translation (docs/porting.md, "Differences from mpi4py", lists why):
 ``recv``/``irecv``/``sendrecv`` take no ``buf``; waits are awaited; a polling loop
 (``while not req.test()[0]``) yields to the event loop between tests
 (``await asyncio.sleep(0)``), since ``test`` never waits; ``Dup()`` is ``await

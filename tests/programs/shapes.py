@@ -1,0 +1,132 @@
+"""User-shaped programs whose ranks do not progress in step (issue 40): a task farm, loops
+of different lengths, ranks with different roles, two loops, a loop one rank leaves first.
+Each returns something that tells a wrong execution from a right one."""
+from __future__ import annotations
+
+import numpy as np
+
+import ftactors as ft
+
+READY, START, DONE, EXIT = 0, 1, 2, 3
+
+
+class Farm(ft.Rank):
+    """The classic task-pull farm: the master loops over ``recv(ANY_SOURCE, ANY_TAG)``
+    and answers; each worker loops ``send READY / recv task / send DONE`` until told to
+    exit. The master turns once per message, a worker once per task. The answer is the
+    master's collected results (which worker did which task depends on timing)."""
+
+    async def main(self, ntasks=20):
+        comm = self.comm
+        st = ft.Status()
+        if self.rank == 0:
+            self.register("results", {})
+            self.register("next", 0)
+            self.register("closed", 0)
+            async for _ in self.iterations(10**9):
+                if self.closed == self.size - 1:
+                    break
+                data = await comm.recv(source=ft.ANY_SOURCE, tag=ft.ANY_TAG, status=st)
+                src, tag = st.Get_source(), st.Get_tag()
+                if tag == READY:
+                    if self.next < ntasks:
+                        await comm.send(self.next, dest=src, tag=START)
+                        self.next += 1
+                    else:
+                        await comm.send(None, dest=src, tag=EXIT)
+                elif tag == DONE:
+                    self.results[data[0]] = data[1]
+                else:
+                    self.closed += 1
+            return sorted(self.results.items())
+        self.register("done", 0)
+        async for _ in self.iterations(10**9):
+            await comm.send(None, dest=0, tag=READY)
+            task = await comm.recv(source=0, tag=ft.ANY_TAG, status=st)
+            if st.Get_tag() != START:
+                break
+            await comm.send((task, task * task), dest=0, tag=DONE)
+            self.done += 1
+        await comm.send(None, dest=0, tag=EXIT)
+        return self.done
+
+
+class Uneven(ft.Rank):
+    """Mandelbrot's split: ``h // size + (h % size > rank)`` rows, so some ranks run one
+    iteration fewer; a gather at the end."""
+
+    async def main(self, h=21):
+        n = h // self.size + (h % self.size > self.rank)
+        self.register("acc", 0.0)
+        async for i in self.iterations(n):
+            self.acc += (self.rank * 100 + i) ** 0.5
+        return await self.comm.gather(self.acc, root=0)
+
+
+class UnevenHalo(ft.Rank):
+    """Loops of 6 and 7 iterations (odd ranks run one more) with an allreduce in the
+    first six."""
+
+    async def main(self):
+        n = 6 + (self.rank % 2)
+        self.register("x", float(self.rank))
+        async for i in self.iterations(n):
+            if i < 6:
+                self.x = self.x * 0.5 + await self.comm.allreduce(self.x) * 0.01
+            else:
+                self.x = self.x + 1
+        return self.x
+
+
+class Roles(ft.Rank):
+    """mpi4py's ex-2.29: ranks 0 and 1 send once and have no loop; rank 2 loops over
+    ``Probe(ANY_SOURCE)`` and ``Recv``."""
+
+    async def main(self):
+        comm = self.comm
+        if self.rank in (0, 1):
+            await comm.send(np.full(4, self.rank, dtype="i"), dest=2)
+            return None
+        if self.rank != 2:
+            return None
+        self.register("got", [])
+        st = ft.Status()
+        async for _ in self.iterations(2):
+            await comm.Probe(source=ft.ANY_SOURCE, tag=ft.ANY_TAG, status=st)
+            buf = np.empty(st.Get_count(ft.INT), dtype="i")
+            await comm.Recv(buf, source=st.Get_source(), tag=st.Get_tag())
+            self.got.append(int(buf[0]))
+        return sorted(self.got)
+
+
+class TwoLoops(ft.Rank):
+    """Two loops with a broadcast between them."""
+
+    async def main(self):
+        comm = self.comm
+        self.register("a", 0.0)
+        async for i in self.iterations(4):
+            self.a = await comm.allreduce(self.a + self.rank + i)
+        self.register("b", await comm.bcast(self.a, root=0))
+        async for i in self.iterations(5):
+            self.b = await comm.allreduce(self.b * 0.5 + i)
+        return self.b
+
+
+class BreakFirst(ft.Rank):
+    """Rank 0 leaves the loop on its own condition; the others learn it by a message."""
+
+    async def main(self):
+        comm, r, n = self.comm, self.rank, self.size
+        self.register("x", float(r))
+        async for i in self.iterations(100):
+            if r == 0:
+                stop = i >= 7
+                for d in range(1, n):
+                    await comm.send(stop, dest=d, tag=5)
+                if stop:
+                    break
+            elif await comm.recv(source=0, tag=5):
+                break
+            self.x += 1.0
+        return self.x
