@@ -59,6 +59,7 @@ import numpy as np
 
 import ftactors as ft
 from ftactors.protocols import ReadyMessageFlush
+from ftactors.tools.node_loss import shutdown_cluster
 
 from ._harness import add_repetitions, table, usage_error, write_results
 
@@ -445,7 +446,7 @@ class LocalCluster:
     def shutdown(self) -> None:
         import ray
         ray.shutdown()
-        self.cluster.shutdown()
+        shutdown_cluster(self.cluster)
 
 
 # ---------------------------------------------------------------------------- the CLI

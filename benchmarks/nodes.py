@@ -40,7 +40,7 @@ import time
 
 import ftactors as ft
 from ftactors.tools.apps_cli import protocol_stack, working_stacks
-from ftactors.tools.node_loss import remove_node
+from ftactors.tools.node_loss import remove_node, shutdown_cluster
 from ftactors.tools.programs import app_module, same_answer
 
 from ._harness import machine_info, table, usage_error, write_results
@@ -168,7 +168,7 @@ class NodeCluster:
     def shutdown(self) -> None:
         import ray
         ray.shutdown()
-        self.cluster.shutdown()
+        shutdown_cluster(self.cluster)
 
 
 def run_dirs(root: str) -> list[str]:

@@ -6,13 +6,20 @@
     python cluster/local_cluster.py stop [--dir .ray-local]
 
 Every node is a ``ray start --block`` process of its own, in its own process group, with
-its own ports (picked free on 127.0.0.1), its own CPU count and a custom resource
-``worker_node_<i>`` (the head has ``head_node``), all under one fresh ``--temp-dir``. The
-state (pids, ports, the temp dir) goes to ``DIR/cluster.json``; ``stop`` reads it back and
-stops exactly those ``ray start`` processes and what they started (their process tree,
-taken before any signal: Ray's workers and job drivers leave the nodes' process groups),
-see ``stop_cluster``. It never runs ``ray stop``, which would stop every Ray on the
-machine, yours or not.
+its own ports (picked free on 127.0.0.1), its own CPU count, a custom resource
+``worker_node_<i>`` (the head has ``head_node``) and its own Ray temp dir, as a machine
+of its own would have (its sessions, sockets, logs and the packages of a job's
+runtime_env): the head's is a fresh ``/tmp/ftray-*``, worker ``i``'s is ``w<i>`` inside
+it. The state (pids, ports, the temp dir) goes to ``DIR/cluster.json``; ``stop`` reads it
+back and stops exactly those ``ray start`` processes and what they started (their
+process tree, taken before any signal: Ray's workers and job drivers leave the nodes'
+process groups), see ``stop_cluster``. It never runs ``ray stop``, which would stop every
+Ray on the machine, yours or not.
+
+Nothing is left behind: ``stop`` removes the temp dir, and Ray's default address file
+(``/tmp/ray/ray_current_cluster``, which a plain ``ray.init()`` follows: to a cluster
+that is gone it waits minutes for its GCS) if, and only if, it names this cluster. The
+nodes write their address into their own temp dirs, so this is a guard, not a habit.
 
 Token authentication (Ray >= 2.52; see cluster/README.md): with ``--auth token`` (the
 default) every node gets ``RAY_AUTH_MODE=token`` and reads the token from, in Ray's own
@@ -218,8 +225,10 @@ def start_cluster(state_dir: str | os.PathLike, workers: int = 2, head_cpus: int
         for i in range(workers):
             ports = _ports(NODE_PORTS, taken)
             log = state_dir / f"worker-{i}.log"
+            node_temp = os.path.join(temp_dir, f"w{i}")
             proc = _launch(ray + ["start", "--block", f"--address={state['gcs_address']}",
                                   f"--node-ip-address={LOOPBACK}", f"--num-cpus={worker_cpus}",
+                                  f"--temp-dir={node_temp}",
                                   f"--object-store-memory={object_store_mb << 20}",
                                   "--resources", json.dumps({f"worker_node_{i}": 1}),
                                   "--disable-usage-stats"] + _flags(ports), log, env)
@@ -354,10 +363,33 @@ def stop_cluster(state_dir: str | os.PathLike, grace_s: float = 15.0,
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+    forget_address(state["gcs_address"])
     path.unlink()
     if not keep_temp:
         shutil.rmtree(temp_dir, ignore_errors=True)
     return signalled
+
+
+def default_address_file() -> Path:
+    """Ray's default address file, where ``ray start`` and ``ray.cluster_utils`` write
+    the GCS address a plain ``ray.init()`` then joins (Ray's ``get_ray_address_file``,
+    on Linux: ``$RAY_TMPDIR``, else ``$TMPDIR``, else ``/tmp``, then
+    ``ray/ray_current_cluster``)."""
+    root = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(root) / "ray" / "ray_current_cluster"
+
+
+def forget_address(gcs_address: str) -> bool:
+    """Remove Ray's default address file if it names ``gcs_address`` (a cluster that is
+    stopped); True if it did. One naming another cluster is not ours to remove."""
+    path = default_address_file()
+    try:
+        if path.read_text().strip() != gcs_address:
+            return False
+        path.unlink()
+    except OSError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------ CLI

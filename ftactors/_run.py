@@ -262,8 +262,8 @@ _RUN_DOC = """Run ``rank_cls.main`` on ``ranks`` ranks and return every rank's r
 
     Keyword arguments (all optional):
         args, kwargs: passed to every rank's ``main()``.
-        transport: ``"ray"`` (actors; starts an embedded local Ray when none is running;
-            the default), ``"local"`` (asyncio tasks in this process) or ``"sim"``
+        transport: ``"ray"`` (actors; starts an embedded local Ray when none is running,
+            or joins the job's cluster in a script run by ``ray job submit``; the default), ``"local"`` (asyncio tasks in this process) or ``"sim"``
             (deterministic discrete-event simulation on a virtual clock).
         address: a Ray cluster to join (``"auto"``, ``"ray://host:10001"``, ``"host:port"``).
         spares: standby ranks for protocols that promote them.

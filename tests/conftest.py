@@ -37,9 +37,10 @@ SECONDS = {
     "tests/facade/test_mpi4py_cart.py": 23, "tests/facade/test_mpi4py_cco_obj.py": 23,
     "tests/test_run.py": 21, "tests/runtime/test_notices.py": 20, "tests/apps/test_cg.py": 20,
     "tests/protocols/test_ddv_piggyback_ray.py": 18,
-    # last: its own Ray head with a dashboard (eight processes) failed to start twice
-    # within 3 minutes while the node module's five-node cluster started beside it
-    "tests/tools/test_job_submit.py": -1,
+    # its own two-node cluster with a dashboard (about 200 s of Ray jobs): not at the
+    # very start, where its head failed to start twice within 3 minutes beside the node
+    # module's five-node cluster starting, nor last, where it alone made the tail
+    "tests/tools/test_job_submit.py": 100,
 }
 """Seconds each of the longest modules took in a full run of the suite (worker time,
 --durations=0, Nov 27 2026, with rank processes kept between runs): the order in which
@@ -60,6 +61,15 @@ def _seconds(item) -> float:
     if item.get_closest_marker("ray") or item.get_closest_marker("slow") or "[ray" in item.nodeid:
         return 10
     return 0
+
+
+def pytest_configure(config):
+    """Hand files to the xdist workers in collection order (``pytest_collection_modifyitems``
+    below): pytest-xdist 3.7 and newer reorders them by their number of tests unless told
+    not to (``--no-loadscope-reorder``), which started the longest module (18 tests, 350
+    s) 42nd of 100."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):

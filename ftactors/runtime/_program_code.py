@@ -12,33 +12,53 @@ WILDCARDS = frozenset({"ANY_SOURCE", "ANY_TAG"})
 
 
 def code_objects(cls: type) -> list[types.CodeType]:
-    """The code of the program: every function of ``cls`` and its bases outside
-    ftactors, and of their modules, nested functions included."""
-    found, todo = [], []
+    """The code of the program: every function of ``program_functions``, nested
+    functions included."""
+    found = []
     for fn in program_functions(cls):
-        todo.append(fn.__code__)
-    while todo:
-        code = todo.pop()
-        if code not in found:
-            found.append(code)
-            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        found.extend(c for c in _codes(fn.__code__) if c not in found)
     return found
 
 
 def program_functions(cls: type) -> list[types.FunctionType]:
-    """The functions of ``cls`` and its bases outside ftactors, and of their modules
-    (a class that Ray's worker got by value has no module to import: its own only)."""
-    out = []
+    """The functions of ``cls`` and its bases outside ftactors, and the functions of
+    their modules that those call, directly or through each other (named in their code:
+    a module's other functions, its tests for one, are not the program's). A class that
+    Ray's worker got by value has no module to import: its own functions only."""
+    out: list[types.FunctionType] = []
+    modules = {}
     for klass in cls.__mro__:
         if klass.__module__.split(".")[0] in ("ftactors", "builtins"):
             continue
         module = sys.modules.get(klass.__module__)
-        for value in [*vars(klass).values(), *(vars(module).values() if module else ())]:
+        if module is not None:
+            modules[klass.__module__] = vars(module)
+        for value in vars(klass).values():
             fn = getattr(value, "__func__", value)
             if (isinstance(fn, types.FunctionType) and fn.__module__ == klass.__module__
                     and fn not in out):
                 out.append(fn)
+    todo = list(out)
+    while todo:
+        for code in _codes(todo.pop().__code__):
+            for name in code.co_names:
+                for space in modules.values():
+                    fn = space.get(name)
+                    if (isinstance(fn, types.FunctionType) and fn.__module__ in modules
+                            and fn not in out):
+                        out.append(fn)
+                        todo.append(fn)
     return out
+
+
+def _codes(code: types.CodeType) -> list[types.CodeType]:
+    """``code`` and the code of the functions nested in it."""
+    found, todo = [], [code]
+    while todo:
+        c = todo.pop()
+        found.append(c)
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return found
 
 
 def wildcard_receives(cls: type) -> list[str]:

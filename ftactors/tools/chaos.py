@@ -27,7 +27,7 @@ from ..base._storage import open_filesystem
 from ..runtime._chaos import KILL_METHODS
 from ..runtime._notices import kill_text
 from ..runtime._options import add_option_flags
-from .node_loss import remove_node
+from .node_loss import remove_node, shutdown_cluster
 from .apps_cli import protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,
                          experiment_from_flags, load_experiment)
@@ -117,7 +117,7 @@ def _placed(exp: Experiment, progress=None, cluster=None):
     finally:
         if own:
             ray.shutdown()
-            cluster.shutdown()
+            shutdown_cluster(cluster)
         else:  # the workers added, and those that replaced killed ones
             for node in set(cluster.worker_nodes) - before:
                 cluster.remove_node(node)

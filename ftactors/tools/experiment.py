@@ -180,6 +180,46 @@ def experiment_from_flags(args) -> dict:
             "apps": apps, "protocols": protocols, "schedules": {"flags": schedule}}
 
 
+#: ``ftactors run`` flags that say what to do with a run here, not what the run is
+RUN_HERE = {"json": "--json", "trace": "--trace", "restart_from": "--restart-from",
+            "migrate": "--migrate", "address": "--address"}
+
+
+def experiment_from_run(args) -> dict:
+    """The experiment of one run that ``ftactors run`` flags describe (``args`` parsed
+    by ``ftactors run``'s own parser, ``apps_cli.add_run``): the app or program with
+    its settings, the protocol stack with its options and spares, the ranks, seed,
+    transport, timeout and ``--kill``s. Like every chaos run it is judged against the
+    failure-free run of the bare program.
+
+    Raises:
+        ExperimentError: a flag of ``RUN_HERE`` was given (they write files or reach a
+            cluster from the machine that runs the command, not from a job).
+    """
+    given = [flag for dest, flag in RUN_HERE.items() if getattr(args, dest, None)]
+    if given:
+        raise ExperimentError(f"{', '.join(given)}: not for one run as an experiment (its "
+                              f"results and events are recorded in the results directory)")
+    from ftactors.protocols import PROTOCOLS
+    options = option_values(args, PROTOCOLS, stack_names(args.protocol))
+    if args.app_module is None:  # a program: its --arg, --kwarg, --check
+        settings = {"args": [literal(a) for a in args.arg], "kwargs": parse_kwargs(args.kwarg),
+                    **({"check": args.check} if args.check else {})}
+        name = args.app.rpartition(":")[2]
+    else:  # a shipped app: its own flags, named as in an experiment's apps: entry
+        settings = {key: getattr(args, key) for key in vars(app_defaults(args.app_module))}
+        name = args.app
+    kills = [parse_pair(s, "--kill", "RANK:ITERATION") for s in args.kill]
+    return {"name": f"run-{name}", "transport": args.transport,
+            **({"timeout_s": args.timeout} if args.timeout is not None else {}),
+            "matrix": {"app": [args.app], "protocol": [args.protocol], "ranks": [args.ranks],
+                       "schedule": ["flags"], "seed": [args.seed]},
+            "apps": {args.app: settings},
+            "protocols": {args.protocol: {**({"spares": args.spares} if args.spares else {}),
+                                          **options}},
+            "schedules": {"flags": {"kill": kills} if kills else {}}}
+
+
 def parse_partition(spec: str) -> list:
     """``"RANK[,RANK...]:SECONDS:FOR_SECONDS"`` (``--partition``) as ``[ranks, time_s,
     seconds]``, a ``partitions:`` entry of a schedule.
@@ -283,9 +323,7 @@ def app_kwargs(app: str, settings: dict, ranks: int, where: str) -> dict:
         raise ExperimentError(f"{where}: unknown app {app!r}; known: {', '.join(APPS)}, or a "
                               f"program as {FORMS}")
     mod = app_module(app)
-    parser = argparse.ArgumentParser(prog=app, add_help=False)
-    mod.add_arguments(parser)
-    args = parser.parse_args([])
+    args = app_defaults(mod)
     known = vars(args).keys()
     if not isinstance(settings, dict):
         raise ExperimentError(f"{where}: apps.{app} must be a mapping, got {settings!r}")
@@ -297,6 +335,13 @@ def app_kwargs(app: str, settings: dict, ranks: int, where: str) -> dict:
         return mod.kwargs_from_args(args)
     except (ValueError, TypeError) as exc:
         raise ExperimentError(f"{where}: apps.{app} with {ranks} ranks: {exc}") from None
+
+
+def app_defaults(mod) -> argparse.Namespace:
+    """A shipped app's own options (its ``add_arguments``) at their defaults."""
+    parser = argparse.ArgumentParser(prog=mod.__name__.rpartition(".")[2], add_help=False)
+    mod.add_arguments(parser)
+    return parser.parse_args([])
 
 
 def _protocol(key: str, section: dict, where: str) -> tuple[tuple, dict, int]:

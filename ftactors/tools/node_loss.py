@@ -64,3 +64,32 @@ def _wait_stopped(pids: set[int]) -> None:
         waiting = {pid for pid in waiting if state(pid) not in (None, "T", "t", "Z", "X")}
         if waiting:
             time.sleep(0.001)
+
+
+def shutdown_cluster(cluster) -> None:
+    """Shut a local ``ray.cluster_utils.Cluster`` down, and Ray's default address file
+    with it if the file still names this cluster.
+
+    ``Cluster`` writes the file when its head starts (so that a plain ``ray.init()``
+    joins it) and removes it at the end of ``shutdown``, from where Ray's default temp
+    dir is *then*: ``$RAY_TMPDIR``, else ``$TMPDIR``, else ``/tmp``. A driver that
+    changed ``TMPDIR`` meanwhile (``bench nodes`` gives each node a temp root of its
+    own) had it removed from the wrong place, and the file left in ``/tmp/ray`` named a
+    GCS that was gone: every plain ``ray.init()`` on the machine then waited minutes for
+    it ("Failed to get cluster ID from GCS server"). So each place the file may be is
+    looked at, and a file naming this cluster is removed; one naming another cluster is
+    not ours to remove."""
+    address = cluster.address
+    try:
+        cluster.shutdown()
+    finally:
+        roots = {os.environ.get("RAY_TMPDIR"), os.environ.get("TMPDIR"), "/tmp"} - {None, ""}
+        for root in roots:
+            path = os.path.join(root, "ray", "ray_current_cluster")
+            try:
+                with open(path) as f:
+                    named = f.read().strip()
+                if named == address:
+                    os.remove(path)
+            except OSError:
+                pass  # no file there, or another process removed it meanwhile

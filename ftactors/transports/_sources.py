@@ -8,12 +8,26 @@ cell, code compiled from a string) prints a traceback without a line of the user
 The driver therefore ships the lines its own ``linecache`` has for those files, and the
 worker puts them in its ``linecache`` (as IPython does for cells): a traceback of a rank
 shows the user's file names, line numbers and lines, as it would on ``local``.
+
+That needs the file names to arrive too, and cloudpickle does not promise them: it
+promises a function that runs. From 3.1.3 on it writes every code object it pickles by
+value with the file name ``<dynamic-code>`` (cloudpipe/cloudpickle#560, for payloads that
+do not depend on where a notebook put its cell), so a worker's traceback named no file
+and no line could be looked up. ``dumps`` therefore pickles code objects itself, whole,
+with ``marshal``: the standard library's format for code objects (what ``.pyc`` files
+hold), which keeps file name, names and line table. Its format belongs to one Python
+version, as cloudpickle's pickled code does (the arguments of a code object change from
+version to version); Ray refuses a worker whose Python differs from the driver's anyway.
 """
 from __future__ import annotations
 
 import inspect
+import io
 import linecache
-from types import ModuleType
+import marshal
+from types import CodeType, ModuleType
+
+import cloudpickle
 
 
 def collect(modules: list[ModuleType]) -> dict[str, list[str]]:
@@ -48,3 +62,23 @@ def install(sources: dict[str, list[str]]) -> None:
     modification time: ``linecache.checkcache`` keeps such entries)."""
     for name, lines in sources.items():
         linecache.cache[name] = (sum(len(line) for line in lines), None, list(lines), name)
+
+
+class _WholeCode(cloudpickle.CloudPickler):
+    """cloudpickle, with code objects written by ``marshal`` (file names kept)."""
+
+    def reducer_override(self, obj):
+        if type(obj) is CodeType:
+            try:
+                return marshal.loads, (marshal.dumps(obj),)
+            except ValueError:  # a constant marshal cannot write (made by hand): as before
+                pass
+        return super().reducer_override(obj)
+
+
+def dumps(obj) -> bytes:
+    """``obj`` pickled as ``cloudpickle.dumps`` does (protocol 5), its code objects
+    with their file names, so ``install``'s lines are what tracebacks show for them."""
+    out = io.BytesIO()
+    _WholeCode(out, protocol=5).dump(obj)
+    return out.getvalue()

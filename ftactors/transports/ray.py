@@ -477,7 +477,13 @@ class RankActor:
 
 def _pickle_by_value(cls: type) -> list:
     """Ship the user's classes by value when workers could not import their modules
-    (scripts, notebooks, test files); returns those modules."""
+    (scripts, notebooks, test files); returns those modules.
+
+    A program file loaded by reference (``path/to/solver.py:Solver``) had its folder
+    put on the driver's ``sys.path`` only, so the modules it imported from there
+    (``from helper import step``) are shipped by value too: the top-level modules of
+    the folder of a top-level module shipped (modules of a package are imported by
+    their package's name, which a worker resolves as the driver did)."""
     shipped = []
     for klass in cls.__mro__:
         mod = sys.modules.get(klass.__module__)
@@ -485,6 +491,14 @@ def _pickle_by_value(cls: type) -> list:
         if mod is None or name == "builtins" or name.split(".")[0] in ("ftactors", "ray"):
             continue
         if name == "__main__" or not _importable_everywhere(mod):
+            cloudpickle.register_pickle_by_value(mod)
+            shipped.append(mod)
+    folders = {os.path.dirname(mod.__file__) for mod in shipped
+               if "." not in mod.__name__ and getattr(mod, "__file__", None)}
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None)
+        if ("." not in name and path and os.path.dirname(path) in folders
+                and mod not in shipped and not _importable_everywhere(mod)):
             cloudpickle.register_pickle_by_value(mod)
             shipped.append(mod)
     return shipped
@@ -682,7 +696,7 @@ class RayFabric:
             DEATH_NOTICES.doomed(worker)
         try:
             pid, node, self.endpoints[actor] = await actor.setup.remote(
-                cloudpickle.dumps((spec, sources)), self.inbox, self._plane, self._t0,
+                _sources.dumps((spec, sources)), self.inbox, self._plane, self._t0,
                 self._token)
         except RayActorError as exc:
             raise RankDied(spec.rank, f"could not start: {_death_reason(exc)}") from None

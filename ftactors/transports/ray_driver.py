@@ -10,6 +10,15 @@ seconds", Ray issue 45570). So ``ensure_ray`` starts the embedded Ray from the m
 (which ends only with the process) or, when called from any other thread, from one daemon
 thread of its own that lives as long as the process.
 
+**A Ray job's driver joins its job's cluster.** The embedded Ray is ``address="local"``:
+it never joins a cluster some other process started (Ray's own ``ray.init()`` would
+follow ``/tmp/ray/ray_current_cluster``, possibly to a cluster that is gone). A script
+run by ``ray job submit`` is different: its cluster is the point, and Ray's job
+supervisor tells its driver so with ``RAY_JOB_CONFIG_JSON_ENV_VAR`` (the job's
+runtime_env, which ``ray.init`` applies to the job's workers) and ``RAY_ADDRESS``. There
+a plain ``ft.run`` joins that cluster (``address="auto"``), as a plain ``ray.init()``
+does; a private Ray inside the job would run the program beside the cluster, not on it.
+
 **Planned deaths are told once, in the framework's words.** When a worker process dies,
 the raylet publishes "A worker died or was killed while executing a task by an unexpected
 system error ... OOM killer ..." and Ray's error listener in the driver prints it. For a
@@ -23,6 +32,7 @@ notice, an unexpected death, is printed as Ray wrote it.
 """
 from __future__ import annotations
 
+import os
 import queue
 import re
 import threading
@@ -34,6 +44,8 @@ import ray._private.worker as ray_worker
 def ensure_ray(address: str | None = None) -> None:
     """Connect to ``address``, or start an embedded local Ray once per process (from a
     thread that lives as long as the process, see the module docstring)."""
+    if address is None and os.environ.get(JOB_DRIVER):
+        address = "auto"  # the job's cluster (module docstring)
     with _START_LOCK:
         if not ray.is_initialized():
             if address is not None:
@@ -46,6 +58,8 @@ def ensure_ray(address: str | None = None) -> None:
 
 
 _START_LOCK = threading.Lock()
+#: set by Ray's job supervisor in the environment of a job's driver (its job config)
+JOB_DRIVER = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def _init_embedded() -> None:

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+import ftactors as ft
 from ftactors.tools._simcheck_programs import unregistered_changes, wildcard_receives
 from ftactors.tools.programs import resolve
 from ftactors.tools.simcheck import program_target, sim_check
@@ -22,10 +23,12 @@ def _failed(outcomes):
 def test_an_attribute_outside_register_is_named_and_the_fix_is_not_blamed():
     buggy = resolve(os.path.join(EXAMPLES, "poisson_buggy.py:Poisson"), kwargs={"n": 10})
     fixed = resolve(os.path.join(EXAMPLES, "poisson.py:Poisson"), kwargs={"n": 10})
-    assert list(unregistered_changes(program_target(buggy, 4).reference[0])) == [
-        "self.history"]
+    with pytest.warns(ft.UnsavedStateWarning, match="holds: self.history. After"):
+        assert list(unregistered_changes(program_target(buggy, 4).reference[0])) == [
+            "self.history"]
     assert unregistered_changes(program_target(fixed, 4).reference[0]) == {}
-    failed = _failed(sim_check("ready-flush", 4, 0, program=buggy, ranks=4))
+    with pytest.warns(ft.UnsavedStateWarning, match="holds: self.history. After"):
+        failed = _failed(sim_check("ready-flush", 4, 0, program=buggy, ranks=4))
     assert all(any("self.history changes between iterations" in c for c in o.causes)
                for o in failed)
 
@@ -51,7 +54,8 @@ def test_wildcard_receives_are_named_when_the_failure_free_answer_is_not_reprodu
 def test_module_state_the_loop_changes_is_named_when_the_answer_is_not_reproducible():
     """A module-level list carries over from the first failure-free run to the second,
     so they differ; the ranks reported it (``unsaved_state``) and sim-check names it."""
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError) as info, pytest.warns(
+            ft.UnsavedStateWarning, match="holds: tests.tools.user_programs.STEPS. After"):
         program_target(resolve(f"{HERE}:ModuleHistory"), 3)
     assert ("likely cause: tests.tools.user_programs.STEPS changes between iterations and "
             "no checkpoint holds it") in str(info.value)
@@ -60,7 +64,9 @@ def test_module_state_the_loop_changes_is_named_when_the_answer_is_not_reproduci
 def test_a_rebound_local_that_register_returned_is_named():
     """``x = self.register("x", ...)`` then ``x = x * 0.5 + ...``: the checkpoints all
     save the first ``x``, so runs with a failure differ, and the cause is named."""
-    failed = _failed(sim_check("standby", 6, 0, program=resolve(f"{HERE}:Rebinds"), ranks=3))
+    with pytest.warns(ft.UnsavedStateWarning, match="the local 'x' that register returned"):
+        failed = _failed(sim_check("standby", 6, 0, program=resolve(f"{HERE}:Rebinds"),
+                                   ranks=3))
     assert failed and all(o.causes == ["the local 'x' that register returned (the loop "
                                        "rebinds it, so self.x keeps its first value and so "
                                        "does every checkpoint: assign self.x instead): a "
