@@ -207,6 +207,18 @@ class Receiving:
         finally:
             self._blocked_waits.remove(wait)
 
+    def requests_blocked(self, waits: list[tuple[int, asyncio.Future]]) -> None:
+        """The program waits on receive requests (``waits``: their world sources and
+        futures; ``Request.wait``, ``Waitall``): blocked on those sources as in a blocking
+        receive, and the protocols hear of it at once (``on_blocked``). Until
+        ``requests_unblocked(waits)``."""
+        self._blocked_waits.extend(waits)
+        self.owner.on_blocked()
+
+    def requests_unblocked(self, waits: list[tuple[int, asyncio.Future]]) -> None:
+        for wait in waits:
+            self._blocked_waits.remove(wait)
+
     @property
     def blocked(self) -> list[int]:
         """The world sources (ANY_SOURCE: any) of the receives and probes that wait now

@@ -528,9 +528,17 @@ async def _named(requests, waiting, every: bool = False) -> None:
     else:
         wait = Wait("any", what="; ".join(k[1].describe() for k in known))
     token = ep.wait_begin(wait)
+    # receives waited for block the rank as a blocking receive does: a checkpoint round
+    # may take its state now rather than wait for a safe point it cannot reach first
+    receives = [(k[1].source, req._future) for k, req in zip(known, requests)
+                if k[1].kind == "recv" and req._future is not None]
     try:
+        if receives:
+            ep.requests_blocked(receives)
         await waiting
     finally:
+        if receives:
+            ep.requests_unblocked(receives)
         ep.wait_end(token)
 
 

@@ -31,6 +31,9 @@ def fired(result):
     return [e.rank for e in result.events_of("killed")]
 
 
+# hc3i's default clusters cut the grid's halo exchange at every step: a forced-checkpoint
+# storm is that protocol working as written for this program (it warns so)
+@pytest.mark.filterwarnings("ignore::ftactors.protocols.ForcedCheckpointStorm")
 @pytest.mark.parametrize("transport", ["local", "sim"])
 @pytest.mark.parametrize("stack", HEADLINE + ["rs", "groups", "hc3i"])
 def test_jacobi_with_persistent_requests_on_the_registered_grid(stack, transport):
@@ -116,8 +119,10 @@ def test_a_resized_array_used_through_its_local_is_warned_of():
 def test_a_local_the_skipped_iterations_set_is_named_in_the_error(transport):
     """OSU's ``t_start = Wtime()`` at ``i == skip``, read after the loop: a rank
     restored past ``skip`` never sets it."""
-    with pytest.raises(ft.RankError, match=r"'t_start'.*restored to iteration \d+ of the "
-                       r"iterations\(\) loop.*self.register\('t_start', None\)"):
+    # it registers nothing, which the run says at the restore
+    with pytest.warns(ft.NothingRegisteredWarning), \
+            pytest.raises(ft.RankError, match=r"'t_start'.*restored to iteration \d+ of the "
+                          r"iterations\(\) loop.*self.register\('t_start', None\)"):
         run(TimedLoop, "ready-flush", transport, [ft.Kill(1, iteration=10)], ranks=2)
 
 

@@ -210,7 +210,8 @@ def test_restart_from_any_is_checked():
 @pytest.mark.parametrize("transport", ["local", "sim"])
 def test_a_snapshot_ahead_of_the_recovery_line_is_refused(tmp_path, transport):
     """A manifest that says (0, 9) over parts taken at (0, 18) (damaged or doctored
-    storage): every rank refuses its part, it does not resume at 18."""
+    storage: its position and its recovery line, which a restore is checked against):
+    every rank refuses its part, it does not resume at 18."""
     store = str(tmp_path / "ckpts")
     r = ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, stable_store=store)
     fs = _storage.open_store(store)
@@ -218,6 +219,8 @@ def test_a_snapshot_ahead_of_the_recovery_line_is_refused(tmp_path, transport):
     manifest = _storage.read_manifest(fs, newest)
     assert tuple(manifest["meta"]["position"]) == (0, 18)
     manifest["meta"]["position"] = [0, 9]
+    if "line" in manifest["meta"]:
+        manifest["meta"]["line"] = [0, 9]
     fs.put(f"{newest}/{_storage.MANIFEST_NAME}", manifest)
     with pytest.raises(ft.RankError, match=r"ahead of the recovery line chosen, \(0, 9\)"):
         ft.run(SBHeat, 4, transport=transport, kwargs=HEAT, restart_from=store)

@@ -19,7 +19,7 @@ is its furthest part (the flush's root hands it to every rank; kept beside each 
 reported with the rounds held), and a restored copy is named by its round
 (``part_of`` in its protocol state) or, restored by another level, by that recovery
 line. Both keep
-the two newest rounds (ping-pong buffers), so a failure in the middle of a backup round
+the three newest rounds, so a failure in the middle of a backup round
 never destroys the last complete one. The partner's copy is a plain object in the
 partner's process, so it survives the death of the rank it protects. Rank 0's marker
 carries the iteration of the next backup, so all ranks agree on it even when the
@@ -75,8 +75,8 @@ restarted rank is stopped, and copies of parts newer than the restored ones (of 
 execution abandoned) are dropped. Spares are used by that recovery's respawns.
 
 *Footprint* (bounded whatever the run's length): each rank holds, in its own memory, the
-newest ``KEEP_ROUNDS`` (2) complete backup rounds of its own state and of its partner's
-(ping-pong: a round is dropped once two newer ones are complete); no message log; the
+newest ``KEEP_ROUNDS`` (3) complete backup rounds of its own state and of its partner's
+(a round is dropped once three newer ones are complete); no message log; the
 coordinator and the object store keep nothing per round (a replacement's snapshot travels
 from the surviving partner). Keeping another protocol's parts, a rank holds the parts
 of each rank it keeps copies for (one rank, more where the next unit is smaller) from
@@ -104,8 +104,12 @@ from .machine import (Input, StandbyMachine, State, next_backup, part_holder,
 from .options import OPTIONS, standby_settings
 
 NAME = "standby"
-KEEP_ROUNDS = 2
-"""Ping-pong: the newest two complete rounds are kept."""
+KEEP_ROUNDS = 3
+"""The newest three complete rounds are kept. Two (NR-MPI's ping-pong) are enough when
+ranks take rounds in step; joined out of step, a rank may complete round k+1 while the
+copy of its partner's round k is still on its way, and a failure then finds no round
+every survivor and partner still holds with two (the recovery passed to a costlier level,
+or gave up, on HeatRing and self-talking ranks)."""
 
 
 @dataclass
