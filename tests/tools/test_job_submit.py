@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -243,7 +242,8 @@ def cluster(tmp_path_factory):
     # Beside the node module's five-node cluster (load 15-25) a head with its dashboard
     # took more than 120 s to start, and twice Ray itself gave up: its raylet did not
     # register within Ray's fixed 30 s ("node timed out during startup"). That is a
-    # start starved of CPU, not what these tests check: it is tried once more, said.
+    # start starved of CPU, not what these tests check: it is tried once more, and said on
+    # stderr (pytest shows it with the module's output if a test fails).
     for attempt in (1, 2):
         state_dir = root / f"cluster-{attempt}"
         try:
@@ -254,8 +254,8 @@ def cluster(tmp_path_factory):
         except (RuntimeError, TimeoutError) as exc:
             if attempt == 2:
                 raise
-            warnings.warn(f"the test's Ray cluster did not start, trying once more: "
-                          f"{str(exc).splitlines()[0]}")
+            print(f"the test's Ray cluster did not start, trying once more: "
+                  f"{str(exc).splitlines()[0]}", file=sys.stderr)
     started = lc._tree([node["pid"] for node in state["nodes"]], lc._processes())
     here = {"lc": lc, "state": state, "env": env, "token": token, "started": started,
             "stopped": False}
