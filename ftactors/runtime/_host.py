@@ -128,29 +128,7 @@ class RankHost:
             if restore is None and self.spec.incarnation == 0:
                 self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
             self._ready.set_result(None)
-            while True:
-                if self._parked is not None:
-                    # paused: wait for the restore (a pause that came while the last one
-                    # was installed holds too: main() must not run that restore's state
-                    # while the round that paused it gives every rank another)
-                    ep.rank_task = asyncio.current_task()
-                    handle, epoch = await self._parked
-                    self._parked = None
-                    await self._install(handle, epoch)
-                    continue
-                self._main = ep.rank_task = asyncio.ensure_future(obj.main(*args, **kwargs))
-                try:
-                    value = await self._main
-                except asyncio.CancelledError as exc:
-                    if self._failure is not None:
-                        raise self._failure from None
-                    if self._parked is None:
-                        if self._main.cancelling():  # cancelled from outside: the run ends
-                            raise
-                        # main() itself raised it: an application error like any other
-                        raise RuntimeError("main() raised asyncio.CancelledError") from exc
-                    continue
-                break
+            value = await self._main_through_restores(args, kwargs)
             ep.rank_task = asyncio.current_task()
             if self._die_at_return is not None:
                 die, self._die_at_return = self._die_at_return, None
@@ -172,6 +150,31 @@ class RankHost:
         # the position says whether the rank ever offered a safe point (None: never)
         ep.events.record("finish", position=ep.position)
         return {"ok": True, "value": value}
+
+    async def _main_through_restores(self, args: tuple, kwargs: dict) -> Any:
+        """``main()``'s return value, re-entering it after every pause and restore."""
+        ep = self.ep
+        while True:
+            if self._parked is not None:
+                # paused: wait for the restore (a pause that came while the last one
+                # was installed holds too: main() must not run that restore's state
+                # while the round that paused it gives every rank another)
+                ep.rank_task = asyncio.current_task()
+                handle, epoch = await self._parked
+                self._parked = None
+                await self._install(handle, epoch)
+                continue
+            self._main = ep.rank_task = asyncio.ensure_future(self.obj.main(*args, **kwargs))
+            try:
+                return await self._main
+            except asyncio.CancelledError as exc:
+                if self._failure is not None:
+                    raise self._failure from None
+                if self._parked is None:
+                    if self._main.cancelling():  # cancelled from outside: the run ends
+                        raise
+                    # main() itself raised it: an application error like any other
+                    raise RuntimeError("main() raised asyncio.CancelledError") from exc
 
     def _error(self, message: str, exc: BaseException) -> dict:
         """``run``'s outcome for an error of the rank: ``message`` and ``exc``'s
