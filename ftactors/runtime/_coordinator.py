@@ -1,7 +1,9 @@
 """The run's central instance: starts the ranks, watches them, arbitrates failures.
 
 The coordinator is transport-agnostic: it drives a *fabric* (``transports``) that knows
-how to start a rank host, call it, ping it and kill it. It turns what it observes into the
+how to start a rank host, call it, ping it and kill it, wrapped in a ``ChaosFabric`` that
+fires the run's planned kills at the points of the run the coordinator hands it (a rank's
+host started, wired, its result taken; a recovery phase). It turns what it observes into the
 run's outcome: every rank's return value, ``RankError`` (with the original traceback)
 when a ``main()`` raises, ``RankFailed`` when a rank dies and nothing in the stack can
 recover it. Whatever happens, every host it started is stopped before it returns.
