@@ -43,6 +43,7 @@ from typing import Any
 
 from . import _notices
 from ._chaos import Kill, Partition
+from ._config import RunConfig
 from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
@@ -51,7 +52,7 @@ from ..base._events import Event, EventLog, merge
 from ..engine._endpoint import blank_snapshot
 from ..engine._vector import RankVector
 from ._host import RankSpec, ahead
-from ._identity import RunIdentity
+from ._fabric import Fabric
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
 from ._options import core_default
 from ._progress import Printer, Reporter
@@ -103,33 +104,21 @@ class RunResult:
 class Coordinator:
     """Runs one job on one fabric."""
 
-    def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
-                 kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
-                 job_lost_at: int | None = None, partitions: tuple = (), spares: int = 0,
-                 trace: bool, options: dict, identity: RunIdentity,
-                 restore: list[bytes] | None = None, start: tuple | None = None):
+    def __init__(self, fabric: Fabric, config: RunConfig):
         self.fabric = fabric
-        self.rank_cls = rank_cls
-        self.n = ranks
-        self.args = args
-        self.kwargs = kwargs
-        self.kills = kills
-        self.kill_method = kill_method
-        self.stall_s = stall_s
-        self.job_lost_at = job_lost_at
-        self.partitions = partitions
-        self.n_spares = spares
-        self.restore = restore
-        self.identity = identity
-        self.start = start  # the position of the set a resumed job started from
-        self.reached = start  # the newest position this run is known to have stored
-        self.trace = trace
-        self.options = dict(options)
+        self.config = config
+        self.rank_cls = config.rank_cls
+        self.n = config.ranks
+        self.identity = config.identity
+        self.reached = config.start  # the newest position this run is known to have stored
+        self.options = dict(config.options)
+        self.kills = config.kills  # the chaos plan, as struck here
+        self.kill_method, self.stall_s = config.kill_method, config.stall_s
+        self.job_lost_at, self.partitions = config.job_lost_at, config.partitions
         progress = self.options.pop("progress", False)
         interval_s = float(self.options.pop("progress_interval_s",
                                             core_default("progress_interval_s")))
-        default_hb = 1.0 if fabric.name == "ray" else None  # only real processes hang
-        hb = self.options.get("heartbeat_interval_s", default_hb)
+        hb = self.options.get("heartbeat_interval_s", fabric.heartbeat_interval_s)
         self.heartbeat_interval_s = None if hb is None else float(hb)
         self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
                                                           core_default("heartbeat_timeout_s")))
@@ -140,8 +129,9 @@ class Coordinator:
             self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
                                      fabric.clock)
             self.events.on_record = self.reporter.on_event
+        ranks = config.ranks
         self.handles: list[Any] = [None] * ranks
-        self.pool = SparePool(self, spares)
+        self.pool = SparePool(self, config.spares)
         self._hosted = [asyncio.Event() for _ in range(ranks)]  # set once a rank has a host
         self._watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
         self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
@@ -172,7 +162,7 @@ class Coordinator:
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
-        self.policy = recovery_policy(self, rank_cls)
+        self.policy = recovery_policy(self, config.rank_cls)
         self.watch = DeadlockWatch(self)
         self._deadlock: Deadlock | None = None  # found by the watch: ends the run
         self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
@@ -189,8 +179,8 @@ class Coordinator:
             its += (self.job_lost_at,)  # every incarnation dies with the job
         at_return = any(k.rank == rank and k.moment == "return" and k.incarnation == inc
                         for k in self.kills)
-        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
-                        self.options, its, inc, run=self.identity,
+        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank],
+                        self.config.trace is not None, self.options, its, inc, run=self.identity,
                         kill_at_return=at_return, disconnect_iterations=cuts)
 
     # --------------------------------------------------------------------- run
@@ -199,7 +189,7 @@ class Coordinator:
         fabric.on_report = self._on_report
         await fabric.start(self.n)
         t0 = fabric.clock()
-        self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+        self.events.record("run_start", ranks=self.n, spares=self.config.spares,
                            transport=fabric.name)
         completed = False  # every rank returned and was collected
         try:
@@ -354,7 +344,7 @@ class Coordinator:
         belongs to the execution the restore abandons: it is dropped."""
         self._drop_runs({rank})
         task = asyncio.ensure_future(
-            self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
+            self.fabric.run(self.handles[rank], self.config.args, self.config.kwargs, restore))
         self._runs[rank] = task
         task.add_done_callback(functools.partial(self._run_ended, rank))
         self._done.discard(rank)
@@ -371,9 +361,9 @@ class Coordinator:
 
     async def _supervise(self) -> list:
         for rank in range(self.n):
-            self.start_rank(rank, None if self.restore is None else
-                            {"snapshot": self.restore[rank], "peer_epochs": RankVector(self.n),
-                             "line": self.start})
+            self.start_rank(rank, None if self.config.restore is None else
+                            {"snapshot": self.config.restore[rank],
+                             "peer_epochs": RankVector(self.n), "line": self.config.start})
         watching = [self.watch.service()]  # (their timers wake no rank: ``_deadlock``)
         if self.heartbeat_interval_s:
             watching.append(self._heartbeats())
@@ -612,7 +602,8 @@ class Coordinator:
             return  # promoted in an earlier (aborted) round and still unused
         spare = await self.pool.take()
         if spare is None:
-            raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
+            raise RankFailed([rank], f"no spare left to replace it "
+                                     f"({self.config.spares} were started)")
         await self.respawn(rank, spare)
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], spares_left=len(self.pool))
@@ -670,14 +661,14 @@ class Coordinator:
         merged = {**(extra() if extra is not None else {}), **parts, **(notes or {})}
         spec = {"snapshot": snapshot, "peer_epochs": RankVector.of(self.epochs), "notes": merged}
         if line is not _NO_LINE:
-            spec["line"] = self.start if line is None else tuple(line)
+            spec["line"] = self.config.start if line is None else tuple(line)
         return spec
 
     def blank(self, rank: int) -> bytes:
         """A snapshot handle that restarts rank ``rank`` from the start of the run: of a
         job resumed with ``restart_from``, the set it started from."""
-        if self.restore is not None:
-            return self.restore[rank]
+        if self.config.restore is not None:
+            return self.config.restore[rank]
         return blank_snapshot(rank, self.n)
 
     def stored(self, position) -> None:
@@ -884,7 +875,7 @@ class Coordinator:
         direct = [s["direct"] for s in stats if "direct" in s]  # the direct data plane's
         if direct:
             metrics["direct"] = {key: sum(d[key] for d in direct) for key in direct[0]}
-        metrics.update(getattr(self.fabric, "metrics", dict)())  # the sim's events
+        metrics.update(self.fabric.metrics())  # the sim's events
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
         result = RunResult(results, merge(logs), metrics, self.identity.run_id)

@@ -86,7 +86,7 @@ class RecoveryContext:
     @property
     def restore(self):
         """The set the run was started from (``restart_from``), or None."""
-        return self._c.restore
+        return self._c.config.restore
 
     @property
     def wired(self):

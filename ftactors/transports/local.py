@@ -70,11 +70,12 @@ class LocalSpare:
 
 
 class LocalFabric:
-    """In-process hosts, wired through the event loop."""
+    """In-process hosts, wired through the event loop (a ``runtime._fabric.Fabric``)."""
 
     name = "local"
     link_class = LocalLink
     hosts_here = True  # the coordinator may read a host's endpoint directly
+    heartbeat_interval_s = None  # a rank in this process cannot hang apart from the run
     deadlock_check_s = 0.2
     """How often the coordinator reads the ranks' waits (``runtime/_deadlock``): two
     readings in a row that find every rank blocked and nothing moving end the run."""
@@ -339,6 +340,10 @@ class LocalFabric:
         if method != "sigstop":
             self._mark_dead(host)
         host.cancel_all()
+
+    def metrics(self) -> dict:
+        """No figures of its own."""
+        return {}
 
     async def shutdown(self, completed: bool = False) -> None:
         for host in self.hosts.values():

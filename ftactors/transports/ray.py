@@ -510,7 +510,11 @@ def _importable_everywhere(mod) -> bool:
 
 
 class RayFabric:
+    """An actor per rank and per spare (a ``runtime._fabric.Fabric``)."""
+
     name = "ray"
+    hosts_here = False
+    heartbeat_interval_s = 1.0  # a real process can hang (SIGSTOP, a stuck call)
     deadlock_check_s = 0.5
     """How often the coordinator asks every rank for its wait (``runtime/_deadlock``): a
     call per rank, answered by its event loop (a computing rank answers late and is
@@ -791,6 +795,10 @@ class RayFabric:
 
     def track_wires(self) -> None:
         """Network faults are planned: the direct channels need nothing more."""
+
+    def metrics(self) -> dict:
+        """No figures of its own (each rank's link counts its traffic)."""
+        return {}
 
     async def cut(self, handle, peers: list[int] | None, seconds: float) -> None:
         """Chaos: a network fault on a rank's direct connections (``RayLink.cut``)."""
