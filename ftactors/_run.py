@@ -13,14 +13,10 @@ import functools
 import inspect
 import textwrap
 
-from .base._errors import ConfigError, ProtocolError
+from .base import ConfigError, ProtocolError
 from .protocols import PROTOCOLS
-from .runtime import _notices
-from .runtime._config import RunConfig
-from .runtime._coordinator import Coordinator, RunResult
-from .runtime._deadlock import background
-from .runtime._options import options_text
-from .runtime._trace import write_trace
+from .runtime import (Coordinator, RunConfig, RunResult, background, notices, options_text,
+                      write_trace)
 
 
 def _fabric(config: RunConfig):
@@ -43,9 +39,9 @@ def _prepare(config: RunConfig):
 
     async def job(c: Coordinator | None = None) -> RunResult:
         c = c or coordinator()
-        _notices.at_start(config.rank_cls, config.options, config.spares)
+        notices.at_start(config.rank_cls, config.options, config.spares)
         result = await _within(c, config.timeout_s)
-        _notices.after_run(config.rank_cls, config.kills, result.metrics, result.events)
+        notices.after_run(config.rank_cls, config.kills, result.metrics, result.events)
         if config.trace is not None:
             result.metrics["trace_rows"] = write_trace(config.trace, result.trace_rows)
             result.metrics["trace_path"] = str(config.trace)
@@ -172,7 +168,7 @@ async def launch(config: RunConfig) -> Run:
 async def run_async(config: RunConfig) -> RunResult:
     job = _prepare(config)
     if config.transport == "sim":
-        from .transports._simloop import run_virtual
+        from .transports import run_virtual
         return await asyncio.to_thread(run_virtual, job)
     return await job()
 
@@ -188,7 +184,7 @@ def run(config: RunConfig) -> RunResult:
                            "use 'await ft.run_async(...)'")
     job = _prepare(config)
     if config.transport == "sim":
-        from .transports._simloop import run_virtual
+        from .transports import run_virtual
         return run_virtual(job)
     return asyncio.run(job())
 

@@ -19,7 +19,7 @@ import numbers
 import os
 from dataclasses import dataclass, field
 
-from ..base._errors import ConfigError
+from ..base import ConfigError
 from ._chaos import Chaos, Kill, Partition
 from ._checkpoints import find_resumable
 from ._identity import RunIdentity, new_identity

@@ -47,10 +47,9 @@ from ._config import RunConfig
 from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
-from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFailed
-from ..base._events import Event, EventLog, merge
-from ..engine._endpoint import blank_snapshot
-from ..engine._vector import RankVector
+from ..base import (Deadlock, Event, EventLog, JobLost, ProtocolError, RankError, RankFailed,
+                    merge)
+from ..engine import RankVector, blank_snapshot
 from ._host import RankSpec, ahead
 from ._fabric import Fabric
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness

@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ..base._errors import Deadlock
-from ..engine._waits import Wait
+from ..base import Deadlock
+from ..engine import Wait
 
 BACKGROUND: ContextVar[bool] = ContextVar("ftactors_background", default=False)
 """True in the coordinator's watching tasks (heartbeats, progress reports, this watch,

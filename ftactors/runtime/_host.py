@@ -22,10 +22,9 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from ..facade._comm import Communicator
-from ..engine._endpoint import Endpoint, Link
-from ..base._errors import ProtocolError
-from ..base._events import CHECKPOINT_KINDS
+from ..facade import Communicator
+from ..engine import Endpoint, Link
+from ..base import CHECKPOINT_KINDS, ProtocolError
 from ._identity import RunIdentity
 from ._protocol import protocol_classes
 from ._stale_locals import unset_after_restore

@@ -34,10 +34,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..base._events import Event
-from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
-                              NothingRegisteredWarning, StaleLocalWarning,
-                              UnsavedStateWarning, warn)
+from ..base import (Event, KillNotFiredWarning, NoCheckpointWarning, NothingRegisteredWarning,
+                    StaleLocalWarning, UnsavedStateWarning, warn)
 from ._chaos import Kill
 from ._protocol import protocol_classes
 from ._stale_locals import stale_key, stale_text

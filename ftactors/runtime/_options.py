@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..base._errors import ConfigError
-from ..facade._collectives import LARGE_COLLECTIVES_BYTES
+from ..base import ConfigError
+from ..facade import LARGE_COLLECTIVES_BYTES
 
 INTERVAL, OWN_ROUNDS, STATE = "interval", "own rounds", "state"
 ROLES = {

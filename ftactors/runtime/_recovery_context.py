@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from ..base._errors import ProtocolError
+from ..base import ProtocolError
 from ._checkpoints import load_own
 from ._deaths import NewFailure, RankDied
 

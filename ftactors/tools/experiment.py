@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ftactors as ft
-from ..runtime._config import RunConfig
-from ..runtime._options import INTERVAL, option_values, with_role
-from ..runtime._protocol import protocol_classes
+from ..runtime import INTERVAL, RunConfig, option_values, protocol_classes, with_role
 from .apps_cli import APPS, app_module, parse_pair, protocol_stack, stack_names
 from .programs import FORMS, Program, is_reference, literal, parse_kwargs, resolve
 

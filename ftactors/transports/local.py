@@ -18,10 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..runtime._coordinator import RankDied
-from ..engine._endpoint import Link
-from ..engine._envelope import Envelope
-from ..runtime._host import Killed, RankHost, RankSpec
+from ..runtime import Killed, RankDied, RankHost, RankSpec
+from ..engine import Envelope, Link
 from ._direct import WINDOW_BYTES
 
 

@@ -70,14 +70,9 @@ import ray
 from ray.exceptions import RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..runtime._coordinator import RankDied
-from ..runtime._options import CORE_OPTIONS
-from ..engine._endpoint import Link
-from ..base._errors import ConfigError, ProtocolError
-from ..base._warnings import RankNicenessWarning, warn
-from ..engine._envelope import Envelope, from_rows, to_rows
-from ..runtime._host import RankHost, RankSpec
-from ..engine._payload import Payload, is_plain
+from ..runtime import CORE_OPTIONS, RankDied, RankHost, RankSpec
+from ..engine import Envelope, Link, Payload, from_rows, is_plain, to_rows
+from ..base import ConfigError, ProtocolError, RankNicenessWarning, warn
 from . import _sources
 from ._direct import Listener, Peers, RunSecret, encode
 from ._spin import Spin

@@ -141,9 +141,9 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors.engine._envelope import APP, Envelope
-from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
+from ftactors.engine import APP, Envelope
+from ftactors.base import ProtocolError
+from ftactors.runtime import CONSISTENCY, LEVEL, Protocol
 
 from . import machine as _ddv
 from .member import AT_COMMIT, CUT, DELIVER, DEPEND, FORCE, LATE, ClcMember, Logged
