@@ -3,9 +3,10 @@ endpoint that numbers, batches, logs and snapshots a rank's messages. Imports on
 ``ftactors.base``; knows nothing of ranks' programs, protocols or transports."""
 from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, SUCCESS, TAG_UB, UNDEFINED
 from ._determinants import ANY, DETS, SOME
-from ._endpoint import Endpoint, Link, blank_snapshot
+from ._endpoint import Endpoint, Link
 from ._envelope import APP, COLLECTIVE_SUFFIX, CTRL, Envelope, from_rows, to_rows
 from ._payload import Payload, is_plain, unpack
+from ._snapshots import blank_snapshot
 from ._synchronous import Synchronous
 from ._vector import RankVector
 from ._waits import Wait

@@ -1,11 +1,12 @@
 """The mpi4py-like facade programs call: Communicator (``_comm``), collectives built on
 point-to-point messages, Request/Status and reduction ops. Imports ``ftactors.engine`` and
 ``ftactors.base``."""
-from ._buffers import (BYTE, CHAR, C_BOOL, C_DOUBLE_COMPLEX, C_FLOAT_COMPLEX,
-                       C_LONG_DOUBLE_COMPLEX, DOUBLE, Datatype, FLOAT, INT, INT16_T, INT32_T,
-                       INT64_T, INT8_T, IN_PLACE, LONG, LONG_DOUBLE, LONG_LONG, SHORT,
-                       SIGNED_CHAR, UINT16_T, UINT32_T, UINT64_T, UINT8_T, UNSIGNED,
-                       UNSIGNED_CHAR, UNSIGNED_LONG, UNSIGNED_LONG_LONG, UNSIGNED_SHORT)
+from ._buffers import IN_PLACE
+from ._datatypes import (BYTE, CHAR, C_BOOL, C_DOUBLE_COMPLEX, C_FLOAT_COMPLEX,
+                         C_LONG_DOUBLE_COMPLEX, DOUBLE, Datatype, FLOAT, INT, INT16_T, INT32_T,
+                         INT64_T, INT8_T, LONG, LONG_DOUBLE, LONG_LONG, SHORT, SIGNED_CHAR,
+                         UINT16_T, UINT32_T, UINT64_T, UINT8_T, UNSIGNED, UNSIGNED_CHAR,
+                         UNSIGNED_LONG, UNSIGNED_LONG_LONG, UNSIGNED_SHORT)
 from ._collectives import LARGE_COLLECTIVES_BYTES
 from ._comm import Cartcomm, Communicator
 from ._environment import (Attach_buffer, BSEND_OVERHEAD, Detach_buffer, Get_processor_name,
