@@ -114,21 +114,9 @@ class Coordinator:
         self.kills = config.kills  # the chaos plan, as struck here
         self.kill_method, self.stall_s = config.kill_method, config.stall_s
         self.job_lost_at, self.partitions = config.job_lost_at, config.partitions
-        progress = self.options.pop("progress", False)
-        interval_s = float(self.options.pop("progress_interval_s",
-                                            core_default("progress_interval_s")))
-        hb = self.options.get("heartbeat_interval_s", fabric.heartbeat_interval_s)
-        self.heartbeat_interval_s = None if hb is None else float(hb)
-        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
-                                                          core_default("heartbeat_timeout_s")))
-        self.liveness = Liveness(self.heartbeat_timeout_s)
         self.events = EventLog(fabric.clock)
-        self.reporter = None  # progress reports (runtime/_progress)
-        if progress:
-            self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
-                                     fabric.clock)
-            self.events.on_record = self.reporter.on_event
-        ranks = config.ranks
+        self._watch_settings()
+        ranks = self.n
         self.handles: list[Any] = [None] * ranks
         self.pool = SparePool(self, config.spares)
         self._hosted = [asyncio.Event() for _ in range(ranks)]  # set once a rank has a host
@@ -165,6 +153,24 @@ class Coordinator:
         self.watch = DeadlockWatch(self)
         self._deadlock: Deadlock | None = None  # found by the watch: ends the run
         self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
+
+    def _watch_settings(self) -> None:
+        """Heartbeats and progress reports, as the options set them: heartbeats by the
+        fabric's default where none is set; progress reports (``runtime/_progress``) on
+        the run's events. The progress options leave ``options`` (the ranks' copy)."""
+        progress = self.options.pop("progress", False)
+        interval_s = float(self.options.pop("progress_interval_s",
+                                            core_default("progress_interval_s")))
+        hb = self.options.get("heartbeat_interval_s", self.fabric.heartbeat_interval_s)
+        self.heartbeat_interval_s = None if hb is None else float(hb)
+        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
+                                                          core_default("heartbeat_timeout_s")))
+        self.liveness = Liveness(self.heartbeat_timeout_s)
+        self.reporter = None
+        if progress:
+            self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
+                                     self.fabric.clock)
+            self.events.on_record = self.reporter.on_event
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:

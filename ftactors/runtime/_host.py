@@ -102,57 +102,71 @@ class RankHost:
         ``restore``: a shared snapshot handle (``Link.share``) this replacement starts
         from, or a survivor that had finished is rolled back to.
         """
-        obj, ep = self.obj, self.ep
+        ep = self.ep
         ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
         ep.rank_task = asyncio.current_task()  # whose waits are the rank's (``_waits``)
         self._parked = None
         self._ready = asyncio.get_running_loop().create_future()
         try:
-            if not self._started:
-                self._started = True
-                await obj.on_start()
-                ep.started()
-            if restore is not None:
-                # the incarnation the restore makes this rank: a new host's own, or a new
-                # one for a rank that had finished and runs again (a survivor rolled back)
-                await self._install(restore, restore["peer_epochs"][self.spec.rank])
-            ep.open()
-            if restore is None and self.spec.incarnation == 0:
-                self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
-            self._ready.set_result(None)
-            while True:
-                if self._parked is not None:
-                    # paused: wait for the restore (a pause that came while the last one
-                    # was installed holds too: main() must not run that restore's state
-                    # while the round that paused it gives every rank another)
-                    ep.rank_task = asyncio.current_task()
-                    handle, epoch = await self._parked
-                    self._parked = None
-                    await self._install(handle, epoch)
-                    continue
-                self._main = ep.rank_task = asyncio.ensure_future(obj.main(*args, **kwargs))
-                try:
-                    value = await self._main
-                except asyncio.CancelledError as exc:
-                    if self._failure is not None:
-                        raise self._failure from None
-                    if self._parked is None:
-                        if self._main.cancelling():  # cancelled from outside: the run ends
-                            raise
-                        # main() itself raised it: an application error like any other
-                        raise RuntimeError("main() raised asyncio.CancelledError") from exc
-                    continue
-                break
+            await self._begin(restore)
+            value = await self._main_to_end(args, kwargs)
             ep.rank_task = asyncio.current_task()
             if self._die_at_return:
                 self._die_at_return = False
                 await self.die(moment="return")
-            await obj.on_finish()
+            await self.obj.on_finish()
         except Killed:
             raise
         except Exception as exc:  # an application (or protocol) error: report, don't crash
             return self._error(unset_after_restore(exc, ep.resumed_at)
                                or f"{type(exc).__name__}: {exc}", exc)
+        return self._returned(value)
+
+    async def _begin(self, restore: Any) -> None:
+        """Start the rank (``on_start`` once per host), install ``restore`` if given,
+        open the endpoint and say the rank is ready (``ready``)."""
+        ep = self.ep
+        if not self._started:
+            self._started = True
+            await self.obj.on_start()
+            ep.started()
+        if restore is not None:
+            # the incarnation the restore makes this rank: a new host's own, or a new
+            # one for a rank that had finished and runs again (a survivor rolled back)
+            await self._install(restore, restore["peer_epochs"][self.spec.rank])
+        ep.open()
+        if restore is None and self.spec.incarnation == 0:
+            self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
+        self._ready.set_result(None)
+
+    async def _main_to_end(self, args: tuple, kwargs: dict) -> Any:
+        """``main()``'s return value, with every pause and restore in between: a paused
+        rank waits for its restore, installs it and runs ``main()`` again."""
+        ep = self.ep
+        while True:
+            if self._parked is not None:
+                # paused: wait for the restore (a pause that came while the last one
+                # was installed holds too: main() must not run that restore's state
+                # while the round that paused it gives every rank another)
+                ep.rank_task = asyncio.current_task()
+                handle, epoch = await self._parked
+                self._parked = None
+                await self._install(handle, epoch)
+                continue
+            self._main = ep.rank_task = asyncio.ensure_future(self.obj.main(*args, **kwargs))
+            try:
+                return await self._main
+            except asyncio.CancelledError as exc:
+                if self._failure is not None:
+                    raise self._failure from None
+                if self._parked is None:
+                    if self._main.cancelling():  # cancelled from outside: the run ends
+                        raise
+                    # main() itself raised it: an application error like any other
+                    raise RuntimeError("main() raised asyncio.CancelledError") from exc
+
+    def _returned(self, value: Any) -> dict:
+        """``run``'s outcome for ``main()``'s return value: it must travel pickled."""
         unpicklable = _unpicklable(value)
         if unpicklable is not None:
             return self._error(f"{type(unpicklable).__name__}: main() returned a "
@@ -160,9 +174,9 @@ class RankHost:
                                f"({unpicklable}); a rank's result travels to the driver "
                                f"pickled, on every transport: return plain data",
                                unpicklable)
-        ep.flush()
+        self.ep.flush()
         # the position says whether the rank ever offered a safe point (None: never)
-        ep.events.record("finish", position=ep.position)
+        self.ep.events.record("finish", position=self.ep.position)
         return {"ok": True, "value": value}
 
     def _error(self, message: str, exc: BaseException) -> dict:
