@@ -355,8 +355,8 @@ class RayFabric:
             if keep and pool.give(self._job, Warm(actor, self.worker_of.get(actor),
                                                   closed[actor])):
                 continue
-            if actor is self.inbox:  # on purpose: Ray once printed its crash notice
-                DEATH_NOTICES.expect(self._inbox_worker)  # (it aborted in Ray, loaded)
+            if actor is self.inbox:  # killed on purpose: Ray may report its process as
+                DEATH_NOTICES.expect(self._inbox_worker)  # crashed (under load), unprinted
             ray.kill(actor, no_restart=True)
         self.actors.clear()
 
