@@ -44,17 +44,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _notices
-from ._chaos import Kill, KillPlan
+from ._chaos import KillPlan
 from ._chaos_fabric import ChaosFabric
+from ._config import RunConfig
 from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
-from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFailed
-from ..base._events import Event, EventLog, merge
-from ..engine._endpoint import blank_snapshot
-from ..engine._vector import RankVector
+from ..base import (Deadlock, Event, EventLog, JobLost, ProtocolError, RankError, RankFailed,
+                    merge)
+from ..engine import RankVector, blank_snapshot
 from ._host import RankSpec, ahead
-from ._identity import RunIdentity
+from ._fabric import Fabric
 from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
 from ._options import core_default
 from ._progress import Printer, Reporter
@@ -106,42 +106,23 @@ class RunResult:
 class Coordinator:
     """Runs one job on one fabric."""
 
-    def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
-                 kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
-                 job_lost_at: int | None = None, partitions: tuple = (), spares: int = 0,
-                 trace: bool, options: dict, identity: RunIdentity,
-                 restore: list[bytes] | None = None, start: tuple | None = None):
-        self.fabric = ChaosFabric(fabric, KillPlan(kills, kill_method, job_lost_at), self,
-                                  stall_s=stall_s, partitions=partitions)
-        self.rank_cls = rank_cls
-        self.n = ranks
-        self.args = args
-        self.kwargs = kwargs
-        self.job_lost_at = job_lost_at
-        self.n_spares = spares
-        self.restore = restore
-        self.identity = identity
-        self.start = start  # the position of the set a resumed job started from
-        self.reached = start  # the newest position this run is known to have stored
-        self.trace = trace
-        self.options = dict(options)
-        progress = self.options.pop("progress", False)
-        interval_s = float(self.options.pop("progress_interval_s",
-                                            core_default("progress_interval_s")))
-        default_hb = 1.0 if fabric.name == "ray" else None  # only real processes hang
-        hb = self.options.get("heartbeat_interval_s", default_hb)
-        self.heartbeat_interval_s = None if hb is None else float(hb)
-        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
-                                                          core_default("heartbeat_timeout_s")))
-        self.liveness = Liveness(self.heartbeat_timeout_s)
+    def __init__(self, fabric: Fabric, config: RunConfig):
+        # the fabric, wrapped: the run's points are handed to ``chaos.reached``
+        self.fabric = self.chaos = ChaosFabric(
+            fabric, KillPlan(config.kills, config.kill_method, config.job_lost_at), self,
+            stall_s=config.stall_s, partitions=config.partitions)
+        self.config = config
+        self.rank_cls = config.rank_cls
+        self.n = config.ranks
+        self.identity = config.identity
+        self.reached = config.start  # the newest position this run is known to have stored
+        self.options = dict(config.options)
+        self.job_lost_at = config.job_lost_at
         self.events = EventLog(fabric.clock)
-        self.reporter = None  # progress reports (runtime/_progress)
-        if progress:
-            self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
-                                     fabric.clock)
-            self.events.on_record = self.reporter.on_event
+        self._watch_settings()
+        ranks = self.n
         self.handles: list[Any] = [None] * ranks
-        self.pool = SparePool(self, spares)
+        self.pool = SparePool(self, config.spares)
         self._watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
         self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
         self._round_failed: set[int] = set()  # the failed ranks of the current round
@@ -170,16 +151,35 @@ class Coordinator:
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
-        self.policy = recovery_policy(self, rank_cls)
+        self.policy = recovery_policy(self, config.rank_cls)
         self.watch = DeadlockWatch(self)
         self._deadlock: Deadlock | None = None  # found by the watch: ends the run
         self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
 
+    def _watch_settings(self) -> None:
+        """Heartbeats and progress reports, as the options set them: heartbeats by the
+        fabric's default where none is set; progress reports (``runtime/_progress``) on
+        the run's events. The progress options leave ``options`` (the ranks' copy)."""
+        progress = self.options.pop("progress", False)
+        interval_s = float(self.options.pop("progress_interval_s",
+                                            core_default("progress_interval_s")))
+        hb = self.options.get("heartbeat_interval_s", self.fabric.heartbeat_interval_s)
+        self.heartbeat_interval_s = None if hb is None else float(hb)
+        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
+                                                          core_default("heartbeat_timeout_s")))
+        self.liveness = Liveness(self.heartbeat_timeout_s)
+        self.reporter = None
+        if progress:
+            self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
+                                     self.fabric.clock)
+            self.events.on_record = self.reporter.on_event
+
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
         """What rank ``rank``'s next host becomes (chaos adds its part: ``ChaosFabric``)."""
-        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
-                        self.options, incarnation=self.incarnations[rank], run=self.identity)
+        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank],
+                        self.config.trace is not None, self.options,
+                        incarnation=self.incarnations[rank], run=self.identity)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -187,7 +187,7 @@ class Coordinator:
         fabric.on_report = self._on_report
         await fabric.start(self.n)
         t0 = fabric.clock()
-        self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+        self.events.record("run_start", ranks=self.n, spares=self.config.spares,
                            transport=fabric.name)
         completed = False  # every rank returned and was collected
         try:
@@ -287,7 +287,7 @@ class Coordinator:
         """Rank ``rank``'s host from now on: ``spare`` promoted, else a new host (chaos
         may strike either as it starts)."""
         if spare is not None:
-            await self.fabric.reached(spare, spare=self.pool.index.get(spare),
+            await self.chaos.reached(spare, spare=self.pool.index.get(spare),
                                       moment="promoted")
             handle = await self.fabric.promote(spare, self.spec(rank))
         else:
@@ -335,7 +335,7 @@ class Coordinator:
         belongs to the execution the restore abandons: it is dropped."""
         self._drop_runs({rank})
         task = asyncio.ensure_future(
-            self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
+            self.fabric.run(self.handles[rank], self.config.args, self.config.kwargs, restore))
         self._runs[rank] = task
         task.add_done_callback(functools.partial(self._run_ended, rank))
         self._done.discard(rank)
@@ -352,9 +352,9 @@ class Coordinator:
 
     async def _supervise(self) -> list:
         for rank in range(self.n):
-            self.start_rank(rank, None if self.restore is None else
-                            {"snapshot": self.restore[rank], "peer_epochs": RankVector(self.n),
-                             "line": self.start})
+            self.start_rank(rank, None if self.config.restore is None else
+                            {"snapshot": self.config.restore[rank],
+                             "peer_epochs": RankVector(self.n), "line": self.config.start})
         watching = [self.watch.service()]  # (their timers wake no rank: ``_deadlock``)
         if self.heartbeat_interval_s:
             watching.append(self._heartbeats())
@@ -527,12 +527,12 @@ class Coordinator:
         strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``); the
         timeline records it, so reports can time each phase."""
         self.events.record("recovery_phase", round=self._round, phase=name)
-        await self.fabric.reached(recovery_round=self._round, recovery_phase=name)
+        await self.chaos.reached(recovery_round=self._round, recovery_phase=name)
 
     async def _reached(self, rank: int, moment: str) -> None:
         """Rank ``rank``'s current host reached ``moment`` of its life: chaos may strike
         it (``ft.Kill(rank, moment=...)``)."""
-        await self.fabric.reached(self.handles[rank], rank=rank,
+        await self.chaos.reached(self.handles[rank], rank=rank,
                                   incarnation=self.incarnations[rank], moment=moment)
 
     async def _all_reached(self, moment: str) -> None:
@@ -573,7 +573,8 @@ class Coordinator:
             return  # promoted in an earlier (aborted) round and still unused
         spare = await self.pool.take()
         if spare is None:
-            raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
+            raise RankFailed([rank], f"no spare left to replace it "
+                                     f"({self.config.spares} were started)")
         await self.respawn(rank, spare)
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], spares_left=len(self.pool))
@@ -631,14 +632,14 @@ class Coordinator:
         merged = {**(extra() if extra is not None else {}), **parts, **(notes or {})}
         spec = {"snapshot": snapshot, "peer_epochs": RankVector.of(self.epochs), "notes": merged}
         if line is not _NO_LINE:
-            spec["line"] = self.start if line is None else tuple(line)
+            spec["line"] = self.config.start if line is None else tuple(line)
         return spec
 
     def blank(self, rank: int) -> bytes:
         """A snapshot handle that restarts rank ``rank`` from the start of the run: of a
         job resumed with ``restart_from``, the set it started from."""
-        if self.restore is not None:
-            return self.restore[rank]
+        if self.config.restore is not None:
+            return self.config.restore[rank]
         return blank_snapshot(rank, self.n)
 
     def stored(self, position) -> None:
@@ -808,7 +809,7 @@ class Coordinator:
         direct = [s["direct"] for s in stats if "direct" in s]  # the direct data plane's
         if direct:
             metrics["direct"] = {key: sum(d[key] for d in direct) for key in direct[0]}
-        metrics.update(getattr(self.fabric, "metrics", dict)())  # the sim's events
+        metrics.update(self.fabric.metrics())  # the sim's events
         metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
         metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
         result = RunResult(results, merge(logs), metrics, self.identity.run_id)
