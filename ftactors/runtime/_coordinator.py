@@ -8,8 +8,10 @@ recover it. Whatever happens, every host it started is stopped before it returns
 
 Failure detection and arbitration (NR-MPI section 1.2): a rank is failed when its
 process dies (the fabric reports it within milliseconds) or when it stops answering
-heartbeats (a hung process). The coordinator is the single arbiter: it handles failures
-one *recovery round* at a time, each round with every failure known when it starts, so
+heartbeats (a hung process). The coordinator is the single arbiter; its decisions (each
+rank's life, the rounds, what a death comes to) are the ``Arbiter``'s (``_arbiter``, no
+I/O), which it asks and whose decisions it performs. Failures are handled one *recovery
+round* at a time, each round with every failure known when it starts, so
 every survivor sees the same failures in the same order. A failure noticed during a
 round (a call to a rank fails, or another rank's process dies) ends that round and starts
 a new one with all failures so far (NR-MPI's self-loops 2, 9 and 12). A rank may report
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _notices
+from ._arbiter import START_ATTEMPTS, Arbiter, GiveUp, Phase, Verdict
 from ._chaos import Kill, Partition
 from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
@@ -60,11 +63,6 @@ from ._protocol import parts_lead, protocol_classes
 from ._spares import SparePool
 
 COLLECT_TIMEOUT_S = 5.0
-START_ATTEMPTS = 4
-"""Hosts a rank may lose before it first runs (as they start, or while the ranks are
-wired) before the run ends with ``RankFailed``: a death there loses no state, so the
-rank simply gets another host, but a rank whose hosts keep dying is not started
-forever."""
 _ANY_SPARE = object()
 """``respawn``'s default: a warm spare if one is left, else a new host."""
 _NO_LINE = object()
@@ -146,10 +144,8 @@ class Coordinator:
         self._watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
         self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
         self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
-        self._round_failed: set[int] = set()  # the failed ranks of the current round
         self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
         self._epoch_counter = 0  # the largest epoch handed out
-        self.incarnations = [0] * ranks
         self.collected: list[dict] = []
         self.rank_events: list[Event] = []
         self.reports: list[Event] = []
@@ -160,19 +156,14 @@ class Coordinator:
         self._runs: dict[int, asyncio.Task] = {}  # rank -> its main() call under way
         self._ended: set[int] = set()  # ranks whose current main() call ended, not taken
         self._results: list = [None] * ranks
-        self._done: set[int] = set()
-        self._failed: set[int] = set()
-        self._failed_life: dict[int, int] = {}  # rank -> the incarnation found failed
-        self._failed_again: set[int] = set()  # failed again, on the host a round gave them
-        self._fresh: set[int] = set()  # replaced, not started yet
-        self._respawning: set[int] = set()  # between a new incarnation number and its host
         self._wake = asyncio.Event()
-        self._watching = False  # supervising: hints are checked
         self._pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
         self.policy = recovery_policy(self, rank_cls)
+        self.arbiter = Arbiter(ranks, recoverable=self.policy is not None)
+        self.incarnations = self.arbiter.incarnations  # rank -> its current life's number
         self.watch = DeadlockWatch(self)
         self._deadlock: Deadlock | None = None  # found by the watch: ends the run
         self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
@@ -266,31 +257,31 @@ class Coordinator:
         Raises:
             RankFailed: a rank lost ``START_ATTEMPTS`` hosts before it could run.
         """
-        lost = [0] * self.n
-        await _all([self._host(rank, lost) for rank in range(self.n)])
+        await _all([self._host(rank) for rank in range(self.n)])
         while True:
             try:
                 await _all([self.fabric.wire(self.handles), self._strike_all("wire")])
             except RankDied as died:
-                await self._host(died.rank, lost, died.reason)
+                await self._host(died.rank, died.reason)
                 continue
             dead = [r for r, h in sorted(self._lost_at_start.items()) if h is self.handles[r]]
             self._lost_at_start.clear()
             if not dead:
                 self.pool.fill()  # spares the start-up used
+                self.arbiter.wired()
                 return
             for rank in dead:  # died after its wiring call answered
-                await self._host(rank, lost, "its process died")
+                await self._host(rank, "its process died")
 
-    async def _host(self, rank: int, lost: list[int], died: str | None = None) -> None:
+    async def _host(self, rank: int, died: str | None = None) -> None:
         """A (new) host for rank ``rank``, which has not run yet; ``died``: why the last
         one is gone."""
         while True:
             if died is not None:
-                lost[rank] += 1
-                self.events.record("start_failed", rank=rank, reason=died, attempt=lost[rank])
-                if lost[rank] >= START_ATTEMPTS:
-                    raise RankFailed([rank], f"its host died {lost[rank]} times before the "
+                lost = self.arbiter.lost_at_start(rank)
+                self.events.record("start_failed", rank=rank, reason=died, attempt=lost)
+                if lost >= START_ATTEMPTS:
+                    raise RankFailed([rank], f"its host died {lost} times before the "
                                              f"rank could run (last: {died})")
                 old = self.handles[rank]
                 if old is not None:
@@ -329,12 +320,11 @@ class Coordinator:
         """Rank ``rank``'s host ``handle`` died: before the rank runs, the start-up gives
         it another; after, it is a failure (unless replaced meanwhile)."""
         await self.fabric.watch(handle)
-        if self.handles[rank] is not handle or rank in self._respawning:
-            return
-        if not self._watching:
+        verdict = self.arbiter.host_died(rank, current=self.handles[rank] is handle)
+        if verdict is Verdict.START_AGAIN:
             self._lost_at_start[rank] = handle
-            return
-        self.fail(rank, "its process died")
+        else:
+            self._noticed(rank, "its process died", verdict)
 
     def helper(self, coro) -> asyncio.Task:
         """Run ``coro`` in the background until the run ends."""
@@ -346,7 +336,7 @@ class Coordinator:
     def unstarted(self) -> set[int]:
         """Ranks given a new host in this recovery (or an aborted one) and not started
         yet: they hold no state."""
-        return set(self._fresh)
+        return self.arbiter.unstarted()
 
     def start_rank(self, rank: int, restore: Any = None) -> None:
         """Run (or run again, from ``restore``) rank ``rank``'s ``main()``. The outcome of
@@ -357,8 +347,7 @@ class Coordinator:
             self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
         self._runs[rank] = task
         task.add_done_callback(functools.partial(self._run_ended, rank))
-        self._done.discard(rank)
-        self._fresh.discard(rank)
+        self.arbiter.started(rank)
         self._wake.set()
 
     def _run_ended(self, rank: int, task: asyncio.Task) -> None:
@@ -385,10 +374,10 @@ class Coordinator:
         if service is not None:
             self.helper(service())
         self.fabric.on_quiet(self._quiet)
-        self._watching = True
+        self.arbiter.supervising()
         try:
-            while len(self._done) < self.n or self._failed:
-                if self._failed:
+            while not self.arbiter.over():
+                if self.arbiter.pending:
                     await self._recover()
                     continue
                 if self._deadlock is not None:
@@ -407,10 +396,10 @@ class Coordinator:
                     if error is not None:
                         await self._collect()
                         raise error
-                    if rank in self._done:
+                    if rank in self.arbiter.kept:
                         await self._strike(rank, "finished")
         finally:
-            self._watching = False
+            self.arbiter.ending()
             self.fabric.on_quiet(None)
             for _, task in sorted(self._runs.items()):
                 task.cancel()  # a rank that dies after the run ended (a lost job's) is moot:
@@ -422,15 +411,14 @@ class Coordinator:
     # ------------------------------------------------------------- deadlocks
     def steady(self) -> bool:
         """Whether nothing of the coordinator's can wake a rank now: no failure being
-        recovered (a failed rank stays in ``_failed`` until its round ends), no request
-        to a rank under way, every rank running or finished (``_deadlock``)."""
-        return (not self._failed and not self._calls
-                and not self._ended and not self._fresh and not self._respawning
-                and len(self._runs) + len(self._done) == self.n)  # (never both)
+        recovered and no rank between hosts (``Arbiter.settled``), no request to a rank
+        under way, every rank running or finished (``_deadlock``)."""
+        return (self.arbiter.settled() and not self._calls and not self._ended
+                and len(self._runs) + len(self.arbiter.kept) == self.n)  # (never both)
 
     def finished(self) -> set[int]:
         """The ranks whose results are in hand (read only)."""
-        return self._done
+        return self.arbiter.kept
 
     def _quiet(self) -> None:
         """The fabric has nothing pending but the coordinator's watching (sim): read the
@@ -459,19 +447,18 @@ class Coordinator:
         if not outcome["ok"]:
             return RankError(rank, outcome["error"], outcome["traceback"])
         self._results[rank] = outcome["value"]
-        self._done.add(rank)
+        self.arbiter.returned(rank)
         return None
 
     def fail(self, rank: int, reason: str) -> None:
         """Rank ``rank`` (its current incarnation) is failed: arbitrate it."""
-        if rank in self._failed:
-            if self._failed_life.get(rank) == self.incarnations[rank]:
-                return
-            # the new host the round under way gave it died too: a failure of its own,
-            # which must outlive the end of that round (``_recover``)
-            self._failed_again.add(rank)
-        if rank in self._done and (self.policy is None or len(self._done) == self.n):
-            # its result is in hand and no recovery can need it again
+        self._noticed(rank, reason, self.arbiter.died(rank))
+
+    def _noticed(self, rank: int, reason: str, verdict: Verdict) -> None:
+        """Record what the arbiter made of a death of ``rank``."""
+        if verdict is Verdict.IGNORE:
+            return
+        if verdict is Verdict.LOST_AFTER_RETURN:
             self.events.record("lost_after_return", rank=rank, reason=reason)
             return
         killed = [e for e in self.reports if e.rank == rank and e.kind == "killed"]
@@ -481,54 +468,51 @@ class Coordinator:
         detected = self.events.record("failure_detected", rank=rank, **detail)
         if not killed:  # its last word may still be on its way: dated when it comes
             self._undated[(rank, self.incarnations[rank])] = detected
-        self._failed.add(rank)
-        self._failed_life[rank] = self.incarnations[rank]
-        self._fresh.discard(rank)
-        self._done.discard(rank)
         self._wake.set()
 
     async def _recover(self) -> None:
         if self.job_lost_at is not None:
             await self.fabric.drain_reports()  # a death's last word (Ray's inbox) is in
-        if self._job_lost():
-            self.events.record("job_lost", iteration=self.job_lost_at, ranks=list(range(self.n)))
-            await self._collect()
-            raise JobLost(sorted(self._failed),
-                          f"the whole job was lost at iteration {self.job_lost_at} (chaos): "
-                          f"every rank and the driver; a new job resumes from stable storage "
-                          f"with restart_from")
-        if self.policy is None:
-            await self._collect()
-            ranks = sorted(self._failed)
-            reasons = "; ".join(e.detail["reason"] for e in self.events.events
-                                if e.kind == "failure_detected" and e.rank in ranks)
-            raise RankFailed(ranks, reasons or "its process died")
-        failed = set(self._failed)
-        round_no = sum(1 for e in self.events.events if e.kind == "recovery_start")
+        rnd = self.arbiter.open_round(self._job_lost())
+        if isinstance(rnd, GiveUp):
+            raise await self._give_up(rnd)
+        failed = set(rnd.failed)
+        round_no = rnd.number
         self.events.record("recovery_start", round=round_no, failed=sorted(failed))
         self._drop_runs(failed)  # their deaths are known
-        self._round = round_no
-        self._round_failed = failed
         await self.phase("start")
         try:
             await self.policy.recover(failed)
         except (NewFailure, RankDied) as exc:
-            more = exc if isinstance(exc, NewFailure) else NewFailure({exc.rank})
-            for rank in sorted(more.ranks - failed):
-                self.fail(rank, "failed during recovery")
-            if self.part_levels is None:  # (levels that keep parts rescued theirs first)
-                for rank in sorted(self._fresh - self._failed):  # its old life was stopped
-                    self.fail(rank, "given a new host in a round cut short: it holds no state")
-            self._failed_again.clear()  # still failed: the next round takes them
-            self.events.record("recovery_restart", round=round_no, failed=sorted(self._failed))
+            more = exc.ranks if isinstance(exc, NewFailure) else {exc.rank}
+            # (levels that keep parts rescued the parts of ranks given a new host)
+            for rank, reason, verdict in self.arbiter.round_cut(
+                    more, rescued=self.part_levels is not None):
+                self._noticed(rank, reason, verdict)
+            self.events.record("recovery_restart", round=round_no,
+                               failed=sorted(self.arbiter.pending))
             return
         except RankFailed:
             await self._collect()
             raise
-        self._failed = (self._failed - failed) | self._failed_again
-        self._failed_again.clear()
+        self.arbiter.round_done()
         self.events.record("recovery_end", round=round_no)
         await self.collect_events()  # so a rank that dies later does not take them along
+
+    async def _give_up(self, decision: GiveUp) -> RankFailed:
+        """No round can recover ``decision.ranks``: the error that ends the run (the
+        ranks' events collected first)."""
+        if decision.job_lost:
+            self.events.record("job_lost", iteration=self.job_lost_at, ranks=list(range(self.n)))
+            await self._collect()
+            return JobLost(decision.ranks,
+                           f"the whole job was lost at iteration {self.job_lost_at} (chaos): "
+                           f"every rank and the driver; a new job resumes from stable storage "
+                           f"with restart_from")
+        await self._collect()
+        reasons = "; ".join(e.detail["reason"] for e in self.events.events
+                            if e.kind == "failure_detected" and e.rank in decision.ranks)
+        return RankFailed(decision.ranks, reasons or "its process died")
 
     def _job_lost(self) -> bool:
         """A rank died where ``Chaos(job_lost_at=)`` loses the whole job."""
@@ -541,13 +525,14 @@ class Coordinator:
         """A recovery policy reached phase ``name`` of the current round: chaos may
         strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``); the
         timeline records it, so reports can time each phase."""
-        self.events.record("recovery_phase", round=self._round, phase=name)
+        round_no = self.arbiter.round.number
+        self.events.record("recovery_phase", round=round_no, phase=name)
         for i, kill in enumerate(self.kills):
-            if (kill.recovery_round == self._round and kill.recovery_phase == name
+            if (kill.recovery_round == round_no and kill.recovery_phase == name
                     and i not in self._fired):
                 self._fired.add(i)
                 self.events.record("killed", rank=kill.rank, how=self.kill_method,
-                                   during_recovery=self._round, phase=name)
+                                   during_recovery=round_no, phase=name)
                 await self.fabric.kill(self.handles[kill.rank], self.kill_method)
 
     async def _strike(self, rank: int, moment: str) -> None:
@@ -608,7 +593,7 @@ class Coordinator:
         Raises:
             RankFailed: no spare is left.
         """
-        if rank in self._fresh:
+        if rank in self.arbiter.unstarted():
             return  # promoted in an earlier (aborted) round and still unused
         spare = await self.pool.take()
         if spare is None:
@@ -632,9 +617,8 @@ class Coordinator:
         self._drop_runs({rank})
         old = self.handles[rank]
         self._unwatch(rank)  # its death from now on is no failure
-        self.incarnations[rank] += 1
+        self.arbiter.respawning(rank)  # its handle is the stopped old one until swapped
         self.epochs[rank] = self.next_epoch()
-        self._respawning.add(rank)  # its handle is the stopped old one until swapped
         try:
             if stop_old:
                 await self.fabric.kill(old, "ray.kill")
@@ -642,13 +626,12 @@ class Coordinator:
                 spare = self.pool.take_ready()
             warm = spare is not None
             await self._new_host(rank, spare)
-        except RankDied:
-            raise NewFailure({rank}) from None
-        finally:
-            self._respawning.discard(rank)
-        self._fresh.add(rank)
-        if rank not in self._round_failed:  # its old life died as this round replaced it:
-            self._failed.discard(rank)  # moot, as the round restores it anyway
+        except BaseException as exc:
+            self.arbiter.host_lost(rank)
+            if isinstance(exc, RankDied):
+                raise NewFailure({rank}) from None
+            raise
+        self.arbiter.hosted(rank)
         self.events.record("respawned", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], warm=warm)
         return old
@@ -762,7 +745,8 @@ class Coordinator:
         outside = [r for r in range(self.n) if r not in inside]
         await asyncio.gather(*(
             self.fabric.cut(self.handles[r], outside if r in inside else list(p.ranks), p.seconds)
-            for r in range(self.n) if r not in self._failed and self.handles[r] is not None),
+            for r in range(self.n)
+            if r not in self.arbiter.pending and self.handles[r] is not None),
             return_exceptions=True)  # a rank that died meanwhile is not cut off
 
     def _on_report(self, event: Event) -> None:
@@ -786,7 +770,7 @@ class Coordinator:
         may be gone. Only a hint (the connection may have failed on its own): ``rank`` is
         pinged now, unless a ping is already under way, and the ping's outcome
         (``hint_checked``) or the heartbeats' bound decides, as for any ping."""
-        if self._watching and rank not in self._failed and rank not in self._respawning:
+        if self.arbiter.phase is Phase.SUPERVISING and self.arbiter.watched(rank):
             self._beat(rank, self.fabric.clock(), hint=True)
 
     def _beat(self, rank: int, now: float, hint: bool = False) -> None:
@@ -808,7 +792,7 @@ class Coordinator:
             await self.fabric.sleep(self.heartbeat_interval_s)
             now = self.fabric.clock()
             for rank in range(self.n):
-                if (rank in self._failed or rank in self._respawning
+                if (not self.arbiter.watched(rank)
                         or pinged.get(rank, self.incarnations[rank]) != self.incarnations[rank]):
                     live.forget(rank)  # its ping went to a life that is over
                     pinged.pop(rank, None)
@@ -828,7 +812,7 @@ class Coordinator:
                 busy.discard(rank)
                 live.forget(rank)
                 pinged.pop(rank, None)
-                if rank in self._failed or rank in self._respawning:
+                if not self.arbiter.watched(rank):
                     continue
                 self.events.record("hang_detected", rank=rank, waited_s=waited,
                                    timeout_s=bound)
@@ -846,8 +830,7 @@ class Coordinator:
         except RankDied as died:
             if hint:
                 self.events.record("hint_checked", rank=rank, alive=False)
-            if (self.incarnations[rank] == incarnation and rank not in self._failed
-                    and rank not in self._respawning):
+            if self.incarnations[rank] == incarnation and self.arbiter.watched(rank):
                 self.fail(rank, died.reason or "its process died")
             if self.incarnations[rank] == incarnation:
                 self.liveness.forget(rank)
