@@ -107,6 +107,7 @@ class Verdict(enum.Enum):
 
     IGNORE = "ignore"              # a repeat, or a host replaced (or being replaced)
     START_AGAIN = "start_again"    # before its rank ran: another host, the wiring again
+    ARBITRATE = "arbitrate"        # its current life's host, supervised: ``died`` decides
     FAILURE = "failure"            # pending now: a round recovers it
     LOST_AFTER_RETURN = "lost_after_return"  # recorded only
 
@@ -236,7 +237,7 @@ class Arbiter:
             return Verdict.START_AGAIN
         if self.phase is Phase.ENDING:
             return Verdict.IGNORE
-        return self.died(rank)
+        return Verdict.ARBITRATE
 
     def died(self, rank: int) -> Verdict:
         """Rank ``rank``'s current life is found failed (its process died, it hung, a

@@ -323,8 +323,8 @@ class Coordinator:
         verdict = self.arbiter.host_died(rank, current=self.handles[rank] is handle)
         if verdict is Verdict.START_AGAIN:
             self._lost_at_start[rank] = handle
-        else:
-            self._noticed(rank, "its process died", verdict)
+        elif verdict is Verdict.ARBITRATE:
+            self.fail(rank, "its process died")
 
     def helper(self, coro) -> asyncio.Task:
         """Run ``coro`` in the background until the run ends."""

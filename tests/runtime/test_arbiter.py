@@ -59,7 +59,8 @@ def test_start_up_ends_wired_and_supervision_starts_the_ranks(arbiter):
     for rank in range(2):
         a.started(rank)
     a.supervising()
-    assert a.host_died(0, current=True) is arbiter.Verdict.FAILURE
+    assert a.host_died(0, current=True) is arbiter.Verdict.ARBITRATE
+    assert a.died(0) is arbiter.Verdict.FAILURE
 
 
 # -------------------------------------------------------------------- failures
@@ -68,8 +69,8 @@ def test_a_death_is_a_failure_once_and_a_repeat_is_ignored(arbiter):
     V = arbiter.Verdict
     assert a.died(2) is V.FAILURE
     assert a.pending == {2} and a.life(2) is arbiter.Life.FAILED and a.failed_life[2] == 0
-    assert a.host_died(2, current=True) is V.IGNORE  # the same life, seen twice
-    assert a.died(2) is V.IGNORE and a.again == set()
+    assert a.host_died(2, current=True) is V.ARBITRATE
+    assert a.died(2) is V.IGNORE and a.again == set()  # the same life, seen twice
     assert not a.watched(2) and a.watched(1) and not a.settled()
 
 
@@ -129,7 +130,7 @@ def test_a_new_host_dying_before_it_starts_is_no_longer_unstarted(arbiter):
     a.open_round(job_lost=False)
     replaced(a, 2)
     assert a.unstarted() == {2}
-    a.host_died(2, current=True)
+    a.died(2)
     assert a.unstarted() == set() and a.life(2) is arbiter.Life.FAILED
 
 
@@ -337,7 +338,8 @@ MUTANTS = [
     ("        self.failed_life[rank] = inc\n        self.kept.discard(rank)",
      "        self.failed_life[rank] = inc"),
     # a death where nothing ran starts again; one the ending sees is not arbitrated
-    ("            return Verdict.START_AGAIN", "            return self.died(rank)"),
+    ("            return Verdict.START_AGAIN", "            return Verdict.ARBITRATE"),
+    ("        return Verdict.ARBITRATE\n", "        return Verdict.IGNORE\n"),
     ("        if self.phase is Phase.ENDING:\n            return Verdict.IGNORE\n", ""),
     # a death of a host the rank left, or is leaving, is nobody's failure
     ("if not current or self.lives[rank] is Life.RESPAWNING:",
