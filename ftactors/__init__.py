@@ -10,7 +10,7 @@ from .facade._buffers import (
     INT64_T, UINT8_T, UINT16_T, UINT32_T, UINT64_T, IN_PLACE, Datatype)
 from .facade._comm import Cartcomm, Communicator
 from .engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, SUCCESS, TAG_UB, UNDEFINED
-from .runtime._coordinator import RunResult
+from .runtime._results import RunResult
 from .engine._envelope import APP, CTRL, Envelope
 from .base._errors import (CheckpointCorrupted, ConfigError, Deadlock, FTError, JobLost,
                            ProtocolError, RankError, RankFailed)

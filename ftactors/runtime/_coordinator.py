@@ -40,62 +40,32 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import _notices
-from ._arbiter import START_ATTEMPTS, Arbiter, GiveUp, Phase, Verdict
+from ._arbiter import START_ATTEMPTS, Arbiter, GiveUp, Verdict
 from ._chaos import Kill, Partition
 from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
 from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFailed
-from ..base._events import Event, EventLog, merge
+from ..base._events import Event, EventLog
 from ..engine._endpoint import blank_snapshot
 from ..engine._vector import RankVector
 from ._host import RankSpec, ahead
 from ._identity import RunIdentity
-from ._liveness import BUSY_FACTOR, BUSY_STATES, Liveness
+from ._heartbeats import Heartbeats
 from ._options import core_default
 from ._progress import Printer, Reporter
 from ._recovery_context import RecoveryContext
+from ._results import Harvest, RunResult
 from ._protocol import parts_lead, protocol_classes
 from ._spares import SparePool
 
-COLLECT_TIMEOUT_S = 5.0
 _ANY_SPARE = object()
 """``respawn``'s default: a warm spare if one is left, else a new host."""
 _NO_LINE = object()
 """``restore_spec``'s default: no recovery line to check the snapshot against."""
-
-
-@dataclass
-class RunResult:
-    """What ``ft.run`` returns.
-
-    Attributes:
-        results: ``main()``'s return value per rank.
-        events: the run's timeline (``ft.Event`` records, in time order). An event's
-            ``time`` is in seconds since the run started (``ft.run`` making its
-            transport, before any rank starts), on every transport: wall-clock seconds
-            on ``local`` and ``ray`` (a rank's events by its node's clock), virtual ones
-            on ``sim``.
-        metrics: counters and timings (wall time, messages, duplicates dropped, ...);
-            ``kills_planned``, ``kills_fired`` and ``kills_unfired`` (each kill's
-            settings; an unfired one with ``why``), ``restored_unregistered`` (ranks
-            restored past the first loop's top with nothing registered),
-            ``safe_points`` (whether any rank offered one): see ``runtime/_notices``.
-        run_id: the run's id: its stored checkpoint sets are in ``run-<run_id>`` of a store.
-    """
-
-    results: list
-    events: list[Event] = field(default_factory=list)
-    metrics: dict = field(default_factory=dict)
-    run_id: str = ""
-
-    def events_of(self, kind: str) -> list[Event]:
-        """The events of one kind, in time order."""
-        return [ev for ev in self.events if ev.kind == kind]
 
 
 class Coordinator:
@@ -131,7 +101,7 @@ class Coordinator:
         self.heartbeat_interval_s = None if hb is None else float(hb)
         self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
                                                           core_default("heartbeat_timeout_s")))
-        self.liveness = Liveness(self.heartbeat_timeout_s)
+        self.heartbeats = Heartbeats(self, self.heartbeat_interval_s, self.heartbeat_timeout_s)
         self.events = EventLog(fabric.clock)
         self.reporter = None  # progress reports (runtime/_progress)
         if progress:
@@ -146,8 +116,7 @@ class Coordinator:
         self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
         self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
         self._epoch_counter = 0  # the largest epoch handed out
-        self.collected: list[dict] = []
-        self.rank_events: list[Event] = []
+        self.harvest = Harvest(self)  # the ranks' events, traces and counters
         self.reports: list[Event] = []
         self._undated: dict[tuple[int, int], Event] = {}
         """(rank, incarnation) -> its ``failure_detected`` event, found before the rank's
@@ -157,7 +126,6 @@ class Coordinator:
         self._ended: set[int] = set()  # ranks whose current main() call ended, not taken
         self._results: list = [None] * ranks
         self._wake = asyncio.Event()
-        self._pinged: dict[int, int] = {}  # rank -> the incarnation its outstanding ping went to
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
@@ -208,17 +176,17 @@ class Coordinator:
                 self.wired.set()
                 results = await self._supervise()
             except (RankError, RankFailed, Deadlock) as exc:
-                exc.events = merge([self.events.events, self.rank_events])
+                exc.events = self.harvest.timeline()
                 raise
             if self.policy is not None:
                 await self._finish()
             self.events.record("run_end")
-            await self._collect()
+            await self.harvest.collect()
             completed = True
         except (RankDied, NewFailure) as exc:  # a death nothing above took: never raw
             ranks = sorted(exc.ranks) if isinstance(exc, NewFailure) else [exc.rank]
             failed = RankFailed(ranks, getattr(exc, "reason", "") or "its process died")
-            failed.events = merge([self.events.events, self.rank_events])
+            failed.events = self.harvest.timeline()
             raise failed from None
         finally:
             for task in list(self._helpers):
@@ -226,7 +194,7 @@ class Coordinator:
             if self.reporter is not None:
                 self.reporter.finish()
             await fabric.shutdown(completed)
-        return self._result(results, fabric.clock() - t0)
+        return self.harvest.result(results, fabric.clock() - t0)
 
     async def _finish(self) -> None:
         """The run is over and every result is in hand: let the ranks and the policy
@@ -364,8 +332,8 @@ class Coordinator:
                             {"snapshot": self.restore[rank], "peer_epochs": RankVector(self.n),
                              "line": self.start})
         watching = [self.watch.service()]  # (their timers wake no rank: ``_deadlock``)
-        if self.heartbeat_interval_s:
-            watching.append(self._heartbeats())
+        if self.heartbeats.interval_s:
+            watching.append(self.heartbeats.service())
         if self.reporter is not None:
             watching.append(self.reporter.service(self.fabric, self.handles))
         for w in watching:
@@ -381,7 +349,7 @@ class Coordinator:
                     await self._recover()
                     continue
                 if self._deadlock is not None:
-                    await self._collect()
+                    await self.harvest.collect()
                     raise self._deadlock
                 if not self._ended:
                     self._wake.clear()
@@ -394,7 +362,7 @@ class Coordinator:
                         continue  # dropped meanwhile: its outcome is not the run's
                     error = self._finished(rank)
                     if error is not None:
-                        await self._collect()
+                        await self.harvest.collect()
                         raise error
                     if rank in self.arbiter.kept:
                         await self._strike(rank, "finished")
@@ -493,23 +461,23 @@ class Coordinator:
                                failed=sorted(self.arbiter.pending))
             return
         except RankFailed:
-            await self._collect()
+            await self.harvest.collect()
             raise
         self.arbiter.round_done()
         self.events.record("recovery_end", round=round_no)
-        await self.collect_events()  # so a rank that dies later does not take them along
+        await self.harvest.collect_events()  # so a rank that dies later does not take them along
 
     async def _give_up(self, decision: GiveUp) -> RankFailed:
         """No round can recover ``decision.ranks``: the error that ends the run (the
         ranks' events collected first)."""
         if decision.job_lost:
             self.events.record("job_lost", iteration=self.job_lost_at, ranks=list(range(self.n)))
-            await self._collect()
+            await self.harvest.collect()
             return JobLost(decision.ranks,
                            f"the whole job was lost at iteration {self.job_lost_at} (chaos): "
                            f"every rank and the driver; a new job resumes from stable storage "
                            f"with restart_from")
-        await self._collect()
+        await self.harvest.collect()
         reasons = "; ".join(e.detail["reason"] for e in self.events.events
                             if e.kind == "failure_detected" and e.rank in decision.ranks)
         return RankFailed(decision.ranks, reasons or "its process died")
@@ -763,116 +731,11 @@ class Coordinator:
         self.reports.append(event)
         self.events.events.append(event)
         if event.kind == "peer_lost":
-            self.hinted(event.detail["peer"])
-
-    def hinted(self, rank: int) -> None:
-        """A rank's direct connection to ``rank`` closed unexpectedly: ``rank``'s process
-        may be gone. Only a hint (the connection may have failed on its own): ``rank`` is
-        pinged now, unless a ping is already under way, and the ping's outcome
-        (``hint_checked``) or the heartbeats' bound decides, as for any ping."""
-        if self.arbiter.phase is Phase.SUPERVISING and self.arbiter.watched(rank):
-            self._beat(rank, self.fabric.clock(), hint=True)
-
-    def _beat(self, rank: int, now: float, hint: bool = False) -> None:
-        """Ping ``rank`` unless a ping to it is outstanding."""
-        if self.liveness.ping(rank, now):
-            self._pinged[rank] = self.incarnations[rank]
-            task = asyncio.ensure_future(self._ping(rank, self._pinged[rank], hint))
-            self._helpers.add(task)
-            task.add_done_callback(self._helpers.discard)
-
-    async def _heartbeats(self) -> None:
-        """Every beat, ping each rank that has no ping outstanding; a rank whose ping has
-        waited longer than the adaptive bound (``_liveness``) is hung: kill it. One whose
-        process is gone is failed, unless it is being replaced or was since the ping."""
-        live = self.liveness
-        pinged = self._pinged
-        busy: set[int] = set()  # silent past the bound, but its process is busy
-        while True:
-            await self.fabric.sleep(self.heartbeat_interval_s)
-            now = self.fabric.clock()
-            for rank in range(self.n):
-                if (not self.arbiter.watched(rank)
-                        or pinged.get(rank, self.incarnations[rank]) != self.incarnations[rank]):
-                    live.forget(rank)  # its ping went to a life that is over
-                    pinged.pop(rank, None)
-                    continue
-                self._beat(rank, now)
-            bound = live.bound()
-            silent = live.hung(now)
-            busy &= {rank for rank, _ in silent}  # those that answered are busy no more
-            for rank, waited in silent:
-                state = self.fabric.process_state(self.handles[rank])
-                if state in BUSY_STATES and waited <= BUSY_FACTOR * bound:
-                    if rank not in busy:
-                        busy.add(rank)
-                        self.events.record("rank_busy", rank=rank, waited_s=waited,
-                                           process_state=state)
-                    continue
-                busy.discard(rank)
-                live.forget(rank)
-                pinged.pop(rank, None)
-                if not self.arbiter.watched(rank):
-                    continue
-                self.events.record("hang_detected", rank=rank, waited_s=waited,
-                                   timeout_s=bound)
-                await self.fabric.kill(self.handles[rank], "ray.kill")
-                self.fail(rank, f"no heartbeat for {waited:.1f} s (bound {bound:.1f} s; a rank "
-                                f"that computes longer than that without awaiting needs a "
-                                f"larger heartbeat_timeout_s)")
-
-    async def _ping(self, rank: int, incarnation: int, hint: bool = False) -> None:
-        """One heartbeat of ``rank``'s life ``incarnation``, recorded when it answers
-        (``hint``: sent because a peer's connection to it closed; the outcome is an
-        event)."""
-        try:
-            await self.fabric.ping(self.handles[rank])
-        except RankDied as died:
-            if hint:
-                self.events.record("hint_checked", rank=rank, alive=False)
-            if self.incarnations[rank] == incarnation and self.arbiter.watched(rank):
-                self.fail(rank, died.reason or "its process died")
-            if self.incarnations[rank] == incarnation:
-                self.liveness.forget(rank)
-            return
-        if hint:
-            self.events.record("hint_checked", rank=rank, alive=True)
-        if self.incarnations[rank] == incarnation:
-            self.liveness.answered(rank, self.fabric.clock())
-
-    async def _collect(self) -> None:
-        """Gather events, traces and counters from every live host (best effort)."""
-        async def one(h):
-            try:
-                return await asyncio.wait_for(self.fabric.collect(h), COLLECT_TIMEOUT_S)
-            except (RankDied, asyncio.TimeoutError):
-                return None
-        got = await asyncio.gather(*(one(h) for h in self.handles))
-        self.collected = [c for c in got if c is not None]
-        for c in self.collected:
-            self.rank_events.extend(c["events"])
+            self.heartbeats.hinted(event.detail["peer"])
 
     async def collect_events(self) -> None:
         """Take the events recorded so far from every live rank."""
-        await self._collect()
-        self.collected = []
-
-    def _result(self, results: list, wall_s: float) -> RunResult:
-        logs = [self.events.drain(), self.rank_events]
-        stats = [c["stats"] for c in self.collected]
-        metrics: dict[str, Any] = {"wall_s": wall_s, "ranks": self.n, "transport": self.fabric.name}
-        for key in ("sent", "received", "duplicates_dropped", "resends_suppressed",
-                    "stale_dropped", "channel_duplicates", "logged_bytes"):
-            metrics[key] = sum(s[key] for s in stats)
-        direct = [s["direct"] for s in stats if "direct" in s]  # the direct data plane's
-        if direct:
-            metrics["direct"] = {key: sum(d[key] for d in direct) for key in direct[0]}
-        metrics.update(getattr(self.fabric, "metrics", dict)())  # the sim's events
-        metrics["failures"] = sum(1 for ev in logs[0] if ev.kind == "failure_detected")
-        metrics["recoveries"] = sum(1 for ev in logs[0] if ev.kind == "recovery_end")
-        result = RunResult(results, merge(logs), metrics, self.identity.run_id)
-        result.trace_rows = [c["trace"] for c in self.collected if c["trace"] is not None]
-        return result
+        await self.harvest.collect_events()
 
 
 async def _all(aws: list) -> list:
