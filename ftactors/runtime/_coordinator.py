@@ -39,13 +39,12 @@ result is in hand. Spares are a ``SparePool``. A fabric's ``RankDied`` never lea
 from __future__ import annotations
 
 import asyncio
-import functools
 from typing import Any
 
 from . import _notices
-from ._arbiter import START_ATTEMPTS, Arbiter, GiveUp, Verdict
+from ._arbiter import Arbiter, GiveUp, Verdict
 from ._chaos import Kill, Partition
-from ._deadlock import DeadlockWatch, in_background
+from ._deadlock import DeadlockWatch
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
 from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFailed
@@ -57,10 +56,12 @@ from ._identity import RunIdentity
 from ._heartbeats import Heartbeats
 from ._options import core_default
 from ._progress import Printer, Reporter
+from ._hosts import Hosts
 from ._recovery_context import RecoveryContext
 from ._results import Harvest, RunResult
 from ._protocol import parts_lead, protocol_classes
 from ._spares import SparePool
+from ._supervision import Supervisor
 
 _ANY_SPARE = object()
 """``respawn``'s default: a warm spare if one is left, else a new host."""
@@ -110,9 +111,6 @@ class Coordinator:
             self.events.on_record = self.reporter.on_event
         self.handles: list[Any] = [None] * ranks
         self.pool = SparePool(self, spares)
-        self._hosted = [asyncio.Event() for _ in range(ranks)]  # set once a rank has a host
-        self._watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
-        self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
         self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
         self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
         self._epoch_counter = 0  # the largest epoch handed out
@@ -122,10 +120,6 @@ class Coordinator:
         """(rank, incarnation) -> its ``failure_detected`` event, found before the rank's
         own ``killed`` report reached the coordinator (Ray delivers them on different
         paths): the report, when it comes, gives the event its ``detection_s``."""
-        self._runs: dict[int, asyncio.Task] = {}  # rank -> its main() call under way
-        self._ended: set[int] = set()  # ranks whose current main() call ended, not taken
-        self._results: list = [None] * ranks
-        self._wake = asyncio.Event()
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
@@ -133,8 +127,8 @@ class Coordinator:
         self.arbiter = Arbiter(ranks, recoverable=self.policy is not None)
         self.incarnations = self.arbiter.incarnations  # rank -> its current life's number
         self.watch = DeadlockWatch(self)
-        self._deadlock: Deadlock | None = None  # found by the watch: ends the run
-        self._calls = 0  # requests to ranks under way (``call``): they may wake a rank
+        self.hosts = Hosts(self)  # start-up and wiring; every host watched
+        self.supervisor = Supervisor(self)  # the main() calls and the loop over them
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
@@ -171,10 +165,10 @@ class Coordinator:
                 self.helper(self._partition_later(p))
             self.pool.fill()
             try:
-                await self._start()
+                await self.hosts.start()
                 self.events.record("wired")
                 self.wired.set()
-                results = await self._supervise()
+                results = await self.supervisor.supervise()
             except (RankError, RankFailed, Deadlock) as exc:
                 exc.events = self.harvest.timeline()
                 raise
@@ -189,8 +183,7 @@ class Coordinator:
             failed.events = self.harvest.timeline()
             raise failed from None
         finally:
-            for task in list(self._helpers):
-                task.cancel()
+            self.stop_helpers()
             if self.reporter is not None:
                 self.reporter.finish()
             await fabric.shutdown(completed)
@@ -217,83 +210,6 @@ class Coordinator:
                                    reason=getattr(exc, "reason", "") or "a rank died")
 
     # ---------------------------------------------------------------- start-up
-    async def _start(self) -> None:
-        """Give every rank a host and wire them. A host that dies before its rank runs
-        (as it starts, or while the ranks are wired) held nothing: the rank gets another
-        one (a warm spare, else a new host) and the wiring is done again.
-
-        Raises:
-            RankFailed: a rank lost ``START_ATTEMPTS`` hosts before it could run.
-        """
-        await _all([self._host(rank) for rank in range(self.n)])
-        while True:
-            try:
-                await _all([self.fabric.wire(self.handles), self._strike_all("wire")])
-            except RankDied as died:
-                await self._host(died.rank, died.reason)
-                continue
-            dead = [r for r, h in sorted(self._lost_at_start.items()) if h is self.handles[r]]
-            self._lost_at_start.clear()
-            if not dead:
-                self.pool.fill()  # spares the start-up used
-                self.arbiter.wired()
-                return
-            for rank in dead:  # died after its wiring call answered
-                await self._host(rank, "its process died")
-
-    async def _host(self, rank: int, died: str | None = None) -> None:
-        """A (new) host for rank ``rank``, which has not run yet; ``died``: why the last
-        one is gone."""
-        while True:
-            if died is not None:
-                lost = self.arbiter.lost_at_start(rank)
-                self.events.record("start_failed", rank=rank, reason=died, attempt=lost)
-                if lost >= START_ATTEMPTS:
-                    raise RankFailed([rank], f"its host died {lost} times before the "
-                                             f"rank could run (last: {died})")
-                old = self.handles[rank]
-                if old is not None:
-                    self._unwatch(rank)
-                    await self.fabric.kill(old, "ray.kill")
-            try:
-                await self._new_host(rank, self.pool.take_ready() if died is not None else None)
-                return
-            except RankDied as exc:
-                died = exc.reason or "its process died"
-
-    async def _new_host(self, rank: int, spare: Any | None) -> None:
-        """Rank ``rank``'s host from now on: ``spare`` promoted, else a new host (chaos
-        may strike either as it starts)."""
-        if spare is not None:
-            await self.strike_spare(self.pool.index.get(spare), "promoted", spare)
-            handle = await self.fabric.promote(spare, self.spec(rank))
-        else:
-            handle = await self.fabric.spawn(self.spec(rank))
-        self._install(rank, handle)
-        await self._strike(rank, "start")
-
-    def _install(self, rank: int, handle: Any) -> None:
-        """``handle`` is rank ``rank``'s host from now on: it is watched."""
-        self._unwatch(rank)
-        self.handles[rank] = handle
-        self._hosted[rank].set()
-        self._watchers[rank] = self.helper(self._watch(rank, handle))
-
-    def _unwatch(self, rank: int) -> None:
-        watcher = self._watchers.pop(rank, None)
-        if watcher is not None:
-            watcher.cancel()
-
-    async def _watch(self, rank: int, handle: Any) -> None:
-        """Rank ``rank``'s host ``handle`` died: before the rank runs, the start-up gives
-        it another; after, it is a failure (unless replaced meanwhile)."""
-        await self.fabric.watch(handle)
-        verdict = self.arbiter.host_died(rank, current=self.handles[rank] is handle)
-        if verdict is Verdict.START_AGAIN:
-            self._lost_at_start[rank] = handle
-        elif verdict is Verdict.ARBITRATE:
-            self.fail(rank, "its process died")
-
     def helper(self, coro) -> asyncio.Task:
         """Run ``coro`` in the background until the run ends."""
         task = asyncio.ensure_future(coro)
@@ -301,123 +217,17 @@ class Coordinator:
         task.add_done_callback(self._helpers.discard)
         return task
 
+    def stop_helpers(self) -> None:
+        """Stop the background work (``helper``)."""
+        for task in list(self._helpers):
+            task.cancel()
+
     def unstarted(self) -> set[int]:
         """Ranks given a new host in this recovery (or an aborted one) and not started
         yet: they hold no state."""
         return self.arbiter.unstarted()
 
-    def start_rank(self, rank: int, restore: Any = None) -> None:
-        """Run (or run again, from ``restore``) rank ``rank``'s ``main()``. The outcome of
-        a run of it that ended and was not taken yet (it finished during a recovery round)
-        belongs to the execution the restore abandons: it is dropped."""
-        self._drop_runs({rank})
-        task = asyncio.ensure_future(
-            self.fabric.run(self.handles[rank], self.args, self.kwargs, restore))
-        self._runs[rank] = task
-        task.add_done_callback(functools.partial(self._run_ended, rank))
-        self.arbiter.started(rank)
-        self._wake.set()
-
-    def _run_ended(self, rank: int, task: asyncio.Task) -> None:
-        """A ``main()`` call ended: if it is still the rank's run, the supervisor takes it.
-        (Each call says so itself: waiting on all of them at once would cost every rank's
-        end a pass over every rank.)"""
-        if self._runs.get(rank) is task:
-            self._ended.add(rank)
-            self._wake.set()
-
-    async def _supervise(self) -> list:
-        for rank in range(self.n):
-            self.start_rank(rank, None if self.restore is None else
-                            {"snapshot": self.restore[rank], "peer_epochs": RankVector(self.n),
-                             "line": self.start})
-        watching = [self.watch.service()]  # (their timers wake no rank: ``_deadlock``)
-        if self.heartbeats.interval_s:
-            watching.append(self.heartbeats.service())
-        if self.reporter is not None:
-            watching.append(self.reporter.service(self.fabric, self.handles))
-        for w in watching:
-            self.helper(in_background(w))
-        service = getattr(self.policy, "service", None)
-        if service is not None:
-            self.helper(service())
-        self.fabric.on_quiet(self._quiet)
-        self.arbiter.supervising()
-        try:
-            while not self.arbiter.over():
-                if self.arbiter.pending:
-                    await self._recover()
-                    continue
-                if self._deadlock is not None:
-                    await self.harvest.collect()
-                    raise self._deadlock
-                if not self._ended:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    if self._deadlock is not None:
-                        continue
-                ended, self._ended = sorted(self._ended), set()
-                for rank in ended:
-                    if rank not in self._runs:
-                        continue  # dropped meanwhile: its outcome is not the run's
-                    error = self._finished(rank)
-                    if error is not None:
-                        await self.harvest.collect()
-                        raise error
-                    if rank in self.arbiter.kept:
-                        await self._strike(rank, "finished")
-        finally:
-            self.arbiter.ending()
-            self.fabric.on_quiet(None)
-            for _, task in sorted(self._runs.items()):
-                task.cancel()  # a rank that dies after the run ended (a lost job's) is moot:
-                task.add_done_callback(_consume)  # its death is nobody's to take
-            for task in list(self._helpers):
-                task.cancel()
-        return self._results
-
     # ------------------------------------------------------------- deadlocks
-    def steady(self) -> bool:
-        """Whether nothing of the coordinator's can wake a rank now: no failure being
-        recovered and no rank between hosts (``Arbiter.settled``), no request to a rank
-        under way, every rank running or finished (``_deadlock``)."""
-        return (self.arbiter.settled() and not self._calls and not self._ended
-                and len(self._runs) + len(self.arbiter.kept) == self.n)  # (never both)
-
-    def finished(self) -> set[int]:
-        """The ranks whose results are in hand (read only)."""
-        return self.arbiter.kept
-
-    def _quiet(self) -> None:
-        """The fabric has nothing pending but the coordinator's watching (sim): read the
-        ranks now, in this process."""
-        if self._deadlock is None and self.steady():
-            self.watch.quiet_check()
-
-    def deadlocked(self, error: Deadlock) -> None:
-        """The watch found the run deadlocked: the supervisor ends it with ``error``."""
-        if self._deadlock is None:
-            self.events.record("deadlock", waits=error.waits)
-            self._deadlock = error
-            self._wake.set()
-
-    def _finished(self, rank: int) -> RankError | None:
-        """Take the outcome of a rank's run (ended); returns the error that ends the run,
-        if any."""
-        task = self._runs.pop(rank)
-        if task.cancelled():
-            return None
-        try:
-            outcome = task.result()
-        except RankDied as died:
-            self.fail(rank, died.reason or "its process died")
-            return None
-        if not outcome["ok"]:
-            return RankError(rank, outcome["error"], outcome["traceback"])
-        self._results[rank] = outcome["value"]
-        self.arbiter.returned(rank)
-        return None
-
     def fail(self, rank: int, reason: str) -> None:
         """Rank ``rank`` (its current incarnation) is failed: arbitrate it."""
         self._noticed(rank, reason, self.arbiter.died(rank))
@@ -436,7 +246,7 @@ class Coordinator:
         detected = self.events.record("failure_detected", rank=rank, **detail)
         if not killed:  # its last word may still be on its way: dated when it comes
             self._undated[(rank, self.incarnations[rank])] = detected
-        self._wake.set()
+        self.supervisor.wake.set()
 
     async def _recover(self) -> None:
         if self.job_lost_at is not None:
@@ -447,7 +257,7 @@ class Coordinator:
         failed = set(rnd.failed)
         round_no = rnd.number
         self.events.record("recovery_start", round=round_no, failed=sorted(failed))
-        self._drop_runs(failed)  # their deaths are known
+        self.supervisor.drop_runs(failed)  # their deaths are known
         await self.phase("start")
         try:
             await self.policy.recover(failed)
@@ -530,19 +340,10 @@ class Coordinator:
                 await self.fabric.kill(spare, self.kill_method)
                 return
 
-    async def asking(self, request) -> Any:
-        """Await ``request`` to a rank (a fabric call): while one is under way no rank is
-        deadlocked, as its arrival may wake one (``steady``)."""
-        self._calls += 1
-        try:
-            return await request
-        finally:
-            self._calls -= 1
-
     async def call(self, rank: int, name: str, *args) -> Any:
         """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
         try:
-            return await self.asking(self.fabric.call(self.handles[rank], name, *args))
+            return await self.supervisor.asking(self.fabric.call(self.handles[rank], name, *args))
         except RankDied:
             raise NewFailure({rank}) from None
 
@@ -550,7 +351,7 @@ class Coordinator:
         """``call``, with the (bytes) answer kept by the coordinator (``Fabric.call_kept``):
         it outlives the rank's process."""
         try:
-            return await self.asking(self.fabric.call_kept(self.handles[rank], name, *args))
+            return await self.supervisor.asking(self.fabric.call_kept(self.handles[rank], name, *args))
         except RankDied:
             raise NewFailure({rank}) from None
 
@@ -582,9 +383,9 @@ class Coordinator:
         forgotten (that is not a failure) and it is stopped unless ``stop_old`` is False
         (a migration stops it once the new one runs). Peers learn the new host by
         ``rewire`` and the new epoch by a restore or ``Endpoint.set_peer_epoch``."""
-        self._drop_runs({rank})
+        self.supervisor.drop_runs({rank})
         old = self.handles[rank]
-        self._unwatch(rank)  # its death from now on is no failure
+        self.hosts.unwatch(rank)  # its death from now on is no failure
         self.arbiter.respawning(rank)  # its handle is the stopped old one until swapped
         self.epochs[rank] = self.next_epoch()
         try:
@@ -593,7 +394,7 @@ class Coordinator:
             if spare is _ANY_SPARE:
                 spare = self.pool.take_ready()
             warm = spare is not None
-            await self._new_host(rank, spare)
+            await self.hosts.new_host(rank, spare)
         except BaseException as exc:
             self.arbiter.host_lost(rank)
             if isinstance(exc, RankDied):
@@ -662,29 +463,13 @@ class Coordinator:
         except RankDied as died:
             raise NewFailure({died.rank}) from None
 
-    def _drop_runs(self, ranks: set[int]) -> None:
-        """Forget the ``main()`` calls of ``ranks`` (stopped if under way): their outcome,
-        taken or not, is not the run's."""
-        for rank in sorted(ranks):
-            task = self._runs.pop(rank, None)
-            if task is not None:
-                self._ended.discard(rank)
-                task.add_done_callback(_consume)  # nobody waits for its outcome
-                task.cancel()
-
-    def running(self, rank: int) -> bool:
-        """Whether rank ``rank``'s ``main()`` call is still under way (not finished, even
-        if the coordinator has not taken its outcome yet)."""
-        task = self._runs.get(rank)
-        return task is not None and not task.done()
-
     # ----------------------------------------------------------------- helpers
     async def _kill_later(self, kill: Kill) -> None:
         """A kill ``kill.time_s`` seconds after the run started; a rank with no host yet
         dies as soon as it has one. A hang or a stall waits until the ranks are wired
         (heartbeats watch a run from then on)."""
         await self.fabric.sleep(kill.time_s)
-        await self._hosted[kill.rank].wait()
+        await self.hosts.hosted[kill.rank].wait()
         if self.kill_method in ("sigstop", "stall", "disconnect"):
             await self.wired.wait()
         if self.kill_method == "disconnect":  # not a failure: the rank's connections close
@@ -736,24 +521,6 @@ class Coordinator:
     async def collect_events(self) -> None:
         """Take the events recorded so far from every live rank."""
         await self.harvest.collect_events()
-
-
-async def _all(aws: list) -> list:
-    """``asyncio.gather`` that stops the others when one fails: nothing goes on starting
-    hosts once the start-up gave up or starts again."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
-def _consume(task: asyncio.Task) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 def recovery_policy(coordinator: Coordinator, rank_cls: type):
