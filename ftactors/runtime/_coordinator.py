@@ -35,6 +35,14 @@ changes nothing and is only recorded (``lost_after_return``). Deaths while the r
 (finalize, the policy's ``finish``, collecting events) are recorded and ignored: every
 result is in hand. Spares are a ``SparePool``. A fabric's ``RankDied`` never leaves
 ``run``: what nothing recovers ends as ``RankFailed``.
+
+Its parts, one role each (docs/architecture/recovery.md, "The coordinator by role"): the
+``Arbiter`` (``_arbiter``: every decision about failures), ``Hosts`` (``_hosts``: start-up,
+wiring, every host watched), the ``Supervisor`` (``_supervision``: the ``main()`` calls
+and the loop over them), ``Heartbeats`` (``_heartbeats``) and the ``Harvest``
+(``_results``: events, traces, metrics). This module keeps the run's course, the
+recovery rounds it performs on the arbiter's word, and the services its recovery policy
+calls through ``RecoveryContext``.
 """
 from __future__ import annotations
 
@@ -51,12 +59,12 @@ from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFail
 from ..base._events import Event, EventLog
 from ..engine._endpoint import blank_snapshot
 from ..engine._vector import RankVector
-from ._host import RankSpec, ahead
-from ._identity import RunIdentity
 from ._heartbeats import Heartbeats
+from ._host import RankSpec, ahead
+from ._hosts import Hosts
+from ._identity import RunIdentity
 from ._options import core_default
 from ._progress import Printer, Reporter
-from ._hosts import Hosts
 from ._recovery_context import RecoveryContext
 from ._results import Harvest, RunResult
 from ._protocol import parts_lead, protocol_classes
@@ -209,7 +217,7 @@ class Coordinator:
                 self.events.record("lost_after_return", during="finish",
                                    reason=getattr(exc, "reason", "") or "a rank died")
 
-    # ---------------------------------------------------------------- start-up
+    # ------------------------------------------------------- background work
     def helper(self, coro) -> asyncio.Task:
         """Run ``coro`` in the background until the run ends."""
         task = asyncio.ensure_future(coro)
@@ -227,7 +235,7 @@ class Coordinator:
         yet: they hold no state."""
         return self.arbiter.unstarted()
 
-    # ------------------------------------------------------------- deadlocks
+    # ------------------------------------------------- failures and rounds
     def fail(self, rank: int, reason: str) -> None:
         """Rank ``rank`` (its current incarnation) is failed: arbitrate it."""
         self._noticed(rank, reason, self.arbiter.died(rank))
@@ -249,6 +257,9 @@ class Coordinator:
         self.supervisor.wake.set()
 
     async def _recover(self) -> None:
+        """One recovery round of the failures pending (``Arbiter.open_round``), or the
+        end of the run where none can be. A failure during the round cuts it short: the
+        supervisor's loop comes back with every failure so far."""
         if self.job_lost_at is not None:
             await self.fabric.drain_reports()  # a death's last word (Ray's inbox) is in
         rnd = self.arbiter.open_round(self._job_lost())
@@ -463,7 +474,7 @@ class Coordinator:
         except RankDied as died:
             raise NewFailure({died.rank}) from None
 
-    # ----------------------------------------------------------------- helpers
+    # ----------------------------------------------------------------- chaos
     async def _kill_later(self, kill: Kill) -> None:
         """A kill ``kill.time_s`` seconds after the run started; a rank with no host yet
         dies as soon as it has one. A hang or a stall waits until the ranks are wired
