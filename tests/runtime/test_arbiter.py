@@ -379,6 +379,14 @@ MUTANTS = [
     ("        self._go(rank, On.STARTED)\n        self.kept.discard(rank)",
      "        self._go(rank, On.STARTED)"),
     ("        self.start_losses[rank] += 1\n", ""),
+    ("        self.kept.add(rank)\n", ""),
+    ("        self.failed_life[rank] = inc\n", ""),
+    # the phases: start-up, supervision, the end
+    ("        self.phase = Phase.SUPERVISING\n", ""),
+    ("        self.phase = Phase.ENDING\n", ""),
+    ("            self._go(rank, On.WIRED)\n", "            pass\n"),
+    # the count of each life (what ``settled`` reads)
+    ("        self.counts[nxt] += 1\n", ""),
     # the table
     ("(L.RESPAWNING, On.HOST_DIED): L.FAILED", "(L.RESPAWNING, On.HOST_DIED): L.REPLACED"),
     ("(L.RESPAWNING, On.HOSTED): L.REPLACED", "(L.RESPAWNING, On.HOSTED): L.RUNNING"),
