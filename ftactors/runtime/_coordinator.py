@@ -1,7 +1,9 @@
 """The run's central instance: starts the ranks, watches them, arbitrates failures.
 
 The coordinator is transport-agnostic: it drives a *fabric* (``transports``) that knows
-how to start a rank host, call it, ping it and kill it. It turns what it observes into the
+how to start a rank host, call it, ping it and kill it, wrapped in a ``ChaosFabric`` that
+fires the run's planned kills at the points of the run the coordinator hands it (a rank's
+host started, wired, its result taken; a recovery phase). It turns what it observes into the
 run's outcome: every rank's return value, ``RankError`` (with the original traceback)
 when a ``main()`` raises, ``RankFailed`` when a rank dies and nothing in the stack can
 recover it. Whatever happens, every host it started is stopped before it returns.
@@ -51,7 +53,8 @@ from typing import Any
 
 from . import _notices
 from ._arbiter import Arbiter, GiveUp, Verdict
-from ._chaos import Kill, Partition
+from ._chaos import Kill, KillPlan
+from ._chaos_fabric import ChaosFabric
 from ._deadlock import DeadlockWatch
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
@@ -85,16 +88,13 @@ class Coordinator:
                  job_lost_at: int | None = None, partitions: tuple = (), spares: int = 0,
                  trace: bool, options: dict, identity: RunIdentity,
                  restore: list[bytes] | None = None, start: tuple | None = None):
-        self.fabric = fabric
+        self.fabric = ChaosFabric(fabric, KillPlan(kills, kill_method, job_lost_at), self,
+                                  stall_s=stall_s, partitions=partitions)
         self.rank_cls = rank_cls
         self.n = ranks
         self.args = args
         self.kwargs = kwargs
-        self.kills = kills
-        self.kill_method = kill_method
-        self.stall_s = stall_s
         self.job_lost_at = job_lost_at
-        self.partitions = partitions
         self.n_spares = spares
         self.restore = restore
         self.identity = identity
@@ -119,7 +119,6 @@ class Coordinator:
             self.events.on_record = self.reporter.on_event
         self.handles: list[Any] = [None] * ranks
         self.pool = SparePool(self, spares)
-        self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
         self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
         self._epoch_counter = 0  # the largest epoch handed out
         self.harvest = Harvest(self)  # the ranks' events, traces and counters
@@ -140,19 +139,9 @@ class Coordinator:
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
-        inc = self.incarnations[rank]
-        its = tuple(k.iteration for k in self.kills
-                    if k.rank == rank and k.iteration is not None and k.incarnation == inc)
-        cuts = ()
-        if self.kill_method == "disconnect":  # network faults: nobody dies there
-            its, cuts = (), its
-        if self.job_lost_at is not None:
-            its += (self.job_lost_at,)  # every incarnation dies with the job
-        at_return = any(k.rank == rank and k.moment == "return" and k.incarnation == inc
-                        for k in self.kills)
+        """What rank ``rank``'s next host becomes (chaos adds its part: ``ChaosFabric``)."""
         return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
-                        self.options, its, inc, run=self.identity,
-                        kill_at_return=at_return, disconnect_iterations=cuts)
+                        self.options, incarnation=self.incarnations[rank], run=self.identity)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -164,13 +153,6 @@ class Coordinator:
                            transport=fabric.name)
         completed = False  # every rank returned and was collected
         try:
-            if self.kill_method == "disconnect" or self.partitions:
-                fabric.track_wires()
-            for k in self.kills:  # seconds from now: start-up and wiring can be struck
-                if k.time_s is not None and k.incarnation == 0:
-                    self.helper(self._kill_later(k))
-            for p in self.partitions:
-                self.helper(self._partition_later(p))
             self.pool.fill()
             try:
                 await self.hosts.start()
@@ -234,6 +216,10 @@ class Coordinator:
         """Ranks given a new host in this recovery (or an aborted one) and not started
         yet: they hold no state."""
         return self.arbiter.unstarted()
+
+    def failing(self) -> set[int]:
+        """The ranks failed and not recovered yet (read only)."""
+        return self.arbiter.pending
 
     # ------------------------------------------------- failures and rounds
     def fail(self, rank: int, reason: str) -> None:
@@ -316,40 +302,17 @@ class Coordinator:
         timeline records it, so reports can time each phase."""
         round_no = self.arbiter.round.number
         self.events.record("recovery_phase", round=round_no, phase=name)
-        for i, kill in enumerate(self.kills):
-            if (kill.recovery_round == round_no and kill.recovery_phase == name
-                    and i not in self._fired):
-                self._fired.add(i)
-                self.events.record("killed", rank=kill.rank, how=self.kill_method,
-                                   during_recovery=round_no, phase=name)
-                await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+        await self.fabric.reached(recovery_round=round_no, recovery_phase=name)
 
-    async def _strike(self, rank: int, moment: str) -> None:
-        """Chaos: kill rank ``rank``'s current host if a kill is planned at ``moment``
-        of its current life (``Kill(rank, moment=...)``)."""
-        for i, kill in enumerate(self.kills):
-            if (kill.rank == rank and kill.moment == moment and i not in self._fired
-                    and kill.incarnation == self.incarnations[rank]):
-                self._fired.add(i)
-                ev = self.events.record("killed", rank=rank, how=self.kill_method,
-                                        moment=moment)
-                self.reports.append(ev)
-                await self.fabric.kill(self.handles[rank], self.kill_method)
-                return  # one death per host (another kill at this moment takes the next)
+    async def reached_moment(self, rank: int, moment: str) -> None:
+        """Rank ``rank``'s current host reached ``moment`` of its life: chaos may strike
+        it (``ft.Kill(rank, moment=...)``)."""
+        await self.fabric.reached(self.handles[rank], rank=rank,
+                                  incarnation=self.incarnations[rank], moment=moment)
 
-    async def _strike_all(self, moment: str) -> None:
-        await asyncio.gather(*(self._strike(rank, moment) for rank in range(self.n)))
-
-    async def strike_spare(self, index: int | None, moment: str, spare: Any) -> None:
-        """Chaos: kill spare number ``index`` if a kill is planned at ``moment`` of its
-        life (``Kill(spare=index, moment=...)``)."""
-        for i, kill in enumerate(self.kills):
-            if kill.spare == index and kill.moment == moment and i not in self._fired:
-                self._fired.add(i)
-                self.events.record("killed", spare=index, how=self.kill_method,
-                                   moment=moment)
-                await self.fabric.kill(spare, self.kill_method)
-                return
+    async def all_reached_moment(self, moment: str) -> None:
+        """Every rank's current host reached ``moment`` (the wiring)."""
+        await asyncio.gather(*(self.reached_moment(rank, moment) for rank in range(self.n)))
 
     async def call(self, rank: int, name: str, *args) -> Any:
         """Ask rank ``rank``'s host; a dead rank raises ``NewFailure``."""
@@ -473,45 +436,6 @@ class Coordinator:
             await self.fabric.wire(self.handles)
         except RankDied as died:
             raise NewFailure({died.rank}) from None
-
-    # ----------------------------------------------------------------- chaos
-    async def _kill_later(self, kill: Kill) -> None:
-        """A kill ``kill.time_s`` seconds after the run started; a rank with no host yet
-        dies as soon as it has one. A hang or a stall waits until the ranks are wired
-        (heartbeats watch a run from then on)."""
-        await self.fabric.sleep(kill.time_s)
-        await self.hosts.hosted[kill.rank].wait()
-        if self.kill_method in ("sigstop", "stall", "disconnect"):
-            await self.wired.wait()
-        if self.kill_method == "disconnect":  # not a failure: the rank's connections close
-            self.events.record("disconnected", rank=kill.rank, at_s=kill.time_s)
-            try:
-                await self.fabric.cut(self.handles[kill.rank], None, 0.0)
-            except RankDied:
-                pass  # it died meanwhile (of something else): nothing left to cut
-            return
-        if self.kill_method == "stall":  # not a failure: the rank freezes, then goes on
-            self.events.record("stalled", rank=kill.rank, at_s=kill.time_s, for_s=self.stall_s)
-            await self.fabric.stall(self.handles[kill.rank], self.stall_s)
-            return
-        ev = self.events.record("killed", rank=kill.rank, how=self.kill_method, at_s=kill.time_s)
-        self.reports.append(ev)
-        await self.fabric.kill(self.handles[kill.rank], self.kill_method)
-
-    async def _partition_later(self, p: Partition) -> None:
-        """Chaos: ranks ``p.ranks`` and the others cannot reach each other for
-        ``p.seconds``, from ``p.time_s`` after the run started (once wired). Not a
-        failure: no rank is told, the channels wait and resend."""
-        await self.fabric.sleep(p.time_s)
-        await self.wired.wait()
-        self.events.record("partitioned", ranks=list(p.ranks), at_s=p.time_s, for_s=p.seconds)
-        inside = set(p.ranks)
-        outside = [r for r in range(self.n) if r not in inside]
-        await asyncio.gather(*(
-            self.fabric.cut(self.handles[r], outside if r in inside else list(p.ranks), p.seconds)
-            for r in range(self.n)
-            if r not in self.arbiter.pending and self.handles[r] is not None),
-            return_exceptions=True)  # a rank that died meanwhile is not cut off
 
     def _on_report(self, event: Event) -> None:
         """An event a rank posted to the coordinator (its own kill, a checkpoint part for

@@ -24,7 +24,6 @@ class Hosts:
 
     def __init__(self, c):
         self.c = c
-        self.hosted = [asyncio.Event() for _ in range(c.n)]  # set once a rank has a host
         self.watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
         self.lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
 
@@ -40,7 +39,7 @@ class Hosts:
         await _all([self.host(rank) for rank in range(c.n)])
         while True:
             try:
-                await _all([c.fabric.wire(c.handles), c._strike_all("wire")])
+                await _all([c.fabric.wire(c.handles), c.all_reached_moment("wire")])
             except RankDied as died:
                 await self.host(died.rank, died.reason)
                 continue
@@ -79,18 +78,17 @@ class Hosts:
         may strike either as it starts)."""
         c = self.c
         if spare is not None:
-            await c.strike_spare(c.pool.index.get(spare), "promoted", spare)
+            await c.fabric.reached(spare, spare=c.pool.index.get(spare), moment="promoted")
             handle = await c.fabric.promote(spare, c.spec(rank))
         else:
             handle = await c.fabric.spawn(c.spec(rank))
         self.install(rank, handle)
-        await c._strike(rank, "start")
+        await c.reached_moment(rank, "start")
 
     def install(self, rank: int, handle: Any) -> None:
         """``handle`` is rank ``rank``'s host from now on: it is watched."""
         self.unwatch(rank)
         self.c.handles[rank] = handle
-        self.hosted[rank].set()
         self.watchers[rank] = self.c.helper(self._watch(rank, handle))
 
     def unwatch(self, rank: int) -> None:

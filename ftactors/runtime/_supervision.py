@@ -138,7 +138,7 @@ class Supervisor:
                 await c.harvest.collect()
                 raise error
             if rank in c.arbiter.kept:
-                await c._strike(rank, "finished")
+                await c.reached_moment(rank, "finished")
 
     def _take(self, rank: int) -> RankError | None:
         """Take the outcome of a rank's run (ended); returns the error that ends the run,
