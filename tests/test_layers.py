@@ -329,3 +329,30 @@ def test_the_option_read_check_sees_a_default_at_a_read_site():
     source = "def f(opts):\n    return opts.get('rs_interval', 5), opts.get('other', 1)\n"
     assert option_reads_with_a_default(source, {"rs_interval"}) == [
         "line 2: .get('rs_interval', ...)"]
+
+
+# ------------------------------------------------ the runtime in functions one can read
+FUNCTION_LINES_MAX = 60
+
+
+def long_functions(source: str, where: str = "<source>") -> list[str]:
+    """The functions of ``source`` longer than ``FUNCTION_LINES_MAX`` lines (docstring
+    included)."""
+    return [f"{where}:{fn.lineno}: {fn.name} has {fn.end_lineno - fn.lineno + 1} lines"
+            for fn in ast.walk(ast.parse(source))
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and fn.end_lineno - fn.lineno + 1 > FUNCTION_LINES_MAX]
+
+
+def test_no_function_of_the_runtime_is_longer_than_sixty_lines():
+    """Issue 43: the runtime's functions each do one thing a reader can hold at once."""
+    bad = []
+    for path in sorted((PACKAGE / "runtime").rglob("*.py")):
+        bad += long_functions(path.read_text(), str(path.relative_to(PACKAGE)))
+    assert bad == []
+
+
+def test_the_length_check_sees_a_long_function():
+    body = "".join(f"    x = {i}\n" for i in range(FUNCTION_LINES_MAX))
+    assert long_functions(f"def f():\n{body}\ndef g():\n    pass\n") == [
+        f"<source>:1: f has {FUNCTION_LINES_MAX + 1} lines"]
