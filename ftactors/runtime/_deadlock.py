@@ -162,7 +162,7 @@ class DeadlockWatch:
         self.before: dict | None = None
 
     def _finished(self) -> set[int]:
-        return self.c.finished()
+        return self.c.supervisor.finished()
 
     async def service(self) -> None:
         """Read every rank each ``deadlock_check_s`` until a deadlock is found."""
@@ -170,7 +170,7 @@ class DeadlockWatch:
         interval = c.fabric.deadlock_check_s
         while True:
             await c.fabric.sleep(interval)
-            if not c.steady():
+            if not c.supervisor.steady():
                 self.before = None
                 continue
             if c.fabric.hosts_here:
@@ -183,7 +183,7 @@ class DeadlockWatch:
                           if not isinstance(a, BaseException) and a is not None}
                 if len(states) < len(answers):
                     states = None  # a rank that did not answer in time is busy (computing)
-            if states is None or not c.steady():
+            if states is None or not c.supervisor.steady():
                 # (a failure or recovery that began meanwhile may wake anyone)
                 self.before = None
                 continue
@@ -226,5 +226,5 @@ class DeadlockWatch:
         if self.c.reporter is not None:
             self.c.reporter.stuck(tuple(w.position for w in waits),
                                   tuple(w.wait and w.wait.describe() for w in waits))
-        self.c.deadlocked(deadlock_error(waits, self.c.fabric.clock()))
+        self.c.supervisor.deadlocked(deadlock_error(waits, self.c.fabric.clock()))
         return True

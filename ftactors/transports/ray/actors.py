@@ -166,7 +166,7 @@ class RankActor:
 
     def _peer_lost(self, dst: int) -> None:
         """The direct connection to rank ``dst`` failed or was closed by its side: a
-        hint for the coordinator, which checks ``dst`` itself (``Coordinator.hinted``)."""
+        hint for the coordinator, which checks ``dst`` itself (``Heartbeats.hinted``)."""
         self.host.ep.report("peer_lost", peer=dst)
 
     async def wire(self, peers: list, endpoints: list | None = None) -> None:
