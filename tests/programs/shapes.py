@@ -134,5 +134,6 @@ class BreakFirst(ft.Rank):
 
 def farm_check(results, reference) -> bool:
     """sim-check's judge of a Farm run (``--check tests.programs.shapes:farm_check``):
-    the master's collected results; which worker did which task depends on timing."""
-    return results[0] == reference[0]
+    the master's collected results, and every task done exactly once (the workers'
+    counts add up to the tasks); which worker did which task depends on timing."""
+    return results[0] == reference[0] and sum(results[1:]) == sum(reference[1:])
