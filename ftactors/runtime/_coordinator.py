@@ -153,6 +153,7 @@ class Coordinator:
         self.collected: list[dict] = []
         self.rank_events: list[Event] = []
         self.reports: list[Event] = []
+        self._told: Warning | None = None  # a report's warning the driver made an error
         self._undated: dict[tuple[int, int], Event] = {}
         """(rank, incarnation) -> its ``failure_detected`` event, found before the rank's
         own ``killed`` report reached the coordinator (Ray delivers them on different
@@ -235,6 +236,8 @@ class Coordinator:
             if self.reporter is not None:
                 self.reporter.finish()
             await fabric.shutdown(completed)
+        if self._told is not None:
+            raise self._told
         return self._result(results, fabric.clock() - t0)
 
     async def _finish(self) -> None:
@@ -775,7 +778,10 @@ class Coordinator:
             detected = self._undated.pop((event.rank, event.detail.get("incarnation")), None)
             if detected is not None:  # the failure was found before this report came
                 detected.detail["detection_s"] = detected.time - event.time
-        _notices.on_report(event, self.reports)  # restored with nothing registered, ...
+        try:  # restored with nothing registered, ...
+            _notices.on_report(event, self.reports, self.rank_cls)
+        except Warning as told:  # warnings are errors: not in the rank's or link's path
+            self._told = self._told or told  # (``run`` raises it at the end)
         self.reports.append(event)
         self.events.events.append(event)
         if event.kind == "peer_lost":
