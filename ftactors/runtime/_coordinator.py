@@ -103,6 +103,8 @@ class RunResult:
 class Coordinator:
     """Runs one job on one fabric."""
 
+    _told: Warning | None = None  # a rank's report's warning, made an error by the driver
+
     def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
                  kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
                  job_lost_at: int | None = None, partitions: tuple = (), spares: int = 0,
@@ -153,7 +155,6 @@ class Coordinator:
         self.collected: list[dict] = []
         self.rank_events: list[Event] = []
         self.reports: list[Event] = []
-        self._told: Warning | None = None  # a report's warning the driver made an error
         self._undated: dict[tuple[int, int], Event] = {}
         """(rank, incarnation) -> its ``failure_detected`` event, found before the rank's
         own ``killed`` report reached the coordinator (Ray delivers them on different
