@@ -22,6 +22,7 @@ scratch space is). Where the source cannot be read, or a loop's iterator is not 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
 
@@ -34,10 +35,12 @@ MUTATORS = frozenset({
 """Methods that change their object in place (list, dict, set, deque, numpy array)."""
 
 
+@functools.lru_cache(maxsize=64)
 def loops_carry_state(cls: type) -> bool:
     """Whether any ``async for ... in self.iterations(...)`` loop of ``cls``'s program
     may carry state that ``register`` does not keep from one iteration to the next or
-    past its end (True when it cannot tell)."""
+    past its end (True when it cannot tell). Read once per class (each restored rank
+    of a run reports)."""
     trees: dict[str, list[ast.AST]] = {}  # a base's method of the same name too
     for fn in program_functions(cls):
         try:
