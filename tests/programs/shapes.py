@@ -21,36 +21,47 @@ class Farm(ft.Rank):
     async def main(self, ntasks=20):
         comm = self.comm
         st = ft.Status()
-        if self.rank == 0:
-            self.register("results", {})
-            self.register("next", 0)
-            self.register("closed", 0)
-            async for _ in self.iterations(10**9):
-                if self.closed == self.size - 1:
-                    break
-                data = await self.take(st)
-                src, tag = st.Get_source(), st.Get_tag()
-                if tag == READY:
-                    if self.next < ntasks:
-                        await comm.send(self.next, dest=src, tag=START)
-                        self.next += 1
-                    else:
-                        await comm.send(None, dest=src, tag=EXIT)
-                elif tag == DONE:
-                    self.results[data[0]] = data[1]
+        if self.rank:
+            done = await self.work(st)
+            await comm.send(None, dest=0, tag=EXIT)
+            return done
+        self.register("results", {})
+        self.register("next", 0)
+        self.register("closed", 0)
+        async for _ in self.iterations(10**9):
+            if self.closed == self.size - 1:
+                break
+            data = await self.take(st)
+            src, tag = st.Get_source(), st.Get_tag()
+            if tag == READY:
+                if self.next < ntasks:
+                    await comm.send(self.next, dest=src, tag=START)
+                    self.next += 1
                 else:
-                    self.closed += 1
-            return sorted(self.results.items())
+                    await comm.send(None, dest=src, tag=EXIT)
+            elif tag == DONE:
+                self.results[data[0]] = data[1]
+            else:
+                self.closed += 1
+        return sorted(self.results.items())
+
+    async def work(self, st) -> int:
+        """A worker's loop, one turn per task; the number of tasks it did."""
         self.register("done", 0)
         async for _ in self.iterations(10**9):
-            await comm.send(None, dest=0, tag=READY)
-            task = await self.task(st)
-            if st.Get_tag() != START:
+            if not await self.turn(st):
                 break
-            await comm.send((task, task * task), dest=0, tag=DONE)
             self.done += 1
-        await comm.send(None, dest=0, tag=EXIT)
         return self.done
+
+    async def turn(self, st) -> bool:
+        """A worker's turn: READY, then a task done (True) or told to exit (False)."""
+        await self.comm.send(None, dest=0, tag=READY)
+        task = await self.task(st)
+        if st.Get_tag() != START:
+            return False
+        await self.comm.send((task, task * task), dest=0, tag=DONE)
+        return True
 
     async def take(self, st):
         """The master's next message, from any worker, with any tag (into ``st``)."""

@@ -9,58 +9,28 @@ import ftactors as ft
 from ftactors.protocols import StandbyReplacement
 from ftactors.runtime._carried_state import loops_carry_state
 
-READY, START, DONE, EXIT = 0, 1, 2, 3
+from ..programs import shapes
 
 
-class Farm(ft.Rank):
-    """A task farm whose workers keep nothing from one task to the next."""
+class Farm(shapes.Farm):
+    """The task farm whose workers keep nothing from one task to the next."""
 
     async def work(self, st):
         async for _ in self.iterations(10**9):
-            await self.comm.send(None, dest=0, tag=READY)
-            task = await self.comm.recv(source=0, tag=ft.ANY_TAG, status=st)
-            if st.Get_tag() != START:
+            if not await self.turn(st):
                 break
-            await self.comm.send((task, task * task), dest=0, tag=DONE)
         return None
 
-    async def main(self, ntasks=12):
-        comm, st = self.comm, ft.Status()
-        if self.rank:
-            await self.work(st)
-            await comm.send(None, dest=0, tag=EXIT)
-            return None
-        self.register("results", {})
-        self.register("next", 0)
-        self.register("closed", 0)
-        async for _ in self.iterations(10**9):
-            if self.closed == self.size - 1:
-                break
-            data = await comm.recv(source=ft.ANY_SOURCE, tag=ft.ANY_TAG, status=st)
-            if st.Get_tag() == READY:
-                await comm.send(self.next if self.next < ntasks else None,
-                                dest=st.Get_source(),
-                                tag=START if self.next < ntasks else EXIT)
-                self.next += 1
-            elif st.Get_tag() == DONE:
-                self.results[data[0]] = data[1]
-            else:
-                self.closed += 1
-        return sorted(self.results.items())
 
-
-class CountingFarm(Farm):
+class CountingFarm(shapes.Farm):
     """The same farm, but each worker counts its tasks in a local it returns: that count
     is state its loop carries, and nothing saves it."""
 
     async def work(self, st):
         done = 0
         async for _ in self.iterations(10**9):
-            await self.comm.send(None, dest=0, tag=READY)
-            task = await self.comm.recv(source=0, tag=ft.ANY_TAG, status=st)
-            if st.Get_tag() != START:
+            if not await self.turn(st):
                 break
-            await self.comm.send((task, task * task), dest=0, tag=DONE)
             done += 1
         return done
 
@@ -84,7 +54,7 @@ def test_a_worker_with_nothing_to_keep_is_not_told_to_register(transport):
         warnings.simplefilter("error", ft.FaultToleranceWarning)
         r = _run(SbFarm, transport)
     assert 1 in r.metrics["restored_unregistered"]  # restored past its loop's top
-    assert r.results[0] == [(t, t * t) for t in range(12)]
+    assert r.results[0] == [(t, t * t) for t in range(20)]
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
