@@ -82,6 +82,8 @@ _NO_LINE = object()
 class Coordinator:
     """Runs one job on one fabric."""
 
+    _told: Warning | None = None  # a rank's report's warning, made an error by the driver
+
     def __init__(self, fabric: Fabric, config: RunConfig):
         # the fabric, wrapped: the run's points are handed to ``chaos.reached``
         self.fabric = self.chaos = ChaosFabric(
@@ -175,6 +177,8 @@ class Coordinator:
             if self.reporter is not None:
                 self.reporter.finish()
             await fabric.shutdown(completed)
+        if self._told is not None:
+            raise self._told
         return self.harvest.result(results, fabric.clock() - t0)
 
     async def _finish(self) -> None:
@@ -446,7 +450,10 @@ class Coordinator:
             detected = self._undated.pop((event.rank, event.detail.get("incarnation")), None)
             if detected is not None:  # the failure was found before this report came
                 detected.detail["detection_s"] = detected.time - event.time
-        _notices.on_report(event, self.reports)  # restored with nothing registered, ...
+        try:  # restored with nothing registered, ...
+            _notices.on_report(event, self.reports, self.rank_cls)
+        except Warning as told:  # warnings are errors: not in the rank's or link's path
+            self._told = self._told or told  # (``run`` raises it at the end)
         self.reports.append(event)
         self.events.events.append(event)
         if event.kind == "peer_lost":
