@@ -45,7 +45,7 @@ measured 10-20% of a 16 MiB message), which becomes the payload's buffer: the re
 array rebuilt over it is writable.
 
 To a peer on the same node (a Unix connection), buffers of ``shm_bytes`` and more go
-through shared memory instead: each channel has one segment (``_Segment``: an anonymous
+through shared memory instead: each channel has one segment (``direct.shm``: an anonymous
 ``memfd``, ``SEGMENT_BYTES``, used as a ring, its size sealed), whose descriptor the
 sender passes with its proof on every connection (``SCM_RIGHTS``). The listener reads a
 Unix connection's proof with ``recvmsg`` (and no byte after it: the sender writes
@@ -105,10 +105,8 @@ order, either way.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
 import hmac
-import mmap
 import os
 import pickle
 import secrets
@@ -123,6 +121,7 @@ import cloudpickle
 import numpy as np
 
 from ..engine._envelope import Envelope, from_rows, to_rows
+from .direct import shm
 
 HEADER = struct.Struct("!IB")
 """Frame header: body length (bytes), body kind."""
@@ -142,12 +141,6 @@ SHM_ENTRY = struct.Struct("!QQ")
 """A shared-memory frame's buffers: each one's length and its offset in the connection's
 segment (``INLINE``: after the body)."""
 INLINE = (1 << 64) - 1
-SEGMENT_BYTES = 64 << 20
-"""A channel's shared-memory segment (anonymous; pages are taken as they are first
-written): a buffer that does not fit in what is free of it goes on the socket."""
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-"""A segment's size is fixed before it is passed: a listener maps only a segment sealed
-against shrinking (reading a page cut off the end of a mapping kills the process)."""
 SHARED = b"\x01"
 NOT_SHARED = b"\x00"
 """The listener's answer says whether it took the segment passed with the proof."""
@@ -285,7 +278,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.filling: _Filling | None = None  # an out-of-band frame whose buffers arrive
         self.raw: socket.socket | None = None  # reads the proof and its descriptors (Unix)
         self.fds: list[int] = []  # descriptors passed with the proof, not yet taken
-        self.segment = None  # the sender's shared-memory segment, mapped: (mmap, array)
+        self.segment: shm.Mapping | None = None  # the sender's shared-memory segment
 
     def get_buffer(self, sizehint: int) -> memoryview:
         filling = self.filling
@@ -382,21 +375,10 @@ class _Inbound(asyncio.BufferedProtocol):
         if not fds:
             return NOT_SHARED
         try:
-            if len(fds) != 1 or fds[0] < 0:
-                raise ValueError("more than one descriptor")
-            st = os.fstat(fds[0])
-            if (not stat.S_ISREG(st.st_mode) or not st.st_size
-                    or fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & SEALS != SEALS):
-                raise ValueError("not a sealed segment")
-            seg = mmap.mmap(fds[0], st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            self.segment = shm.Mapping.take(fds)
         except (OSError, ValueError):
             self.counters.shared_refused += 1
             return NOT_SHARED
-        finally:
-            for fd in fds:
-                if fd >= 0:
-                    os.close(fd)
-        self.segment = (seg, np.frombuffer(seg, np.uint8))
         return SHARED
 
     def data_received(self, data) -> None:
@@ -496,28 +478,25 @@ class _Inbound(asyncio.BufferedProtocol):
         that follows the body), out of the segment the sender passed with its proof;
         None once refused (a connection that took no segment: TCP, or the listener's
         answer said so; a region outside it)."""
-        array = self.segment[1] if self.segment is not None else None
+        segment = self.segment
         given = []
         for i in range(0, len(entries), 2):
             n, offset = entries[i], entries[i + 1]
             if offset == INLINE:
                 given.append(None)
                 continue
-            if array is None or offset + n > len(array):
+            own = segment.copy(offset, n) if segment is not None else None
+            if own is None:
                 self._refuse("bad_frame")
                 return None
-            own = np.empty(n, np.uint8)
-            own[:] = array[offset:offset + n]
             given.append(own)
         return given
 
     def _unmap(self) -> None:
         """Let go of the peer's segment."""
         if self.segment is not None:
-            seg, array = self.segment
-            self.segment = None
-            del array
-            seg.close()
+            self.segment, segment = None, self.segment
+            segment.close()
 
     def _complete(self, kind: int, body, buffers: list, nbytes: int) -> None:
         """One whole frame: decode it, deliver its envelopes, acknowledge in time."""
@@ -843,61 +822,6 @@ class _Wire(asyncio.Protocol):
             self.out.on_lost(self)
 
 
-class _Segment:
-    """A channel's shared-memory segment (sending side): an anonymous file (memfd, no
-    name anywhere: it goes when the last process holding it closes it or dies) used as a
-    ring. Each frame's buffers take a region; the regions of a frame are free again once
-    the listener has acknowledged the frame (it copied them out before it delivered)."""
-
-    def __init__(self, size: int):
-        self.fd = os.memfd_create("ftactors", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.ftruncate(self.fd, size)
-            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, SEALS)
-            self.map = mmap.mmap(self.fd, size)
-        except OSError:
-            os.close(self.fd)
-            raise
-        self.array = np.frombuffer(self.map, np.uint8)
-        self.size = size
-        self.head = 0  # where the next region starts
-        self.regions: deque = deque()  # (frame number, start, end), in frame order
-
-    def put(self, frame: int, buf) -> int | None:
-        """Copy ``buf`` into a free region for frame number ``frame``; its offset, or
-        None when no region is free that large (the buffer goes on the socket)."""
-        n = len(buf)
-        regions = self.regions
-        if not regions:
-            self.head = 0
-        tail = regions[0][1] if regions else self.size
-        if self.head > tail or not regions:  # free: [0, tail) and [head, size)
-            # from the start when it has room: the pages in use stay as few as the bytes
-            # in flight (warm, in cache) instead of the whole segment in turn
-            start = 0 if n <= tail else self.head if self.size - self.head >= n else None
-        else:  # wrapped (head == tail: full): free [head, tail)
-            start = self.head if tail - self.head >= n else None
-        if start is None:
-            return None
-        self.array[start:start + n] = np.frombuffer(buf, np.uint8)
-        self.head = start + n
-        regions.append((frame, start, self.head))
-        return start
-
-    def release(self, count: int) -> None:
-        """The frames numbered below ``count`` were delivered: free their regions."""
-        regions = self.regions
-        while regions and regions[0][0] < count:
-            regions.popleft()
-
-    def close(self) -> None:
-        self.regions.clear()
-        del self.array
-        self.map.close()
-        os.close(self.fd)
-
-
-
 class _Outbound:
     """The channel to one peer endpoint, over as many connections as it takes.
 
@@ -928,10 +852,10 @@ class _Outbound:
         self.blocked_until = peers.blocked.get(dst, 0.0)  # chaos: partitioned until (loop time)
         self.writable = asyncio.Event()
         self.writable.set()
-        self.segment: _Segment | None = None  # shared memory with a peer on this node
+        self.segment: shm.Segment | None = None  # shared memory with a peer on this node
         if self.local and peers.shm_bytes is not None:
             try:
-                self.segment = _Segment(SEGMENT_BYTES)
+                self.segment = shm.Segment(shm.SEGMENT_BYTES)
             except OSError:  # no memfd or no memory for it: the socket will do
                 self.counters.shared_fallback += 1
         # frames may use the segment: until a connection's listener says it did not take it

@@ -19,6 +19,7 @@ from ftactors.engine import _payload
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
 from ftactors.transports import _direct
+from ftactors.transports.direct import shm
 from ftactors.transports._direct import (COUNT, HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES,
                                           OOB, OOB_COUNT, ROWS, SESSION_BYTES, WINDOW_BYTES,
                                           Counters, Listener, Peers, RunSecret, encode,
@@ -667,7 +668,7 @@ def test_a_full_segment_sends_on_the_socket_and_frees_acknowledged_regions(tmp_p
     on the socket; regions come free as frames are acknowledged, so later buffers use
     the segment again, wrapping around it: a stream of arrays of mixed sizes arrives
     intact and in order either way."""
-    monkeypatch.setattr(_direct, "SEGMENT_BYTES", 5 << 20)
+    monkeypatch.setattr(shm, "SEGMENT_BYTES", 5 << 20)
     sizes = [(2 << 20) + 8 * k for k in range(5)] + [3 << 20, 1 << 20]
 
     async def body():
@@ -719,7 +720,7 @@ def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path,
 def test_a_segment_is_a_ring_of_regions_freed_in_frame_order():
     """Regions are taken after the newest, wrap to the start when the end has no room,
     and come free only when the frames that hold them are acknowledged."""
-    segment = _direct._Segment(10)
+    segment = shm.Segment(10)
     try:
         assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
         assert segment.put(2, b"c" * 3) is None  # 2 left at the end, nothing at the start
@@ -740,7 +741,7 @@ def test_a_segment_takes_its_start_again_first_and_the_window_counts_it(tmp_path
     when its end has room, so the pages in use stay as few as the bytes in flight; and
     the bytes a frame holds in the segment count in the channel's window, so a sender
     that runs ahead of its peer waits instead of walking the whole segment."""
-    segment = _direct._Segment(10)
+    segment = shm.Segment(10)
     try:
         assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
         segment.release(1)
@@ -832,9 +833,9 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
             raise OSError(1, "Operation not permitted")
         monkeypatch.setattr(socket, "send_fds", send_fds)
     elif how == "listener_refuses":
-        real_fcntl = _direct.fcntl.fcntl
-        monkeypatch.setattr(_direct.fcntl, "fcntl", lambda fd, cmd, *arg: (
-            0 if cmd == _direct.fcntl.F_GET_SEALS else real_fcntl(fd, cmd, *arg)))
+        real_fcntl = shm.fcntl.fcntl
+        monkeypatch.setattr(shm.fcntl, "fcntl", lambda fd, cmd, *arg: (
+            0 if cmd == shm.fcntl.F_GET_SEALS else real_fcntl(fd, cmd, *arg)))
     else:
         def memfd_create(*args):
             raise OSError(38, "Function not implemented")
@@ -912,7 +913,7 @@ def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(t
         listener, endpoint, got = await _listening(tmp_path, secret)
         loop = asyncio.get_running_loop()
         c = listener.counters
-        segment = _direct._Segment(1 << 20)
+        segment = shm.Segment(1 << 20)
         _, body_, _ = encode([_env(0)], True)
 
         def frame(offset):
