@@ -108,39 +108,17 @@ import asyncio
 import hashlib
 import hmac
 import os
-import pickle
 import secrets
 import socket
 import stat
-import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-import cloudpickle
-import numpy as np
-
-from ..engine._envelope import Envelope, from_rows, to_rows
 from .direct import shm
+from .direct.wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, Filling, FrameError, decode,
+                         encode, oob_head, read_head, shm_head, unshare)
 
-HEADER = struct.Struct("!IB")
-"""Frame header: body length (bytes), body kind."""
-ROWS = 0
-"""Body kind: ``pickle.dumps(to_rows(envs))``."""
-OBJECTS = 1
-"""Body kind: ``cloudpickle.dumps(to_rows(envs))`` (piggyback data the C pickler cannot take)."""
-OOB = 0x80
-"""Body kind bit: the body is followed by out-of-band buffers (module docstring)."""
-OOB_COUNT = struct.Struct("!I")
-OOB_LENGTH = struct.Struct("!Q")
-"""An out-of-band frame's number of buffers, then each one's length, before its body."""
-SHM = 0x40
-"""Body kind bit (with ``OOB``, Unix connections only): the table says which buffers
-are in the sender's shared-memory segment (module docstring)."""
-SHM_ENTRY = struct.Struct("!QQ")
-"""A shared-memory frame's buffers: each one's length and its offset in the connection's
-segment (``INLINE``: after the body)."""
-INLINE = (1 << 64) - 1
 SHARED = b"\x01"
 NOT_SHARED = b"\x00"
 """The listener's answer says whether it took the segment passed with the proof."""
@@ -155,12 +133,8 @@ unacknowledged."""
 IOV_MAX = 1024
 """The most pieces one ``writev`` takes (Linux's limit)."""
 
-MAX_FRAME_BYTES = 256 << 20
-"""Longest frame a listener accepts; a sender routes a longer batch another way."""
 HIGH_WATER_BYTES = 1 << 20
 """Bytes a connection may hold unsent before its sender waits (a quarter: it goes on)."""
-COUNT = struct.Struct("!Q")
-"""A number of frames: the listener's resume point in its proof, and its acknowledgements."""
 WINDOW_BYTES = 4 << 20
 """Bytes of frames a sender keeps unacknowledged before it waits (bounded memory)."""
 WINDOW_FRAMES = 1024
@@ -275,7 +249,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.unacked_bytes = 0
         self.ack_timer = None
         self.area = memoryview(bytearray(RECV_BYTES))
-        self.filling: _Filling | None = None  # an out-of-band frame whose buffers arrive
+        self.filling: Filling | None = None  # an out-of-band frame whose buffers arrive
         self.raw: socket.socket | None = None  # reads the proof and its descriptors (Unix)
         self.fds: list[int] = []  # descriptors passed with the proof, not yet taken
         self.segment: shm.Mapping | None = None  # the sender's shared-memory segment
@@ -422,49 +396,32 @@ class _Inbound(asyncio.BufferedProtocol):
         pos, end = 0, len(buf)
         limit = self.listener.max_frame_bytes
         while end - pos >= HEADER.size and not self.refused:
-            size, kind = HEADER.unpack_from(buf, pos)
-            start = pos + HEADER.size
-            lengths = ()
-            shared = kind & SHM
-            if kind & OOB:
-                if end - start < OOB_COUNT.size:
-                    break
-                count = OOB_COUNT.unpack_from(buf, start)[0]
-                entry = SHM_ENTRY.size if shared else OOB_LENGTH.size
-                table = OOB_COUNT.size + count * entry
-                if count > limit // entry:
-                    self._refuse("oversized")
-                    return 0
-                if end - start < table:
-                    break
-                if shared:
-                    entries = struct.unpack_from(f"!{2 * count}Q", buf, start + table - count * entry)
-                    lengths = entries[::2]
-                else:
-                    lengths = struct.unpack_from(f"!{count}Q", buf, start + OOB_COUNT.size)
-                start += table
-            if size + sum(lengths) > limit:
-                self._refuse("oversized")
+            try:
+                head = read_head(buf, pos, end, limit)
+            except FrameError as error:
+                self._refuse(error.reason)
                 return 0
+            if head is None:
+                break
+            kind, start, size, lengths, offsets = head
             if end - start < size:
                 break
-            body = bytes(buf[start:start + size]) if lengths else None
-            if body is None:
+            if not lengths:
                 with memoryview(buf) as view, view[start:start + size] as whole:
                     self._complete(kind, whole, (), size)
                 pos = start + size
                 continue
             given = None
-            if shared:  # the table is whole: its segment and the buffers in it
-                given = self._shared(entries)
+            if offsets is not None:  # the table is whole: its segment and the buffers in it
+                given = self._shared(lengths, offsets)
                 if given is None:
                     return 0
-            filling = _Filling(kind, body, lengths, given)
+            filling = Filling(kind, bytes(buf[start:start + size]), lengths, given)
             pos = start + size
             with memoryview(buf) as view:  # what already arrived of the buffers
                 pos += filling.take(view[pos:])
             if filling.advance():
-                self._complete(kind, body, filling.buffers, filling.nbytes)
+                self._complete(kind, filling.body, filling.buffers, filling.nbytes)
                 # the receiver owns them now: holding them while the next frame's are
                 # made would have the allocator map fresh pages for every large buffer
                 given = filling = None
@@ -473,15 +430,14 @@ class _Inbound(asyncio.BufferedProtocol):
                 break
         return pos
 
-    def _shared(self, entries: tuple) -> list | None:
+    def _shared(self, lengths: tuple, offsets: tuple) -> list | None:
         """A shared-memory frame's buffers (each a copy the receiver owns, None for one
         that follows the body), out of the segment the sender passed with its proof;
         None once refused (a connection that took no segment: TCP, or the listener's
         answer said so; a region outside it)."""
         segment = self.segment
         given = []
-        for i in range(0, len(entries), 2):
-            n, offset = entries[i], entries[i + 1]
+        for n, offset in zip(lengths, offsets):
             if offset == INLINE:
                 given.append(None)
                 continue
@@ -544,44 +500,6 @@ class _Inbound(asyncio.BufferedProtocol):
         if self.session is not None and self.session.conn is self:
             self.session.conn = None
         self.listener.inbound.discard(self)
-
-
-class _Filling:
-    """An out-of-band frame whose buffers arrive: one byte array each, read into in
-    turn (``view`` from ``at`` on is where the next bytes go)."""
-
-    __slots__ = ("kind", "body", "buffers", "todo", "nbytes", "index", "view", "at")
-
-    def __init__(self, kind: int, body: bytes, lengths: tuple, given: list | None = None):
-        self.kind = kind
-        self.body = body
-        given = given or [None] * len(lengths)  # buffers already there (shared memory)
-        # every byte is read into the others
-        self.buffers = [np.empty(n, np.uint8) if g is None else g for n, g in zip(lengths, given)]
-        self.todo = [b for b, g in zip(self.buffers, given) if g is None]
-        self.nbytes = len(body) + sum(lengths)
-        self.index = 0
-        self.view = memoryview(self.todo[0]) if self.todo else memoryview(b"")
-        self.at = 0
-
-    def advance(self) -> bool:
-        """Move past the buffers that are full; True when every one is."""
-        while self.at == len(self.view):
-            self.index += 1
-            if self.index >= len(self.todo):
-                return True
-            self.view, self.at = memoryview(self.todo[self.index]), 0
-        return False
-
-    def take(self, data: memoryview) -> int:
-        """Copy what ``data`` holds of the buffers into them; the bytes taken."""
-        taken = 0
-        while taken < len(data) and not self.advance():
-            n = min(len(self.view) - self.at, len(data) - taken)
-            self.view[self.at:self.at + n] = data[taken:taken + n]
-            self.at += n
-            taken += n
-        return taken
 
 
 class Listener:
@@ -997,17 +915,8 @@ class _Outbound:
         taken until the frames are acknowledged), so every frame can be written on it."""
         array = self.segment.array
         for i in range(len(self.frames)):
-            frame = self.frames[i]
-            size, kind = HEADER.unpack_from(frame[0])
-            if not kind & SHM:
-                continue
-            count = OOB_COUNT.unpack_from(frame[0], HEADER.size)[0]
-            entries = struct.unpack_from(f"!{2 * count}Q", frame[0], HEADER.size + OOB_COUNT.size)
-            inline = iter(frame[2:])
-            buffers = [next(inline) if offset == INLINE else array[offset:offset + n].tobytes()
-                       for n, offset in zip(entries[::2], entries[1::2])]
-            self.frames[i] = (_oob_head(size, kind & ~SHM, buffers), frame[1], *buffers)
-            self.counters.shared -= count - (len(frame) - 2)  # not shared after all
+            self.frames[i], moved = unshare(self.frames[i], array)
+            self.counters.shared -= moved  # not shared after all
 
     def close(self) -> None:
         """No more sends: what was never written is dropped (the peer is gone or
@@ -1076,7 +985,7 @@ class Peers:
                 conn.write((head, body, *inline), len(head) + sent, nbytes - sent)
                 return True
         if buffers:  # the body is not copied behind the header: writev takes both
-            head = _oob_head(len(body), kind, buffers)
+            head = oob_head(len(body), kind, buffers)
             conn.write((head, body, *buffers), len(head) + nbytes)
         else:
             conn.write((HEADER.pack(len(body), kind), body), HEADER.size + nbytes)
@@ -1089,19 +998,18 @@ class Peers:
         if conn.closed:
             return None
         frame = conn.base + len(conn.frames)  # the number the frame gets
-        entries, inline = [], []
+        offsets, inline = [], []
         for buf in buffers:
             offset = None
             if len(buf) >= self.shm_bytes:
                 offset = conn.segment.put(frame, buf)
             if offset is None:
                 inline.append(buf)
-            entries.append(SHM_ENTRY.pack(len(buf), INLINE if offset is None else offset))
+            offsets.append(INLINE if offset is None else offset)
         if len(inline) == len(buffers):
             return None
         self.counters.shared += len(buffers) - len(inline)
-        head = HEADER.pack(size, kind | OOB | SHM) + OOB_COUNT.pack(len(buffers)) + b"".join(entries)
-        return head, inline
+        return shm_head(size, kind, [len(buf) for buf in buffers], offsets), inline
 
     def congested(self, dst: int):
         """None when the channel to ``dst`` takes more frames now; else an awaitable
@@ -1126,39 +1034,3 @@ class Peers:
         for conn in self.conns.values():
             conn.close()
         self.conns.clear()
-
-
-def _oob_head(size: int, kind: int, buffers: list) -> bytes:
-    """An out-of-band frame's header: the body's ``size`` and ``kind``, the buffers' lengths."""
-    return (HEADER.pack(size, kind | OOB) + OOB_COUNT.pack(len(buffers))
-            + struct.pack(f"!{len(buffers)}Q", *map(len, buffers)))
-
-
-def encode(envs: list[Envelope], plain: bool) -> tuple[int, bytes, list]:
-    """A batch as a frame: ``(kind, body, buffers)``; ``plain``: every piggyback is plain
-    data (``_payload.is_plain``), so the C pickler will do. The payloads' out-of-band
-    buffers (bytes-like) are not pickled: the rows count them, and ``buffers`` lists
-    them in order, to be written after the body."""
-    rows = to_rows(envs)
-    buffers: list = []
-    for i, row in enumerate(rows):
-        if row[7]:
-            buffers.extend(b if type(b) in (bytes, bytearray) else memoryview(b).cast("B")
-                           for b in row[7])
-            rows[i] = row[:7] + (len(row[7]),) + row[8:]
-    if plain:
-        return ROWS, pickle.dumps(rows, protocol=5), buffers
-    return OBJECTS, cloudpickle.dumps(rows, protocol=5), buffers
-
-
-def decode(kind: int, body, buffers: list = ()) -> list[Envelope]:
-    """The envelopes of an authenticated frame body (``encode`` made it), with the
-    frame's out-of-band ``buffers`` (each becomes its payload's buffer, owned by it)."""
-    if kind & ~(OOB | SHM) not in (ROWS, OBJECTS):
-        raise ValueError(f"unknown frame kind {kind}")
-    rows = pickle.loads(body)
-    if buffers:
-        it = iter(buffers)
-        rows = [row if not row[7] else row[:7] + (tuple(next(it) for _ in range(row[7])),)
-                + row[8:] for row in rows]
-    return from_rows(rows)

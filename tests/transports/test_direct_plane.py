@@ -19,11 +19,11 @@ from ftactors.engine import _payload
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
 from ftactors.transports import _direct
-from ftactors.transports.direct import shm
-from ftactors.transports._direct import (COUNT, HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES,
-                                          OOB, OOB_COUNT, ROWS, SESSION_BYTES, WINDOW_BYTES,
-                                          Counters, Listener, Peers, RunSecret, encode,
+from ftactors.transports.direct import shm, wire
+from ftactors.transports._direct import (HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES, SESSION_BYTES,
+                                          WINDOW_BYTES, Counters, Listener, Peers, RunSecret,
                                           secure_run_dir)
+from ftactors.transports.direct.wire import COUNT, HEADER, OOB, OOB_COUNT, ROWS, encode
 
 
 def _env(i: int, piggyback=None) -> Envelope:
@@ -692,9 +692,9 @@ def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path,
     held, refs = [], []
     real = _direct._Inbound._shared
 
-    def shared(inbound, entries):
+    def shared(inbound, *table):
         held.append(sum(ref() is not None for ref in refs))
-        given = real(inbound, entries)
+        given = real(inbound, *table)
         refs.extend(weakref.ref(b) for b in given if b is not None)
         return given
 
@@ -846,7 +846,7 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
             for i in range(3):  # before the connection is made: shared memory, if any
                 assert peers.send(1, *encode([_arrays_env(i, 2 << 20, LARGE)], True))
             kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].frames]
-            assert all(k & _direct.SHM for k in kinds) == (how != "no_memfd")
+            assert all(k & wire.SHM for k in kinds) == (how != "no_memfd")
             await _until(lambda: len(got) == 3, show=listener.counters.as_dict)
             assert peers.send(1, *encode([_arrays_env(3, 2 << 20, LARGE)], True))  # after it
             await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
@@ -917,8 +917,8 @@ def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(t
         _, body_, _ = encode([_env(0)], True)
 
         def frame(offset):
-            return (HEADER.pack(len(body_), ROWS | OOB | _direct.SHM) + OOB_COUNT.pack(1)
-                    + _direct.SHM_ENTRY.pack(4096, offset) + body_)
+            return (HEADER.pack(len(body_), ROWS | OOB | wire.SHM) + OOB_COUNT.pack(1)
+                    + wire.SHM_ENTRY.pack(4096, offset) + body_)
 
         stranger = os.memfd_create("stranger")
         sock, answer = await _prove(endpoint.path, RunSecret(), [stranger])
