@@ -116,6 +116,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .direct import shm
+from .direct.window import ACK_DELAY_S, WINDOW_BYTES, Acks, SendWindow, Session
 from .direct.wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, Filling, FrameError, decode,
                          encode, oob_head, read_head, shm_head, unshare)
 
@@ -135,16 +136,6 @@ IOV_MAX = 1024
 
 HIGH_WATER_BYTES = 1 << 20
 """Bytes a connection may hold unsent before its sender waits (a quarter: it goes on)."""
-WINDOW_BYTES = 4 << 20
-"""Bytes of frames a sender keeps unacknowledged before it waits (bounded memory)."""
-WINDOW_FRAMES = 1024
-"""Frames a sender keeps unacknowledged before it waits."""
-ACK_BYTES = WINDOW_BYTES // 4
-ACK_FRAMES = WINDOW_FRAMES // 4
-"""A listener acknowledges once it has delivered this many bytes or frames since its last
-acknowledgement, ..."""
-ACK_DELAY_S = 0.05
-"""... or this long after the first frame it has not acknowledged (a trickle)."""
 RECONNECT_S = 30.0
 """A channel whose connection cannot be made again this long drops its frames."""
 BACKOFF_S = (0.005, 0.5)
@@ -217,17 +208,6 @@ def secure_run_dir(path: str) -> str:
 
 
 # ---------------------------------------------------------------------- listening side
-class _Session:
-    """What a listener knows of one sender's channel: the frames it has delivered, and
-    the connection they come on now."""
-
-    __slots__ = ("count", "conn")
-
-    def __init__(self):
-        self.count = 0
-        self.conn: "_Inbound | None" = None
-
-
 class _Inbound(asyncio.BufferedProtocol):
     """One accepted connection: the handshake, then frames to ``deliver``, acknowledged.
 
@@ -244,9 +224,8 @@ class _Inbound(asyncio.BufferedProtocol):
         self.transport = None
         self.nonce = secrets.token_bytes(NONCE_BYTES)
         self.timer = None
-        self.session: _Session | None = None
-        self.unacked = 0  # frames delivered and not yet acknowledged
-        self.unacked_bytes = 0
+        self.session: Session | None = None
+        self.acks: Acks | None = None
         self.ack_timer = None
         self.area = memoryview(bytearray(RECV_BYTES))
         self.filling: Filling | None = None  # an out-of-band frame whose buffers arrive
@@ -374,10 +353,11 @@ class _Inbound(asyncio.BufferedProtocol):
             del buf[:proof + MAC_BYTES]
             session = self.listener.sessions.get(theirs[NONCE_BYTES:])
             if session is None:
-                session = self.listener.sessions[theirs[NONCE_BYTES:]] = _Session()
+                session = self.listener.sessions[theirs[NONCE_BYTES:]] = Session()
             if session.conn is not None:  # the sender gave up on it: what it still holds is sent again
                 session.conn._refuse(None)
             self.session = session
+            self.acks = Acks(session)
             session.conn = self
             count = COUNT.pack(session.count) + self._take_segment()
             self.transport.write(count + secret.mac(b"server", theirs + count, self.nonce))
@@ -462,13 +442,11 @@ class _Inbound(asyncio.BufferedProtocol):
             self._refuse("bad_frame")
             return
         self.counters.frames += 1
-        self.session.count += 1
-        self.unacked += 1
-        self.unacked_bytes += nbytes
+        due = self.acks.delivered(nbytes)
         self.listener.deliver(envs)
         if self.refused:  # closed by what the frame did (a chaos disconnect)
             return
-        if self.unacked >= ACK_FRAMES or self.unacked_bytes >= ACK_BYTES:
+        if due:
             self._ack()
         elif self.ack_timer is None:
             self.ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_S, self._ack)
@@ -478,9 +456,10 @@ class _Inbound(asyncio.BufferedProtocol):
         if self.ack_timer is not None:
             self.ack_timer.cancel()
             self.ack_timer = None
-        if not self.refused and self.unacked:
-            self.unacked = self.unacked_bytes = 0
-            self.transport.write(COUNT.pack(self.session.count))
+        if not self.refused:
+            count = self.acks.due()
+            if count is not None:
+                self.transport.write(COUNT.pack(count))
 
     def connection_lost(self, exc) -> None:
         if self.timer is not None:
@@ -516,7 +495,7 @@ class Listener:
         self.max_frame_bytes = max_frame_bytes
         self.counters = Counters()
         self.inbound: set[_Inbound] = set()
-        self.sessions: dict[bytes, _Session] = {}  # a sender's session id -> its channel
+        self.sessions: dict[bytes, Session] = {}  # a sender's session id -> its channel
         self.servers: list = []
         self.endpoint: DirectEndpoint | None = None
 
@@ -758,11 +737,9 @@ class _Outbound:
         self.local = endpoint.node == peers.node
         self.reconnect_s = peers.reconnect_s
         self.session = secrets.token_bytes(SESSION_BYTES)
-        self.frames: deque = deque()  # each a tuple of pieces: header, body, buffers
-        self.lengths: deque = deque()  # each frame's bytes, those in the segment too
-        self.base = 0  # the number of frames[0]
-        self.unacked = 0  # bytes in frames
-        self.written = 0  # frames numbered below this went on a connection that was lost
+        # frames not yet acknowledged, each a tuple of pieces (header, body, buffers) and
+        # counted with its bytes in the segment too
+        self.window = SendWindow()
         self.connections = 0
         self.wire: _Wire | None = None  # the proven connection frames go on
         self.closed = False
@@ -790,23 +767,20 @@ class _Outbound:
         if self.closed:
             self.counters.dropped_sends += 1
             return
-        self.frames.append(frame)
-        self.lengths.append(nbytes + held)
-        self.unacked += nbytes + held
+        full = self.window.push(frame, nbytes + held)
         wire = self.wire
         if wire is not None:
             if wire.transport.is_closing():  # lost; connection_lost is on its way
                 self.on_lost(wire)
             else:
                 wire.send(frame, nbytes)  # may pause
-        if self.unacked > WINDOW_BYTES or len(self.frames) > WINDOW_FRAMES:
+        if full:
             self.writable.clear()
 
     def congested(self) -> bool:
         """Whether the sender should wait before it writes more: the kernel holds more
         than the high-water mark, or the peer has not acknowledged a window's worth."""
-        return not self.closed and (self.paused or self.unacked > WINDOW_BYTES
-                                    or len(self.frames) > WINDOW_FRAMES)
+        return not self.closed and (self.paused or self.window.full())
 
     async def drained(self) -> None:
         """Return once the channel takes frames again (or is closed: they drop)."""
@@ -823,13 +797,13 @@ class _Outbound:
 
     def on_ack(self, count: int) -> None:
         """The listener has delivered frames numbered below ``count``: forget them."""
-        frames = self.frames
-        for _ in range(min(count - self.base, len(frames))):
-            frames.popleft()
-            self.unacked -= self.lengths.popleft()
-        self.base = max(self.base, count)
+        self.window.ack(count)
+        self._acked()
+
+    def _acked(self) -> None:
+        """Free the segment's regions of the frames acknowledged; let senders go on."""
         if self.segment is not None:
-            self.segment.release(self.base)
+            self.segment.release(self.window.base)
         if not self.writable.is_set():
             self.update()
 
@@ -839,7 +813,7 @@ class _Outbound:
             return
         self.wire = None
         self.paused = False
-        self.written = self.base + len(self.frames)
+        self.window.lost()
         self.task = asyncio.ensure_future(self._connect())
         self.update()
 
@@ -897,14 +871,15 @@ class _Outbound:
         if self.segment is not None and not self.shared:
             self.counters.shared_fallback += 1
             self._unshare()
-        self.on_ack(resume)
+        resent = self.window.resume(resume)
+        self._acked()
         if self.connections:
             self.counters.reconnects += 1
-            self.counters.resent += max(0, self.written - resume)
+            self.counters.resent += resent
         self.connections += 1
         self.wire = wire
-        if self.frames:
-            pieces = [piece for frame in self.frames for piece in frame]
+        if self.window.frames:
+            pieces = [piece for frame in self.window.frames for piece in frame]
             wire.send(pieces, sum(map(len, pieces)))  # may pause
         self.update()
         return True
@@ -914,8 +889,9 @@ class _Outbound:
         those buffers after the body instead (copied out of their regions, which stay
         taken until the frames are acknowledged), so every frame can be written on it."""
         array = self.segment.array
-        for i in range(len(self.frames)):
-            self.frames[i], moved = unshare(self.frames[i], array)
+        frames = self.window.frames
+        for i in range(len(frames)):
+            frames[i], moved = unshare(frames[i], array)
             self.counters.shared -= moved  # not shared after all
 
     def close(self) -> None:
@@ -924,11 +900,9 @@ class _Outbound:
         if self.closed:
             return
         self.closed = True
+        unwritten = self.window.drop()
         if self.wire is None:
-            self.counters.dropped_sends += self.base + len(self.frames) - max(self.written, self.base)
-        self.frames.clear()
-        self.lengths.clear()
-        self.unacked = 0
+            self.counters.dropped_sends += unwritten
         if self.wire is not None:
             self.wire.abort()
             self.wire = None
@@ -997,7 +971,7 @@ class Peers:
         ``inline`` the buffers that still go on the socket; None when none went in."""
         if conn.closed:
             return None
-        frame = conn.base + len(conn.frames)  # the number the frame gets
+        frame = conn.window.next  # the number the frame gets
         offsets, inline = [], []
         for buf in buffers:
             offset = None

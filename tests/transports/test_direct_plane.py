@@ -299,7 +299,7 @@ def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path
             conn = peers.conns[1]
             if conn.ready:  # what the kernel has not taken
                 peak = max(peak, conn.wire.pending_bytes)
-            peak_unacked = max(peak_unacked, conn.unacked)
+            peak_unacked = max(peak_unacked, conn.window.unacked)
             waiting = peers.congested(1)
             if waiting is not None:
                 waits += 1
@@ -398,7 +398,7 @@ def test_a_partition_holds_senders_within_the_window_and_heals(tmp_path):
             peers.send(1, *encode([Envelope(APP, 0, 1, "w", 0, sent, pack(blob), seq=sent)], True))
             sent += 1
         conn = peers.conns[1]
-        assert WINDOW_BYTES < conn.unacked <= WINDOW_BYTES + (65 << 10)
+        assert WINDOW_BYTES < conn.window.unacked <= WINDOW_BYTES + (65 << 10)
         assert len(got) == 1 and not conn.ready
         await asyncio.wait_for(peers.congested(1), 10)
         await _until(lambda: len(got) == sent)
@@ -495,13 +495,13 @@ def test_out_of_band_arrays_arrive_intact_writable_and_owned(tmp_path, same_node
             kind, body_, buffers = encode(batch, True)
             assert peers.send(1, kind, body_, buffers)
             conn = peers.conns[1]
-            kept = conn.frames[-1]
+            kept = conn.window.frames[-1]
             oob = [b for env in batch for b in env.payload.buffers]
             assert [type(kept) is tuple, len(oob)] == [True, len(buffers)]
             assert len(kept) == 2 + len(oob)  # header, body (not joined: no copy), buffers
             if oob:  # the window holds the payload's own buffers
                 assert all(k is b for k, b in zip(kept[2:], oob))
-                assert conn.unacked >= sum(map(len, oob))
+                assert conn.window.unacked >= sum(map(len, oob))
         await _until(lambda: len(got) == 7)
         assert [e.app_seq for e in got] == list(range(7))
         for env, n in zip(got, sizes):
@@ -676,7 +676,7 @@ def test_a_full_segment_sends_on_the_socket_and_frees_acknowledged_regions(tmp_p
             for i in range(40):
                 assert peers.send(1, *encode([_arrays_env(i, sizes[i % len(sizes)])], True))
                 if i % 4 == 3:  # a burst of four does not fit: let the listener catch up
-                    await _until(lambda: peers.conns[1].base == i + 1)
+                    await _until(lambda: peers.conns[1].window.base == i + 1)
             await _until(lambda: len(got) == 40)
             assert [e.app_seq for e in got] == list(range(40))
             assert all(_intact(e, sizes[e.app_seq % len(sizes)]) for e in got)
@@ -754,8 +754,8 @@ def test_a_segment_takes_its_start_again_first_and_the_window_counts_it(tmp_path
             for i in range(3):
                 assert peers.send(1, *encode([_arrays_env(i, 2 << 20)], True))
             conn = peers.conns[1]
-            assert conn.unacked >= 6 << 20 and conn.congested()
-            await _until(lambda: len(got) == 3 and conn.unacked == 0)
+            assert conn.window.unacked >= 6 << 20 and conn.congested()
+            await _until(lambda: len(got) == 3 and conn.window.unacked == 0)
             assert listener.counters.shared == 3
     asyncio.run(body())
 
@@ -845,7 +845,7 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
         async with _channel(tmp_path) as (listener, peers, got):
             for i in range(3):  # before the connection is made: shared memory, if any
                 assert peers.send(1, *encode([_arrays_env(i, 2 << 20, LARGE)], True))
-            kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].frames]
+            kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].window.frames]
             assert all(k & wire.SHM for k in kinds) == (how != "no_memfd")
             await _until(lambda: len(got) == 3, show=listener.counters.as_dict)
             assert peers.send(1, *encode([_arrays_env(3, 2 << 20, LARGE)], True))  # after it
@@ -857,8 +857,8 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
             assert c.shared_refused == (how == "listener_refuses")
             # the rewritten frames' bytes were counted: the acknowledgements (on their
             # way back, not yet read under load) bring the count to zero
-            await _until(lambda: peers.conns[1].unacked == 0,
-                         show=lambda: peers.conns[1].unacked)
+            await _until(lambda: peers.conns[1].window.unacked == 0,
+                         show=lambda: peers.conns[1].window.unacked)
     asyncio.run(body())
 
 
