@@ -105,8 +105,6 @@ order, either way.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import os
 import secrets
 import socket
@@ -116,13 +114,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .direct import shm
+from .direct.handshake import (AUTH_TIMEOUT_S, SESSION_BYTES, ClientHandshake, RunSecret,
+                               ServerHandshake)
 from .direct.window import ACK_DELAY_S, WINDOW_BYTES, Acks, SendWindow, Session
 from .direct.wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, Filling, FrameError, decode,
                          encode, oob_head, read_head, shm_head, unshare)
 
-SHARED = b"\x01"
-NOT_SHARED = b"\x00"
-"""The listener's answer says whether it took the segment passed with the proof."""
 RECV_BYTES = 256 << 10
 """The listener's receive area: the most one read takes outside an out-of-band buffer."""
 SEND_BUFFER_BYTES = 4 << 20
@@ -140,30 +137,6 @@ RECONNECT_S = 30.0
 """A channel whose connection cannot be made again this long drops its frames."""
 BACKOFF_S = (0.005, 0.5)
 """The first and the longest wait between two connection attempts."""
-NONCE_BYTES = 32
-SESSION_BYTES = 16
-MAC_BYTES = 32
-AUTH_TIMEOUT_S = 5.0
-"""A connection that has not proved the secret this long after it opened is closed."""
-_CONTEXT = b"ftactors direct v1 "
-
-
-class RunSecret:
-    """The run's shared key. Its repr never shows the key (it may end up in a log)."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: bytes | None = None):
-        self.key = key if key is not None else secrets.token_bytes(32)
-
-    def mac(self, role: bytes, first: bytes, second: bytes) -> bytes:
-        return hmac.new(self.key, _CONTEXT + role + first + second, hashlib.sha256).digest()
-
-    def __repr__(self) -> str:
-        return "RunSecret(<hidden>)"
-
-    def __reduce__(self):
-        return (RunSecret, (self.key,))
 
 
 @dataclass(frozen=True)
@@ -222,7 +195,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.authed = False
         self.refused = False
         self.transport = None
-        self.nonce = secrets.token_bytes(NONCE_BYTES)
+        self.handshake = ServerHandshake(listener.secret)
         self.timer = None
         self.session: Session | None = None
         self.acks: Acks | None = None
@@ -268,13 +241,14 @@ class _Inbound(asyncio.BufferedProtocol):
             transport.pause_reading()
             self.raw = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
             asyncio.get_running_loop().add_reader(self.raw.fileno(), self._read_proof)
-        transport.write(self.nonce)
+        transport.write(self.handshake.hello())
         self.timer = asyncio.get_running_loop().call_later(
             self.listener.auth_timeout_s, self._auth_timeout)
 
     def _auth_timeout(self) -> None:
-        if not self.authed:
-            self._refuse("auth_timeout")
+        reason = self.handshake.timed_out()
+        if reason is not None:
+            self._refuse(reason)
 
     def _refuse(self, reason: str | None) -> None:
         """Close the connection unread from here on; count it once under ``reason``."""
@@ -292,7 +266,7 @@ class _Inbound(asyncio.BufferedProtocol):
         descriptors passed with it, which stay unused until the proof checks."""
         try:
             data, fds, flags, _ = socket.recv_fds(
-                self.raw, NONCE_BYTES + SESSION_BYTES + MAC_BYTES - len(self.buf), 1)
+                self.raw, self.handshake.needs(), 1)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -320,48 +294,48 @@ class _Inbound(asyncio.BufferedProtocol):
                 os.close(fd)
         self.fds = []
 
-    def _take_segment(self) -> bytes:
-        """Map the segment passed with the proof (which checked): ``SHARED``, or
-        ``NOT_SHARED`` when none was passed or it is not a sealed memory file (counted
-        as ``shared_refused``: the sender then uses the socket)."""
+    def _take_segment(self) -> bool:
+        """Map the segment passed with the proof (which checked): False when none was
+        passed or it is not a sealed memory file (counted as ``shared_refused``: the
+        sender then uses the socket)."""
         fds, self.fds = self.fds, []
         if not fds:
-            return NOT_SHARED
+            return False
         try:
             self.segment = shm.Mapping.take(fds)
         except (OSError, ValueError):
             self.counters.shared_refused += 1
-            return NOT_SHARED
-        return SHARED
+            return False
+        return True
 
     def data_received(self, data) -> None:
         if self.refused:
             return
+        if not self.authed:
+            reason, session, data = self.handshake.receive(data)
+            if reason is not None:
+                self._refuse(reason)
+                return
+            if session is None:
+                return
+            self._proven(session)
         buf = self.buf
         buf += data
-        if not self.authed:
-            proof = NONCE_BYTES + SESSION_BYTES
-            if len(buf) < proof + MAC_BYTES:
-                return
-            theirs, mac = bytes(buf[:proof]), bytes(buf[proof:proof + MAC_BYTES])
-            secret = self.listener.secret
-            if not hmac.compare_digest(mac, secret.mac(b"client", self.nonce, theirs)):
-                self._refuse("auth_failed")
-                return
-            self.authed = True
-            self.timer.cancel()
-            del buf[:proof + MAC_BYTES]
-            session = self.listener.sessions.get(theirs[NONCE_BYTES:])
-            if session is None:
-                session = self.listener.sessions[theirs[NONCE_BYTES:]] = Session()
-            if session.conn is not None:  # the sender gave up on it: what it still holds is sent again
-                session.conn._refuse(None)
-            self.session = session
-            self.acks = Acks(session)
-            session.conn = self
-            count = COUNT.pack(session.count) + self._take_segment()
-            self.transport.write(count + secret.mac(b"server", theirs + count, self.nonce))
         self._parse(buf)
+
+    def _proven(self, session_id: bytes) -> None:
+        """The proof checked: take over the sender's session, answer."""
+        self.authed = True
+        self.timer.cancel()
+        session = self.listener.sessions.get(session_id)
+        if session is None:
+            session = self.listener.sessions[session_id] = Session()
+        if session.conn is not None:  # the sender gave up on it: what it still holds is sent again
+            session.conn._refuse(None)
+        self.session = session
+        self.acks = Acks(session)
+        session.conn = self
+        self.transport.write(self.handshake.answer(session.count, self._take_segment()))
 
     def _parse(self, buf: bytearray) -> None:
         """``_frames`` on the carried-over bytes ``buf``, then drop what it took."""
@@ -467,8 +441,9 @@ class _Inbound(asyncio.BufferedProtocol):
         if self.ack_timer is not None:
             self.ack_timer.cancel()
         if not self.refused:
-            if not self.authed:  # gone before a whole proof came: no proof was wrong
-                self._refuse("handshake_lost")
+            reason = self.handshake.lost()  # gone before a whole proof came
+            if reason is not None:
+                self._refuse(reason)
             elif self.buf or self.filling is not None:  # gone in the middle of a frame
                 self._refuse("truncated")
         self.refused = True
@@ -550,8 +525,7 @@ class _Wire(asyncio.Protocol):
         self.out = out
         self.transport = None
         self.buf = b""
-        self.nonce = secrets.token_bytes(NONCE_BYTES)
-        self.theirs: bytes | None = None  # the listener's nonce
+        self.handshake = ClientHandshake(out.secret, out.session)
         self.proven = asyncio.get_running_loop().create_future()
         self.fd = -1
         self.pending: deque = deque()  # pieces not written yet (the first may be a tail)
@@ -674,25 +648,19 @@ class _Wire(asyncio.Protocol):
                 buf = buf[whole:]
             self.buf = buf
             return
-        out = self.out
-        if self.theirs is None and len(buf) >= NONCE_BYTES:
-            self.theirs, buf = buf[:NONCE_BYTES], buf[NONCE_BYTES:]
-            self._prove(self.nonce + out.session
-                        + out.secret.mac(b"client", self.theirs, self.nonce + out.session))
-        self.buf = buf
-        answer = COUNT.size + len(SHARED)
-        if self.theirs is not None and len(buf) >= answer + MAC_BYTES:
-            count = buf[:answer]
-            proof = buf[answer:answer + MAC_BYTES]
-            self.buf = buf[answer + MAC_BYTES:]
-            if not hmac.compare_digest(proof, out.secret.mac(
-                    b"server", self.nonce + out.session + count, self.theirs)):
-                out.counters.auth_failed += 1
-                self.abort()
-                self.proven.set_result(None)
-                return
-            self.proven.set_result((COUNT.unpack_from(count)[0],
-                                    self.passed and count[COUNT.size:] == SHARED))
+        proof, verdict, rest = self.handshake.receive(data)
+        if proof is not None:
+            self._prove(proof)
+        if verdict is None:
+            return
+        if isinstance(verdict, str):  # the listener does not hold the secret
+            setattr(self.out.counters, verdict, getattr(self.out.counters, verdict) + 1)
+            self.abort()
+            self.proven.set_result(None)
+            return
+        self.buf = rest
+        count, shared = verdict
+        self.proven.set_result((count, self.passed and shared))
 
     def _prove(self, proof: bytes) -> None:
         """Write the proof; on a Unix connection of a channel with a segment, pass the

@@ -20,9 +20,10 @@ from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
 from ftactors.transports import _direct
 from ftactors.transports.direct import shm, wire
-from ftactors.transports._direct import (HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES, SESSION_BYTES,
-                                          WINDOW_BYTES, Counters, Listener, Peers, RunSecret,
+from ftactors.transports._direct import (HIGH_WATER_BYTES, WINDOW_BYTES, Counters, Listener, Peers,
                                           secure_run_dir)
+from ftactors.transports.direct import handshake
+from ftactors.transports.direct.handshake import MAC_BYTES, NONCE_BYTES, SESSION_BYTES, RunSecret
 from ftactors.transports.direct.wire import COUNT, HEADER, OOB, OOB_COUNT, ROWS, encode
 
 
@@ -937,7 +938,7 @@ def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(t
         os.ftruncate(unsealed, 1 << 20)
         for k, fds in enumerate(([], [unsealed], [segment.fd, segment.fd])):
             sock, answer = await _prove(endpoint.path, secret, fds)
-            assert answer == _direct.NOT_SHARED and c.shared_refused == min(k, len(fds))
+            assert answer == handshake.NOT_SHARED and c.shared_refused == min(k, len(fds))
             await loop.sock_sendall(sock, frame(0))
             await _until(lambda: c.bad_frame == 2 + k)
             sock.close()
@@ -945,7 +946,7 @@ def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(t
         assert _descriptors("unsealed") == 0
 
         sock, answer = await _prove(endpoint.path, secret, [segment.fd])
-        assert answer == _direct.SHARED and c.shared_refused == 2
+        assert answer == handshake.SHARED and c.shared_refused == 2
         await loop.sock_sendall(sock, frame(segment.size - 100))
         await _until(lambda: c.bad_frame == 5, show=c.as_dict)
         assert got == [] and c.frames == 0
