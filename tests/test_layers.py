@@ -128,10 +128,7 @@ def test_no_import_cycles():
 
 
 #: modules that still import another layer's private modules, and why (each an open issue)
-PRIVATE_REACHES_LEFT = {
-    "ftactors.transports._direct": "issue 43: split into modules by role in parallel; its "
-                                   "imports move to the layers' exports with the split",
-}
+PRIVATE_REACHES_LEFT: dict[str, str] = {}
 
 
 def private_reaches(edges: dict[str, set[str]]) -> list[str]:
