@@ -1,7 +1,9 @@
 """The run's central instance: starts the ranks, watches them, arbitrates failures.
 
 The coordinator is transport-agnostic: it drives a *fabric* (``transports``) that knows
-how to start a rank host, call it, ping it and kill it. It turns what it observes into the
+how to start a rank host, call it, ping it and kill it, wrapped in a ``ChaosFabric`` that
+fires the run's planned kills at the points of the run the coordinator hands it (a rank's
+host started, wired, its result taken; a recovery phase). It turns what it observes into the
 run's outcome: every rank's return value, ``RankError`` (with the original traceback)
 when a ``main()`` raises, ``RankFailed`` when a rank dies and nothing in the stack can
 recover it. Whatever happens, every host it started is stopped before it returns.
@@ -42,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _notices
-from ._chaos import Kill, Partition
+from ._chaos import KillPlan
+from ._chaos_fabric import ChaosFabric
 from ._config import RunConfig
 from ._deadlock import DeadlockWatch, in_background
 from ._deaths import NewFailure, RankDied
@@ -104,25 +107,24 @@ class Coordinator:
     """Runs one job on one fabric."""
 
     def __init__(self, fabric: Fabric, config: RunConfig):
-        self.fabric = fabric
+        # the fabric, wrapped: the run's points are handed to ``chaos.reached``
+        self.fabric = self.chaos = ChaosFabric(
+            fabric, KillPlan(config.kills, config.kill_method, config.job_lost_at), self,
+            stall_s=config.stall_s, partitions=config.partitions)
         self.config = config
         self.rank_cls = config.rank_cls
         self.n = config.ranks
         self.identity = config.identity
         self.reached = config.start  # the newest position this run is known to have stored
         self.options = dict(config.options)
-        self.kills = config.kills  # the chaos plan, as struck here
-        self.kill_method, self.stall_s = config.kill_method, config.stall_s
-        self.job_lost_at, self.partitions = config.job_lost_at, config.partitions
+        self.job_lost_at = config.job_lost_at
         self.events = EventLog(fabric.clock)
         self._watch_settings()
         ranks = self.n
         self.handles: list[Any] = [None] * ranks
         self.pool = SparePool(self, config.spares)
-        self._hosted = [asyncio.Event() for _ in range(ranks)]  # set once a rank has a host
         self._watchers: dict[int, asyncio.Task] = {}  # rank -> the watcher of its host
         self._lost_at_start: dict[int, Any] = {}  # rank -> its host that died before it ran
-        self._fired: set[int] = set()  # indices in ``kills`` of the moment kills done
         self._round_failed: set[int] = set()  # the failed ranks of the current round
         self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
         self._epoch_counter = 0  # the largest epoch handed out
@@ -174,19 +176,10 @@ class Coordinator:
 
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
-        inc = self.incarnations[rank]
-        its = tuple(k.iteration for k in self.kills
-                    if k.rank == rank and k.iteration is not None and k.incarnation == inc)
-        cuts = ()
-        if self.kill_method == "disconnect":  # network faults: nobody dies there
-            its, cuts = (), its
-        if self.job_lost_at is not None:
-            its += (self.job_lost_at,)  # every incarnation dies with the job
-        at_return = any(k.rank == rank and k.moment == "return" and k.incarnation == inc
-                        for k in self.kills)
+        """What rank ``rank``'s next host becomes (chaos adds its part: ``ChaosFabric``)."""
         return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank],
-                        self.config.trace is not None, self.options, its, inc, run=self.identity,
-                        kill_at_return=at_return, disconnect_iterations=cuts)
+                        self.config.trace is not None, self.options,
+                        incarnation=self.incarnations[rank], run=self.identity)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -198,13 +191,6 @@ class Coordinator:
                            transport=fabric.name)
         completed = False  # every rank returned and was collected
         try:
-            if self.kill_method == "disconnect" or self.partitions:
-                fabric.track_wires()
-            for k in self.kills:  # seconds from now: start-up and wiring can be struck
-                if k.time_s is not None and k.incarnation == 0:
-                    self.helper(self._kill_later(k))
-            for p in self.partitions:
-                self.helper(self._partition_later(p))
             self.pool.fill()
             try:
                 await self._start()
@@ -265,7 +251,7 @@ class Coordinator:
         await _all([self._host(rank, lost) for rank in range(self.n)])
         while True:
             try:
-                await _all([self.fabric.wire(self.handles), self._strike_all("wire")])
+                await _all([self.fabric.wire(self.handles), self._all_reached("wire")])
             except RankDied as died:
                 await self._host(died.rank, lost, died.reason)
                 continue
@@ -301,18 +287,18 @@ class Coordinator:
         """Rank ``rank``'s host from now on: ``spare`` promoted, else a new host (chaos
         may strike either as it starts)."""
         if spare is not None:
-            await self.strike_spare(self.pool.index.get(spare), "promoted", spare)
+            await self.chaos.reached(spare, spare=self.pool.index.get(spare),
+                                      moment="promoted")
             handle = await self.fabric.promote(spare, self.spec(rank))
         else:
             handle = await self.fabric.spawn(self.spec(rank))
         self._install(rank, handle)
-        await self._strike(rank, "start")
+        await self._reached(rank, "start")
 
     def _install(self, rank: int, handle: Any) -> None:
         """``handle`` is rank ``rank``'s host from now on: it is watched."""
         self._unwatch(rank)
         self.handles[rank] = handle
-        self._hosted[rank].set()
         self._watchers[rank] = self.helper(self._watch(rank, handle))
 
     def _unwatch(self, rank: int) -> None:
@@ -403,7 +389,7 @@ class Coordinator:
                         await self._collect()
                         raise error
                     if rank in self._done:
-                        await self._strike(rank, "finished")
+                        await self._reached(rank, "finished")
         finally:
             self._watching = False
             self.fabric.on_quiet(None)
@@ -426,6 +412,10 @@ class Coordinator:
     def finished(self) -> set[int]:
         """The ranks whose results are in hand (read only)."""
         return self._done
+
+    def failing(self) -> set[int]:
+        """The ranks failed and not recovered yet (read only)."""
+        return self._failed
 
     def _quiet(self) -> None:
         """The fabric has nothing pending but the coordinator's watching (sim): read the
@@ -537,40 +527,16 @@ class Coordinator:
         strike here (``ft.Kill(rank, recovery_round=k, recovery_phase=name)``); the
         timeline records it, so reports can time each phase."""
         self.events.record("recovery_phase", round=self._round, phase=name)
-        for i, kill in enumerate(self.kills):
-            if (kill.recovery_round == self._round and kill.recovery_phase == name
-                    and i not in self._fired):
-                self._fired.add(i)
-                self.events.record("killed", rank=kill.rank, how=self.kill_method,
-                                   during_recovery=self._round, phase=name)
-                await self.fabric.kill(self.handles[kill.rank], self.kill_method)
+        await self.chaos.reached(recovery_round=self._round, recovery_phase=name)
 
-    async def _strike(self, rank: int, moment: str) -> None:
-        """Chaos: kill rank ``rank``'s current host if a kill is planned at ``moment``
-        of its current life (``Kill(rank, moment=...)``)."""
-        for i, kill in enumerate(self.kills):
-            if (kill.rank == rank and kill.moment == moment and i not in self._fired
-                    and kill.incarnation == self.incarnations[rank]):
-                self._fired.add(i)
-                ev = self.events.record("killed", rank=rank, how=self.kill_method,
-                                        moment=moment)
-                self.reports.append(ev)
-                await self.fabric.kill(self.handles[rank], self.kill_method)
-                return  # one death per host (another kill at this moment takes the next)
+    async def _reached(self, rank: int, moment: str) -> None:
+        """Rank ``rank``'s current host reached ``moment`` of its life: chaos may strike
+        it (``ft.Kill(rank, moment=...)``)."""
+        await self.chaos.reached(self.handles[rank], rank=rank,
+                                  incarnation=self.incarnations[rank], moment=moment)
 
-    async def _strike_all(self, moment: str) -> None:
-        await asyncio.gather(*(self._strike(rank, moment) for rank in range(self.n)))
-
-    async def strike_spare(self, index: int | None, moment: str, spare: Any) -> None:
-        """Chaos: kill spare number ``index`` if a kill is planned at ``moment`` of its
-        life (``Kill(spare=index, moment=...)``)."""
-        for i, kill in enumerate(self.kills):
-            if kill.spare == index and kill.moment == moment and i not in self._fired:
-                self._fired.add(i)
-                self.events.record("killed", spare=index, how=self.kill_method,
-                                   moment=moment)
-                await self.fabric.kill(spare, self.kill_method)
-                return
+    async def _all_reached(self, moment: str) -> None:
+        await asyncio.gather(*(self._reached(rank, moment) for rank in range(self.n)))
 
     async def asking(self, request) -> Any:
         """Await ``request`` to a rank (a fabric call): while one is under way no rank is
@@ -724,43 +690,6 @@ class Coordinator:
         return task is not None and not task.done()
 
     # ----------------------------------------------------------------- helpers
-    async def _kill_later(self, kill: Kill) -> None:
-        """A kill ``kill.time_s`` seconds after the run started; a rank with no host yet
-        dies as soon as it has one. A hang or a stall waits until the ranks are wired
-        (heartbeats watch a run from then on)."""
-        await self.fabric.sleep(kill.time_s)
-        await self._hosted[kill.rank].wait()
-        if self.kill_method in ("sigstop", "stall", "disconnect"):
-            await self.wired.wait()
-        if self.kill_method == "disconnect":  # not a failure: the rank's connections close
-            self.events.record("disconnected", rank=kill.rank, at_s=kill.time_s)
-            try:
-                await self.fabric.cut(self.handles[kill.rank], None, 0.0)
-            except RankDied:
-                pass  # it died meanwhile (of something else): nothing left to cut
-            return
-        if self.kill_method == "stall":  # not a failure: the rank freezes, then goes on
-            self.events.record("stalled", rank=kill.rank, at_s=kill.time_s, for_s=self.stall_s)
-            await self.fabric.stall(self.handles[kill.rank], self.stall_s)
-            return
-        ev = self.events.record("killed", rank=kill.rank, how=self.kill_method, at_s=kill.time_s)
-        self.reports.append(ev)
-        await self.fabric.kill(self.handles[kill.rank], self.kill_method)
-
-    async def _partition_later(self, p: Partition) -> None:
-        """Chaos: ranks ``p.ranks`` and the others cannot reach each other for
-        ``p.seconds``, from ``p.time_s`` after the run started (once wired). Not a
-        failure: no rank is told, the channels wait and resend."""
-        await self.fabric.sleep(p.time_s)
-        await self.wired.wait()
-        self.events.record("partitioned", ranks=list(p.ranks), at_s=p.time_s, for_s=p.seconds)
-        inside = set(p.ranks)
-        outside = [r for r in range(self.n) if r not in inside]
-        await asyncio.gather(*(
-            self.fabric.cut(self.handles[r], outside if r in inside else list(p.ranks), p.seconds)
-            for r in range(self.n) if r not in self._failed and self.handles[r] is not None),
-            return_exceptions=True)  # a rank that died meanwhile is not cut off
-
     def _on_report(self, event: Event) -> None:
         """An event a rank posted to the coordinator (its own kill, a checkpoint part for
         the policy, ...)."""

@@ -15,6 +15,7 @@ against a fresh state.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import traceback
 from dataclasses import dataclass, field
@@ -45,11 +46,14 @@ class RankSpec:
     epoch: int = 0
     trace: bool = False
     options: dict = field(default_factory=dict)
-    kill_iterations: tuple = ()
     incarnation: int = 0
     run: RunIdentity | None = None  # the run's identity: where its stored sets go
-    kill_at_return: bool = False  # chaos: die as main() returns, the result not handed over
-    disconnect_iterations: tuple = ()  # chaos: this rank's connections close there
+    chaos: tuple = ()  # ``_chaos.Strike``s: what this host does to itself (``ChaosFabric``)
+
+    @property
+    def doomed(self) -> bool:
+        """Whether chaos plans this host's death (a disconnect is none)."""
+        return any(strike.action == "die" for strike in self.chaos)
 
 
 def ahead(position, line) -> bool:
@@ -79,10 +83,14 @@ class RankHost:
                            record_deliveries=any(p.records_deliveries
                                                  for p in protocol_classes(spec.rank_cls)))
         self.ep.spawn = self.spawn
-        self.ep.kill_iterations = set(spec.kill_iterations)
-        self.ep.die = self.die
-        self.ep.disconnect_iterations = set(spec.disconnect_iterations)
-        self.ep.disconnect = self.disconnect
+        self._die_at_return = None  # the plan's kill due as main() returns, if any
+        for strike in spec.chaos:  # the first strike at an iteration is the one there
+            if strike.at == "return":
+                self._die_at_return = functools.partial(self.die, moment="return",
+                                                        kill=strike.kill)
+            elif strike.at not in self.ep.strikes:
+                act = self.die if strike.action == "die" else self.disconnect
+                self.ep.strikes[strike.at] = functools.partial(act, strike.at, kill=strike.kill)
         self.obj.ft = self.ep
         self.obj.comm = Communicator(self.ep, WORLD, range(spec.size))
         self._main: asyncio.Task | None = None
@@ -92,7 +100,6 @@ class RankHost:
         self._installed: asyncio.Future | None = None
         self._ready: asyncio.Future | None = None
         self._started = False
-        self._die_at_return = spec.kill_at_return
 
     # ------------------------------------------------------------------- running
     async def run(self, args: tuple, kwargs: dict, restore: Any = None) -> dict:
@@ -111,9 +118,9 @@ class RankHost:
             await self._begin(restore)
             value = await self._main_to_end(args, kwargs)
             ep.rank_task = asyncio.current_task()
-            if self._die_at_return:
-                self._die_at_return = False
-                await self.die(moment="return")
+            if self._die_at_return is not None:
+                die, self._die_at_return = self._die_at_return, None
+                await die()
             await self.obj.on_finish()
         except Killed:
             raise
@@ -235,11 +242,15 @@ class RankHost:
         if self._main is not None and not self._main.done():
             self._main.cancel()
 
-    async def die(self, iteration: int | None = None, moment: str | None = None) -> None:
+    async def die(self, iteration: int | None = None, moment: str | None = None,
+                  kill: int | None = None) -> None:
         """Chaos: this rank's process dies now, at the top of ``iteration`` (or at
-        ``moment``: ``"return"``, as ``main()`` returns); its last word goes to the
-        coordinator. Nothing (not even a pause) can cancel a planned death."""
+        ``moment``: ``"return"``, as ``main()`` returns), firing the plan's kill ``kill``
+        (None: the job's loss); its last word goes to the coordinator. Nothing (not even
+        a pause) can cancel a planned death."""
         where = {"iteration": iteration} if moment is None else {"moment": moment}
+        if kill is not None:
+            where["kill"] = kill
         event = self.ep.events.make("killed", how="chaos", **where,
                                     incarnation=self.spec.incarnation)
         try:
@@ -247,11 +258,12 @@ class RankHost:
         finally:
             self._die()
 
-    def disconnect(self, iteration: int) -> None:
+    async def disconnect(self, iteration: int, kill: int) -> None:
         """Chaos: every direct connection of this rank closes now, at the top of
-        ``iteration`` (a network fault, not a death: the channels reconnect)."""
+        ``iteration``, firing the plan's kill ``kill`` (a network fault, not a death: the
+        channels reconnect)."""
         self.link.report(self.ep.events.make("disconnected", how="chaos", iteration=iteration,
-                                             incarnation=self.spec.incarnation))
+                                             kill=kill, incarnation=self.spec.incarnation))
         self.link.cut(None, 0.0)
 
     # ------------------------------------------------------- coordinator calls

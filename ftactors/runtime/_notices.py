@@ -8,8 +8,8 @@ told as a ``FaultToleranceWarning`` (``base/_warnings``) and kept in the result:
   a ``break``, it named an incarnation that never lived or was already gone, the program
   has no ``iterations()`` loop, its time came after the end of the run, its recovery
   round or phase never came, its moment of a rank's or a spare's life never came):
-  ``kill_tally`` matches the plan against the ``killed``
-  (and ``stalled``) events and says why each unfired one did not fire;
+  ``kill_tally`` finds each kill's firing by its identity (the event of a firing names
+  its kill, ``runtime/_chaos_fabric``) and says why each unfired one did not fire;
   ``RunResult.metrics`` has ``kills_planned``, ``kills_fired`` and ``kills_unfired``;
 * a rank restored past the top of its first loop with nothing registered: the rank
   reports it at the restore (``restored_unregistered``), the driver warns then
@@ -106,16 +106,14 @@ def after_run(rank_cls: type, kills: list[Kill], metrics: dict, events: list[Eve
 
 def kill_tally(kills: list[Kill], events: list[Event]) -> dict[str, list[dict]]:
     """``kills_planned``, ``kills_fired`` (each a kill's settings) and ``kills_unfired``
-    (``{"kill": settings, "why": reason}``), matching each planned kill to the event of
-    its firing (each event fires one kill)."""
-    strikes = [ev for ev in events if ev.kind in ("killed", "stalled", "disconnected")]
+    (``{"kill": settings, "why": reason}``): a kill fired when an event of the timeline
+    names it (``kill``: its index in the plan, as every firing's event does)."""
+    hits = {ev.detail.get("kill") for ev in events}
     planned, fired, unfired = [], [], []
-    for kill in kills:
+    for i, kill in enumerate(kills):
         settings = describe(kill)
         planned.append(settings)
-        hit = next((ev for ev in strikes if _fired_by(kill, ev)), None)
-        if hit is not None:
-            strikes.remove(hit)
+        if i in hits:
             fired.append(settings)
         else:
             unfired.append({"kill": settings, "why": _why_unfired(kill, events)})
@@ -135,27 +133,6 @@ def describe(kill: Kill) -> dict[str, Any]:
 def kill_text(settings: dict) -> str:
     """A kill's settings (``describe``) as the user would write the kill."""
     return "Kill(" + ", ".join(f"{k}={v!r}" for k, v in settings.items()) + ")"
-
-
-def _fired_by(kill: Kill, ev: Event) -> bool:
-    """Whether event ``ev`` (a ``killed``, ``stalled`` or ``disconnected`` one) is
-    ``kill`` firing."""
-    d = ev.detail
-    if kill.spare is not None:
-        return d.get("spare") == kill.spare and d.get("moment") == kill.moment
-    if ev.rank != kill.rank:
-        return False
-    if kill.moment is not None:
-        return (ev.kind == "killed" and d.get("moment") == kill.moment
-                and d.get("incarnation", kill.incarnation) == kill.incarnation)
-    if kill.recovery_round is not None:
-        return (ev.kind == "killed" and d.get("during_recovery") == kill.recovery_round
-                and d.get("phase") == kill.recovery_phase)
-    if kill.time_s is not None:
-        return d.get("at_s") == kill.time_s
-    return (ev.kind in ("killed", "disconnected") and d.get("how") == "chaos"
-            and d.get("iteration") == kill.iteration
-            and d.get("incarnation", 0) == kill.incarnation)
 
 
 def _why_unfired(kill: Kill, events: list[Event]) -> str:

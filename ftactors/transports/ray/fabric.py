@@ -218,7 +218,7 @@ class RayFabric:
         self.rank_of[actor] = spec.rank
         worker = self.worker_of.get(actor)
         self._rank_worker[(spec.rank, spec.incarnation)] = worker
-        if (spec.kill_iterations or spec.kill_at_return) and worker is not None:
+        if spec.doomed and worker is not None:
             DEATH_NOTICES.doomed(worker)
         try:
             pid, node, self.endpoints[actor] = await actor.setup.remote(
