@@ -45,7 +45,7 @@ measured 10-20% of a 16 MiB message), which becomes the payload's buffer: the re
 array rebuilt over it is writable.
 
 To a peer on the same node (a Unix connection), buffers of ``shm_bytes`` and more go
-through shared memory instead: each channel has one segment (``_Segment``: an anonymous
+through shared memory instead: each channel has one segment (``direct.shm``: an anonymous
 ``memfd``, ``SEGMENT_BYTES``, used as a ring, its size sealed), whose descriptor the
 sender passes with its proof on every connection (``SCM_RIGHTS``). The listener reads a
 Unix connection's proof with ``recvmsg`` (and no byte after it: the sender writes
@@ -105,52 +105,21 @@ order, either way.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import hashlib
-import hmac
-import mmap
 import os
-import pickle
 import secrets
 import socket
 import stat
-import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-import cloudpickle
-import numpy as np
+from .direct import shm
+from .direct.handshake import (AUTH_TIMEOUT_S, SESSION_BYTES, ClientHandshake, RunSecret,
+                               ServerHandshake)
+from .direct.window import ACK_DELAY_S, WINDOW_BYTES, Acks, SendWindow, Session
+from .direct.wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, Filling, FrameError, decode,
+                         encode, oob_head, read_head, shm_head, unshare)
 
-from ..engine._envelope import Envelope, from_rows, to_rows
-
-HEADER = struct.Struct("!IB")
-"""Frame header: body length (bytes), body kind."""
-ROWS = 0
-"""Body kind: ``pickle.dumps(to_rows(envs))``."""
-OBJECTS = 1
-"""Body kind: ``cloudpickle.dumps(to_rows(envs))`` (piggyback data the C pickler cannot take)."""
-OOB = 0x80
-"""Body kind bit: the body is followed by out-of-band buffers (module docstring)."""
-OOB_COUNT = struct.Struct("!I")
-OOB_LENGTH = struct.Struct("!Q")
-"""An out-of-band frame's number of buffers, then each one's length, before its body."""
-SHM = 0x40
-"""Body kind bit (with ``OOB``, Unix connections only): the table says which buffers
-are in the sender's shared-memory segment (module docstring)."""
-SHM_ENTRY = struct.Struct("!QQ")
-"""A shared-memory frame's buffers: each one's length and its offset in the connection's
-segment (``INLINE``: after the body)."""
-INLINE = (1 << 64) - 1
-SEGMENT_BYTES = 64 << 20
-"""A channel's shared-memory segment (anonymous; pages are taken as they are first
-written): a buffer that does not fit in what is free of it goes on the socket."""
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-"""A segment's size is fixed before it is passed: a listener maps only a segment sealed
-against shrinking (reading a page cut off the end of a mapping kills the process)."""
-SHARED = b"\x01"
-NOT_SHARED = b"\x00"
-"""The listener's answer says whether it took the segment passed with the proof."""
 RECV_BYTES = 256 << 10
 """The listener's receive area: the most one read takes outside an out-of-band buffer."""
 SEND_BUFFER_BYTES = 4 << 20
@@ -162,50 +131,12 @@ unacknowledged."""
 IOV_MAX = 1024
 """The most pieces one ``writev`` takes (Linux's limit)."""
 
-MAX_FRAME_BYTES = 256 << 20
-"""Longest frame a listener accepts; a sender routes a longer batch another way."""
 HIGH_WATER_BYTES = 1 << 20
 """Bytes a connection may hold unsent before its sender waits (a quarter: it goes on)."""
-COUNT = struct.Struct("!Q")
-"""A number of frames: the listener's resume point in its proof, and its acknowledgements."""
-WINDOW_BYTES = 4 << 20
-"""Bytes of frames a sender keeps unacknowledged before it waits (bounded memory)."""
-WINDOW_FRAMES = 1024
-"""Frames a sender keeps unacknowledged before it waits."""
-ACK_BYTES = WINDOW_BYTES // 4
-ACK_FRAMES = WINDOW_FRAMES // 4
-"""A listener acknowledges once it has delivered this many bytes or frames since its last
-acknowledgement, ..."""
-ACK_DELAY_S = 0.05
-"""... or this long after the first frame it has not acknowledged (a trickle)."""
 RECONNECT_S = 30.0
 """A channel whose connection cannot be made again this long drops its frames."""
 BACKOFF_S = (0.005, 0.5)
 """The first and the longest wait between two connection attempts."""
-NONCE_BYTES = 32
-SESSION_BYTES = 16
-MAC_BYTES = 32
-AUTH_TIMEOUT_S = 5.0
-"""A connection that has not proved the secret this long after it opened is closed."""
-_CONTEXT = b"ftactors direct v1 "
-
-
-class RunSecret:
-    """The run's shared key. Its repr never shows the key (it may end up in a log)."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: bytes | None = None):
-        self.key = key if key is not None else secrets.token_bytes(32)
-
-    def mac(self, role: bytes, first: bytes, second: bytes) -> bytes:
-        return hmac.new(self.key, _CONTEXT + role + first + second, hashlib.sha256).digest()
-
-    def __repr__(self) -> str:
-        return "RunSecret(<hidden>)"
-
-    def __reduce__(self):
-        return (RunSecret, (self.key,))
 
 
 @dataclass(frozen=True)
@@ -250,17 +181,6 @@ def secure_run_dir(path: str) -> str:
 
 
 # ---------------------------------------------------------------------- listening side
-class _Session:
-    """What a listener knows of one sender's channel: the frames it has delivered, and
-    the connection they come on now."""
-
-    __slots__ = ("count", "conn")
-
-    def __init__(self):
-        self.count = 0
-        self.conn: "_Inbound | None" = None
-
-
 class _Inbound(asyncio.BufferedProtocol):
     """One accepted connection: the handshake, then frames to ``deliver``, acknowledged.
 
@@ -275,17 +195,16 @@ class _Inbound(asyncio.BufferedProtocol):
         self.authed = False
         self.refused = False
         self.transport = None
-        self.nonce = secrets.token_bytes(NONCE_BYTES)
+        self.handshake = ServerHandshake(listener.secret)
         self.timer = None
-        self.session: _Session | None = None
-        self.unacked = 0  # frames delivered and not yet acknowledged
-        self.unacked_bytes = 0
+        self.session: Session | None = None
+        self.acks: Acks | None = None
         self.ack_timer = None
         self.area = memoryview(bytearray(RECV_BYTES))
-        self.filling: _Filling | None = None  # an out-of-band frame whose buffers arrive
+        self.filling: Filling | None = None  # an out-of-band frame whose buffers arrive
         self.raw: socket.socket | None = None  # reads the proof and its descriptors (Unix)
         self.fds: list[int] = []  # descriptors passed with the proof, not yet taken
-        self.segment = None  # the sender's shared-memory segment, mapped: (mmap, array)
+        self.segment: shm.Mapping | None = None  # the sender's shared-memory segment
 
     def get_buffer(self, sizehint: int) -> memoryview:
         filling = self.filling
@@ -322,13 +241,14 @@ class _Inbound(asyncio.BufferedProtocol):
             transport.pause_reading()
             self.raw = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
             asyncio.get_running_loop().add_reader(self.raw.fileno(), self._read_proof)
-        transport.write(self.nonce)
+        transport.write(self.handshake.hello())
         self.timer = asyncio.get_running_loop().call_later(
             self.listener.auth_timeout_s, self._auth_timeout)
 
     def _auth_timeout(self) -> None:
-        if not self.authed:
-            self._refuse("auth_timeout")
+        reason = self.handshake.timed_out()
+        if reason is not None:
+            self._refuse(reason)
 
     def _refuse(self, reason: str | None) -> None:
         """Close the connection unread from here on; count it once under ``reason``."""
@@ -346,7 +266,7 @@ class _Inbound(asyncio.BufferedProtocol):
         descriptors passed with it, which stay unused until the proof checks."""
         try:
             data, fds, flags, _ = socket.recv_fds(
-                self.raw, NONCE_BYTES + SESSION_BYTES + MAC_BYTES - len(self.buf), 1)
+                self.raw, self.handshake.needs(), 1)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -374,58 +294,48 @@ class _Inbound(asyncio.BufferedProtocol):
                 os.close(fd)
         self.fds = []
 
-    def _take_segment(self) -> bytes:
-        """Map the segment passed with the proof (which checked): ``SHARED``, or
-        ``NOT_SHARED`` when none was passed or it is not a sealed memory file (counted
-        as ``shared_refused``: the sender then uses the socket)."""
+    def _take_segment(self) -> bool:
+        """Map the segment passed with the proof (which checked): False when none was
+        passed or it is not a sealed memory file (counted as ``shared_refused``: the
+        sender then uses the socket)."""
         fds, self.fds = self.fds, []
         if not fds:
-            return NOT_SHARED
+            return False
         try:
-            if len(fds) != 1 or fds[0] < 0:
-                raise ValueError("more than one descriptor")
-            st = os.fstat(fds[0])
-            if (not stat.S_ISREG(st.st_mode) or not st.st_size
-                    or fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & SEALS != SEALS):
-                raise ValueError("not a sealed segment")
-            seg = mmap.mmap(fds[0], st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            self.segment = shm.Mapping.take(fds)
         except (OSError, ValueError):
             self.counters.shared_refused += 1
-            return NOT_SHARED
-        finally:
-            for fd in fds:
-                if fd >= 0:
-                    os.close(fd)
-        self.segment = (seg, np.frombuffer(seg, np.uint8))
-        return SHARED
+            return False
+        return True
 
     def data_received(self, data) -> None:
         if self.refused:
             return
+        if not self.authed:
+            reason, session, data = self.handshake.receive(data)
+            if reason is not None:
+                self._refuse(reason)
+                return
+            if session is None:
+                return
+            self._proven(session)
         buf = self.buf
         buf += data
-        if not self.authed:
-            proof = NONCE_BYTES + SESSION_BYTES
-            if len(buf) < proof + MAC_BYTES:
-                return
-            theirs, mac = bytes(buf[:proof]), bytes(buf[proof:proof + MAC_BYTES])
-            secret = self.listener.secret
-            if not hmac.compare_digest(mac, secret.mac(b"client", self.nonce, theirs)):
-                self._refuse("auth_failed")
-                return
-            self.authed = True
-            self.timer.cancel()
-            del buf[:proof + MAC_BYTES]
-            session = self.listener.sessions.get(theirs[NONCE_BYTES:])
-            if session is None:
-                session = self.listener.sessions[theirs[NONCE_BYTES:]] = _Session()
-            if session.conn is not None:  # the sender gave up on it: what it still holds is sent again
-                session.conn._refuse(None)
-            self.session = session
-            session.conn = self
-            count = COUNT.pack(session.count) + self._take_segment()
-            self.transport.write(count + secret.mac(b"server", theirs + count, self.nonce))
         self._parse(buf)
+
+    def _proven(self, session_id: bytes) -> None:
+        """The proof checked: take over the sender's session, answer."""
+        self.authed = True
+        self.timer.cancel()
+        session = self.listener.sessions.get(session_id)
+        if session is None:
+            session = self.listener.sessions[session_id] = Session()
+        if session.conn is not None:  # the sender gave up on it: what it still holds is sent again
+            session.conn._refuse(None)
+        self.session = session
+        self.acks = Acks(session)
+        session.conn = self
+        self.transport.write(self.handshake.answer(session.count, self._take_segment()))
 
     def _parse(self, buf: bytearray) -> None:
         """``_frames`` on the carried-over bytes ``buf``, then drop what it took."""
@@ -440,49 +350,32 @@ class _Inbound(asyncio.BufferedProtocol):
         pos, end = 0, len(buf)
         limit = self.listener.max_frame_bytes
         while end - pos >= HEADER.size and not self.refused:
-            size, kind = HEADER.unpack_from(buf, pos)
-            start = pos + HEADER.size
-            lengths = ()
-            shared = kind & SHM
-            if kind & OOB:
-                if end - start < OOB_COUNT.size:
-                    break
-                count = OOB_COUNT.unpack_from(buf, start)[0]
-                entry = SHM_ENTRY.size if shared else OOB_LENGTH.size
-                table = OOB_COUNT.size + count * entry
-                if count > limit // entry:
-                    self._refuse("oversized")
-                    return 0
-                if end - start < table:
-                    break
-                if shared:
-                    entries = struct.unpack_from(f"!{2 * count}Q", buf, start + table - count * entry)
-                    lengths = entries[::2]
-                else:
-                    lengths = struct.unpack_from(f"!{count}Q", buf, start + OOB_COUNT.size)
-                start += table
-            if size + sum(lengths) > limit:
-                self._refuse("oversized")
+            try:
+                head = read_head(buf, pos, end, limit)
+            except FrameError as error:
+                self._refuse(error.reason)
                 return 0
+            if head is None:
+                break
+            kind, start, size, lengths, offsets = head
             if end - start < size:
                 break
-            body = bytes(buf[start:start + size]) if lengths else None
-            if body is None:
+            if not lengths:
                 with memoryview(buf) as view, view[start:start + size] as whole:
                     self._complete(kind, whole, (), size)
                 pos = start + size
                 continue
             given = None
-            if shared:  # the table is whole: its segment and the buffers in it
-                given = self._shared(entries)
+            if offsets is not None:  # the table is whole: its segment and the buffers in it
+                given = self._shared(lengths, offsets)
                 if given is None:
                     return 0
-            filling = _Filling(kind, body, lengths, given)
+            filling = Filling(kind, bytes(buf[start:start + size]), lengths, given)
             pos = start + size
             with memoryview(buf) as view:  # what already arrived of the buffers
                 pos += filling.take(view[pos:])
             if filling.advance():
-                self._complete(kind, body, filling.buffers, filling.nbytes)
+                self._complete(kind, filling.body, filling.buffers, filling.nbytes)
                 # the receiver owns them now: holding them while the next frame's are
                 # made would have the allocator map fresh pages for every large buffer
                 given = filling = None
@@ -491,33 +384,29 @@ class _Inbound(asyncio.BufferedProtocol):
                 break
         return pos
 
-    def _shared(self, entries: tuple) -> list | None:
+    def _shared(self, lengths: tuple, offsets: tuple) -> list | None:
         """A shared-memory frame's buffers (each a copy the receiver owns, None for one
         that follows the body), out of the segment the sender passed with its proof;
         None once refused (a connection that took no segment: TCP, or the listener's
         answer said so; a region outside it)."""
-        array = self.segment[1] if self.segment is not None else None
+        segment = self.segment
         given = []
-        for i in range(0, len(entries), 2):
-            n, offset = entries[i], entries[i + 1]
+        for n, offset in zip(lengths, offsets):
             if offset == INLINE:
                 given.append(None)
                 continue
-            if array is None or offset + n > len(array):
+            own = segment.copy(offset, n) if segment is not None else None
+            if own is None:
                 self._refuse("bad_frame")
                 return None
-            own = np.empty(n, np.uint8)
-            own[:] = array[offset:offset + n]
             given.append(own)
         return given
 
     def _unmap(self) -> None:
         """Let go of the peer's segment."""
         if self.segment is not None:
-            seg, array = self.segment
-            self.segment = None
-            del array
-            seg.close()
+            self.segment, segment = None, self.segment
+            segment.close()
 
     def _complete(self, kind: int, body, buffers: list, nbytes: int) -> None:
         """One whole frame: decode it, deliver its envelopes, acknowledge in time."""
@@ -527,13 +416,11 @@ class _Inbound(asyncio.BufferedProtocol):
             self._refuse("bad_frame")
             return
         self.counters.frames += 1
-        self.session.count += 1
-        self.unacked += 1
-        self.unacked_bytes += nbytes
+        due = self.acks.delivered(nbytes)
         self.listener.deliver(envs)
         if self.refused:  # closed by what the frame did (a chaos disconnect)
             return
-        if self.unacked >= ACK_FRAMES or self.unacked_bytes >= ACK_BYTES:
+        if due:
             self._ack()
         elif self.ack_timer is None:
             self.ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_S, self._ack)
@@ -543,9 +430,10 @@ class _Inbound(asyncio.BufferedProtocol):
         if self.ack_timer is not None:
             self.ack_timer.cancel()
             self.ack_timer = None
-        if not self.refused and self.unacked:
-            self.unacked = self.unacked_bytes = 0
-            self.transport.write(COUNT.pack(self.session.count))
+        if not self.refused:
+            count = self.acks.due()
+            if count is not None:
+                self.transport.write(COUNT.pack(count))
 
     def connection_lost(self, exc) -> None:
         if self.timer is not None:
@@ -553,8 +441,9 @@ class _Inbound(asyncio.BufferedProtocol):
         if self.ack_timer is not None:
             self.ack_timer.cancel()
         if not self.refused:
-            if not self.authed:  # gone before a whole proof came: no proof was wrong
-                self._refuse("handshake_lost")
+            reason = self.handshake.lost()  # gone before a whole proof came
+            if reason is not None:
+                self._refuse(reason)
             elif self.buf or self.filling is not None:  # gone in the middle of a frame
                 self._refuse("truncated")
         self.refused = True
@@ -565,44 +454,6 @@ class _Inbound(asyncio.BufferedProtocol):
         if self.session is not None and self.session.conn is self:
             self.session.conn = None
         self.listener.inbound.discard(self)
-
-
-class _Filling:
-    """An out-of-band frame whose buffers arrive: one byte array each, read into in
-    turn (``view`` from ``at`` on is where the next bytes go)."""
-
-    __slots__ = ("kind", "body", "buffers", "todo", "nbytes", "index", "view", "at")
-
-    def __init__(self, kind: int, body: bytes, lengths: tuple, given: list | None = None):
-        self.kind = kind
-        self.body = body
-        given = given or [None] * len(lengths)  # buffers already there (shared memory)
-        # every byte is read into the others
-        self.buffers = [np.empty(n, np.uint8) if g is None else g for n, g in zip(lengths, given)]
-        self.todo = [b for b, g in zip(self.buffers, given) if g is None]
-        self.nbytes = len(body) + sum(lengths)
-        self.index = 0
-        self.view = memoryview(self.todo[0]) if self.todo else memoryview(b"")
-        self.at = 0
-
-    def advance(self) -> bool:
-        """Move past the buffers that are full; True when every one is."""
-        while self.at == len(self.view):
-            self.index += 1
-            if self.index >= len(self.todo):
-                return True
-            self.view, self.at = memoryview(self.todo[self.index]), 0
-        return False
-
-    def take(self, data: memoryview) -> int:
-        """Copy what ``data`` holds of the buffers into them; the bytes taken."""
-        taken = 0
-        while taken < len(data) and not self.advance():
-            n = min(len(self.view) - self.at, len(data) - taken)
-            self.view[self.at:self.at + n] = data[taken:taken + n]
-            self.at += n
-            taken += n
-        return taken
 
 
 class Listener:
@@ -619,7 +470,7 @@ class Listener:
         self.max_frame_bytes = max_frame_bytes
         self.counters = Counters()
         self.inbound: set[_Inbound] = set()
-        self.sessions: dict[bytes, _Session] = {}  # a sender's session id -> its channel
+        self.sessions: dict[bytes, Session] = {}  # a sender's session id -> its channel
         self.servers: list = []
         self.endpoint: DirectEndpoint | None = None
 
@@ -674,8 +525,7 @@ class _Wire(asyncio.Protocol):
         self.out = out
         self.transport = None
         self.buf = b""
-        self.nonce = secrets.token_bytes(NONCE_BYTES)
-        self.theirs: bytes | None = None  # the listener's nonce
+        self.handshake = ClientHandshake(out.secret, out.session)
         self.proven = asyncio.get_running_loop().create_future()
         self.fd = -1
         self.pending: deque = deque()  # pieces not written yet (the first may be a tail)
@@ -798,25 +648,19 @@ class _Wire(asyncio.Protocol):
                 buf = buf[whole:]
             self.buf = buf
             return
-        out = self.out
-        if self.theirs is None and len(buf) >= NONCE_BYTES:
-            self.theirs, buf = buf[:NONCE_BYTES], buf[NONCE_BYTES:]
-            self._prove(self.nonce + out.session
-                        + out.secret.mac(b"client", self.theirs, self.nonce + out.session))
-        self.buf = buf
-        answer = COUNT.size + len(SHARED)
-        if self.theirs is not None and len(buf) >= answer + MAC_BYTES:
-            count = buf[:answer]
-            proof = buf[answer:answer + MAC_BYTES]
-            self.buf = buf[answer + MAC_BYTES:]
-            if not hmac.compare_digest(proof, out.secret.mac(
-                    b"server", self.nonce + out.session + count, self.theirs)):
-                out.counters.auth_failed += 1
-                self.abort()
-                self.proven.set_result(None)
-                return
-            self.proven.set_result((COUNT.unpack_from(count)[0],
-                                    self.passed and count[COUNT.size:] == SHARED))
+        proof, verdict, rest = self.handshake.receive(data)
+        if proof is not None:
+            self._prove(proof)
+        if verdict is None:
+            return
+        if isinstance(verdict, str):  # the listener does not hold the secret
+            setattr(self.out.counters, verdict, getattr(self.out.counters, verdict) + 1)
+            self.abort()
+            self.proven.set_result(None)
+            return
+        self.buf = rest
+        count, shared = verdict
+        self.proven.set_result((count, self.passed and shared))
 
     def _prove(self, proof: bytes) -> None:
         """Write the proof; on a Unix connection of a channel with a segment, pass the
@@ -843,61 +687,6 @@ class _Wire(asyncio.Protocol):
             self.out.on_lost(self)
 
 
-class _Segment:
-    """A channel's shared-memory segment (sending side): an anonymous file (memfd, no
-    name anywhere: it goes when the last process holding it closes it or dies) used as a
-    ring. Each frame's buffers take a region; the regions of a frame are free again once
-    the listener has acknowledged the frame (it copied them out before it delivered)."""
-
-    def __init__(self, size: int):
-        self.fd = os.memfd_create("ftactors", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.ftruncate(self.fd, size)
-            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, SEALS)
-            self.map = mmap.mmap(self.fd, size)
-        except OSError:
-            os.close(self.fd)
-            raise
-        self.array = np.frombuffer(self.map, np.uint8)
-        self.size = size
-        self.head = 0  # where the next region starts
-        self.regions: deque = deque()  # (frame number, start, end), in frame order
-
-    def put(self, frame: int, buf) -> int | None:
-        """Copy ``buf`` into a free region for frame number ``frame``; its offset, or
-        None when no region is free that large (the buffer goes on the socket)."""
-        n = len(buf)
-        regions = self.regions
-        if not regions:
-            self.head = 0
-        tail = regions[0][1] if regions else self.size
-        if self.head > tail or not regions:  # free: [0, tail) and [head, size)
-            # from the start when it has room: the pages in use stay as few as the bytes
-            # in flight (warm, in cache) instead of the whole segment in turn
-            start = 0 if n <= tail else self.head if self.size - self.head >= n else None
-        else:  # wrapped (head == tail: full): free [head, tail)
-            start = self.head if tail - self.head >= n else None
-        if start is None:
-            return None
-        self.array[start:start + n] = np.frombuffer(buf, np.uint8)
-        self.head = start + n
-        regions.append((frame, start, self.head))
-        return start
-
-    def release(self, count: int) -> None:
-        """The frames numbered below ``count`` were delivered: free their regions."""
-        regions = self.regions
-        while regions and regions[0][0] < count:
-            regions.popleft()
-
-    def close(self) -> None:
-        self.regions.clear()
-        del self.array
-        self.map.close()
-        os.close(self.fd)
-
-
-
 class _Outbound:
     """The channel to one peer endpoint, over as many connections as it takes.
 
@@ -916,11 +705,9 @@ class _Outbound:
         self.local = endpoint.node == peers.node
         self.reconnect_s = peers.reconnect_s
         self.session = secrets.token_bytes(SESSION_BYTES)
-        self.frames: deque = deque()  # each a tuple of pieces: header, body, buffers
-        self.lengths: deque = deque()  # each frame's bytes, those in the segment too
-        self.base = 0  # the number of frames[0]
-        self.unacked = 0  # bytes in frames
-        self.written = 0  # frames numbered below this went on a connection that was lost
+        # frames not yet acknowledged, each a tuple of pieces (header, body, buffers) and
+        # counted with its bytes in the segment too
+        self.window = SendWindow()
         self.connections = 0
         self.wire: _Wire | None = None  # the proven connection frames go on
         self.closed = False
@@ -928,10 +715,10 @@ class _Outbound:
         self.blocked_until = peers.blocked.get(dst, 0.0)  # chaos: partitioned until (loop time)
         self.writable = asyncio.Event()
         self.writable.set()
-        self.segment: _Segment | None = None  # shared memory with a peer on this node
+        self.segment: shm.Segment | None = None  # shared memory with a peer on this node
         if self.local and peers.shm_bytes is not None:
             try:
-                self.segment = _Segment(SEGMENT_BYTES)
+                self.segment = shm.Segment(shm.SEGMENT_BYTES)
             except OSError:  # no memfd or no memory for it: the socket will do
                 self.counters.shared_fallback += 1
         # frames may use the segment: until a connection's listener says it did not take it
@@ -948,23 +735,20 @@ class _Outbound:
         if self.closed:
             self.counters.dropped_sends += 1
             return
-        self.frames.append(frame)
-        self.lengths.append(nbytes + held)
-        self.unacked += nbytes + held
+        full = self.window.push(frame, nbytes + held)
         wire = self.wire
         if wire is not None:
             if wire.transport.is_closing():  # lost; connection_lost is on its way
                 self.on_lost(wire)
             else:
                 wire.send(frame, nbytes)  # may pause
-        if self.unacked > WINDOW_BYTES or len(self.frames) > WINDOW_FRAMES:
+        if full:
             self.writable.clear()
 
     def congested(self) -> bool:
         """Whether the sender should wait before it writes more: the kernel holds more
         than the high-water mark, or the peer has not acknowledged a window's worth."""
-        return not self.closed and (self.paused or self.unacked > WINDOW_BYTES
-                                    or len(self.frames) > WINDOW_FRAMES)
+        return not self.closed and (self.paused or self.window.full())
 
     async def drained(self) -> None:
         """Return once the channel takes frames again (or is closed: they drop)."""
@@ -981,13 +765,13 @@ class _Outbound:
 
     def on_ack(self, count: int) -> None:
         """The listener has delivered frames numbered below ``count``: forget them."""
-        frames = self.frames
-        for _ in range(min(count - self.base, len(frames))):
-            frames.popleft()
-            self.unacked -= self.lengths.popleft()
-        self.base = max(self.base, count)
+        self.window.ack(count)
+        self._acked()
+
+    def _acked(self) -> None:
+        """Free the segment's regions of the frames acknowledged; let senders go on."""
         if self.segment is not None:
-            self.segment.release(self.base)
+            self.segment.release(self.window.base)
         if not self.writable.is_set():
             self.update()
 
@@ -997,7 +781,7 @@ class _Outbound:
             return
         self.wire = None
         self.paused = False
-        self.written = self.base + len(self.frames)
+        self.window.lost()
         self.task = asyncio.ensure_future(self._connect())
         self.update()
 
@@ -1055,14 +839,15 @@ class _Outbound:
         if self.segment is not None and not self.shared:
             self.counters.shared_fallback += 1
             self._unshare()
-        self.on_ack(resume)
+        resent = self.window.resume(resume)
+        self._acked()
         if self.connections:
             self.counters.reconnects += 1
-            self.counters.resent += max(0, self.written - resume)
+            self.counters.resent += resent
         self.connections += 1
         self.wire = wire
-        if self.frames:
-            pieces = [piece for frame in self.frames for piece in frame]
+        if self.window.frames:
+            pieces = [piece for frame in self.window.frames for piece in frame]
             wire.send(pieces, sum(map(len, pieces)))  # may pause
         self.update()
         return True
@@ -1072,18 +857,10 @@ class _Outbound:
         those buffers after the body instead (copied out of their regions, which stay
         taken until the frames are acknowledged), so every frame can be written on it."""
         array = self.segment.array
-        for i in range(len(self.frames)):
-            frame = self.frames[i]
-            size, kind = HEADER.unpack_from(frame[0])
-            if not kind & SHM:
-                continue
-            count = OOB_COUNT.unpack_from(frame[0], HEADER.size)[0]
-            entries = struct.unpack_from(f"!{2 * count}Q", frame[0], HEADER.size + OOB_COUNT.size)
-            inline = iter(frame[2:])
-            buffers = [next(inline) if offset == INLINE else array[offset:offset + n].tobytes()
-                       for n, offset in zip(entries[::2], entries[1::2])]
-            self.frames[i] = (_oob_head(size, kind & ~SHM, buffers), frame[1], *buffers)
-            self.counters.shared -= count - (len(frame) - 2)  # not shared after all
+        frames = self.window.frames
+        for i in range(len(frames)):
+            frames[i], moved = unshare(frames[i], array)
+            self.counters.shared -= moved  # not shared after all
 
     def close(self) -> None:
         """No more sends: what was never written is dropped (the peer is gone or
@@ -1091,11 +868,9 @@ class _Outbound:
         if self.closed:
             return
         self.closed = True
+        unwritten = self.window.drop()
         if self.wire is None:
-            self.counters.dropped_sends += self.base + len(self.frames) - max(self.written, self.base)
-        self.frames.clear()
-        self.lengths.clear()
-        self.unacked = 0
+            self.counters.dropped_sends += unwritten
         if self.wire is not None:
             self.wire.abort()
             self.wire = None
@@ -1152,7 +927,7 @@ class Peers:
                 conn.write((head, body, *inline), len(head) + sent, nbytes - sent)
                 return True
         if buffers:  # the body is not copied behind the header: writev takes both
-            head = _oob_head(len(body), kind, buffers)
+            head = oob_head(len(body), kind, buffers)
             conn.write((head, body, *buffers), len(head) + nbytes)
         else:
             conn.write((HEADER.pack(len(body), kind), body), HEADER.size + nbytes)
@@ -1164,20 +939,19 @@ class Peers:
         ``inline`` the buffers that still go on the socket; None when none went in."""
         if conn.closed:
             return None
-        frame = conn.base + len(conn.frames)  # the number the frame gets
-        entries, inline = [], []
+        frame = conn.window.next  # the number the frame gets
+        offsets, inline = [], []
         for buf in buffers:
             offset = None
             if len(buf) >= self.shm_bytes:
                 offset = conn.segment.put(frame, buf)
             if offset is None:
                 inline.append(buf)
-            entries.append(SHM_ENTRY.pack(len(buf), INLINE if offset is None else offset))
+            offsets.append(INLINE if offset is None else offset)
         if len(inline) == len(buffers):
             return None
         self.counters.shared += len(buffers) - len(inline)
-        head = HEADER.pack(size, kind | OOB | SHM) + OOB_COUNT.pack(len(buffers)) + b"".join(entries)
-        return head, inline
+        return shm_head(size, kind, [len(buf) for buf in buffers], offsets), inline
 
     def congested(self, dst: int):
         """None when the channel to ``dst`` takes more frames now; else an awaitable
@@ -1202,39 +976,3 @@ class Peers:
         for conn in self.conns.values():
             conn.close()
         self.conns.clear()
-
-
-def _oob_head(size: int, kind: int, buffers: list) -> bytes:
-    """An out-of-band frame's header: the body's ``size`` and ``kind``, the buffers' lengths."""
-    return (HEADER.pack(size, kind | OOB) + OOB_COUNT.pack(len(buffers))
-            + struct.pack(f"!{len(buffers)}Q", *map(len, buffers)))
-
-
-def encode(envs: list[Envelope], plain: bool) -> tuple[int, bytes, list]:
-    """A batch as a frame: ``(kind, body, buffers)``; ``plain``: every piggyback is plain
-    data (``_payload.is_plain``), so the C pickler will do. The payloads' out-of-band
-    buffers (bytes-like) are not pickled: the rows count them, and ``buffers`` lists
-    them in order, to be written after the body."""
-    rows = to_rows(envs)
-    buffers: list = []
-    for i, row in enumerate(rows):
-        if row[7]:
-            buffers.extend(b if type(b) in (bytes, bytearray) else memoryview(b).cast("B")
-                           for b in row[7])
-            rows[i] = row[:7] + (len(row[7]),) + row[8:]
-    if plain:
-        return ROWS, pickle.dumps(rows, protocol=5), buffers
-    return OBJECTS, cloudpickle.dumps(rows, protocol=5), buffers
-
-
-def decode(kind: int, body, buffers: list = ()) -> list[Envelope]:
-    """The envelopes of an authenticated frame body (``encode`` made it), with the
-    frame's out-of-band ``buffers`` (each becomes its payload's buffer, owned by it)."""
-    if kind & ~(OOB | SHM) not in (ROWS, OBJECTS):
-        raise ValueError(f"unknown frame kind {kind}")
-    rows = pickle.loads(body)
-    if buffers:
-        it = iter(buffers)
-        rows = [row if not row[7] else row[:7] + (tuple(next(it) for _ in range(row[7])),)
-                + row[8:] for row in rows]
-    return from_rows(rows)
