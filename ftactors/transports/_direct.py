@@ -56,10 +56,17 @@ stranger's descriptors are closed unused. Its answer says whether it took the se
 of the segment; the frame (kind bit ``SHM``) carries, after the buffers' count, per buffer
 its length and offset (``INLINE``: it follows the body on the socket, as in any
 out-of-band frame: a buffer under ``shm_bytes``, or one the segment has no room for). The
-listener copies each region into a byte array of its own before it delivers the frame,
-so the receiver owns its buffers as on the socket path, and the region is free again
-once the frame is acknowledged (the sender keeps it until then: a frame written again
-after a reconnection finds its buffers where they were). Nothing is named: the segment
+listener lends each region to the rank as it is (``_payload.LentPayload``: a read-only
+view of the mapping), so that a receive into the program's buffer (``Recv``, ``Irecv``,
+the large collectives' pieces) copies the bytes straight from the sender's copy into
+the program's array: one copy on this side. The region is free again once the frame is
+acknowledged (the sender keeps it until then: a frame written again after a reconnection
+finds its buffers where they were), so before it acknowledges a frame that lent regions
+(one loop turn after its delivery, by when the receives it completed have copied their
+messages out: their tasks are woken first), and before it lets go of the connection, the
+listener has every payload lent from it that is still alive (queued for a later receive,
+held or logged by a protocol, received by ``recv`` as an object) take a copy of its own
+(``lent_copied`` counts them). Nothing is named: the segment
 lives as long as a process holds it, so a killed rank or a closed channel leaves nothing
 in ``/dev/shm`` or anywhere else to remove, and only a process it was passed to can map
 it. A segment that cannot be made or passed, or that the listener does not take, leaves
@@ -106,6 +113,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 import secrets
 import socket
 import stat
@@ -113,12 +121,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from ..engine._payload import LentPayload
 from .direct import shm
 from .direct.handshake import (AUTH_TIMEOUT_S, SESSION_BYTES, ClientHandshake, RunSecret,
                                ServerHandshake)
 from .direct.window import ACK_DELAY_S, WINDOW_BYTES, Acks, SendWindow, Session
-from .direct.wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, Filling, FrameError, decode,
-                         encode, oob_head, read_head, shm_head, unshare)
+from .direct.wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, SHM, Filling, FrameError,
+                         decode, encode, oob_head, read_head, shm_head, unshare)
 
 RECV_BYTES = 256 << 10
 """The listener's receive area: the most one read takes outside an out-of-band buffer."""
@@ -156,7 +165,7 @@ class Counters:
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
               "handshake_lost", "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects",
-              "resent", "shared", "shared_refused", "shared_fallback", "polled_waits",
+              "resent", "shared", "shared_refused", "shared_fallback", "lent_copied", "polled_waits",
               "not_polling")
 
     def __init__(self):
@@ -205,6 +214,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.raw: socket.socket | None = None  # reads the proof and its descriptors (Unix)
         self.fds: list[int] = []  # descriptors passed with the proof, not yet taken
         self.segment: shm.Mapping | None = None  # the sender's shared-memory segment
+        self.lent: list = []  # weak references to the payloads lent from it, not settled
 
     def get_buffer(self, sizehint: int) -> memoryview:
         filling = self.filling
@@ -258,6 +268,7 @@ class _Inbound(asyncio.BufferedProtocol):
                 setattr(self.counters, reason, getattr(self.counters, reason) + 1)
         self.buf = bytearray()
         self.filling = None
+        self._settle()  # (a new connection of the session answers the count delivered)
         self._proof_read()
         self.transport.abort()
 
@@ -385,25 +396,45 @@ class _Inbound(asyncio.BufferedProtocol):
         return pos
 
     def _shared(self, lengths: tuple, offsets: tuple) -> list | None:
-        """A shared-memory frame's buffers (each a copy the receiver owns, None for one
-        that follows the body), out of the segment the sender passed with its proof;
-        None once refused (a connection that took no segment: TCP, or the listener's
-        answer said so; a region outside it)."""
+        """A shared-memory frame's buffers (each a region lent as it is, None for one
+        that follows the body), in the segment the sender passed with its proof; None
+        once refused (a connection that took no segment: TCP, or the listener's answer
+        said so; a region outside it)."""
         segment = self.segment
         given = []
         for n, offset in zip(lengths, offsets):
             if offset == INLINE:
                 given.append(None)
                 continue
-            own = segment.copy(offset, n) if segment is not None else None
-            if own is None:
+            lent = segment.lend(offset, n) if segment is not None else None
+            if lent is None:
                 self._refuse("bad_frame")
                 return None
-            given.append(own)
+            given.append(lent)
         return given
 
+    def _lend(self, envs: list) -> None:
+        """The payloads of a shared-memory frame that hold buffers become lent ones."""
+        for env in envs:
+            payload = env.payload
+            if payload.buffers:
+                env.payload = lent = LentPayload(payload.data, payload.buffers, payload.nbytes)
+                self.lent.append(weakref.ref(lent))
+
+    def _settle(self) -> None:
+        """Before the regions lent go back to the sender (an acknowledgement, the end of
+        the connection): every payload lent from them that is still alive takes a copy
+        of its own."""
+        lent, self.lent = self.lent, []
+        for ref in lent:
+            payload = ref()
+            if type(payload) is LentPayload:
+                payload.own()
+                self.counters.lent_copied += 1
+
     def _unmap(self) -> None:
-        """Let go of the peer's segment."""
+        """Let go of the peer's segment (settled first)."""
+        self._settle()
         if self.segment is not None:
             self.segment, segment = None, self.segment
             segment.close()
@@ -417,11 +448,17 @@ class _Inbound(asyncio.BufferedProtocol):
             return
         self.counters.frames += 1
         due = self.acks.delivered(nbytes)
+        if kind & SHM:
+            self._lend(envs)
         self.listener.deliver(envs)
+        del envs  # (the rank's receives decide what stays alive: ``_settle``)
         if self.refused:  # closed by what the frame did (a chaos disconnect)
             return
         if due:
-            self._ack()
+            if self.lent:  # after the receives it woke (module docstring)
+                asyncio.get_running_loop().call_soon(self._ack)
+            else:
+                self._ack()
         elif self.ack_timer is None:
             self.ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_S, self._ack)
 
@@ -431,6 +468,7 @@ class _Inbound(asyncio.BufferedProtocol):
             self.ack_timer.cancel()
             self.ack_timer = None
         if not self.refused:
+            self._settle()
             count = self.acks.due()
             if count is not None:
                 self.transport.write(COUNT.pack(count))

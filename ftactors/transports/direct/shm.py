@@ -10,9 +10,12 @@ holding it closes it or dies), ``SEGMENT_BYTES`` long, its size sealed (``SEALS`
 its descriptor is passed: reading a page cut off the end of a mapping would kill the
 reader. The sender copies a frame's buffers into free regions (``Segment.put``) and the
 frame names their offsets; the regions are a ring (``Ring``, offsets only) freed in frame
-order once the listener has acknowledged the frames holding them (``release``), since
-the listener copies each region out (``Mapping.copy``) before it delivers the frame. A
-frame written again after a reconnection finds its buffers where they were.
+order once the listener has acknowledged the frames holding them (``release``). The
+listener lends each region to its rank as it is (``Mapping.lend``: a read-only view, so a
+receive into the program's buffer copies the bytes straight from there) and has every
+payload lent from a frame that is still alive take its own copy before it acknowledges
+the frame (``_direct``). A frame written again after a reconnection finds its buffers
+where they were.
 
 The listener maps a segment only after the peer's proof checked, and only a sealed
 regular memory file (``Mapping.take``); it maps it read-only, closes the descriptor, and
@@ -130,17 +133,20 @@ class Mapping:
                 if fd >= 0:
                     os.close(fd)
 
-    def copy(self, offset: int, n: int) -> np.ndarray | None:
-        """A copy the receiver owns of the region at ``offset``, ``n`` long; None when
-        the region is not inside the segment (the frame is refused)."""
+    def lend(self, offset: int, n: int) -> np.ndarray | None:
+        """The region at ``offset``, ``n`` long, as it is (a read-only view, valid until
+        its frame is acknowledged); None when the region is not inside the segment (the
+        frame is refused)."""
         array = self.array
         if offset + n > len(array):
             return None
-        own = np.empty(n, np.uint8)
-        own[:] = array[offset:offset + n]
-        return own
+        return array[offset:offset + n]
 
     def close(self) -> None:
-        """Let go of the peer's segment."""
+        """Let go of the peer's segment (the listener has settled what it lent: should a
+        view of it still be alive, the mapping goes with the last one)."""
         del self.array
-        self.map.close()
+        try:
+            self.map.close()
+        except BufferError:
+            pass
