@@ -66,7 +66,7 @@ finds its buffers where they were), so before it acknowledges a frame that lent 
 messages out: their tasks are woken first), and before it lets go of the connection, the
 listener has every payload lent from it that is still alive (queued for a later receive,
 held or logged by a protocol, received by ``recv`` as an object) take a copy of its own
-(``lent_copied`` counts them). Nothing is named: the segment
+(``lent`` counts the payloads lent, ``lent_copied`` those that took a copy). Nothing is named: the segment
 lives as long as a process holds it, so a killed rank or a closed channel leaves nothing
 in ``/dev/shm`` or anywhere else to remove, and only a process it was passed to can map
 it. A segment that cannot be made or passed, or that the listener does not take, leaves
@@ -165,7 +165,7 @@ class Counters:
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
               "handshake_lost", "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects",
-              "resent", "shared", "shared_refused", "shared_fallback", "lent_copied", "polled_waits",
+              "resent", "shared", "shared_refused", "shared_fallback", "lent", "lent_copied", "polled_waits",
               "not_polling")
 
     def __init__(self):
@@ -420,6 +420,7 @@ class _Inbound(asyncio.BufferedProtocol):
             if payload.buffers:
                 env.payload = lent = LentPayload(payload.data, payload.buffers, payload.nbytes)
                 self.lent.append(weakref.ref(lent))
+                self.counters.lent += 1
 
     def _settle(self) -> None:
         """Before the regions lent go back to the sender (an acknowledgement, the end of
