@@ -46,7 +46,7 @@ array rebuilt over it is writable.
 
 To a peer on the same node (a Unix connection), buffers of ``shm_bytes`` and more go
 through shared memory instead: each channel has one segment (``direct.shm``: an anonymous
-``memfd``, ``SEGMENT_BYTES``, used as a ring, its size sealed), whose descriptor the
+``memfd``, ``SEGMENT_BYTES``, its regions taken lowest first, its size sealed), whose descriptor the
 sender passes with its proof on every connection (``SCM_RIGHTS``). The listener reads a
 Unix connection's proof with ``recvmsg`` (and no byte after it: the sender writes
 nothing more until answered), and only once the proof checks does it look at the

@@ -80,6 +80,6 @@ class OneCopy(ft.Rank):
 def test_posted_buffer_receives_copy_from_the_segment_only(ray_session):
     shared, got = ft.run(OneCopy, 2, transport="ray", timeout_s=120).results
     assert all(got[k] for k in range(8)) and got["around"], got
-    assert shared["shared"] == 8 and got["lent"] == 8, (shared, got)  # all through the segment
+    assert shared["shared"] == 8 and got["lent"] == 8, f"{shared} {got}"  # through the segment
     assert got["posted_copies"] == 0  # one copy each: segment -> the program's buffer
     assert got["waiting_copies"] == 4  # the three unexpected and the object: their own
