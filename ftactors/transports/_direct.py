@@ -46,35 +46,35 @@ array rebuilt over it is writable.
 
 To a peer on the same node (a Unix connection), buffers of ``shm_bytes`` and more go
 through shared memory instead: each channel has one segment (``direct.shm``: an anonymous
-``memfd``, ``SEGMENT_BYTES``, its regions taken lowest first, its size sealed), whose descriptor the
-sender passes with its proof on every connection (``SCM_RIGHTS``). The listener reads a
-Unix connection's proof with ``recvmsg`` (and no byte after it: the sender writes
-nothing more until answered), and only once the proof checks does it look at the
-descriptor: a sealed memory file is mapped read-only and the descriptor closed; a
+``memfd``, ``SEGMENT_BYTES``, its regions taken lowest first, its size sealed), whose
+descriptor the sender passes with its proof on every connection (``SCM_RIGHTS``). The
+listener reads a Unix connection's proof with ``recvmsg`` (and no byte after it: the
+sender writes nothing more until answered), and only once the proof checks does it look
+at the descriptor: a sealed memory file is mapped read-only and the descriptor closed; a
 stranger's descriptors are closed unused. Its answer says whether it took the segment
 (covered by its MAC), and only then does the sender copy such a buffer into a free region
-of the segment; the frame (kind bit ``SHM``) carries, after the buffers' count, per buffer
-its length and offset (``INLINE``: it follows the body on the socket, as in any
+of the segment; the frame (kind bit ``SHM``) carries, after the buffers' count, per
+buffer its length and offset (``INLINE``: it follows the body on the socket, as in any
 out-of-band frame: a buffer under ``shm_bytes``, or one the segment has no room for). The
 listener lends each region to the rank as it is (``_payload.LentPayload``: a read-only
 view of the mapping), so that a receive into the program's buffer (``Recv``, ``Irecv``,
-the large collectives' pieces) copies the bytes straight from the sender's copy into
-the program's array: one copy on this side. The region is free again once the frame is
+the large collectives' pieces) copies the bytes straight from the sender's copy into the
+program's array: one copy on this side. The region is free again once the frame is
 acknowledged (the sender keeps it until then: a frame written again after a reconnection
 finds its buffers where they were), so before it acknowledges a frame that lent regions
 (one loop turn after its delivery, by when the receives it completed have copied their
 messages out: their tasks are woken first), and before it lets go of the connection, the
 listener has every payload lent from it that is still alive (queued for a later receive,
 held or logged by a protocol, received by ``recv`` as an object) take a copy of its own
-(``lent`` counts the payloads lent, ``lent_copied`` those that took a copy). Nothing is named: the segment
-lives as long as a process holds it, so a killed rank or a closed channel leaves nothing
-in ``/dev/shm`` or anywhere else to remove, and only a process it was passed to can map
-it. A segment that cannot be made or passed, or that the listener does not take, leaves
-the channel on the socket (``shared_fallback``, ``shared_refused``): the frames it kept
-with buffers in the segment are rewritten with the buffers after the body before they
-are written again, so nothing waits on shared memory that is not there. A shared-memory
-frame on a connection that took no segment, or naming a region outside it, is refused
-as a bad frame.
+(``lent`` counts the payloads lent, ``lent_copied`` those that took a copy). Nothing is
+named: the segment lives as long as a process holds it, so a killed rank or a closed
+channel leaves nothing in ``/dev/shm`` or anywhere else to remove, and only a process it
+was passed to can map it. A segment that cannot be made or passed, or that the listener
+does not take, leaves the channel on the socket (``shared_fallback``,
+``shared_refused``): the frames it kept with buffers in the segment are rewritten with
+the buffers after the body before they are written again, so nothing waits on shared
+memory that is not there. A shared-memory frame on a connection that took no segment, or
+naming a region outside it, is refused as a bad frame.
 
 A new incarnation in a new process gets a new endpoint; when a rewire changes a peer's
 endpoint, the connection to the old one is closed and what was queued for it is dropped,
@@ -113,10 +113,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import weakref
 import secrets
 import socket
 import stat
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
@@ -163,10 +163,10 @@ class Counters:
     its loop waited: ``polled_waits`` ended while it polled, ``not_polling`` is 1 for a
     rank whose loop cannot poll (``_spin``)."""
 
-    FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
-              "handshake_lost", "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects",
-              "resent", "shared", "shared_refused", "shared_fallback", "lent", "lent_copied", "polled_waits",
-              "not_polling")
+    FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout",
+              "oversized", "handshake_lost", "truncated", "bad_frame", "dropped_sends",
+              "throttled", "reconnects", "resent", "shared", "shared_refused",
+              "shared_fallback", "lent", "lent_copied", "polled_waits", "not_polling")
 
     def __init__(self):
         for name in self.FIELDS:

@@ -9,13 +9,13 @@ anywhere, so a killed rank leaves nothing in ``/dev/shm``; it goes when the last
 holding it closes it or dies), ``SEGMENT_BYTES`` long, its size sealed (``SEALS``) before
 its descriptor is passed: reading a page cut off the end of a mapping would kill the
 reader. The sender copies a frame's buffers into free regions (``Segment.put``) and the
-frame names their offsets; regions are taken lowest first (``Ring``, offsets only) and freed in frame
-order once the listener has acknowledged the frames holding them (``release``). The
-listener lends each region to its rank as it is (``Mapping.lend``: a read-only view, so a
-receive into the program's buffer copies the bytes straight from there) and has every
-payload lent from a frame that is still alive take its own copy before it acknowledges
-the frame (``_direct``). A frame written again after a reconnection finds its buffers
-where they were.
+frame names their offsets; regions are taken lowest first (``Ring``, offsets only) and
+freed in frame order once the listener has acknowledged the frames holding them
+(``release``). The listener lends each region to its rank as it is (``Mapping.lend``: a
+read-only view, so a receive into the program's buffer copies the bytes straight from
+there) and has every payload lent from a frame that is still alive take its own copy
+before it acknowledges the frame (``_direct``). A frame written again after a
+reconnection finds its buffers where they were.
 
 The listener maps a segment only after the peer's proof checked, and only a sealed
 regular memory file (``Mapping.take``); it maps it read-only, closes the descriptor, and
