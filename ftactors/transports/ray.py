@@ -79,7 +79,7 @@ from ..engine._envelope import Envelope, from_rows, to_rows
 from ..runtime._host import RankHost, RankSpec
 from ..engine._payload import Payload, is_plain
 from . import _sources
-from ._direct import Listener, Peers, RunSecret, encode
+from .direct import Listener, Peers, RunSecret, encode
 from ._spin import Spin
 from ._warm import INBOXES, WARM, Warm
 from .ray_driver import DEATH_NOTICES, ensure_ray

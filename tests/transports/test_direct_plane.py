@@ -1,4 +1,4 @@
-"""The direct data plane's sockets (``transports/_direct``) without Ray: the handshake,
+"""The direct data plane's sockets (``transports/direct``) without Ray: the handshake,
 framing, backpressure, and what a listener does with peers that cannot prove they belong
 to the run."""
 import asyncio
@@ -18,12 +18,12 @@ import pytest
 from ftactors.engine import _payload
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
-from ftactors.transports import _direct
-from ftactors.transports.direct import shm, wire
-from ftactors.transports._direct import (HIGH_WATER_BYTES, WINDOW_BYTES, Counters, Listener, Peers,
-                                          secure_run_dir)
-from ftactors.transports.direct import handshake
+from ftactors.transports.direct import (WINDOW_BYTES, Counters, Listener, Peers, handshake, shm,
+                                        secure_run_dir, wire)
+from ftactors.transports.direct import listener as listening
+from ftactors.transports.direct import peers as sending
 from ftactors.transports.direct.handshake import MAC_BYTES, NONCE_BYTES, SESSION_BYTES, RunSecret
+from ftactors.transports.direct.peers import HIGH_WATER_BYTES
 from ftactors.transports.direct.wire import COUNT, HEADER, OOB, OOB_COUNT, ROWS, encode
 
 
@@ -522,7 +522,7 @@ def test_frames_longer_than_the_kernel_takes_at_once_arrive_whole(tmp_path, monk
     what the kernel did not take, from the middle of a piece) and read in parts (the
     listener carries a partial frame over to the next read): small, in-band and
     out-of-band frames, back to back, all arrive intact and in order."""
-    monkeypatch.setattr(_direct, "SEND_BUFFER_BYTES", 8 << 10)
+    monkeypatch.setattr(sending, "SEND_BUFFER_BYTES", 8 << 10)
     written = []
     real_writev = os.writev
 
@@ -530,7 +530,7 @@ def test_frames_longer_than_the_kernel_takes_at_once_arrive_whole(tmp_path, monk
         n = real_writev(fd, pieces)
         written.append(n < sum(map(len, pieces)))
         return n
-    monkeypatch.setattr(_direct.os, "writev", writev)
+    monkeypatch.setattr(sending.os, "writev", writev)
     sizes = [LARGE - 8, LARGE + 8, 1 << 20]
 
     async def body():
@@ -558,7 +558,7 @@ def test_a_cut_in_the_middle_of_an_out_of_band_frame_resends_it_whole(tmp_path, 
     sender reconnects and writes the whole frame again from its window, and every frame
     arrives once, intact."""
     cuts = []
-    fill = _direct._Inbound.buffer_updated
+    fill = listening._Inbound.buffer_updated
 
     def cut_midway(inbound, nbytes):
         fill(inbound, nbytes)
@@ -567,7 +567,7 @@ def test_a_cut_in_the_middle_of_an_out_of_band_frame_resends_it_whole(tmp_path, 
             cuts.append(filling.at)
             (inbound.listener.disconnect if side == "listener" else peers.disconnect)()
 
-    monkeypatch.setattr(_direct._Inbound, "buffer_updated", cut_midway)
+    monkeypatch.setattr(listening._Inbound, "buffer_updated", cut_midway)
     size = 8 << 20
 
     async def body():
@@ -691,7 +691,7 @@ def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path,
     buffers when it makes the next frame's, so the allocator reuses their memory
     (holding them had every 1 MiB buffer page-faulted afresh: ~140 faults a message)."""
     held, refs = [], []
-    real = _direct._Inbound._shared
+    real = listening._Inbound._shared
 
     def shared(inbound, *table):
         held.append(sum(ref() is not None for ref in refs))
@@ -699,7 +699,7 @@ def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path,
         refs.extend(weakref.ref(b) for b in given if b is not None)
         return given
 
-    monkeypatch.setattr(_direct._Inbound, "_shared", shared)
+    monkeypatch.setattr(listening._Inbound, "_shared", shared)
 
     async def body():
         secret = RunSecret()
@@ -768,7 +768,7 @@ def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monke
     the sender keeps the region until the frame is acknowledged, writes the frame again
     on a new connection, the listener maps the segment again: delivered once, intact."""
     cuts = []
-    fill = _direct._Inbound.buffer_updated
+    fill = listening._Inbound.buffer_updated
 
     def cut_midway(inbound, nbytes):
         fill(inbound, nbytes)
@@ -777,7 +777,7 @@ def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monke
             cuts.append(filling.at)
             inbound.listener.disconnect()  # the listener's end resets
 
-    monkeypatch.setattr(_direct._Inbound, "buffer_updated", cut_midway)
+    monkeypatch.setattr(listening._Inbound, "buffer_updated", cut_midway)
     sizes = (8 << 20, 1 << 20)  # the first in the segment, the second on the socket
 
     async def body():

@@ -9,8 +9,7 @@ import numpy as np
 
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import LentPayload, Payload, pack, unpack, unpack_lent
-from ftactors.transports import _direct
-from ftactors.transports.direct import shm
+from ftactors.transports.direct import listener as direct_listener, shm
 from ftactors.transports.direct.wire import encode
 
 from .test_direct_plane import LARGE, _channel, _until
@@ -91,7 +90,7 @@ def test_lent_payloads_are_settled_when_the_connection_goes(tmp_path, monkeypatc
     """A connection that ends (a reset, a rewire, the rank closing) settles what it lent
     before it unmaps the segment: the message kept stays readable. (A frame under the
     acknowledgement's bytes, its timer made long: nothing acknowledges it before.)"""
-    monkeypatch.setattr(_direct, "ACK_DELAY_S", 600.0)
+    monkeypatch.setattr(direct_listener, "ACK_DELAY_S", 600.0)
 
     async def body():
         async with _channel(tmp_path, shm_bytes=LARGE) as (listener, peers, got):

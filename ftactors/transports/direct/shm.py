@@ -14,7 +14,7 @@ freed in frame order once the listener has acknowledged the frames holding them
 (``release``). The listener lends each region to its rank as it is (``Mapping.lend``: a
 read-only view, so a receive into the program's buffer copies the bytes straight from
 there) and has every payload lent from a frame that is still alive take its own copy
-before it acknowledges the frame (``_direct``). A frame written again after a
+before it acknowledges the frame (``listener``). A frame written again after a
 reconnection finds its buffers where they were.
 
 The listener maps a segment only after the peer's proof checked, and only a sealed
