@@ -4,11 +4,13 @@ one, another dtype read as bytes) gets its bytes straight from the sender's
 shared-memory segment, with no copy of the listener's (``lent_copied`` stays 0), while
 a message that waits for its receive (unexpected), or one ``recv`` takes as an object,
 gets a copy of its own before its region is reused: every receive gets exactly what
-was sent, though the sender's later messages reuse the same region."""
+was sent, though the sender's later messages reuse the same region. So do the messages
+the protocols keep, log and replay across a kill."""
 import numpy as np
 import pytest
 
 import ftactors as ft
+from ftactors.tools.simcheck import setups
 
 pytestmark = pytest.mark.ray
 
@@ -83,3 +85,34 @@ def test_posted_buffer_receives_copy_from_the_segment_only(ray_session):
     assert shared["shared"] == 8 and got["lent"] == 8, f"{shared} {got}"  # through the segment
     assert got["posted_copies"] == 0  # one copy each: segment -> the program's buffer
     assert got["waiting_copies"] == 4  # the three unexpected and the object: their own
+
+
+class BufferRing(ft.Rank):
+    """Each iteration a rank sends its right neighbour a 3 MiB array with ``Isend`` and
+    receives its left neighbour's into one buffer it reuses, with ``Recv``; it counts the
+    receives that did not hold exactly what was sent (the protocols keep, log and replay
+    these messages across a kill; their copies must not follow the segment's reuse)."""
+
+    async def main(self, iterations):
+        comm, r, n = self.comm, self.rank, self.size
+        self.register("bad", 0)
+        into = np.zeros((3 << 20) // 8)
+        async for it in self.iterations(iterations):
+            req = comm.Isend(np.arange(into.size, dtype=np.float64) + it * n + r, (r + 1) % n)
+            await comm.Recv(into, (r - 1) % n)
+            left = (r - 1) % n
+            self.bad += not np.array_equal(into, np.arange(into.size) + it * n + left)
+            await req.wait()
+        await comm.barrier()
+        return self.bad
+
+
+@pytest.mark.parametrize("protocol", ["ready-flush", "standby"])
+def test_buffer_receives_from_the_segment_survive_a_kill(ray_session, protocol):
+    setup = setups()[protocol]
+    cls = type(f"BufferRing_{protocol}", (*setup.mixins, BufferRing), {})
+    r = ft.run(cls, 4, args=(8,), transport="ray", spares=min(setup.spares, 1),
+               chaos=ft.Chaos(kill=[(1, 5)]), timeout_s=120, **setup.options)
+    assert r.metrics["recoveries"] >= 1 and r.metrics["kills_unfired"] == []
+    assert r.results == [0] * 4
+    assert r.metrics["direct"]["lent"] > 0
