@@ -18,6 +18,14 @@ direct plane, below ``object_store_bytes``, each arrives in a buffer its receive
 writable (``transports/direct``). Smaller buffers are pickled in-band and arrive
 writable.
 
+A payload may arrive with its buffers *lent* (``LentPayload``): views of memory its
+lender, the direct plane's shared-memory segment, will reuse, so that a receive into the
+program's buffer copies the bytes straight from there (one copy: ``unpack_lent``, then
+the copy into the buffer, before the receiving code yields). Everything else reads
+``buffers``, which gives a lent payload its own copies first; and the lender settles
+(``own``) every lent payload still alive before it lets the memory go, so a message that
+is queued, held or logged by a protocol keeps bytes of its own.
+
 Plain data (built-in scalars, containers of them, numpy arrays and scalars of a
 non-object dtype: see ``is_plain``) is pickled by the C pickler, which gives the same
 bytes as cloudpickle several times faster; cloudpickle is needed, and used, only for
@@ -58,7 +66,7 @@ class Payload:
     Ray the object-store buffers it references would stay pinned until then.
     """
 
-    __slots__ = ("data", "buffers", "nbytes", "_origin")
+    __slots__ = ("data", "buffers", "nbytes", "_origin", "__weakref__")
 
     def __init__(self, data: bytes, buffers: tuple = (), nbytes: int | None = None):
         self.data = data
@@ -80,6 +88,42 @@ class Payload:
 
     def __repr__(self):
         return f"Payload({self.nbytes} bytes, {len(self.buffers)} out-of-band)"
+
+
+_BUFFERS = Payload.__dict__["buffers"]
+"""The ``buffers`` slot itself: how ``LentPayload`` reaches its lent buffers."""
+
+
+class LentPayload(Payload):
+    """A payload whose out-of-band buffers are lent: views of memory that its lender
+    reuses once it has called ``own`` on every lent payload still alive (module
+    docstring). Reading ``buffers`` (``unpack``, forwarding, pickling) takes the
+    payload's own copies first and makes it a plain ``Payload``; only ``unpack_lent``
+    reads the lent memory itself."""
+
+    __slots__ = ()
+
+    def __init__(self, data: bytes, buffers: tuple, nbytes: int):
+        self.data = data
+        _BUFFERS.__set__(self, buffers)
+        self.nbytes = nbytes
+        self._origin = None
+
+    @property
+    def buffers(self) -> tuple:
+        self.own()
+        return _BUFFERS.__get__(self)
+
+    def own(self) -> None:
+        """Copy the lent buffers into buffers of this payload's own (writable, as the
+        direct plane's are); from then on it is a plain ``Payload``."""
+        owned = []
+        for buf in _BUFFERS.__get__(self):
+            own = np.empty(memoryview(buf).nbytes, np.uint8)  # written whole: not zeroed
+            own[:] = np.frombuffer(buf, np.uint8)
+            owned.append(own)
+        _BUFFERS.__set__(self, tuple(owned))
+        self.__class__ = Payload
 
 
 _ATOMS = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray})
@@ -187,7 +231,18 @@ def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
 
 
 def unpack(payload: Payload) -> Any:
-    """Rebuild the object; out-of-band buffers must already be resolved to buffers."""
+    """Rebuild the object; out-of-band buffers must already be resolved to buffers (a
+    ``LentPayload`` takes its own copies first)."""
     if not payload.buffers:
         return pickle.loads(payload.data)
     return pickle.loads(payload.data, buffers=payload.buffers)
+
+
+def unpack_lent(payload: Payload) -> Any:
+    """``unpack``, but over a ``LentPayload``'s lent memory as it is (no copy; read-only
+    arrays). Only for a receive that copies the object's data into the program's buffer
+    before its code yields: the lender may reuse that memory from then on."""
+    buffers = _BUFFERS.__get__(payload)
+    if not buffers:
+        return pickle.loads(payload.data)
+    return pickle.loads(payload.data, buffers=buffers)

@@ -269,11 +269,13 @@ class Receiving:
 
     def receive_later(self, ctx: str, source: int, tag: int,
                       on_match: Callable[[Envelope], Any] | None = None) -> asyncio.Future:
-        """Post a receive now; the future completes with the consumed envelope, and
-        ``on_match(envelope)`` runs as it matches (a request's finish: a buffer filled,
-        a synchronous send acknowledged). A match schedules nothing on the loop: no done
-        callback is left on the future but the waiter's (a window of ``Irecv``s cost two
-        loop callbacks each)."""
+        """Post a receive now; the future completes with the consumed envelope, or,
+        with ``on_match``, with what ``on_match(envelope)`` returns as it matches (a
+        request's finish: a buffer filled, a synchronous send acknowledged; the future
+        does not keep the envelope, so a message copied into the program's buffer from
+        lent memory leaves nothing that needs a copy of its own: ``_payload``). A match
+        schedules nothing on the loop: no done callback is left on the future but the
+        waiter's (a window of ``Irecv``s cost two loop callbacks each)."""
         k = None
         if (source == ANY_SOURCE or tag == ANY_TAG) and self.determinants.on:
             k, source, tag = self._determined(RECV, source, tag)
@@ -287,9 +289,7 @@ class Receiving:
             fut.remove_done_callback(withdraw)  # matched: nothing left to withdraw
             # the outcome is recorded as the message matches, before anything can depend on it
             env = self._consumed(env) if k is None else self._took(k, self._consumed(env))
-            if on_match is not None:
-                on_match(env)
-            return env
+            return env if on_match is None else on_match(env)
 
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, matched))
         env = self.matcher.post(p)

@@ -61,10 +61,11 @@ class BufferAPI:
         return self.issend(self._outgoing(buf, dest), dest, tag)
 
     def _into(self, into: np.ndarray, what: str):
-        """A matched envelope's entries copied into ``into``: ``(None, status)`` with the
-        status counting bytes received."""
+        """A matched envelope's entries copied into ``into`` as it matches, straight from
+        lent memory when it arrived in some (``_payload.LentPayload``): ``(None,
+        status)`` with the status counting bytes received."""
         def finish(env):
-            value, status = self._received(env)
+            value, status = self._received(env, lent=True)
             status.count = deliver(value, into, what)
             return None, status
         return finish
@@ -84,7 +85,7 @@ class BufferAPI:
                 status._fill(Status.of(PROC_NULL, ANY_TAG))
             return
         env = await self._ep.receive(self._ctx, src, tag)
-        value = self._object_of(env)
+        value = self._object_of(env, lent=True)  # copied into the buffer before any yield
         count = deliver(value, into, "Recv")
         if status is not None:  # (built only when asked for, as ``recv`` does)
             st = self._status_of(env, value)

@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._ops import Op, check_op
-from ..engine import unpack
+from ..engine import unpack, unpack_lent
 
 BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING, SCAN = 1, 2, 3, 4, 5, 6, 7, 8
 PIECES, RING, PIPELINE = 9, 10, 11
@@ -317,7 +317,7 @@ async def allreduce_pieces(comm, work, combine):
         partner = j ^ mask
         keep, give = (lo, lo + width) if j < partner else (lo + width, lo)
         comm._csend(piece(give, width), first + partner, PIECES)
-        other = unpack((await comm._crecv(first + partner, PIECES)).payload)
+        other = unpack_lent((await comm._crecv(first + partner, PIECES)).payload)
         mine = piece(keep, width)
         _combine_into(combine, *((mine, other) if j < partner else (other, mine)), mine)
         lo, mask = keep, mask << 1
@@ -325,7 +325,7 @@ async def allreduce_pieces(comm, work, combine):
         after, after_size = blocks[index + 1]
         owner = _reversed_bits(lo // (units // after_size), after_size)
         mine = piece(lo, width)
-        later = unpack((await comm._crecv(after + owner, PIECES)).payload)
+        later = unpack_lent((await comm._crecv(after + owner, PIECES)).payload)
         _combine_into(combine, mine, later, mine)
     if index:  # hand this block's pieces to the members of the one before that hold them
         before, before_size = blocks[index - 1]
@@ -334,7 +334,7 @@ async def allreduce_pieces(comm, work, combine):
             comm._csend(piece(unit, step), before + _reversed_bits(unit // step, before_size),
                         PIECES)
         for k in range(units):  # the result, a unit from each member of the first block
-            piece(_reversed_bits(k, units), 1)[...] = unpack(
+            piece(_reversed_bits(k, units), 1)[...] = unpack_lent(
                 (await comm._crecv(k, PIECES)).payload)
         return work
     for other in range(units, n):  # this member's unit of the result to the other blocks
@@ -344,7 +344,7 @@ async def allreduce_pieces(comm, work, combine):
         partner = j ^ mask
         other_lo = lo + width if j < partner else lo - width
         comm._csend(piece(lo, width), partner, PIECES)
-        piece(other_lo, width)[...] = unpack((await comm._crecv(partner, PIECES)).payload)
+        piece(other_lo, width)[...] = unpack_lent((await comm._crecv(partner, PIECES)).payload)
         lo, width, mask = min(lo, other_lo), width << 1, mask >> 1
     return work
 
@@ -363,7 +363,7 @@ async def allgather_ring(comm, mine, blocks: list, deliver) -> None:
         env = await comm._crecv(left, RING)
         if step < n - 1:
             comm._csend(env.payload.origin, right, RING)
-        deliver(unpack(env.payload), blocks[(r - step) % n])
+        deliver(unpack_lent(env.payload), blocks[(r - step) % n])
 
 
 async def bcast_pipeline(comm, entries, root: int, pieces: int, deliver) -> None:
@@ -383,4 +383,4 @@ async def bcast_pipeline(comm, entries, root: int, pieces: int, deliver) -> None
         env = await comm._crecv((comm.rank - 1) % n, PIPELINE)
         if after is not None:
             comm._csend(env.payload.origin, after, PIPELINE)
-        deliver(unpack(env.payload), part)
+        deliver(unpack_lent(env.payload), part)

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import _collectives as coll
 from ..engine import (ANY_SOURCE, ANY_TAG, COLLECTIVE_SUFFIX, Envelope, PROC_NULL, Payload,
-                      Synchronous, TAG_UB, UNDEFINED, Wait, unpack)
+                      Synchronous, TAG_UB, UNDEFINED, Wait, unpack, unpack_lent)
 from ._buffer_api import BufferAPI
 from ._buffers import array_bytes
 from ._message import Message
@@ -123,15 +123,17 @@ class Communicator(BufferAPI):
     def _recv_tag(cls, tag) -> int:
         return ANY_TAG if tag == ANY_TAG else cls._send_tag(tag)
 
-    def _received(self, env: Envelope) -> tuple[Any, Status]:
-        """A matched message's object and status."""
-        obj = self._object_of(env)
+    def _received(self, env: Envelope, lent: bool = False) -> tuple[Any, Status]:
+        """A matched message's object and status (``lent``: see ``_object_of``)."""
+        obj = self._object_of(env, lent)
         return obj, self._status_of(env, obj)
 
-    def _object_of(self, env: Envelope) -> Any:
+    def _object_of(self, env: Envelope, lent: bool = False) -> Any:
         """A matched message's object; a synchronous send's message is acknowledged here
-        (its receive has started)."""
-        obj = unpack(env.payload)
+        (its receive has started). ``lent``: over the payload's lent memory, if it has
+        any (``_payload.unpack_lent``), for a buffer receive that copies it into the
+        program's buffer before it yields."""
+        obj = unpack_lent(env.payload) if lent else unpack(env.payload)
         if type(obj) is Synchronous:
             self._ep.sync.matched(env.src, env.app_seq)
             obj = obj.obj

@@ -8,7 +8,9 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from ftactors.engine._payload import LARGE_BUFFER_BYTES, is_plain, pack, unpack
+from ftactors.engine._envelope import Envelope, from_rows, to_rows
+from ftactors.engine._payload import (LARGE_BUFFER_BYTES, LentPayload, Payload, is_plain, pack,
+                                      unpack, unpack_lent)
 
 PLAIN = [
     None, True, 7, 2**70, 1.5, 2 + 3j, "text", b"bytes", bytearray(b"ba"),
@@ -131,3 +133,51 @@ def test_envelope_rows_round_trip():
         assert (b.payload.data, b.payload.buffers, b.payload.nbytes) == (
             a.payload.data, a.payload.buffers, a.payload.nbytes)
         assert b.payload.origin is b.payload
+
+
+# ------------------------------------------------------------------- lent payloads
+def lent(obj, memory: np.ndarray) -> LentPayload:
+    """``obj`` packed with its out-of-band buffer lent from ``memory`` (read-only, as the
+    direct plane's shared-memory segment is mapped)."""
+    payload = pack(obj, None, 1)
+    (buf,) = payload.buffers
+    memory[:len(buf)] = np.frombuffer(buf, np.uint8)
+    view = memory[:len(buf)].view()
+    view.flags.writeable = False
+    return LentPayload(payload.data, (view,), payload.nbytes)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_lent_payload_is_read_in_place_only_by_unpack_lent(order):
+    memory = np.zeros(1 << 10, np.uint8)
+    sent = np.asfortranarray(np.arange(12.0).reshape(3, 4)) if order == "F" \
+        else np.arange(12.0).reshape(3, 4)
+    payload = lent(sent, memory)
+    seen = unpack_lent(payload)
+    assert np.shares_memory(seen, memory) and not seen.flags.writeable
+    assert np.array_equal(seen, sent) and seen.flags[f"{order}_CONTIGUOUS"]
+    assert type(payload) is LentPayload  # nothing copied: still lent
+
+
+@pytest.mark.parametrize("read", [unpack, lambda p: p.buffers, pickle.dumps,
+                                  lambda p: from_rows(to_rows([Envelope(0, 0, 1, "c", 0, 0, p)]))],
+                         ids=["unpack", "buffers", "pickle", "rows"])
+def test_anything_else_that_reads_a_lent_payload_takes_its_own_copy(read):
+    memory = np.zeros(1 << 10, np.uint8)
+    sent = np.arange(16, dtype=np.int32)
+    payload = lent(sent, memory)
+    read(payload)
+    assert type(payload) is Payload  # owned from now on
+    memory[:] = 255  # the lender reuses its memory
+    got = unpack(payload)
+    assert np.array_equal(got, sent) and got.flags.writeable
+    assert not np.shares_memory(got, memory)
+
+
+def test_own_settles_a_payload_before_its_memory_is_reused():
+    memory = np.zeros(1 << 10, np.uint8)
+    sent = np.arange(8.0)
+    payload = lent(sent, memory)
+    payload.own()
+    memory[:] = 0
+    assert np.array_equal(unpack_lent(payload), sent)

@@ -718,21 +718,22 @@ def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path,
     asyncio.run(body())
 
 
-def test_a_segment_is_a_ring_of_regions_freed_in_frame_order():
-    """Regions are taken after the newest, wrap to the start when the end has no room,
-    and come free only when the frames that hold them are acknowledged."""
+def test_a_segment_takes_the_lowest_free_region_and_frees_in_frame_order():
+    """Regions are taken at the lowest offset where they fit, and come free only when
+    the frames that hold them are acknowledged."""
     segment = shm.Segment(10)
     try:
         assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
         assert segment.put(2, b"c" * 3) is None  # 2 left at the end, nothing at the start
         segment.release(1)  # frame 0 delivered: [0, 4) is free
-        assert segment.put(2, b"c" * 3) == 0  # wrapped
-        assert segment.put(3, b"d" * 2) is None  # [3, 4) is all that is free
-        assert segment.put(3, b"d") == 3  # full now
-        assert segment.put(4, b"e") is None
-        segment.release(4)
-        assert segment.put(4, b"e" * 10) == 0  # all free again
-        assert bytes(segment.map[:10]) == b"e" * 10
+        assert segment.put(2, b"c" * 3) == 0
+        assert segment.put(3, b"d" * 2) == 8  # [3, 4) is too short
+        assert segment.put(4, b"e") == 3  # full now
+        assert segment.put(5, b"f") is None
+        assert bytes(segment.map[:10]) == b"cccebbbbdd"
+        segment.release(6)
+        assert segment.put(6, b"g" * 10) == 0  # all free again
+        assert bytes(segment.map[:10]) == b"g" * 10
     finally:
         segment.close()
 

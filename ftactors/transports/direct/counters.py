@@ -7,10 +7,10 @@ class Counters:
     its loop waited: ``polled_waits`` ended while it polled, ``not_polling`` is 1 for a
     rank whose loop cannot poll (``_spin``)."""
 
-    FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout", "oversized",
-              "handshake_lost", "truncated", "bad_frame", "dropped_sends", "throttled", "reconnects",
-              "resent", "shared", "shared_refused", "shared_fallback", "polled_waits",
-              "not_polling")
+    FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout",
+              "oversized", "handshake_lost", "truncated", "bad_frame", "dropped_sends",
+              "throttled", "reconnects", "resent", "shared", "shared_refused",
+              "shared_fallback", "lent", "lent_copied", "polled_waits", "not_polling")
 
     def __init__(self):
         for name in self.FIELDS:

@@ -21,10 +21,19 @@ receive area (``RECV_BYTES``), where whole frames are decoded in place (``wire.r
 straight into a byte array of its own (``wire.Filling``; ``numpy.empty``: not zeroed
 first, a pass over memory that measured 10-20% of a 16 MiB message), which becomes the
 payload's buffer: the receiver owns it and an array rebuilt over it is writable. A
-shared-memory frame's regions are copied out of the sender's segment before the frame is
-delivered (``shm.Mapping.copy``); one on a connection that took no segment, or naming a
-region outside it, is refused as a bad frame. Each frame delivered counts towards the
-next acknowledgement (``window.Acks``), written at once or ``ACK_DELAY_S`` later.
+shared-memory frame's regions are lent to the rank as they are (``shm.Mapping.lend``, a
+read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
+program's buffer (``Recv``, ``Irecv``, the large collectives' pieces) copies the message
+straight from the sender's copy: one copy on this side. The sender reuses a region once
+its frame is acknowledged, so before it acknowledges a frame that lent regions (one loop
+turn after its delivery, by when the receives it completed have copied their messages
+out: their tasks are woken first) and before it lets go of the connection, the listener
+has every payload lent from it that is still alive (queued for a later receive, held or
+logged by a protocol, received by ``recv`` as an object) take a copy of its own
+(``_settle``; ``lent`` counts the payloads lent, ``lent_copied`` those that took a copy).
+A shared-memory frame on a connection that took no segment, or naming a region outside
+it, is refused as a bad frame. Each frame delivered counts towards the next
+acknowledgement (``window.Acks``), written at once or ``ACK_DELAY_S`` later.
 
 A connection that fails the proof, says nothing within ``AUTH_TIMEOUT_S``, sends a frame
 longer than ``max_frame_bytes``, stops in the middle of a frame or sends one that does
@@ -36,15 +45,17 @@ import asyncio
 import os
 import socket
 import stat
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
+from ...engine import LentPayload
 from . import shm
 from .counters import Counters
 from .handshake import AUTH_TIMEOUT_S, RunSecret, ServerHandshake
 from .window import ACK_DELAY_S, Acks, Session
-from .wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, OOB, Filling, FrameError, decode,
-                   read_head)
+from .wire import (COUNT, HEADER, INLINE, MAX_FRAME_BYTES, OOB, SHM, Filling, FrameError,
+                   decode, read_head)
 
 RECV_BYTES = 256 << 10
 """The listener's receive area: the most one read takes outside an out-of-band buffer."""
@@ -97,6 +108,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.raw: socket.socket | None = None  # reads the proof and its descriptors (Unix)
         self.fds: list[int] = []  # descriptors passed with the proof, not yet taken
         self.segment: shm.Mapping | None = None  # the sender's shared-memory segment
+        self.lent: list = []  # weak references to the payloads lent from it, not settled
 
     def get_buffer(self, sizehint: int) -> memoryview:
         filling = self.filling
@@ -150,6 +162,7 @@ class _Inbound(asyncio.BufferedProtocol):
                 setattr(self.counters, reason, getattr(self.counters, reason) + 1)
         self.buf = bytearray()
         self.filling = None
+        self._settle()  # (a new connection of the session answers the count delivered)
         self._proof_read()
         self.transport.abort()
 
@@ -281,25 +294,46 @@ class _Inbound(asyncio.BufferedProtocol):
         return pos
 
     def _shared(self, lengths: tuple, offsets: tuple) -> list | None:
-        """A shared-memory frame's buffers (each a copy the receiver owns, None for one
-        that follows the body), out of the segment the sender passed with its proof;
-        None once refused (a connection that took no segment: TCP, or the listener's
-        answer said so; a region outside it)."""
+        """A shared-memory frame's buffers (each a region lent as it is, None for one
+        that follows the body), in the segment the sender passed with its proof; None
+        once refused (a connection that took no segment: TCP, or the listener's answer
+        said so; a region outside it)."""
         segment = self.segment
         given = []
         for n, offset in zip(lengths, offsets):
             if offset == INLINE:
                 given.append(None)
                 continue
-            own = segment.copy(offset, n) if segment is not None else None
-            if own is None:
+            lent = segment.lend(offset, n) if segment is not None else None
+            if lent is None:
                 self._refuse("bad_frame")
                 return None
-            given.append(own)
+            given.append(lent)
         return given
 
+    def _lend(self, envs: list) -> None:
+        """The payloads of a shared-memory frame that hold buffers become lent ones."""
+        for env in envs:
+            payload = env.payload
+            if payload.buffers:
+                env.payload = lent = LentPayload(payload.data, payload.buffers, payload.nbytes)
+                self.lent.append(weakref.ref(lent))
+                self.counters.lent += 1
+
+    def _settle(self) -> None:
+        """Before the regions lent go back to the sender (an acknowledgement, the end of
+        the connection): every payload lent from them that is still alive takes a copy
+        of its own."""
+        lent, self.lent = self.lent, []
+        for ref in lent:
+            payload = ref()
+            if type(payload) is LentPayload:
+                payload.own()
+                self.counters.lent_copied += 1
+
     def _unmap(self) -> None:
-        """Let go of the peer's segment."""
+        """Let go of the peer's segment (settled first)."""
+        self._settle()
         if self.segment is not None:
             self.segment, segment = None, self.segment
             segment.close()
@@ -313,11 +347,17 @@ class _Inbound(asyncio.BufferedProtocol):
             return
         self.counters.frames += 1
         due = self.acks.delivered(nbytes)
+        if kind & SHM:
+            self._lend(envs)
         self.listener.deliver(envs)
+        del envs  # (the rank's receives decide what stays alive: ``_settle``)
         if self.refused:  # closed by what the frame did (a chaos disconnect)
             return
         if due:
-            self._ack()
+            if self.lent:  # after the receives it woke (module docstring)
+                asyncio.get_running_loop().call_soon(self._ack)
+            else:
+                self._ack()
         elif self.ack_timer is None:
             self.ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_S, self._ack)
 
@@ -327,6 +367,7 @@ class _Inbound(asyncio.BufferedProtocol):
             self.ack_timer.cancel()
             self.ack_timer = None
         if not self.refused:
+            self._settle()
             count = self.acks.due()
             if count is not None:
                 self.transport.write(COUNT.pack(count))

@@ -9,30 +9,39 @@ from ftactors.transports.direct import shm
 from ftactors.transports.direct.shm import Mapping, Ring, Segment
 
 
-def test_a_ring_takes_regions_after_the_newest_and_wraps_when_the_end_is_full():
+def test_a_ring_takes_the_lowest_free_region_that_fits():
     ring = Ring(10)
     assert [ring.take(0, 4), ring.take(1, 4)] == [0, 4]
     assert ring.take(2, 3) is None  # 2 left at the end, nothing free at the start
     ring.release(1)  # frame 0 delivered: [0, 4) is free
-    assert ring.take(2, 3) == 0  # wrapped
-    assert ring.take(3, 2) is None  # [3, 4) is all that is free
-    assert ring.take(3, 1) == 3  # full now: head meets the oldest region
-    assert ring.take(4, 1) is None
-    ring.release(4)
-    assert ring.take(4, 10) == 0  # all free again: from the start
+    assert ring.take(2, 3) == 0
+    assert ring.take(3, 2) == 8  # [3, 4) is too short: the end
+    assert ring.take(4, 1) == 3
+    assert ring.take(5, 1) is None  # full
+    ring.release(6)
+    assert ring.take(6, 10) == 0  # all free again: from the start
 
 
 def test_a_ring_takes_its_start_again_as_soon_as_it_is_free():
     """Not the end, where there is still room: the pages in use stay as few as the bytes
-    in flight. (A mutant that keeps going from the head returns 8 here.)"""
+    in flight. (A mutant that keeps going from the newest region returns 8 here.)"""
     ring = Ring(10)
     assert [ring.take(0, 4), ring.take(1, 4)] == [0, 4]
     ring.release(1)
     assert ring.take(2, 2) == 0
     assert ring.take(3, 2) == 2  # [2, 4), before the oldest region at 4
-    assert ring.take(4, 2) is None  # wrapped: [8, 10) waits until the ring unwraps
-    ring.release(2)  # the oldest region is now at 0: the ring goes on after its head
-    assert ring.take(4, 2) == 4
+
+
+def test_a_region_freed_behind_the_newest_is_found_at_once():
+    """What a ring could not do: the newest region sits below the oldest (taken from the
+    start again), and the space after the oldest is free: a ring would call the segment
+    full until the oldest went (a large message then took the socket, into fresh memory
+    on both sides)."""
+    ring = Ring(10)
+    assert [ring.take(0, 4), ring.take(1, 4)] == [0, 4]
+    ring.release(1)
+    assert ring.take(2, 4) == 0  # below frame 1's [4, 8)
+    assert ring.take(3, 2) == 8
 
 
 def test_a_ring_frees_regions_only_in_frame_order_and_only_below_the_count():
@@ -63,24 +72,40 @@ def test_a_segment_copies_into_the_region_it_takes():
         segment.close()
 
 
-def test_a_mapping_copies_regions_out_and_refuses_one_outside_the_segment():
+def test_a_mapping_lends_regions_as_they_are_and_refuses_one_outside_the_segment():
     segment = Segment(1 << 12)
     try:
         segment.put(0, bytes(range(200)))
         fds = [os.dup(segment.fd)]
         mapping = Mapping.take(fds)
         try:
-            own = mapping.copy(10, 20)
-            assert bytes(own) == bytes(range(10, 30)) and own.flags.writeable
-            segment.put(1, b"x" * 20)  # the sender writes on: the copy is the receiver's
-            assert bytes(own) == bytes(range(10, 30))
-            assert mapping.copy(segment.size - 10, 11) is None
-            assert mapping.copy(segment.size - 10, 10) is not None
+            lent = mapping.lend(0, 20)
+            assert bytes(lent) == bytes(range(20)) and not lent.flags.writeable
+            segment.release(1)
+            segment.put(1, b"x" * 20)  # the region reused: a lent view is no copy
+            assert bytes(lent) == b"x" * 20
+            del lent
+            assert mapping.lend(segment.size - 10, 11) is None
+            assert mapping.lend(segment.size - 10, 10) is not None
             assert not mapping.array.flags.writeable  # read-only
         finally:
             mapping.close()
         with pytest.raises(OSError):
             os.fstat(fds[0])  # the descriptor was closed once mapped
+    finally:
+        segment.close()
+
+
+def test_a_mapping_closes_while_a_lent_view_is_alive():
+    """The listener settles what it lent before it unmaps; a view left anyway (a traceback
+    holding one) keeps the mapping, rather than making close raise."""
+    segment = Segment(1 << 12)
+    try:
+        segment.put(0, b"abc")
+        mapping = Mapping.take([os.dup(segment.fd)])
+        view = mapping.lend(0, 3)
+        mapping.close()
+        assert bytes(view) == b"abc"
     finally:
         segment.close()
 
