@@ -20,7 +20,8 @@ receive area (``RECV_BYTES``), where whole frames are decoded in place (``wire.r
 ``wire.decode``; only a partial frame at its end is kept), and an out-of-band buffer
 straight into a byte array of its own (``wire.Filling``, the loop's ``recv_into``;
 ``numpy.empty``: not zeroed first, a pass over memory that measured 10-20% of a 16 MiB
-message), which becomes the payload's buffer: the receiver owns it and an array rebuilt over it is writable. A
+message), which becomes the payload's buffer: the receiver owns it and an array rebuilt
+over it is writable. A
 shared-memory frame's regions are copied out of the sender's segment before the frame is
 delivered (``shm.Mapping.copy``); one on a connection that took no segment, or naming a
 region outside it, is refused as a bad frame. Each frame delivered counts towards the
