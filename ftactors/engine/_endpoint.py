@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
-from ..base._events import EventLog
+from ..base import EventLog
 from ._determinants import Determinants
 from ._envelope import Envelope
 from ._outbox import Outbox

@@ -19,9 +19,7 @@ import asyncio
 from typing import Any, Callable, Iterable, Sequence
 
 from ._buffers import dtype_of
-from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
-from ..engine._determinants import ANY, SOME
-from ..engine._waits import Wait
+from ..engine import ANY, ANY_SOURCE, ANY_TAG, SOME, SUCCESS, UNDEFINED, Wait
 
 
 def polled_in_vain() -> None:

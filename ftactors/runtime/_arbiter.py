@@ -42,7 +42,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass
 
-from ..base._errors import ProtocolError
+from ..base import ProtocolError
 
 START_ATTEMPTS = 4
 """Hosts a rank may lose before it first runs (as they start, or while the ranks are

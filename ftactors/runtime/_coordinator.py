@@ -53,19 +53,18 @@ from typing import Any
 
 from . import _notices
 from ._arbiter import Arbiter, GiveUp, Verdict
-from ._chaos import Kill, KillPlan
+from ._chaos import KillPlan
 from ._chaos_fabric import ChaosFabric
+from ._config import RunConfig
 from ._deadlock import DeadlockWatch
 from ._deaths import NewFailure, RankDied
 from ._escalation import Escalation, PartLevels
-from ..base._errors import Deadlock, JobLost, ProtocolError, RankError, RankFailed
-from ..base._events import Event, EventLog
-from ..engine._endpoint import blank_snapshot
-from ..engine._vector import RankVector
+from ..base import Deadlock, Event, EventLog, JobLost, ProtocolError, RankError, RankFailed
+from ..engine import RankVector, blank_snapshot
+from ._fabric import Fabric
 from ._heartbeats import Heartbeats
 from ._host import RankSpec, ahead
 from ._hosts import Hosts
-from ._identity import RunIdentity
 from ._options import core_default
 from ._progress import Printer, Reporter
 from ._recovery_context import RecoveryContext
@@ -83,42 +82,23 @@ _NO_LINE = object()
 class Coordinator:
     """Runs one job on one fabric."""
 
-    def __init__(self, fabric, rank_cls: type, ranks: int, args: tuple, kwargs: dict, *,
-                 kills: list[Kill], kill_method: str = "sigkill", stall_s: float = 0.0,
-                 job_lost_at: int | None = None, partitions: tuple = (), spares: int = 0,
-                 trace: bool, options: dict, identity: RunIdentity,
-                 restore: list[bytes] | None = None, start: tuple | None = None):
-        self.fabric = ChaosFabric(fabric, KillPlan(kills, kill_method, job_lost_at), self,
-                                  stall_s=stall_s, partitions=partitions)
-        self.rank_cls = rank_cls
-        self.n = ranks
-        self.args = args
-        self.kwargs = kwargs
-        self.job_lost_at = job_lost_at
-        self.n_spares = spares
-        self.restore = restore
-        self.identity = identity
-        self.start = start  # the position of the set a resumed job started from
-        self.reached = start  # the newest position this run is known to have stored
-        self.trace = trace
-        self.options = dict(options)
-        progress = self.options.pop("progress", False)
-        interval_s = float(self.options.pop("progress_interval_s",
-                                            core_default("progress_interval_s")))
-        default_hb = 1.0 if fabric.name == "ray" else None  # only real processes hang
-        hb = self.options.get("heartbeat_interval_s", default_hb)
-        self.heartbeat_interval_s = None if hb is None else float(hb)
-        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
-                                                          core_default("heartbeat_timeout_s")))
-        self.heartbeats = Heartbeats(self, self.heartbeat_interval_s, self.heartbeat_timeout_s)
+    def __init__(self, fabric: Fabric, config: RunConfig):
+        # the fabric, wrapped: the run's points are handed to ``chaos.reached``
+        self.fabric = self.chaos = ChaosFabric(
+            fabric, KillPlan(config.kills, config.kill_method, config.job_lost_at), self,
+            stall_s=config.stall_s, partitions=config.partitions)
+        self.config = config
+        self.rank_cls = config.rank_cls
+        self.n = config.ranks
+        self.identity = config.identity
+        self.reached = config.start  # the newest position this run is known to have stored
+        self.options = dict(config.options)
+        self.job_lost_at = config.job_lost_at
         self.events = EventLog(fabric.clock)
-        self.reporter = None  # progress reports (runtime/_progress)
-        if progress:
-            self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
-                                     fabric.clock)
-            self.events.on_record = self.reporter.on_event
+        self._watch_settings()
+        ranks = self.n
         self.handles: list[Any] = [None] * ranks
-        self.pool = SparePool(self, spares)
+        self.pool = SparePool(self, config.spares)
         self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
         self._epoch_counter = 0  # the largest epoch handed out
         self.harvest = Harvest(self)  # the ranks' events, traces and counters
@@ -130,18 +110,37 @@ class Coordinator:
         self._helpers: set[asyncio.Task] = set()  # background work stopped with the run
         self.wired = asyncio.Event()  # set once every rank is started and wired
         self.part_levels: PartLevels | None = None  # set by recovery_policy for such stacks
-        self.policy = recovery_policy(self, rank_cls)
+        self.policy = recovery_policy(self, config.rank_cls)
         self.arbiter = Arbiter(ranks, recoverable=self.policy is not None)
         self.incarnations = self.arbiter.incarnations  # rank -> its current life's number
         self.watch = DeadlockWatch(self)
         self.hosts = Hosts(self)  # start-up and wiring; every host watched
         self.supervisor = Supervisor(self)  # the main() calls and the loop over them
 
+    def _watch_settings(self) -> None:
+        """Heartbeats and progress reports, as the options set them: heartbeats by the
+        fabric's default where none is set; progress reports (``runtime/_progress``) on
+        the run's events. The progress options leave ``options`` (the ranks' copy)."""
+        progress = self.options.pop("progress", False)
+        interval_s = float(self.options.pop("progress_interval_s",
+                                            core_default("progress_interval_s")))
+        hb = self.options.get("heartbeat_interval_s", self.fabric.heartbeat_interval_s)
+        self.heartbeat_interval_s = None if hb is None else float(hb)
+        self.heartbeat_timeout_s = float(self.options.get("heartbeat_timeout_s",
+                                                          core_default("heartbeat_timeout_s")))
+        self.heartbeats = Heartbeats(self, self.heartbeat_interval_s, self.heartbeat_timeout_s)
+        self.reporter = None
+        if progress:
+            self.reporter = Reporter(Printer() if progress is True else progress, interval_s,
+                                     self.fabric.clock)
+            self.events.on_record = self.reporter.on_event
+
     # ------------------------------------------------------------------- specs
     def spec(self, rank: int) -> RankSpec:
         """What rank ``rank``'s next host becomes (chaos adds its part: ``ChaosFabric``)."""
-        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank], self.trace,
-                        self.options, incarnation=self.incarnations[rank], run=self.identity)
+        return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank],
+                        self.config.trace is not None, self.options,
+                        incarnation=self.incarnations[rank], run=self.identity)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -149,7 +148,7 @@ class Coordinator:
         fabric.on_report = self._on_report
         await fabric.start(self.n)
         t0 = fabric.clock()
-        self.events.record("run_start", ranks=self.n, spares=self.n_spares,
+        self.events.record("run_start", ranks=self.n, spares=self.config.spares,
                            transport=fabric.name)
         completed = False  # every rank returned and was collected
         try:
@@ -302,12 +301,12 @@ class Coordinator:
         timeline records it, so reports can time each phase."""
         round_no = self.arbiter.round.number
         self.events.record("recovery_phase", round=round_no, phase=name)
-        await self.fabric.reached(recovery_round=round_no, recovery_phase=name)
+        await self.chaos.reached(recovery_round=round_no, recovery_phase=name)
 
     async def reached_moment(self, rank: int, moment: str) -> None:
         """Rank ``rank``'s current host reached ``moment`` of its life: chaos may strike
         it (``ft.Kill(rank, moment=...)``)."""
-        await self.fabric.reached(self.handles[rank], rank=rank,
+        await self.chaos.reached(self.handles[rank], rank=rank,
                                   incarnation=self.incarnations[rank], moment=moment)
 
     async def all_reached_moment(self, moment: str) -> None:
@@ -340,7 +339,8 @@ class Coordinator:
             return  # promoted in an earlier (aborted) round and still unused
         spare = await self.pool.take()
         if spare is None:
-            raise RankFailed([rank], f"no spare left to replace it ({self.n_spares} were started)")
+            raise RankFailed([rank], f"no spare left to replace it "
+                                     f"({self.config.spares} were started)")
         await self.respawn(rank, spare)
         self.events.record("replaced", rank=rank, incarnation=self.incarnations[rank],
                            epoch=self.epochs[rank], spares_left=len(self.pool))
@@ -396,14 +396,14 @@ class Coordinator:
         merged = {**(extra() if extra is not None else {}), **parts, **(notes or {})}
         spec = {"snapshot": snapshot, "peer_epochs": RankVector.of(self.epochs), "notes": merged}
         if line is not _NO_LINE:
-            spec["line"] = self.start if line is None else tuple(line)
+            spec["line"] = self.config.start if line is None else tuple(line)
         return spec
 
     def blank(self, rank: int) -> bytes:
         """A snapshot handle that restarts rank ``rank`` from the start of the run: of a
         job resumed with ``restart_from``, the set it started from."""
-        if self.restore is not None:
-            return self.restore[rank]
+        if self.config.restore is not None:
+            return self.config.restore[rank]
         return blank_snapshot(rank, self.n)
 
     def stored(self, position) -> None:

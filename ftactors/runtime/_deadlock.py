@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ..base._errors import Deadlock
-from ..engine._waits import Wait
+from ..base import Deadlock
+from ..engine import Wait
 
 BACKGROUND: ContextVar[bool] = ContextVar("ftactors_background", default=False)
 """True in the coordinator's watching tasks (heartbeats, progress reports, this watch,
@@ -173,7 +173,7 @@ class DeadlockWatch:
             if not c.supervisor.steady():
                 self.before = None
                 continue
-            if getattr(c.fabric, "hosts_here", False):
+            if c.fabric.hosts_here:
                 states = self._read_here()
             else:
                 answers = await asyncio.gather(
@@ -211,7 +211,7 @@ class DeadlockWatch:
         the last reading that read every rank (empty when there is none)."""
         finished = self._finished()
         states = self.before or {}
-        if getattr(self.c.fabric, "hosts_here", False):
+        if self.c.fabric.hosts_here:
             states = {r: h.ep.wait_state() for r, h in enumerate(self.c.handles)
                       if h is not None}
         return {r: RankWait(r, st["wait"], st["position"], r in finished,

@@ -23,10 +23,9 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from ..facade._comm import Communicator
-from ..engine._endpoint import Endpoint, Link
-from ..base._errors import ProtocolError
-from ..base._events import CHECKPOINT_KINDS
+from ..facade import Communicator
+from ..engine import Endpoint, Link
+from ..base import CHECKPOINT_KINDS, ProtocolError
 from ._identity import RunIdentity
 from ._protocol import protocol_classes
 from ._stale_locals import unset_after_restore
@@ -110,49 +109,46 @@ class RankHost:
         ``restore``: a shared snapshot handle (``Link.share``) this replacement starts
         from, or a survivor that had finished is rolled back to.
         """
-        obj, ep = self.obj, self.ep
+        ep = self.ep
         ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
         ep.rank_task = asyncio.current_task()  # whose waits are the rank's (``_waits``)
         self._parked = None
         self._ready = asyncio.get_running_loop().create_future()
         try:
-            if not self._started:
-                self._started = True
-                await obj.on_start()
-                ep.started()
-            if restore is not None:
-                # the incarnation the restore makes this rank: a new host's own, or a new
-                # one for a rank that had finished and runs again (a survivor rolled back)
-                await self._install(restore, restore["peer_epochs"][self.spec.rank])
-            ep.open()
-            if restore is None and self.spec.incarnation == 0:
-                self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
-            self._ready.set_result(None)
-            value = await self._main_through_restores(args, kwargs)
+            await self._begin(restore)
+            value = await self._main_to_end(args, kwargs)
             ep.rank_task = asyncio.current_task()
             if self._die_at_return is not None:
                 die, self._die_at_return = self._die_at_return, None
                 await die()
-            await obj.on_finish()
+            await self.obj.on_finish()
         except Killed:
             raise
         except Exception as exc:  # an application (or protocol) error: report, don't crash
             return self._error(unset_after_restore(exc, ep.resumed_at)
                                or f"{type(exc).__name__}: {exc}", exc)
-        unpicklable = _unpicklable(value)
-        if unpicklable is not None:
-            return self._error(f"{type(unpicklable).__name__}: main() returned a "
-                               f"{type(value).__name__} that cannot be pickled "
-                               f"({unpicklable}); a rank's result travels to the driver "
-                               f"pickled, on every transport: return plain data",
-                               unpicklable)
-        ep.flush()
-        # the position says whether the rank ever offered a safe point (None: never)
-        ep.events.record("finish", position=ep.position)
-        return {"ok": True, "value": value}
+        return self._returned(value)
 
-    async def _main_through_restores(self, args: tuple, kwargs: dict) -> Any:
-        """``main()``'s return value, re-entering it after every pause and restore."""
+    async def _begin(self, restore: Any) -> None:
+        """Start the rank (``on_start`` once per host), install ``restore`` if given,
+        open the endpoint and say the rank is ready (``ready``)."""
+        ep = self.ep
+        if not self._started:
+            self._started = True
+            await self.obj.on_start()
+            ep.started()
+        if restore is not None:
+            # the incarnation the restore makes this rank: a new host's own, or a new
+            # one for a rank that had finished and runs again (a survivor rolled back)
+            await self._install(restore, restore["peer_epochs"][self.spec.rank])
+        ep.open()
+        if restore is None and self.spec.incarnation == 0:
+            self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
+        self._ready.set_result(None)
+
+    async def _main_to_end(self, args: tuple, kwargs: dict) -> Any:
+        """``main()``'s return value, with every pause and restore in between: a paused
+        rank waits for its restore, installs it and runs ``main()`` again."""
         ep = self.ep
         while True:
             if self._parked is not None:
@@ -175,6 +171,20 @@ class RankHost:
                         raise
                     # main() itself raised it: an application error like any other
                     raise RuntimeError("main() raised asyncio.CancelledError") from exc
+
+    def _returned(self, value: Any) -> dict:
+        """``run``'s outcome for ``main()``'s return value: it must travel pickled."""
+        unpicklable = _unpicklable(value)
+        if unpicklable is not None:
+            return self._error(f"{type(unpicklable).__name__}: main() returned a "
+                               f"{type(value).__name__} that cannot be pickled "
+                               f"({unpicklable}); a rank's result travels to the driver "
+                               f"pickled, on every transport: return plain data",
+                               unpicklable)
+        self.ep.flush()
+        # the position says whether the rank ever offered a safe point (None: never)
+        self.ep.events.record("finish", position=self.ep.position)
+        return {"ok": True, "value": value}
 
     def _error(self, message: str, exc: BaseException) -> dict:
         """``run``'s outcome for an error of the rank: ``message`` and ``exc``'s

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._arbiter import START_ATTEMPTS, Verdict
 from ._deaths import RankDied
-from ..base._errors import RankFailed
+from ..base import RankFailed
 
 
 class Hosts:
@@ -78,7 +78,7 @@ class Hosts:
         may strike either as it starts)."""
         c = self.c
         if spare is not None:
-            await c.fabric.reached(spare, spare=c.pool.index.get(spare), moment="promoted")
+            await c.chaos.reached(spare, spare=c.pool.index.get(spare), moment="promoted")
             handle = await c.fabric.promote(spare, c.spec(rank))
         else:
             handle = await c.fabric.spawn(c.spec(rank))

@@ -1,9 +1,8 @@
 """What a run must tell its user about fault tolerance it did not exercise or cannot give.
 
 A run that verifies is only evidence when the failures it planned happened and the state
-it claims to protect was protected. Ways a run can look tested while it is not
-(issue 24, item 4), each told as a ``FaultToleranceWarning`` (``base/_warnings``) and
-kept in the result:
+it claims to protect was protected. Ways a run can look tested while it is not, each
+told as a ``FaultToleranceWarning`` (``base/_warnings``) and kept in the result:
 
 * a planned kill that never fired (its iteration was past the end of the loop or after
   a ``break``, it named an incarnation that never lived or was already gone, the program
@@ -34,10 +33,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..base._events import Event
-from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
-                              NothingRegisteredWarning, StaleLocalWarning,
-                              UnsavedStateWarning, warn)
+from ..base import (Event, KillNotFiredWarning, NoCheckpointWarning, NothingRegisteredWarning,
+                    StaleLocalWarning, UnsavedStateWarning, warn)
 from ._chaos import Kill
 from ._protocol import protocol_classes
 from ._stale_locals import stale_key, stale_text

@@ -30,8 +30,8 @@ import asyncio
 import itertools
 from typing import Any, ClassVar
 
-from ..engine._envelope import Envelope
-from ..base._errors import ProtocolError
+from ..engine import Envelope
+from ..base import ProtocolError
 
 CONSISTENCY, LEVEL, SPARES = "consistency", "level", "spares"
 ROLES = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from ..base._errors import ProtocolError
+from ..base import ProtocolError
 from ._checkpoints import load_own
 from ._deaths import NewFailure, RankDied
 
@@ -86,7 +86,7 @@ class RecoveryContext:
     @property
     def restore(self):
         """The set the run was started from (``restart_from``), or None."""
-        return self._c.restore
+        return self._c.config.restore
 
     @property
     def wired(self):

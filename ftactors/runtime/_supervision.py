@@ -17,8 +17,8 @@ from typing import Any
 
 from ._deadlock import in_background
 from ._deaths import RankDied
-from ..base._errors import Deadlock, RankError
-from ..engine._vector import RankVector
+from ..base import Deadlock, RankError
+from ..engine import RankVector
 
 
 class Supervisor:
@@ -41,7 +41,8 @@ class Supervisor:
         belongs to the execution the restore abandons: it is dropped."""
         c = self.c
         self.drop_runs({rank})
-        task = asyncio.ensure_future(c.fabric.run(c.handles[rank], c.args, c.kwargs, restore))
+        task = asyncio.ensure_future(
+            c.fabric.run(c.handles[rank], c.config.args, c.config.kwargs, restore))
         self.runs[rank] = task
         task.add_done_callback(functools.partial(self._run_ended, rank))
         c.arbiter.started(rank)
@@ -86,9 +87,9 @@ class Supervisor:
         hand; returns the results."""
         c = self.c
         for rank in range(c.n):
-            self.start_rank(rank, None if c.restore is None else
-                            {"snapshot": c.restore[rank], "peer_epochs": RankVector(c.n),
-                             "line": c.start})
+            self.start_rank(rank, None if c.config.restore is None else
+                            {"snapshot": c.config.restore[rank],
+                             "peer_epochs": RankVector(c.n), "line": c.config.start})
         self._start_watching()
         try:
             while not c.arbiter.over():

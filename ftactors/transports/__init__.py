@@ -2,6 +2,9 @@
 ``sim`` (``local`` on a virtual clock, ``_simloop``) and ``ray`` (one actor per rank, the
 only module that imports Ray). Transports import the runtime, the engine and
 ``ftactors.base``; never a protocol or a tool."""
-# public: a rank's polling, which the asyncio floor of ``bench solver`` runs as ranks do
-# (from here, without importing Ray)
-from ._spin import Spin  # noqa: F401
+from ._simloop import run_virtual
+from ._spin import Spin
+
+__all__ = [
+    "Spin", "run_virtual",
+]

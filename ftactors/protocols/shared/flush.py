@@ -55,8 +55,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Sequence
 
-from ftactors.base._errors import ProtocolError
-from ftactors.engine._waits import Wait
+from ftactors.base import ProtocolError
+from ftactors.engine import Wait
 
 OPS = ("marker", "flush_count", "flush_go", "flush_begin")
 """The control operations a protocol hands to ``Flush.take``."""
