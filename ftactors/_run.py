@@ -62,9 +62,9 @@ def _takes_run_settings(entry):
         @functools.wraps(entry)
         def public(rank_cls, ranks, **settings):
             return entry(RunConfig.of(rank_cls, ranks, **settings))
-    shown = inspect.signature(RunConfig.of)
+    shown = inspect.signature(RunConfig.of, eval_str=True)
     public.__signature__ = shown.replace(
-        return_annotation=inspect.signature(entry).return_annotation)
+        return_annotation=inspect.signature(entry, eval_str=True).return_annotation)
     del public.__wrapped__  # (its signature is RunConfig.of's, not entry's)
     return public
 

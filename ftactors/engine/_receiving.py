@@ -15,7 +15,9 @@ have reset, wait until ``open``.
 
 A receive takes the first queued message that matches, else posts itself and waits
 (the rank is then *blocked*: ``blocked`` lists the sources of such waits, and the
-protocol stack hears of each one at once, ``on_blocked``); a blocking receive's message is *in flight* from the moment it matches until its task
+protocol stack hears of each one at once, ``on_blocked``; a poll that finds nothing, a
+failed ``iprobe`` or a receive request's ``test``, is such a block for an instant:
+``polled``); a blocking receive's message is *in flight* from the moment it matches until its task
 resumes (neither queued nor consumed), so a snapshot taken in between (``state_now``)
 finds it there.
 
@@ -36,7 +38,7 @@ are kept: ``_determinants``).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ._channels import InChannels
 from ._constants import ANY_SOURCE, ANY_TAG
@@ -46,6 +48,18 @@ from ._matching import Matcher, Posted
 from ._payload import unpack
 from ._synchronous import SYNC
 from ._vector import RankVector
+
+
+class _Polling:
+    """The wait of a poll that found nothing (``Receiving.polled``): not done while the
+    protocols hear of it."""
+
+    @staticmethod
+    def done() -> bool:
+        return False
+
+
+_POLLING = _Polling()
 
 
 class Receiving:
@@ -219,6 +233,21 @@ class Receiving:
         for wait in waits:
             self._blocked_waits.remove(wait)
 
+    def polled(self, sources: Iterable[int]) -> None:
+        """The program polled for a message from each of ``sources`` (world ranks,
+        ANY_SOURCE: any) and found none (``iprobe``, a receive request's ``test``): for
+        the protocols a short block on them (``on_blocked``). A rank that polls until its
+        message comes waits for it as a blocked one does, so a checkpoint round that
+        message may come only after takes the rank's state now; as a rank that never
+        blocks, it polled for ever while the round waited for its next safe point."""
+        waits = [(source, _POLLING) for source in sources]
+        self._blocked_waits.extend(waits)
+        try:
+            self.owner.on_blocked()
+        finally:
+            for wait in waits:
+                self._blocked_waits.remove(wait)
+
     @property
     def blocked(self) -> list[int]:
         """The world sources (ANY_SOURCE: any) of the receives and probes that wait now
@@ -299,13 +328,16 @@ class Receiving:
         only the message its first life found (``_determinants``)."""
         dets = self.determinants
         if (source != ANY_SOURCE and tag != ANY_TAG) or not dets.active():
-            return self.matcher.find(ctx, source, tag, consume=False)
-        forced = dets.poll(IPROBE)
-        if forced is not None:
-            source, tag = forced
-        env = self.matcher.find(ctx, source, tag, consume=False)
-        if env is not None:
-            dets.found(IPROBE, (env.src, env.tag))
+            env = self.matcher.find(ctx, source, tag, consume=False)
+        else:
+            forced = dets.poll(IPROBE)
+            if forced is not None:
+                source, tag = forced
+            env = self.matcher.find(ctx, source, tag, consume=False)
+            if env is not None:
+                dets.found(IPROBE, (env.src, env.tag))
+        if env is None:
+            self.polled((source,))
         return env
 
     # ------------------------------------------------------- peers' incarnations

@@ -1,6 +1,8 @@
 """What runs a program: the protocol hooks (``_protocol``) and ``Rank``, the rank host
-(``_host``), the coordinator, checkpoint sets, chaos plans and traces. Imports the facade,
-the engine and ``ftactors.base``; never a transport, a protocol or a tool."""
+(``_host``), the coordinator, a run's settings (``_config``), what it asks of a transport
+(``_fabric``), checkpoint sets, chaos plans and traces. Imports the facade, the engine and
+``ftactors.base``; never a transport, a protocol or a tool. The layers above use the
+names exported here, never a ``_module`` of this folder (``tests/test_layers.py``)."""
 from ._chaos import Chaos, KILL_METHODS, Kill, Partition, RANK_MOMENTS, SPARE_MOMENTS
 from ._checkpoints import (part_name, position_index, prune_sets, seal_set, set_prefix,
                            store_part)

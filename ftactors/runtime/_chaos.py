@@ -15,7 +15,7 @@ wait (``"idle"``) or as they are promoted (``"promoted"``).
 Network faults strike live ranks and kill nobody: ``method="disconnect"`` turns each kill
 into the loss of every direct connection of that rank at that iteration or time (a reset,
 a NIC flap), and ``Partition`` cuts a set of ranks off the others for some seconds. The
-channels must lose nothing through them (``transports/_direct``), and the coordinator must
+channels must lose nothing through them (``transports/direct``), and the coordinator must
 not declare any rank failed.
 
 A run carries its plan as a ``KillPlan`` (which kills are due where, which fired) inside

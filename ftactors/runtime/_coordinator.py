@@ -82,6 +82,8 @@ _NO_LINE = object()
 class Coordinator:
     """Runs one job on one fabric."""
 
+    _told: Warning | None = None  # a rank's report's warning, made an error by the driver
+
     def __init__(self, fabric: Fabric, config: RunConfig):
         # the fabric, wrapped: the run's points are handed to ``chaos.reached``
         self.fabric = self.chaos = ChaosFabric(
@@ -89,14 +91,13 @@ class Coordinator:
             stall_s=config.stall_s, partitions=config.partitions)
         self.config = config
         self.rank_cls = config.rank_cls
-        self.n = config.ranks
+        self.n = ranks = config.ranks
         self.identity = config.identity
+        self.job_lost_at = config.job_lost_at
         self.reached = config.start  # the newest position this run is known to have stored
         self.options = dict(config.options)
-        self.job_lost_at = config.job_lost_at
         self.events = EventLog(fabric.clock)
         self._watch_settings()
-        ranks = self.n
         self.handles: list[Any] = [None] * ranks
         self.pool = SparePool(self, config.spares)
         self.epochs = RankVector(ranks)  # rank -> its current incarnation's epoch
@@ -139,8 +140,8 @@ class Coordinator:
     def spec(self, rank: int) -> RankSpec:
         """What rank ``rank``'s next host becomes (chaos adds its part: ``ChaosFabric``)."""
         return RankSpec(self.rank_cls, rank, self.n, self.epochs[rank],
-                        self.config.trace is not None, self.options,
-                        incarnation=self.incarnations[rank], run=self.identity)
+                        self.config.trace is not None,
+                        self.options, incarnation=self.incarnations[rank], run=self.identity)
 
     # --------------------------------------------------------------------- run
     async def run(self) -> RunResult:
@@ -176,6 +177,8 @@ class Coordinator:
             if self.reporter is not None:
                 self.reporter.finish()
             await fabric.shutdown(completed)
+        if self._told is not None:
+            raise self._told
         return self.harvest.result(results, fabric.clock() - t0)
 
     async def _finish(self) -> None:
@@ -447,7 +450,10 @@ class Coordinator:
             detected = self._undated.pop((event.rank, event.detail.get("incarnation")), None)
             if detected is not None:  # the failure was found before this report came
                 detected.detail["detection_s"] = detected.time - event.time
-        _notices.on_report(event, self.reports)  # restored with nothing registered, ...
+        try:  # restored with nothing registered, ...
+            _notices.on_report(event, self.reports, self.rank_cls)
+        except Warning as told:  # warnings are errors: not in the rank's or link's path
+            self._told = self._told or told  # (``run`` raises it at the end)
         self.reports.append(event)
         self.events.events.append(event)
         if event.kind == "peer_lost":

@@ -12,8 +12,10 @@ told as a ``FaultToleranceWarning`` (``base/_warnings``) and kept in the result:
   its kill, ``runtime/_chaos_fabric``) and says why each unfired one did not fire;
   ``RunResult.metrics`` has ``kills_planned``, ``kills_fired`` and ``kills_unfired``;
 * a rank restored past the top of its first loop with nothing registered: the rank
-  reports it at the restore (``restored_unregistered``), the driver warns then
-  (``on_report``) and the metrics list the ranks;
+  reports it at the restore (``restored_unregistered``) and the metrics list the ranks;
+  the driver warns then (``on_report``) if a loop of the program carries state from one
+  iteration to the next (``_carried_state``): a task-farm worker that only receives
+  tasks and sends results has nothing to register, and is not told to;
 * a protocol that will never checkpoint: known before the start from the options
   (``Protocol.start_notices``, e.g. ReadyMessageFlush with no interval), or only at the
   end when no rank ever offered a safe point to protocols that checkpoint only there
@@ -35,6 +37,7 @@ from typing import Any
 
 from ..base import (Event, KillNotFiredWarning, NoCheckpointWarning, NothingRegisteredWarning,
                     StaleLocalWarning, UnsavedStateWarning, warn)
+from ._carried_state import loops_carry_state
 from ._chaos import Kill
 from ._protocol import protocol_classes
 from ._stale_locals import stale_key, stale_text
@@ -51,10 +54,11 @@ def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
     return told
 
 
-def on_report(event: Event, earlier: list[Event]) -> None:
+def on_report(event: Event, earlier: list[Event], rank_cls: type) -> None:
     """A rank's report reached the driver (after the ``earlier`` ones): warn now of one
-    that says a rank was restored with nothing registered, or that its loop changes state
-    no checkpoint holds (once per run for the same state)."""
+    that says a rank of ``rank_cls`` was restored with nothing registered while its
+    loops carry state, or that its loop changes state no checkpoint holds (once per run
+    for the same state)."""
     if event.kind == "unsaved_state":
         names = event.detail["names"]
         if any(e.kind == event.kind and e.detail["names"] == names for e in earlier):
@@ -74,7 +78,7 @@ def on_report(event: Event, earlier: list[Event]) -> None:
             if stale_key(item) not in told:
                 warn(StaleLocalWarning, stale_text([event.rank], event.detail["position"],
                                                    item))
-    if event.kind == "restored_unregistered":
+    if event.kind == "restored_unregistered" and loops_carry_state(rank_cls):
         loop, iteration = event.detail["position"]
         warn(NothingRegisteredWarning,
              f"rank {event.rank} was restored to iteration {iteration} of loop {loop} "

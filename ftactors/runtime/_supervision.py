@@ -88,8 +88,8 @@ class Supervisor:
         c = self.c
         for rank in range(c.n):
             self.start_rank(rank, None if c.config.restore is None else
-                            {"snapshot": c.config.restore[rank],
-                             "peer_epochs": RankVector(c.n), "line": c.config.start})
+                            {"snapshot": c.config.restore[rank], "peer_epochs": RankVector(c.n),
+                             "line": c.config.start})
         self._start_watching()
         try:
             while not c.arbiter.over():

@@ -7,7 +7,7 @@ addressed to it is dropped. Used for fast tests of the protocol logic. A spare i
 placeholder (``LocalSpare``) that can die like any host: promoting a dead one fails.
 
 Network faults (``Chaos(method="disconnect")``, ``Partition``) are modelled on a *wire*
-per pair of ranks, as the direct data plane behaves on Ray (``_direct``): a cut wire loses
+per pair of ranks, as the direct data plane behaves on Ray (``direct``): a cut wire loses
 the batches in flight on it and holds those sent after, then connects again (at once here,
 after a handshake's round trips on ``sim``, when the partition ends) and sends them all,
 in order. A sender whose wire is down holds a window's worth at most, then waits. A new
@@ -20,7 +20,7 @@ import time
 
 from ..runtime import Killed, RankDied, RankHost, RankSpec
 from ..engine import Envelope, Link
-from ._direct import WINDOW_BYTES
+from .direct import WINDOW_BYTES
 
 
 class LocalLink(Link):

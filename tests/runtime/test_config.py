@@ -16,7 +16,7 @@ from .. import bodies as b
                          ids=lambda f: f.__name__)
 def test_the_entry_points_show_the_arguments_of_run_config(entry):
     shown = inspect.signature(entry).replace(return_annotation=inspect.Signature.empty)
-    assert shown == inspect.signature(RunConfig.of).replace(
+    assert shown == inspect.signature(RunConfig.of, eval_str=True).replace(
         return_annotation=inspect.Signature.empty)
     assert "spares" in shown.parameters and "options" in shown.parameters
 

@@ -1,6 +1,6 @@
 """The ``ray`` transport: each rank is a Ray async actor. With ``data_plane="direct"``
 (the default) Ray is the control plane only: batches between ranks go on the sockets of
-``transports._direct`` (each rank listens from ``setup`` on, the driver makes the run's
+``transports.direct`` (each rank listens from ``setup`` on, the driver makes the run's
 secret and hands out the endpoints in ``wire``), and only batches that hold object-store
 references still go by actor call. With ``data_plane="ray"`` every batch is an actor call.
 

@@ -34,7 +34,7 @@ from ray.exceptions import RayError
 from ...base import ProtocolError
 from ...engine import Envelope, from_rows
 from ...runtime import RankHost
-from .._direct import Listener, Peers
+from ..direct import Listener, Peers
 from .._spin import Spin
 from . import by_value
 from .link import OBJECT_STORE_BYTES, OUT_OF_BAND_BYTES, POLL_SPIN_US, SHARED_MEMORY_BYTES, RayLink

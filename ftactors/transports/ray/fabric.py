@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ...base import ConfigError, RankNicenessWarning, warn
 from ...runtime import RankDied, RankSpec
-from .._direct import RunSecret
+from ..direct import RunSecret
 from .warm import INBOXES, WARM, Warm
 from . import by_value
 from .actors import Inbox, RankActor, remove_run_dir

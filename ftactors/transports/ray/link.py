@@ -1,7 +1,7 @@
 """The rank's side of the ``ray`` transport: ``RayLink``, how a rank's batches, large
 buffers, shared snapshots and reports travel.
 
-With ``data_plane="direct"`` (the default) batches go on the sockets of ``_direct`` and
+With ``data_plane="direct"`` (the default) batches go on the sockets of ``direct`` and
 only batches that hold object-store references go by actor call; with
 ``data_plane="ray"`` every batch is an actor call (``RankActor.deliver``). What the
 actor-call path handles, measured on Ray 2.60 (see docs/architecture/transports.md):
@@ -15,7 +15,7 @@ actor-call path handles, measured on Ray 2.60 (see docs/architecture/transports.
   fields (``to_rows``), into one ``bytes`` argument, which Ray passes through untouched;
   other batches go as objects;
 * out-of-band buffers (option ``out_of_band_bytes``, 64 KiB, and more) of less than
-  ``object_store_bytes`` travel on the direct plane as out-of-band frames (``_direct``:
+  ``object_store_bytes`` travel on the direct plane as out-of-band frames (``direct``:
   written without a joined copy, read into a writable buffer the receiver owns; to a rank
   on the same node, from ``shared_memory_bytes`` on, through the channel's shared-memory
   segment). Larger ones (every one with ``data_plane="ray"``) are ``ray.put`` once by
@@ -35,11 +35,11 @@ import ray
 
 from ...engine import Envelope, Link, Payload, is_plain, to_rows
 from ...runtime import CORE_OPTIONS
-from .._direct import Listener, Peers, encode
+from ..direct import Listener, Peers, encode
 
 
 class RayLink(Link):
-    """Sends batches on the direct plane (``direct``, see ``_direct``) or with one-way
+    """Sends batches on the direct plane (``direct``, see ``direct``) or with one-way
     actor calls; large buffers through the object store."""
 
     def __init__(self, rank: int, inbox, clock_zero: float, store_bytes: int, token: str):
