@@ -7,7 +7,7 @@ from ._chaos import Chaos, KILL_METHODS, Kill, Partition, RANK_MOMENTS, SPARE_MO
 from ._checkpoints import (part_name, position_index, prune_sets, seal_set, set_prefix,
                            store_part)
 from ._config import RunConfig
-from ._coordinator import Coordinator, RunResult
+from ._coordinator import Coordinator
 from ._deadlock import BACKGROUND, background
 from ._deaths import NewFailure, RankDied
 from ._escalation import LevelExhausted, LowerLevel
@@ -25,6 +25,7 @@ from ._protocol import (CONSISTENCY, LEVEL, MOVED, Protocol, SPARES, parts_lead,
 from ._rank import Rank, check_rank_class
 from ._rank_context import LinkContext, RankContext
 from ._recovery_context import RecoveryContext
+from ._results import RunResult
 from ._stale_locals import stale_key, stale_text
 from ._trace import plot_trace, read_traffic, write_trace
 from ._unsaved_state import digest

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ftactors.base._errors import ProtocolError
+from ftactors.base import ProtocolError
 from ftactors.runtime import _arbiter
 
 
