@@ -19,9 +19,9 @@ Frames are then read by a buffered protocol: bytes go straight from the socket i
 receive area (``RECV_BYTES``), where whole frames are decoded in place (``wire.read_head``,
 ``wire.decode``; only a partial frame at its end is kept), and an out-of-band buffer
 straight into a byte array of its own (``wire.Filling``, the loop's ``recv_into``;
-``numpy.empty``: not zeroed first, a pass over memory that measured 10-20% of a 16 MiB message), which becomes the
-payload's buffer: the receiver owns it and an array rebuilt over it is writable. A
-shared-memory frame's regions are lent to the rank as they are (``shm.Mapping.lend``, a
+``numpy.empty``: not zeroed first, a pass over memory that measured 10-20% of a 16 MiB
+message), which becomes the payload's buffer: the receiver owns it and an array rebuilt
+over it is writable. A shared-memory frame's regions are lent to the rank as they are (``shm.Mapping.lend``, a
 read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
 program's buffer (``Recv``, ``Irecv``, the large collectives' pieces) copies the message
 straight from the sender's copy: one copy on this side. The sender reuses a region once
