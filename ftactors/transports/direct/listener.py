@@ -21,8 +21,8 @@ receive area (``RECV_BYTES``), where whole frames are decoded in place (``wire.r
 straight into a byte array of its own (``wire.Filling``, the loop's ``recv_into``;
 ``numpy.empty``: not zeroed first, a pass over memory that measured 10-20% of a 16 MiB
 message), which becomes the payload's buffer: the receiver owns it and an array rebuilt
-over it is writable. A shared-memory frame's regions are lent to the rank as they are (``shm.Mapping.lend``, a
-read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
+over it is writable. A shared-memory frame's regions are lent to the rank as they are
+(``shm.Mapping.lend``, a read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
 program's buffer (``Recv``, ``Irecv``, the large collectives' pieces) copies the message
 straight from the sender's copy: one copy on this side. The sender reuses a region once
 its frame is acknowledged, so before it acknowledges a frame that lent regions (one loop
