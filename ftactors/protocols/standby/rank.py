@@ -26,6 +26,14 @@ carries the iteration of the next backup, so all ranks agree on it even when the
 interval is given in seconds (``round_agreed`` puts it into every part too: ranks
 restored from a round begin the next one together).
 
+*Stable checkpoint sets* (the ``stable_store`` option): each rank also writes its part of
+every round to stable storage, and rank 0 seals a round's set (writes its manifest) only
+once every rank has said it wrote its part: every rank's marker carries the newest round
+it has written (``wrote``), rank 0 gathers them (``proofs``) and seals the newest round
+all name. The flush of round k+1 alone is no proof: a rank joins it while blocked,
+before its part of k is written. A round never proven stays unsealed (a newer one
+supersedes it); the last is sealed at the end, once every rank has finished.
+
 *Detection and arbitration* (section 1.2) are the coordinator's: it sees a dead rank
 within milliseconds, a hung one by heartbeats, and handles failures one recovery round at
 a time, so every survivor sees the same failures in the same order.
