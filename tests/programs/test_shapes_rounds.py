@@ -164,3 +164,8 @@ def test_standby_stable_sets_of_ranks_out_of_step_are_whole(name, kwargs, tmp_pa
     assert answer(name, r.results) == answer(name, reference.results)
     # every rank resumed from its part (ranks out of step: each where it joined)
     assert sorted(e.rank for e in r.events_of("restored")) == list(range(ranks))
+    # a run that ends seals its last round, whole, though no later marker proves it
+    store = str(tmp_path / "finished")
+    r = run(stable_store=store)
+    sealed = sealed_sets(store)
+    assert sealed[-1] == max(e.detail["position"] for e in r.events_of("backup"))

@@ -29,10 +29,12 @@ restored from a round begin the next one together).
 *Stable checkpoint sets* (the ``stable_store`` option): each rank also writes its part of
 every round to stable storage, and rank 0 seals a round's set (writes its manifest) only
 once every rank has said it wrote its part: every rank's marker carries the newest round
-it has written (``wrote``), rank 0 gathers them (``proofs``) and seals the newest round
+it has written (``written``), rank 0 gathers them (``proofs``) and seals the newest round
 all name. The flush of round k+1 alone is no proof: a rank joins it while blocked,
 before its part of k is written. A round never proven stays unsealed (a newer one
-supersedes it); the last is sealed at the end, once every rank has finished.
+supersedes it). The last rounds have no later marker: once the run is over, every rank's
+writes done (``on_finalize``), the coordinator asks each which rounds it wrote and rank 0
+seals the newest they all name (``StandbyRecovery.finish``).
 
 *Detection and arbitration* (section 1.2) are the coordinator's: it sees a dead rank
 within milliseconds, a hung one by heartbeats, and handles failures one recovery round at
@@ -132,7 +134,8 @@ class _Standby:
     restored_round: tuple | None = None           # the round of the part restored (ours)
     failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
     stable: Any = None                                # a Store, with the stable_store option
-    wrote: tuple | None = None                        # the newest round this rank wrote
+    written: list = field(default_factory=list)       # the newest rounds this rank wrote
+    writes: set = field(default_factory=set)          # its writes under way (tasks)
     sealed: tuple | None = None                       # rank 0: the newest round it sealed
     proofs: dict = field(default_factory=dict)        # rank 0: round -> ranks that wrote it
     pacer: Pacer | None = None                        # backup_interval_s in iterations
@@ -202,12 +205,12 @@ class StandbyReplacement(JoinsRounds):
         await super().on_start()
 
     async def on_finalize(self) -> None:
-        """Every rank has written every round: rank 0 seals its newest unsealed one (no
-        later marker proves it); then FINISH."""
-        st = self._standby
-        if self.rank == 0 and st.wrote is not None and (st.sealed is None or
-                                                        st.wrote > st.sealed):
-            await self._seal_stable(st.wrote)
+        """This rank's writes under way end (then ``StandbyRecovery.finish`` has rank 0
+        seal the newest round every rank wrote, which no later marker proves); FINISH.
+        A round whose flush is not over is not waited for: it is never written."""
+        writes = self._standby.writes
+        while writes:
+            await asyncio.gather(*writes)
         self._nr_fire(Input.FINALIZE)
         await super().on_finalize()
 
@@ -261,7 +264,8 @@ class StandbyReplacement(JoinsRounds):
             st.next_backup = next_backup(round_id[1], self._levels_plan is not None, every,
                                          seconds, st.pacer)
         due = st.next_backup if self.rank == 0 else None
-        return None if due is None and st.wrote is None else (due, st.wrote)
+        wrote = st.written[-1] if st.written else None
+        return None if due is None and wrote is None else (due, wrote)
 
     def round_also(self, name: str, round_id) -> tuple:
         """The partner's channel too: the last round's copy is held once this one is
@@ -295,12 +299,7 @@ class StandbyReplacement(JoinsRounds):
         st.lines[round_id] = line
         holder = self._send_to_partner(round_id, blob)
         if st.stable is not None:
-            await asyncio.to_thread(store_part, st.stable, self.run_identity,
-                                    position_index(round_id), self.rank, blob)
-            st.wrote = max(st.wrote or round_id, round_id)
-            if self.rank == 0:
-                self._wrote(0, round_id)
-                await self._seal_proven()
+            await self._write_stable(round_id, blob)
         st.pacer.mark(round_id[1])
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=flushed_at - part.at, save_s=time.perf_counter() - t_flushed,
@@ -321,6 +320,24 @@ class StandbyReplacement(JoinsRounds):
         holder = part_holder(self.part_units(), self.rank)
         if holder != self.rank:  # with the oldest part the recovery may still restore
             self.ft.send_control(holder, NAME, "part", (key, blob, self.parts_floor()))
+
+    async def _write_stable(self, round_id, blob: bytes) -> None:
+        """Write this rank's part of ``round_id`` to stable storage (``on_finalize`` waits
+        for the write), then name it among the rounds written; rank 0 seals what is
+        proven."""
+        st = self._standby
+        write = asyncio.ensure_future(asyncio.to_thread(
+            store_part, st.stable, self.run_identity, position_index(round_id), self.rank,
+            blob))
+        st.writes.add(write)
+        try:
+            await write
+        finally:
+            st.writes.discard(write)
+        st.written = sorted({*st.written, round_id})[-KEEP_ROUNDS:]
+        if self.rank == 0:
+            self._wrote(0, round_id)
+            await self._seal_proven()
 
     def _wrote(self, rank: int, round_id) -> None:
         """Rank 0: ``rank`` said it has written its part of ``round_id`` (a marker's
@@ -393,14 +410,15 @@ class StandbyReplacement(JoinsRounds):
         if st.moved:
             st.own, st.held, st.copies = moved["own"], moved["held"], moved["copies"]
             st.lines = moved["lines"]
-            st.wrote, st.sealed, st.proofs = moved["wrote"], moved["sealed"], moved["proofs"]
+            st.written, st.sealed, st.proofs = (moved["written"], moved["sealed"],
+                                                moved["proofs"])
             st.flush.moved(self.rank, moved["flush"])
 
     def moving_state(self) -> dict[str, Any]:
         st = self._standby
         return {**super().moving_state(),
                 NAME: {"own": st.own, "held": st.held, "copies": st.copies, "lines": st.lines,
-                       "wrote": st.wrote, "sealed": st.sealed, "proofs": st.proofs,
+                       "written": st.written, "sealed": st.sealed, "proofs": st.proofs,
                        "flush": st.flush.moving()}}
 
     # ------------------------------------------------- recovery (coordinator calls)
@@ -412,6 +430,18 @@ class StandbyReplacement(JoinsRounds):
         return {"own": sorted(st.own), "held": {r: sorted(v) for r, v in st.held.items()},
                 "lines": {r: st.lines.get(r) for r in {*st.own, *(k for v in st.held.values()
                                                                   for k in v)}}}
+
+    def ft_rpc_standby_written(self) -> list:
+        """The newest rounds this rank wrote to stable storage (after ``on_finalize``:
+        every write it began is done)."""
+        return self._standby.written
+
+    async def ft_rpc_standby_seal(self, round_id) -> None:
+        """Rank 0, the run over: seal ``round_id``, which every rank wrote (unless a
+        newer round is sealed already)."""
+        st, round_id = self._standby, tuple(round_id)
+        if st.sealed is None or round_id > st.sealed:
+            await self._seal_stable(round_id)
 
     def ft_rpc_standby_share(self, rank: int, round_id) -> Any:
         """A handle to the snapshot of ``rank`` for backup round ``round_id`` (own or held
@@ -460,7 +490,7 @@ class StandbyReplacement(JoinsRounds):
         else:
             st.flush.reset()
             # its parts, and the others', may belong to the abandoned execution
-            st.wrote, st.sealed, st.proofs = None, None, {}
+            st.written, st.sealed, st.proofs = [], None, {}
             # the restored round becomes this rank's newest copy, and the partner (maybe
             # a fresh replacement) gets it again, so every pair is whole at once: named
             # by our round if the part is ours, else by the recovery line (the same on
