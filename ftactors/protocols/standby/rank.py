@@ -208,9 +208,7 @@ class StandbyReplacement(JoinsRounds):
         """This rank's writes under way end (then ``StandbyRecovery.finish`` has rank 0
         seal the newest round every rank wrote, which no later marker proves); FINISH.
         A round whose flush is not over is not waited for: it is never written."""
-        writes = self._standby.writes
-        while writes:
-            await asyncio.gather(*writes)
+        await asyncio.gather(*list(self._standby.writes))
         self._nr_fire(Input.FINALIZE)
         await super().on_finalize()
 
