@@ -10,6 +10,7 @@ from typing import Any
 from ftactors.runtime import LevelExhausted, LowerLevel
 
 from .machine import INITIAL, choose_round, part_holder, partner
+from .options import standby_settings
 from .rank import StandbyReplacement
 
 
@@ -71,6 +72,19 @@ class StandbyRecovery(LowerLevel):
             waits.append(c.call(rank, "ready"))
         await asyncio.gather(*waits)
         c.events.record("resumed", position=round_id)
+
+    async def finish(self) -> None:
+        """The run is over and every rank's writes are done (``on_finalize``): rank 0
+        seals the newest round every rank wrote to stable storage (the last rounds have
+        no later marker to prove them)."""
+        c = self.c
+        if standby_settings(c.options)["stable_store"] is None:
+            return
+        written = await asyncio.gather(
+            *(c.call(r, StandbyReplacement.ft_rpc_standby_written) for r in range(c.n)))
+        common = set.intersection(*({tuple(k) for k in w} for w in written))
+        if common:
+            await c.call(0, StandbyReplacement.ft_rpc_standby_seal, max(common))
 
 
 class PartnerCopies:

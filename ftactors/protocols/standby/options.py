@@ -17,7 +17,8 @@ OPTIONS = (
            "class's backup_interval_s, None)", "s", roles=(INTERVAL, OWN_ROUNDS)),
     Option("stable_store", (str, os.PathLike), None, "also write every backup round to this "
            "directory or pyarrow URI as a checkpoint set (ft.run(restart_from=...) restarts "
-           "from it); round k's set is sealed at backup k+1 (the last one at the end)",
+           "from it); rank 0 seals round k's set once every rank's marker of a later round "
+           "says it wrote its part (ranks in step: at backup k+1; the last one at the end)",
            roles=(OWN_ROUNDS,)),
     *PLAN_OPTIONS,
 )

@@ -26,6 +26,16 @@ carries the iteration of the next backup, so all ranks agree on it even when the
 interval is given in seconds (``round_agreed`` puts it into every part too: ranks
 restored from a round begin the next one together).
 
+*Stable checkpoint sets* (the ``stable_store`` option): each rank also writes its part of
+every round to stable storage, and rank 0 seals a round's set (writes its manifest) only
+once every rank has said it wrote its part: every rank's marker carries the newest round
+it has written (``written``), rank 0 gathers them (``proofs``) and seals the newest round
+all name. The flush of round k+1 alone is no proof: a rank joins it while blocked,
+before its part of k is written. A round never proven stays unsealed (a newer one
+supersedes it). The last rounds have no later marker: once the run is over, every rank's
+writes done (``on_finalize``), the coordinator asks each which rounds it wrote and rank 0
+seals the newest they all name (``StandbyRecovery.finish``).
+
 *Detection and arbitration* (section 1.2) are the coordinator's: it sees a dead rank
 within milliseconds, a hung one by heartbeats, and handles failures one recovery round at
 a time, so every survivor sees the same failures in the same order.
@@ -124,7 +134,10 @@ class _Standby:
     restored_round: tuple | None = None           # the round of the part restored (ours)
     failures: list = field(default_factory=list)  # failed rank sets, in arbitration order
     stable: Any = None                                # a Store, with the stable_store option
-    unsealed: Any = None                              # the round written but not sealed yet
+    written: list = field(default_factory=list)       # the newest rounds this rank wrote
+    writes: set = field(default_factory=set)          # its writes under way (tasks)
+    sealed: tuple | None = None                       # rank 0: the newest round it sealed
+    proofs: dict = field(default_factory=dict)        # rank 0: round -> ranks that wrote it
     pacer: Pacer | None = None                        # backup_interval_s in iterations
     parts_mode: bool = False  # keeping a hands_parts protocol's parts, no rounds of ours
     copies: dict = field(default_factory=dict)  # rank -> {part key -> its part}
@@ -192,10 +205,10 @@ class StandbyReplacement(JoinsRounds):
         await super().on_start()
 
     async def on_finalize(self) -> None:
-        """Every rank has written the last round: rank 0 seals it; then FINISH."""
-        st = self._standby
-        if self.rank == 0 and st.unsealed is not None:
-            await self._seal_stable(st.unsealed)
+        """This rank's writes under way end (then ``StandbyRecovery.finish`` has rank 0
+        seal the newest round every rank wrote, which no later marker proves); FINISH.
+        A round whose flush is not over is not waited for: it is never written."""
+        await asyncio.gather(*list(self._standby.writes))
         self._nr_fire(Input.FINALIZE)
         await super().on_finalize()
 
@@ -235,18 +248,22 @@ class StandbyReplacement(JoinsRounds):
         await self.joined_at_safe_point(NAME, [ft.position])
 
     def joining_round(self, name: str, round_id):
-        """Rank 0's marker carries the iteration of the next backup (its choice)."""
+        """The marker: ``(next backup, newest round written)``. Rank 0's carries the
+        iteration of the next backup (its choice); with ``stable_store`` every rank's
+        carries the newest round it has written there (rank 0 seals by these); None when
+        both are None."""
         if name != NAME:
             return super().joining_round(name, round_id)
         st = self._standby
         if st.last is None or round_id > st.last:
             st.last = round_id  # saved in the part: a rank restored here does not begin it
-        if self.rank != 0:
-            return None
-        every, seconds = self._interval()
-        st.next_backup = next_backup(round_id[1], self._levels_plan is not None, every,
-                                     seconds, st.pacer)
-        return st.next_backup
+        if self.rank == 0:
+            every, seconds = self._interval()
+            st.next_backup = next_backup(round_id[1], self._levels_plan is not None, every,
+                                         seconds, st.pacer)
+        due = st.next_backup if self.rank == 0 else None
+        wrote = st.written[-1] if st.written else None
+        return None if due is None and wrote is None else (due, wrote)
 
     def round_also(self, name: str, round_id) -> tuple:
         """The partner's channel too: the last round's copy is held once this one is
@@ -258,8 +275,12 @@ class StandbyReplacement(JoinsRounds):
     def round_agreed(self, name: str, round_id, values: dict, protocols: dict) -> None:
         if name != NAME:
             return super().round_agreed(name, round_id, values, protocols)
-        if 0 in values:
-            self._standby.next_backup = protocols[NAME]["next_backup"] = values[0]
+        st = self._standby
+        if values.get(0, (None,))[0] is not None:
+            st.next_backup = protocols[NAME]["next_backup"] = values[0][0]
+        if self.rank == 0 and st.stable is not None:
+            for rank, (_, wrote) in values.items():
+                self._wrote(rank, wrote)
 
     async def round_sealed(self, name: str, round_id, part: Part, blob: bytes, values: dict,
                            line) -> None:
@@ -270,16 +291,13 @@ class StandbyReplacement(JoinsRounds):
         st, ft = self._standby, self.ft
         flushed_at = ft.link.clock()
         t_flushed = time.perf_counter()
-        if self.rank == 0 and st.unsealed is not None:
-            # every rank wrote its part of the previous round before sending this marker
-            await self._seal_stable(st.unsealed)
+        if self.rank == 0:
+            await self._seal_proven()  # by the markers of this round
         _keep(st.own, round_id, blob)
         st.lines[round_id] = line
         holder = self._send_to_partner(round_id, blob)
         if st.stable is not None:
-            await asyncio.to_thread(store_part, st.stable, self.run_identity,
-                                    position_index(round_id), self.rank, blob)
-            st.unsealed = round_id
+            await self._write_stable(round_id, blob)
         st.pacer.mark(round_id[1])
         ft.events.record("backup", position=round_id, bytes=len(blob), partner=holder,
                          flush_s=flushed_at - part.at, save_s=time.perf_counter() - t_flushed,
@@ -301,14 +319,51 @@ class StandbyReplacement(JoinsRounds):
         if holder != self.rank:  # with the oldest part the recovery may still restore
             self.ft.send_control(holder, NAME, "part", (key, blob, self.parts_floor()))
 
+    async def _write_stable(self, round_id, blob: bytes) -> None:
+        """Write this rank's part of ``round_id`` to stable storage (``on_finalize`` waits
+        for the write), then name it among the rounds written; rank 0 seals what is
+        proven."""
+        st = self._standby
+        write = asyncio.ensure_future(asyncio.to_thread(
+            store_part, st.stable, self.run_identity, position_index(round_id), self.rank,
+            blob))
+        st.writes.add(write)
+        try:
+            await write
+        finally:
+            st.writes.discard(write)
+        st.written = sorted({*st.written, round_id})[-KEEP_ROUNDS:]
+        if self.rank == 0:
+            self._wrote(0, round_id)
+            await self._seal_proven()
+
+    def _wrote(self, rank: int, round_id) -> None:
+        """Rank 0: ``rank`` said it has written its part of ``round_id`` (a marker's
+        value, or rank 0's own write)."""
+        st = self._standby
+        if round_id is not None and (st.sealed is None or tuple(round_id) > st.sealed):
+            st.proofs.setdefault(tuple(round_id), set()).add(rank)
+
+    async def _seal_proven(self) -> None:
+        """Rank 0: seal the newest round every rank (rank 0 too) said it has written in
+        this execution; older unsealed rounds stay so, superseded. Ranks join
+        rounds out of step, so a marker of round k+1 may leave before its sender's part
+        of k is written: only a rank's own word that it wrote k proves it."""
+        st = self._standby
+        proven = [k for k, ranks in st.proofs.items() if len(ranks) == self.size
+                  and (st.sealed is None or k > st.sealed)]
+        if proven:
+            await self._seal_stable(max(proven))
+
     async def _seal_stable(self, round_id) -> None:
         """Rank 0: write the manifest that makes the round's checkpoint set complete."""
         st = self._standby
+        st.sealed = round_id  # before the write: a round sealed meanwhile must be newer
+        st.proofs = {k: v for k, v in st.proofs.items() if k > round_id}
         await asyncio.to_thread(seal_set, st.stable, self.run_identity,
                                 position_index(round_id), self.size,
                                 {"position": round_id, "protocol": NAME,
                                  "line": st.lines.get(round_id) or round_id})
-        st.unsealed = None
         self.ft.events.record("stable_checkpoint", position=round_id)
 
     def on_control(self, env) -> None:
@@ -353,14 +408,16 @@ class StandbyReplacement(JoinsRounds):
         if st.moved:
             st.own, st.held, st.copies = moved["own"], moved["held"], moved["copies"]
             st.lines = moved["lines"]
-            st.unsealed = moved["unsealed"]
+            st.written, st.sealed, st.proofs = (moved["written"], moved["sealed"],
+                                                moved["proofs"])
             st.flush.moved(self.rank, moved["flush"])
 
     def moving_state(self) -> dict[str, Any]:
         st = self._standby
         return {**super().moving_state(),
                 NAME: {"own": st.own, "held": st.held, "copies": st.copies, "lines": st.lines,
-                       "unsealed": st.unsealed, "flush": st.flush.moving()}}
+                       "written": st.written, "sealed": st.sealed, "proofs": st.proofs,
+                       "flush": st.flush.moving()}}
 
     # ------------------------------------------------- recovery (coordinator calls)
     async def ft_rpc_standby_failure(self, failed: list[int]) -> dict:
@@ -371,6 +428,18 @@ class StandbyReplacement(JoinsRounds):
         return {"own": sorted(st.own), "held": {r: sorted(v) for r, v in st.held.items()},
                 "lines": {r: st.lines.get(r) for r in {*st.own, *(k for v in st.held.values()
                                                                   for k in v)}}}
+
+    def ft_rpc_standby_written(self) -> list:
+        """The newest rounds this rank wrote to stable storage (after ``on_finalize``:
+        every write it began is done)."""
+        return self._standby.written
+
+    async def ft_rpc_standby_seal(self, round_id) -> None:
+        """Rank 0, the run over: seal ``round_id``, which every rank wrote (unless a
+        newer round is sealed already)."""
+        st, round_id = self._standby, tuple(round_id)
+        if st.sealed is None or round_id > st.sealed:
+            await self._seal_stable(round_id)
 
     def ft_rpc_standby_share(self, rank: int, round_id) -> Any:
         """A handle to the snapshot of ``rank`` for backup round ``round_id`` (own or held
@@ -418,7 +487,8 @@ class StandbyReplacement(JoinsRounds):
             st.moved = False
         else:
             st.flush.reset()
-            st.unsealed = None  # its parts may belong to the abandoned execution
+            # its parts, and the others', may belong to the abandoned execution
+            st.written, st.sealed, st.proofs = [], None, {}
             # the restored round becomes this rank's newest copy, and the partner (maybe
             # a fresh replacement) gets it again, so every pair is whole at once: named
             # by our round if the part is ours, else by the recovery line (the same on
