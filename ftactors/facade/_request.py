@@ -527,18 +527,16 @@ async def _named(requests, waiting, every: bool = False) -> None:
                     lazy=lambda: sorted({k[1].source for k in known if k[1].source is not None}))
     else:
         wait = Wait("any", what="; ".join(k[1].describe() for k in known))
-    token = ep.wait_begin(wait)
     # receives waited for block the rank as a blocking receive does: a checkpoint round
     # may take its state now rather than wait for a safe point it cannot reach first
-    receives = [(k[1].source, req._future) for k, req in zip(known, requests)
-                if k[1].kind == "recv" and req._future is not None]
+    receives = tuple((k[1].source, req._future) for k, req in zip(known, requests)
+                     if k[1].kind == "recv" and req._future is not None)
+    token = ep.wait_begin(wait._replace(receives=receives) if receives else wait)
     try:
         if receives:
-            ep.requests_blocked(receives)
+            ep.blocked_now()
         await waiting
     finally:
-        if receives:
-            ep.requests_unblocked(receives)
         ep.wait_end(token)
 
 
