@@ -37,10 +37,6 @@ class Posted:
         self.fut = fut
         self.what = what
 
-    def matches(self, env: Envelope) -> bool:
-        return ((self.source == ANY_SOURCE or self.source == env.src)
-                and (self.tag == ANY_TAG or self.tag == env.tag))
-
 
 class Matcher:
     """Matching state of one rank, all communicators."""
@@ -56,8 +52,10 @@ class Matcher:
         """A message is ready for the application: complete a receive or queue it."""
         posted = self._posted.get(env.comm)
         if posted:
+            src, tag = env.src, env.tag
             for i, p in enumerate(posted):
-                if p.matches(env):
+                if ((p.source == ANY_SOURCE or p.source == src)
+                        and (p.tag == ANY_TAG or p.tag == tag)):
                     if not p.consume:
                         del posted[i]
                         p.deliver(env)

@@ -123,7 +123,10 @@ class Receiving:
                 self._gaps.setdefault(src, {})[env.app_seq] = env
             return
         self.received.bump(src)
-        self._accept_app(env)
+        if self._on_receive is None:  # (``_accept_app`` without a call: no protocol's hook)
+            self.matcher.arrive(env)
+        else:
+            self._accept_app(env)
         gaps = self._gaps.get(src)
         while gaps and self.received[src] in gaps:
             nxt = gaps.pop(self.received.bump(src))
