@@ -1,132 +1,72 @@
-"""``ft.run`` / ``ft.run_async``: validate everything, pick a transport, run the job.
+"""``ft.run`` / ``ft.run_async`` / ``ft.launch``: make the run's settings, pick a
+transport, run the job.
 
-All checks happen here, before any actor or task starts: the class must be an
-``ft.Rank`` with ``async def main``, ``ranks`` a positive int, the transport known, every
-option known to the core or to a protocol in the stack, and the chaos plan must name
-existing ranks.
+The three take the same arguments, written once as ``RunConfig.of``'s signature
+(``runtime/_config``): each makes one ``RunConfig`` from them (every check happens there,
+before any actor or task starts) and hands it on whole, to the fabric of its transport
+and to the ``Coordinator``.
 """
 from __future__ import annotations
 
 import asyncio
-import numbers
+import functools
+import inspect
 import textwrap
 
-from .runtime import _notices
-from .runtime._chaos import Chaos
-from .runtime._checkpoints import find_resumable
-from .runtime._coordinator import Coordinator, RunResult
-from .runtime._deadlock import background
-from .base._errors import ConfigError, ProtocolError
-from .runtime._identity import new_identity
+from .base import ConfigError, ProtocolError
 from .protocols import PROTOCOLS
-from .runtime._options import OWN_ROUNDS, check_options, options_text, with_role
-from .runtime._protocol import parts_lead, protocol_classes
-from .runtime._rank import check_rank_class
-from .runtime._trace import write_trace
-
-TRANSPORTS = ("ray", "local", "sim")
+from .runtime import (Coordinator, RunConfig, RunResult, background, notices, options_text,
+                      write_trace)
 
 
-def _check_part_mode(rank_cls, options: dict) -> None:
-    """Refuse a level's own-round options (role ``OWN_ROUNDS``) in a stack where it keeps
-    another protocol's parts instead (``Protocol.hands_parts``)."""
-    lead = parts_lead(rank_cls)
-    for p in protocol_classes(rank_cls) if lead is not None else ():
-        own = [name for name in with_role([p], OWN_ROUNDS) if name in options]
-        if own:
-            raise ConfigError(
-                f"option(s) {', '.join(own)} set {p.__name__}'s own rounds, which it does "
-                f"not take in a stack with {lead.__name__}: there it keeps copies of "
-                f"{lead.__name__}'s checkpoint parts, made at that protocol's checkpoints")
-
-
-def _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options) -> list:
-    check_rank_class(rank_cls)
-    if not isinstance(ranks, numbers.Integral) or isinstance(ranks, bool) or ranks < 1:
-        raise ConfigError(f"ranks must be an int >= 1, got {ranks!r}")
-    if transport not in TRANSPORTS:
-        raise ConfigError(f"unknown transport {transport!r}; choose one of {', '.join(TRANSPORTS)}")
-    if not isinstance(spares, numbers.Integral) or spares < 0:
-        raise ConfigError(f"spares must be an int >= 0, got {spares!r}")
-    if spares and not any(getattr(p, "uses_spares", False) for p in protocol_classes(rank_cls)):
-        raise ConfigError(
-            f"spares={spares} but no protocol in {rank_cls.__qualname__}'s stack promotes spares "
-            f"(add StandbyReplacement)")
-    if timeout_s is not None and timeout_s <= 0:
-        raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
-    _check_part_mode(rank_cls, options)
-    check_options(protocol_classes(rank_cls), options, transport)
-    homes = options.get("rank_nodes")
-    if homes is not None and len(homes) != ranks:
-        raise ConfigError(f"rank_nodes must list one Ray node id per rank ({ranks}), "
-                          f"got {homes!r}")
-    spare_homes = options.get("spare_nodes")
-    if spare_homes is not None and not spare_homes:
-        raise ConfigError(f"spare_nodes must list at least one Ray node id, got {spare_homes!r}")
-    for name in ("large_collectives_bytes", "bcast_pipeline_bytes"):
-        if (options.get(name) or 0) < 0:
-            raise ConfigError(f"{name} must be >= 0 bytes or None, got {options[name]!r}")
-    for proto in protocol_classes(rank_cls):
-        proto.check_options(options)
-        proto.check_stack_options(rank_cls, options)
-    if chaos is not None and not isinstance(chaos, Chaos):
-        raise ConfigError(f"chaos must be an ft.Chaos, got {type(chaos).__name__}")
-    if (chaos is not None and (chaos.method == "disconnect" or chaos.partitions)
-            and transport == "ray" and options.get("data_plane", "direct") != "direct"):
-        raise ConfigError("network faults (method='disconnect', partitions) strike the direct "
-                          "data plane's connections: data_plane='ray' has none")
-    return chaos.plan(ranks) if chaos is not None else []
-
-
-def _fabric(transport: str, address: str | None, seed: int, options: dict):
-    if transport == "local":
+def _fabric(config: RunConfig):
+    """The fabric of ``config.transport`` (Ray is imported only when it is chosen)."""
+    if config.transport == "local":
         from .transports.local import LocalFabric
-        return LocalFabric(options)
-    if transport == "sim":
+        return LocalFabric(config.options)
+    if config.transport == "sim":
         from .transports.sim import SimFabric
-        return SimFabric(options, seed)
+        return SimFabric(config.options, config.seed)
     from .transports.ray import RayFabric
-    return RayFabric(options, address)
+    return RayFabric(config.options, config.address)
 
 
-def _prepare(rank_cls, ranks, *, args=(), kwargs=None, transport="ray", address=None,
-             spares=0, seed=0, chaos=None, timeout_s=None, trace=None, restart_from=None,
-             **options):
-    """Validate everything; return a zero-argument coroutine factory that runs the job."""
-    kills = _validate(rank_cls, ranks, transport, spares, chaos, timeout_s, options)
-    kwargs = dict(kwargs or {})
-    any_fingerprint = options.pop("restart_from_any", False)
-    if any_fingerprint and restart_from is None:
-        raise ConfigError("restart_from_any=True needs restart_from (the store to resume from)")
-    identity = new_identity(rank_cls, ranks, tuple(args), kwargs, options)
-    restore = start = None
-    if restart_from is not None:
-        _, restore, meta = find_resumable(restart_from, identity, any_fingerprint)
-        line = meta.get("line") or meta.get("position")  # see newest_stable_set
-        start = None if line is None else tuple(line)
-
+def _prepare(config: RunConfig):
+    """A zero-argument coroutine factory that runs the job ``config`` describes (its
+    ``coordinator()`` makes the run's coordinator without starting it)."""
     def coordinator() -> Coordinator:
-        return Coordinator(
-            _fabric(transport, address, seed, options), rank_cls, ranks, tuple(args), kwargs,
-            kills=kills, kill_method=chaos.method if chaos is not None else "sigkill",
-            stall_s=chaos.stall_s if chaos is not None else 0.0,
-            job_lost_at=chaos.job_lost_at if chaos is not None else None,
-            partitions=chaos.partitions if chaos is not None else (),
-            spares=spares, trace=trace is not None, options=options, identity=identity,
-            restore=restore, start=start)
+        return Coordinator(_fabric(config), config)
 
     async def job(c: Coordinator | None = None) -> RunResult:
         c = c or coordinator()
-        _notices.at_start(rank_cls, options, spares)
-        result = await _within(c, timeout_s)
-        _notices.after_run(rank_cls, kills, result.metrics, result.events)
-        if trace is not None:
-            result.metrics["trace_rows"] = write_trace(trace, result.trace_rows)
-            result.metrics["trace_path"] = str(trace)
+        notices.at_start(config.rank_cls, config.options, config.spares)
+        result = await _within(c, config.timeout_s)
+        notices.after_run(config.rank_cls, config.kills, result.metrics, result.events)
+        if config.trace is not None:
+            result.metrics["trace_rows"] = write_trace(config.trace, result.trace_rows)
+            result.metrics["trace_path"] = str(config.trace)
         return result
 
     job.coordinator = coordinator
     return job
+
+
+def _takes_run_settings(entry):
+    """``entry(config)`` as a public entry point that takes ``ft.run``'s arguments: they
+    are written once, as ``RunConfig.of``'s signature, which the entry point shows."""
+    if inspect.iscoroutinefunction(entry):
+        @functools.wraps(entry)
+        async def public(rank_cls, ranks, **settings):
+            return await entry(RunConfig.of(rank_cls, ranks, **settings))
+    else:
+        @functools.wraps(entry)
+        def public(rank_cls, ranks, **settings):
+            return entry(RunConfig.of(rank_cls, ranks, **settings))
+    shown = inspect.signature(RunConfig.of, eval_str=True)
+    public.__signature__ = shown.replace(
+        return_annotation=inspect.signature(entry, eval_str=True).return_annotation)
+    del public.__wrapped__  # (its signature is RunConfig.of's, not entry's)
+    return public
 
 
 async def _within(c: Coordinator, timeout_s: float | None) -> RunResult:
@@ -211,37 +151,30 @@ class Run:
         raise ProtocolError("the run ended before the request was served")
 
 
-async def launch(rank_cls, ranks: int, *, args=(), kwargs=None, transport="ray",
-                 address=None, spares=0, seed=0, chaos=None, timeout_s=None, trace=None,
-                 restart_from=None, **options) -> Run:
+@_takes_run_settings
+async def launch(config: RunConfig) -> Run:
     """Start a job like ``run_async`` (same arguments) and return at once with a ``Run``
     handle to talk to it. Not for ``transport="sim"`` (its virtual clock runs the job in
     a loop of its own): there, ranks request checkpoints themselves."""
-    if transport == "sim":
+    if config.transport == "sim":
         raise ConfigError("ft.launch does not drive the sim transport; use ft.run and "
                           "checkpoint options or self.request_checkpoint()")
-    job = _prepare(rank_cls, ranks, args=args, kwargs=kwargs, transport=transport,
-                   address=address, spares=spares, seed=seed, chaos=chaos,
-                   timeout_s=timeout_s, trace=trace, restart_from=restart_from, **options)
+    job = _prepare(config)
     c = job.coordinator()
     return Run(c, asyncio.ensure_future(job(c)))
 
 
-async def run_async(rank_cls, ranks: int, *, args=(), kwargs=None, transport="ray",
-                    address=None, spares=0, seed=0, chaos=None, timeout_s=None, trace=None,
-                    restart_from=None, **options) -> RunResult:
-    job = _prepare(rank_cls, ranks, args=args, kwargs=kwargs, transport=transport,
-                   address=address, spares=spares, seed=seed, chaos=chaos,
-                   timeout_s=timeout_s, trace=trace, restart_from=restart_from, **options)
-    if transport == "sim":
-        from .transports._simloop import run_virtual
+@_takes_run_settings
+async def run_async(config: RunConfig) -> RunResult:
+    job = _prepare(config)
+    if config.transport == "sim":
+        from .transports import run_virtual
         return await asyncio.to_thread(run_virtual, job)
     return await job()
 
 
-def run(rank_cls, ranks: int, *, args=(), kwargs=None, transport="ray", address=None,
-        spares=0, seed=0, chaos=None, timeout_s=None, trace=None, restart_from=None,
-        **options) -> RunResult:
+@_takes_run_settings
+def run(config: RunConfig) -> RunResult:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -249,11 +182,9 @@ def run(rank_cls, ranks: int, *, args=(), kwargs=None, transport="ray", address=
     else:
         raise RuntimeError("ft.run() was called inside a running event loop; "
                            "use 'await ft.run_async(...)'")
-    job = _prepare(rank_cls, ranks, args=args, kwargs=kwargs, transport=transport,
-                   address=address, spares=spares, seed=seed, chaos=chaos,
-                   timeout_s=timeout_s, trace=trace, restart_from=restart_from, **options)
-    if transport == "sim":
-        from .transports._simloop import run_virtual
+    job = _prepare(config)
+    if config.transport == "sim":
+        from .transports import run_virtual
         return run_virtual(job)
     return asyncio.run(job())
 

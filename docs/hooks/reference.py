@@ -8,9 +8,10 @@
   no members) for every module of ``PACKAGE``, so architecture pages link to each
   module's theory of operation instead of repeating it, and a module added later is
   listed too.
-* ``<!-- docstring: MODULE.NAME -->`` becomes the docstring of an object as Python sees
-  it once imported (``ft.run``'s is made at import time from the options' declarations,
-  which mkdocstrings, reading the source, cannot see).
+* ``<!-- docstring: MODULE.NAME -->`` becomes the signature and docstring of an object as
+  Python sees them once imported (``ft.run``'s docstring is made at import time from the
+  options' declarations, and its signature is ``RunConfig.of``'s: mkdocstrings, reading
+  the source, sees neither).
 """
 from __future__ import annotations
 
@@ -69,8 +70,10 @@ def module_entries(package: str) -> str:
 
 
 def docstring(dotted: str) -> str:
+    """The object's signature and docstring as Python sees them once imported."""
     module, _, name = dotted.rpartition(".")
-    return f"```text\n{inspect.getdoc(getattr(importlib.import_module(module), name))}\n```\n"
+    obj = getattr(importlib.import_module(module), name)
+    return f"```text\n{name}{inspect.signature(obj)}\n\n{inspect.getdoc(obj)}\n```\n"
 
 
 def _expand(markdown: str, marker: str, make) -> str:

@@ -498,11 +498,11 @@ def complete_sets(store: Store, root_prefix: str) -> list[str]:
     :func:`latest_complete`)."""
     root = _check_key(root_prefix, prefix=True)
     prefixes = (checkpoint_prefix(root, i)
-                for i in sorted(_checkpoint_indices(store, root), reverse=True))
+                for i in sorted(checkpoint_indices(store, root), reverse=True))
     return [prefix for prefix in prefixes if _is_complete(store, prefix)]
 
 
-def _checkpoint_indices(store: Store, root: str) -> set[int]:
+def checkpoint_indices(store: Store, root: str) -> set[int]:
     """Numbers of the ``ckpt-NNNNNN`` directories directly under ``root``."""
     depth = len(root.split("/")) if root else 0
     indices = set()

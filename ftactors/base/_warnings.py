@@ -26,8 +26,8 @@ class KillNotFiredWarning(FaultToleranceWarning):
 
 class NothingRegisteredWarning(FaultToleranceWarning):
     """A rank was restored past its first loop's top with no registered state
-    (``self.register``): its loop resumes with every variable as ``main()`` first set
-    it."""
+    (``self.register``) while a loop of the program carries state from one iteration to
+    the next: its loop resumes with every variable as ``main()`` first set it."""
 
 
 class NoCheckpointWarning(FaultToleranceWarning):

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base._errors import ProtocolError
+from ..base import ProtocolError
 
 DETS = "det"
 """The piggyback key of determinants: ``(floor, ((k, kind, outcome), ...))``."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable
 
-from ..base._events import EventLog
+from ..base import EventLog
 from ._determinants import Determinants
 from ._envelope import Envelope
 from ._outbox import Outbox
@@ -135,10 +135,7 @@ class Endpoint(Outbox, Receiving, Positions, Snapshots, Waits):
         # restore cancels them with it (they would wait for ever on receives the
         # restore dropped)
         self.program_tasks: set[asyncio.Task] = set()
-        self.kill_iterations: set[int] = set()
-        self.die: Callable[[], Any] | None = None
-        self.disconnect_iterations: set[int] = set()
-        self.disconnect: Callable[[int], None] | None = None
+        self.strikes: dict[int, Callable[[], Awaitable]] = {}  # iteration -> chaos there
 
     def option(self, name: str, default: Any) -> Any:
         """The value of the run's option ``name`` (``default``: its declared default,

@@ -15,7 +15,7 @@ object over that buffer. Such buffers are read-only where they are shared: on Ra
 ``object_store_bytes`` on (zero-copy views of the object store) and on the local and sim
 transports (immutable copies, as a payload there may reach several receivers). On Ray's
 direct plane, below ``object_store_bytes``, each arrives in a buffer its receiver owns,
-writable (``transports/_direct``). Smaller buffers are pickled in-band and arrive
+writable (``transports/direct``). Smaller buffers are pickled in-band and arrive
 writable.
 
 Plain data (built-in scalars, containers of them, numpy arrays and scalars of a

@@ -16,9 +16,11 @@ have reset, wait until ``open``.
 A receive takes the first queued message that matches, else posts itself and waits
 (the rank is then *blocked*: its posted receive is its wait record, ``_waits``, which
 ``blocked`` reads; the protocol stack hears of each such wait at once, ``on_blocked``,
-if some protocol of it overrides that hook); a blocking receive's message is *in
-flight* from the moment it matches until its task resumes (neither queued nor
-consumed), so a snapshot taken in between (``state_now``) finds it there.
+if some protocol of it overrides that hook; a poll that finds nothing, a failed
+``iprobe`` or a receive request's ``test``, is such a block for an instant: ``polled``);
+a blocking receive's message is *in flight* from the moment it matches until its task
+resumes (neither queued nor consumed), so a snapshot taken in between (``state_now``)
+finds it there.
 
 A peer that comes back as a new incarnation (``set_peer_epoch``) makes its older traffic
 stale, here and in the channels.
@@ -38,7 +40,7 @@ are kept: ``_determinants``).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ._channels import InChannels
 from ._constants import ANY_SOURCE, ANY_TAG
@@ -68,6 +70,7 @@ class Receiving:
         # None: no protocol of the owner's class does anything with them (``_hooks``)
         self._on_receive = message_hook(self.owner, "on_receive")
         self._on_blocked = message_hook(self.owner, "on_blocked")
+        self._polled: tuple = ()  # the sources of a poll that found nothing (``polled``)
         # envelopes the link delivered, by batch: (src, its epoch, mine) -> how many
         # (``_waits``: what is in flight)
         self.wire_in: dict[tuple[int, int, int], int] = {}
@@ -213,6 +216,22 @@ class Receiving:
         if self._on_blocked is not None:
             self._on_blocked()
 
+    def polled(self, sources: Iterable[int]) -> None:
+        """The program polled for a message from each of ``sources`` (world ranks,
+        ANY_SOURCE: any) and found none (``iprobe``, a receive request's ``test``): for
+        the protocols a short block on them (``on_blocked``; ``blocked`` lists them
+        meanwhile). A rank that polls until its message comes waits for it as a blocked
+        one does, so a checkpoint round that message may come only after takes the
+        rank's state now; as a rank that never blocks, it polled for ever while the
+        round waited for its next safe point."""
+        if self._on_blocked is None:  # no protocol hears of blocks
+            return
+        self._polled = tuple(sources)
+        try:
+            self._on_blocked()
+        finally:
+            self._polled = ()
+
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither
         queued nor consumed, so ``state_now`` takes it from here."""
@@ -287,13 +306,16 @@ class Receiving:
         only the message its first life found (``_determinants``)."""
         dets = self.determinants
         if (source != ANY_SOURCE and tag != ANY_TAG) or not dets.active():
-            return self.matcher.find(ctx, source, tag, consume=False)
-        forced = dets.poll(IPROBE)
-        if forced is not None:
-            source, tag = forced
-        env = self.matcher.find(ctx, source, tag, consume=False)
-        if env is not None:
-            dets.found(IPROBE, (env.src, env.tag))
+            env = self.matcher.find(ctx, source, tag, consume=False)
+        else:
+            forced = dets.poll(IPROBE)
+            if forced is not None:
+                source, tag = forced
+            env = self.matcher.find(ctx, source, tag, consume=False)
+            if env is not None:
+                dets.found(IPROBE, (env.src, env.tag))
+        if env is None:
+            self.polled((source,))
         return env
 
     # ------------------------------------------------------- peers' incarnations

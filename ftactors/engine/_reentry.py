@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base._errors import ProtocolError
+from ..base import ProtocolError
 from ._constants import ANY_SOURCE, ANY_TAG
 from ._envelope import COLLECTIVE_SUFFIX, Envelope
 

@@ -37,8 +37,8 @@ import pickle
 
 import cloudpickle
 
-from ..base import _storage
-from ..base._errors import ProtocolError
+from ..base import storage
+from ..base import ProtocolError
 from ._vector import RankVector
 
 
@@ -126,7 +126,7 @@ class Snapshots:
         pending (an ``irecv`` not waited for yet) cannot be saved: the code that posted it
         does not run again after a restore, so that is a ProtocolError.
         """
-        return _storage.dumps(self._state(protocol_state, cut=cut))
+        return storage.dumps(self._state(protocol_state, cut=cut))
 
     def received_at(self, cut: dict[int, int]) -> RankVector:
         """``received`` as a snapshot cut at ``cut`` {peer: n} counts it."""
@@ -232,7 +232,7 @@ class Snapshots:
         parts["received"] = received
         parts["replay"] = parts["replay"] + list(late)
         parts["protocols"] = protocol_state
-        return _storage.dumps(parts)
+        return storage.dumps(parts)
 
     def can_snapshot_now(self, after_loop: bool = False) -> bool:
         """Whether ``snapshot_now`` can capture this moment: inside a loop or before the
@@ -307,7 +307,7 @@ class Snapshots:
             # that fetched them as writable copies already is not copied again)
             parts["buffers"] = [b if type(b) is bytearray else bytearray(b) for b in buffers]
         else:
-            parts = _storage.loads(blob)
+            parts = storage.loads(blob)
         if parts.get("rank") != self.rank:
             raise ProtocolError(f"snapshot of rank {parts.get('rank')} given to rank {self.rank}")
         return parts
@@ -348,7 +348,7 @@ class Snapshots:
 def blank_snapshot(rank: int, size: int) -> bytes:
     """The state of rank ``rank`` before ``main()`` first ran: restoring it re-runs the
     program from the start, with the protocols' state of the start (``Endpoint.started``)."""
-    return _storage.dumps({
+    return storage.dumps({
         "rank": rank, "position": None, "registered": cloudpickle.dumps({}),
         "sent": RankVector(size), "received": RankVector(size), "prefix_log": [],
         "replay": [], "protocols": None})

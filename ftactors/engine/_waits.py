@@ -41,7 +41,7 @@ a run that can never progress (``runtime/_deadlock``); protocols may read ``wait
 ``Waits`` is a mixin of ``Endpoint``: its state is set in ``_init_waits``; it reads the
 endpoint's ``epoch``, ``position`` and ``program_tasks``, the outbox's ``wire_out``, the
 receiving's ``wire_in`` (each counted where its envelopes pass), ``matcher`` (the posted
-receives).
+receives) and ``_polled``.
 """
 from __future__ import annotations
 
@@ -165,11 +165,12 @@ class Waits:
     @property
     def blocked(self) -> list[int]:
         """The world sources (ANY_SOURCE: any) of the messages the rank's tasks wait for
-        now with none come yet: blocking receives and probes (their posted receives)
-        and the receive requests of request waits (their records' ``receives``). One
+        now with none come yet: blocking receives and probes (their posted receives),
+        the receive requests of request waits (their records' ``receives``) and, while
+        the protocols hear of it, a poll that found nothing (``Receiving.polled``). One
         matched already, whose task has not resumed, waits no more (a batch that brings
         a message and then a marker behind it)."""
-        sources = self.matcher.blocking_sources()
+        sources = self.matcher.blocking_sources() + list(self._polled)
         for wait in self._waits.values():
             if wait.receives:
                 sources += [source for source, fut in wait.receives if not fut.done()]

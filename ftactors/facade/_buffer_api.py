@@ -30,8 +30,7 @@ from ._buffers import (Scattered, blocks_of, deliver, even_blocks, in_place, mes
                        same_memory, vector)
 from ._ops import MAXLOC, MINLOC, SUM, check_op
 from ._request import Prequest, Request, Status
-from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
-from ..engine._waits import Wait
+from ..engine import ANY_SOURCE, ANY_TAG, PROC_NULL, Wait
 
 
 class BufferAPI:

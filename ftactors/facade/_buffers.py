@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine._synchronous import Synchronous
+from ..engine import Synchronous
 from ._datatypes import (  # noqa: F401 (the predefined types are ft's, through here)
     BYTE, CHAR, SIGNED_CHAR, SHORT, INT, LONG, LONG_LONG, UNSIGNED_CHAR, UNSIGNED_SHORT,
     UNSIGNED, UNSIGNED_LONG, UNSIGNED_LONG_LONG, FLOAT, DOUBLE, LONG_DOUBLE, C_BOOL,

@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._ops import Op, check_op
-from ..engine._payload import unpack
+from ..engine import unpack
 
 BARRIER, BCAST, GATHER, SCATTER, ALLTOALL, REDUCE, DOUBLING, SCAN = 1, 2, 3, 4, 5, 6, 7, 8
 PIECES, RING, PIPELINE = 9, 10, 11

@@ -33,15 +33,12 @@ from typing import Any
 import numpy as np
 
 from . import _collectives as coll
-from ..engine._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED
-from ..engine._envelope import COLLECTIVE_SUFFIX, Envelope
-from ..engine._synchronous import Synchronous
-from ..engine._waits import Wait
+from ..engine import (ANY_SOURCE, ANY_TAG, COLLECTIVE_SUFFIX, Envelope, PROC_NULL, Payload,
+                      Synchronous, TAG_UB, UNDEFINED, Wait, unpack)
 from ._buffer_api import BufferAPI
 from ._buffers import array_bytes
 from ._message import Message
 from ._ops import SUM
-from ..engine._payload import Payload, unpack
 from ._request import Request, Status, polled_in_vain
 from ._topology import CART, CartTopology
 

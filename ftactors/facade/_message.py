@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine._constants import ANY_TAG, PROC_NULL
+from ..engine import ANY_TAG, PROC_NULL
 from ._buffers import deliver, message
 from ._request import Request, Status
 

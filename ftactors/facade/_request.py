@@ -19,15 +19,19 @@ import asyncio
 from typing import Any, Callable, Iterable, Sequence
 
 from ._buffers import dtype_of
-from ..engine._constants import ANY_SOURCE, ANY_TAG, SUCCESS, UNDEFINED
-from ..engine._determinants import ANY, SOME
-from ..engine._waits import Wait
+from ..engine import ANY, ANY_SOURCE, ANY_TAG, SOME, SUCCESS, UNDEFINED, Wait
 
 
-def polled_in_vain() -> None:
-    """A nonblocking check of the program's found nothing: tell a loop that keeps
-    virtual time (``VirtualClockLoop.polled_in_vain``; other loops have no such
-    method), so that a program polling for a message lets the clock reach its arrival."""
+def polled_in_vain(requests: Sequence["Request"] = ()) -> None:
+    """A nonblocking check of the program's found nothing: the receives among
+    ``requests`` not done yet are a short block of their rank for its protocols
+    (``Endpoint.polled``), and a loop that keeps virtual time is told
+    (``VirtualClockLoop.polled_in_vain``; other loops have no such method), so that a
+    program polling for a message lets the clock reach its arrival."""
+    receives = [req._waits_on for req in requests if req._waits_on is not None
+                and req._waits_on[1].kind == "recv" and not req._ready()]
+    if receives:
+        receives[0][0].polled([wait.source for _, wait in receives])
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # a test outside the rank's loop: nothing to tell
@@ -190,7 +194,7 @@ class Request:
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
         """``(True, value)`` and the request completes if it is done, else ``(False, None)``."""
         if not self._ready():
-            polled_in_vain()
+            polled_in_vain((self,))
             return False, None
         return True, self._complete(status)
 
@@ -414,7 +418,7 @@ def testall(requests: Sequence[Request], statuses: list | None = None):
     """``(True, values)`` completing every request if all are done, else ``(False, None)``
     and none is completed."""
     if not all(req._ready() for req in requests):
-        polled_in_vain()
+        polled_in_vain(requests)
         return False, None
     statuses = _statuses_for(statuses, len(requests))
     return True, [req._complete(None if statuses is None else statuses[i])
@@ -448,7 +452,7 @@ def testany(requests: Sequence[Request], status: Status | None = None):
             if dets is not None:
                 dets.found(ANY, i)
             return i, True, requests[i]._complete(status)
-    polled_in_vain()
+    polled_in_vain(requests)
     return UNDEFINED, False, None
 
 
@@ -501,7 +505,7 @@ def testsome(requests: Sequence[Request], statuses: list | None = None):
 def _complete_some(requests: Sequence[Request], indices: list[int], statuses):
     """Complete ``requests[i]`` for the ``indices`` (none: the poll found nothing)."""
     if not indices:
-        polled_in_vain()
+        polled_in_vain(requests)
     values = []
     for i in indices:
         st = Status()

@@ -11,7 +11,7 @@ import math
 import numbers
 from typing import Sequence
 
-from ..engine._constants import PROC_NULL
+from ..engine import PROC_NULL
 
 CART = "cart"
 """``Cartcomm.topology``: a Cartesian grid (mpi4py's ``MPI.CART``)."""

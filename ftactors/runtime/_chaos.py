@@ -15,13 +15,19 @@ wait (``"idle"``) or as they are promoted (``"promoted"``).
 Network faults strike live ranks and kill nobody: ``method="disconnect"`` turns each kill
 into the loss of every direct connection of that rank at that iteration or time (a reset,
 a NIC flap), and ``Partition`` cuts a set of ranks off the others for some seconds. The
-channels must lose nothing through them (``transports/_direct``), and the coordinator must
+channels must lose nothing through them (``transports/direct``), and the coordinator must
 not declare any rank failed.
+
+A run carries its plan as a ``KillPlan`` (which kills are due where, which fired) inside
+a ``ChaosFabric`` (``runtime/_chaos_fabric``), the one place kills are matched and fired.
+Each firing's event names the kill by its index in the plan (``kill=i``), so the tally
+of unfired kills (``runtime/_notices``) needs no rule per kind of kill.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 KILL_METHODS = ("sigkill", "ray.kill", "sigstop", "stall", "disconnect")
 RANK_MOMENTS = ("start", "wire", "return", "finished")
@@ -192,3 +198,62 @@ class Chaos:
                 out.append(Kill(rng.randrange(ranks), time_s=t))
                 t += rng.expovariate(1.0 / self.mtbf_s)
         return out
+
+
+class Strike(NamedTuple):
+    """What a rank's host does to itself (a ``RankSpec``'s ``chaos``): at the top of
+    iteration ``at`` (or at ``"return"``, as ``main()`` returns) it dies (``"die"``) or
+    closes its direct connections (``"disconnect"``); ``kill`` is the plan's index of the
+    kill it fires (None: the job's loss, ``Chaos.job_lost_at``)."""
+
+    at: int | str
+    action: str
+    kill: int | None
+
+
+class KillPlan:
+    """A run's planned kills and which of them fired, each known by its index in the plan
+    (its identity). No I/O: ``ChaosFabric`` does the killing.
+
+    A *point* is where a run is, named with a ``Kill``'s own fields: a moment of a rank's
+    life (``rank``, ``incarnation``, ``moment``), of a spare's (``spare``, ``moment``), a
+    recovery phase (``recovery_round``, ``recovery_phase``). A kill is due at a point when
+    each field the point names equals the kill's: one rule for every kind of kill."""
+
+    def __init__(self, kills, method: str = "sigkill", job_lost_at: int | None = None):
+        self.kills: tuple[Kill, ...] = tuple(kills)
+        self.method = method
+        self.job_lost_at = job_lost_at
+        self.fired: set[int] = set()
+
+    def due(self, **point) -> list[int]:
+        """The unfired kills due at ``point``, in plan order."""
+        return [i for i, kill in enumerate(self.kills) if i not in self.fired
+                and all(getattr(kill, name) == value for name, value in point.items())]
+
+    def fire(self, i: int) -> Kill:
+        """Kill ``i`` fires now: it is never due again."""
+        assert i not in self.fired, f"kill {i} fired twice"
+        self.fired.add(i)
+        return self.kills[i]
+
+    def timed(self) -> list[int]:
+        """The kills at a time (those of a rank's first life: a time names no other)."""
+        return [i for i, kill in enumerate(self.kills)
+                if kill.time_s is not None and kill.incarnation == 0]
+
+    def on_host(self, rank: int, incarnation: int) -> tuple[Strike, ...]:
+        """What life ``incarnation`` of rank ``rank`` does to itself: its deaths at an
+        iteration (its own kills, then the job's loss, which every life dies of), or
+        with ``method="disconnect"`` its network faults instead, and its death at
+        ``"return"``."""
+        mine = [(i, kill) for i, kill in enumerate(self.kills)
+                if kill.rank == rank and kill.incarnation == incarnation]
+        its = [Strike(kill.iteration, "die", i) for i, kill in mine if kill.iteration is not None]
+        cuts = []
+        if self.method == "disconnect":  # network faults: nobody dies there
+            its, cuts = [], [s._replace(action="disconnect") for s in its]
+        if self.job_lost_at is not None:
+            its.append(Strike(self.job_lost_at, "die", None))
+        at_return = [Strike("return", "die", i) for i, kill in mine if kill.moment == "return"]
+        return tuple(its + cuts + at_return[:1])

@@ -23,8 +23,8 @@ import re
 import time
 from typing import Any
 
-from ..base import _storage
-from ..base._errors import ConfigError
+from ..base import storage
+from ..base import ConfigError
 from ._identity import RunIdentity, differences
 
 _RUN_FOLDER = re.compile(r"run-[0-9a-f]+")
@@ -44,10 +44,10 @@ def part_name(rank: int) -> str:
 
 def set_prefix(run: RunIdentity, index: int) -> str:
     """Where run ``run`` keeps checkpoint ``index`` (``run-<id>/ckpt-NNNNNN``)."""
-    return _storage.checkpoint_prefix(run.root, index)
+    return storage.checkpoint_prefix(run.root, index)
 
 
-def store_part(store: _storage.Store, run: RunIdentity, index: int, rank: int,
+def store_part(store: storage.Store, run: RunIdentity, index: int, rank: int,
                blob: bytes) -> str:
     """Store rank ``rank``'s snapshot in run ``run``'s checkpoint ``index``; returns its key."""
     key = f"{set_prefix(run, index)}/{part_name(rank)}"
@@ -55,19 +55,19 @@ def store_part(store: _storage.Store, run: RunIdentity, index: int, rank: int,
     return key
 
 
-def seal_set(store: _storage.Store, run: RunIdentity, index: int, ranks: int,
+def seal_set(store: storage.Store, run: RunIdentity, index: int, ranks: int,
              meta: dict) -> str:
     """Write the manifest of run ``run``'s checkpoint ``index`` (every rank's part must be
     stored), with the run's id and fingerprint and the time it was sealed."""
     prefix = set_prefix(run, index)
     parts = {part_name(r): f"{prefix}/{part_name(r)}" for r in range(ranks)}
-    _storage.write_manifest(store, prefix, parts, dict(
+    storage.write_manifest(store, prefix, parts, dict(
         meta, ranks=ranks, run_id=run.run_id, fingerprint=run.fingerprint,
         sealed_at=time.time()))
     return prefix
 
 
-def load_own(store: _storage.Store, run: RunIdentity,
+def load_own(store: storage.Store, run: RunIdentity,
              ranks: int) -> tuple[str, list[bytes], dict] | None:
     """Run ``run``'s newest complete set: ``(prefix, blob per rank, meta)``; None: none.
     Only the run's own folder is read, and only a manifest naming the run counts.
@@ -75,8 +75,8 @@ def load_own(store: _storage.Store, run: RunIdentity,
     Raises:
         CheckpointCorrupted: a part fails its integrity check (it is never unpickled).
     """
-    for prefix in _storage.complete_sets(store, run.root):
-        manifest = _storage.read_manifest(store, prefix)
+    for prefix in storage.complete_sets(store, run.root):
+        manifest = storage.read_manifest(store, prefix)
         if manifest["meta"].get("run_id") == run.run_id:
             return prefix, _blobs(store, manifest, ranks), manifest["meta"]
     return None
@@ -94,9 +94,9 @@ def find_resumable(spec: Any, run: RunIdentity,
             names the newest set and what differs.
         CheckpointCorrupted: a part fails its integrity check (it is never unpickled).
     """
-    store = _storage.open_store(spec)
-    prefixes = [p for root in _roots(store) for p in _storage.complete_sets(store, root)]
-    manifests = sorted((_storage.read_manifest(store, p) for p in prefixes), key=_age,
+    store = storage.open_store(spec)
+    prefixes = [p for root in _roots(store) for p in storage.complete_sets(store, root)]
+    manifests = sorted((storage.read_manifest(store, p) for p in prefixes), key=_age,
                        reverse=True)
     if not manifests:
         raise ConfigError(f"no complete checkpoint in {spec!r}")
@@ -131,7 +131,7 @@ def _refusal(spec, newest: dict, wanted: dict, any_fingerprint: bool) -> str:
             f"change), or give restart_from the store of this job")
 
 
-def _roots(store: _storage.Store) -> list[str]:
+def _roots(store: storage.Store) -> list[str]:
     """The folders that hold sets: the store's root (sets of older versions) and every
     run's folder."""
     roots = {""}
@@ -146,20 +146,20 @@ def _age(manifest: dict) -> tuple:
     return manifest["meta"].get("sealed_at", -math.inf), _index(manifest["prefix"])
 
 
-def _blobs(store: _storage.Store, manifest: dict, ranks: int) -> list[bytes]:
-    return [_storage.load_part_blob(store, manifest, part_name(r)) for r in range(ranks)]
+def _blobs(store: storage.Store, manifest: dict, ranks: int) -> list[bytes]:
+    return [storage.load_part_blob(store, manifest, part_name(r)) for r in range(ranks)]
 
 
-def prune_sets(store: _storage.Store, run: RunIdentity, keep: int) -> list[str]:
+def prune_sets(store: storage.Store, run: RunIdentity, keep: int) -> list[str]:
     """Delete every set of run ``run`` older than its ``keep`` newest complete ones
     (complete or not: an older incomplete set is a failed attempt); returns the deleted
     prefixes. Newer incomplete sets (a checkpoint being written) are left alone, and so
     is every other run's folder."""
-    complete = _storage.complete_sets(store, run.root)
+    complete = storage.complete_sets(store, run.root)
     if len(complete) <= keep:
         return []
     oldest_kept = _index(complete[keep - 1])
-    gone = [set_prefix(run, i) for i in sorted(_storage._checkpoint_indices(store, run.root),
+    gone = [set_prefix(run, i) for i in sorted(storage.checkpoint_indices(store, run.root),
                                                reverse=True) if i < oldest_kept]
     for prefix in gone:
         store.delete(prefix)

@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ..base._errors import Deadlock
-from ..engine._waits import Wait
+from ..base import Deadlock
+from ..engine import Wait
 
 BACKGROUND: ContextVar[bool] = ContextVar("ftactors_background", default=False)
 """True in the coordinator's watching tasks (heartbeats, progress reports, this watch,
@@ -162,7 +162,7 @@ class DeadlockWatch:
         self.before: dict | None = None
 
     def _finished(self) -> set[int]:
-        return self.c.finished()
+        return self.c.supervisor.finished()
 
     async def service(self) -> None:
         """Read every rank each ``deadlock_check_s`` until a deadlock is found."""
@@ -170,10 +170,10 @@ class DeadlockWatch:
         interval = c.fabric.deadlock_check_s
         while True:
             await c.fabric.sleep(interval)
-            if not c.steady():
+            if not c.supervisor.steady():
                 self.before = None
                 continue
-            if getattr(c.fabric, "hosts_here", False):
+            if c.fabric.hosts_here:
                 states = self._read_here()
             else:
                 answers = await asyncio.gather(
@@ -183,7 +183,7 @@ class DeadlockWatch:
                           if not isinstance(a, BaseException) and a is not None}
                 if len(states) < len(answers):
                     states = None  # a rank that did not answer in time is busy (computing)
-            if states is None or not c.steady():
+            if states is None or not c.supervisor.steady():
                 # (a failure or recovery that began meanwhile may wake anyone)
                 self.before = None
                 continue
@@ -211,7 +211,7 @@ class DeadlockWatch:
         the last reading that read every rank (empty when there is none)."""
         finished = self._finished()
         states = self.before or {}
-        if getattr(self.c.fabric, "hosts_here", False):
+        if self.c.fabric.hosts_here:
             states = {r: h.ep.wait_state() for r, h in enumerate(self.c.handles)
                       if h is not None}
         return {r: RankWait(r, st["wait"], st["position"], r in finished,
@@ -226,5 +226,5 @@ class DeadlockWatch:
         if self.c.reporter is not None:
             self.c.reporter.stuck(tuple(w.position for w in waits),
                                   tuple(w.wait and w.wait.describe() for w in waits))
-        self.c.deadlocked(deadlock_error(waits, self.c.fabric.clock()))
+        self.c.supervisor.deadlocked(deadlock_error(waits, self.c.fabric.clock()))
         return True

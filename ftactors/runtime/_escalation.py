@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..base._errors import RankFailed
+from ..base import RankFailed
 
 
 class LevelExhausted(RankFailed):

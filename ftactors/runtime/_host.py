@@ -15,6 +15,7 @@ against a fresh state.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import traceback
 from dataclasses import dataclass, field
@@ -22,10 +23,9 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from ..facade._comm import Communicator
-from ..engine._endpoint import Endpoint, Link
-from ..base._errors import ProtocolError
-from ..base._events import CHECKPOINT_KINDS
+from ..facade import Communicator
+from ..engine import Endpoint, Link
+from ..base import CHECKPOINT_KINDS, ProtocolError
 from ._identity import RunIdentity
 from ._protocol import protocol_classes
 from ._stale_locals import unset_after_restore
@@ -46,11 +46,14 @@ class RankSpec:
     epoch: int = 0
     trace: bool = False
     options: dict = field(default_factory=dict)
-    kill_iterations: tuple = ()
     incarnation: int = 0
     run: RunIdentity | None = None  # the run's identity: where its stored sets go
-    kill_at_return: bool = False  # chaos: die as main() returns, the result not handed over
-    disconnect_iterations: tuple = ()  # chaos: this rank's connections close there
+    chaos: tuple = ()  # ``_chaos.Strike``s: what this host does to itself (``ChaosFabric``)
+
+    @property
+    def doomed(self) -> bool:
+        """Whether chaos plans this host's death (a disconnect is none)."""
+        return any(strike.action == "die" for strike in self.chaos)
 
 
 def ahead(position, line) -> bool:
@@ -80,10 +83,14 @@ class RankHost:
                            record_deliveries=any(p.records_deliveries
                                                  for p in protocol_classes(spec.rank_cls)))
         self.ep.spawn = self.spawn
-        self.ep.kill_iterations = set(spec.kill_iterations)
-        self.ep.die = self.die
-        self.ep.disconnect_iterations = set(spec.disconnect_iterations)
-        self.ep.disconnect = self.disconnect
+        self._die_at_return = None  # the plan's kill due as main() returns, if any
+        for strike in spec.chaos:  # the first strike at an iteration is the one there
+            if strike.at == "return":
+                self._die_at_return = functools.partial(self.die, moment="return",
+                                                        kill=strike.kill)
+            elif strike.at not in self.ep.strikes:
+                act = self.die if strike.action == "die" else self.disconnect
+                self.ep.strikes[strike.at] = functools.partial(act, strike.at, kill=strike.kill)
         self.obj.ft = self.ep
         self.obj.comm = Communicator(self.ep, WORLD, range(spec.size))
         self._main: asyncio.Task | None = None
@@ -93,7 +100,6 @@ class RankHost:
         self._installed: asyncio.Future | None = None
         self._ready: asyncio.Future | None = None
         self._started = False
-        self._die_at_return = spec.kill_at_return
 
     # ------------------------------------------------------------------- running
     async def run(self, args: tuple, kwargs: dict, restore: Any = None) -> dict:
@@ -103,57 +109,71 @@ class RankHost:
         ``restore``: a shared snapshot handle (``Link.share``) this replacement starts
         from, or a survivor that had finished is rolled back to.
         """
-        obj, ep = self.obj, self.ep
+        ep = self.ep
         ep.events.record("start", epoch=ep.epoch, incarnation=self.spec.incarnation)
         ep.rank_task = asyncio.current_task()  # whose waits are the rank's (``_waits``)
         self._parked = None
         self._ready = asyncio.get_running_loop().create_future()
         try:
-            if not self._started:
-                self._started = True
-                await obj.on_start()
-                ep.started()
-            if restore is not None:
-                # the incarnation the restore makes this rank: a new host's own, or a new
-                # one for a rank that had finished and runs again (a survivor rolled back)
-                await self._install(restore, restore["peer_epochs"][self.spec.rank])
-            ep.open()
-            if restore is None and self.spec.incarnation == 0:
-                self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
-            self._ready.set_result(None)
-            while True:
-                if self._parked is not None:
-                    # paused: wait for the restore (a pause that came while the last one
-                    # was installed holds too: main() must not run that restore's state
-                    # while the round that paused it gives every rank another)
-                    ep.rank_task = asyncio.current_task()
-                    handle, epoch = await self._parked
-                    self._parked = None
-                    await self._install(handle, epoch)
-                    continue
-                self._main = ep.rank_task = asyncio.ensure_future(obj.main(*args, **kwargs))
-                try:
-                    value = await self._main
-                except asyncio.CancelledError as exc:
-                    if self._failure is not None:
-                        raise self._failure from None
-                    if self._parked is None:
-                        if self._main.cancelling():  # cancelled from outside: the run ends
-                            raise
-                        # main() itself raised it: an application error like any other
-                        raise RuntimeError("main() raised asyncio.CancelledError") from exc
-                    continue
-                break
+            await self._begin(restore)
+            value = await self._main_to_end(args, kwargs)
             ep.rank_task = asyncio.current_task()
-            if self._die_at_return:
-                self._die_at_return = False
-                await self.die(moment="return")
-            await obj.on_finish()
+            if self._die_at_return is not None:
+                die, self._die_at_return = self._die_at_return, None
+                await die()
+            await self.obj.on_finish()
         except Killed:
             raise
         except Exception as exc:  # an application (or protocol) error: report, don't crash
             return self._error(unset_after_restore(exc, ep.resumed_at)
                                or f"{type(exc).__name__}: {exc}", exc)
+        return self._returned(value)
+
+    async def _begin(self, restore: Any) -> None:
+        """Start the rank (``on_start`` once per host), install ``restore`` if given,
+        open the endpoint and say the rank is ready (``ready``)."""
+        ep = self.ep
+        if not self._started:
+            self._started = True
+            await self.obj.on_start()
+            ep.started()
+        if restore is not None:
+            # the incarnation the restore makes this rank: a new host's own, or a new
+            # one for a rank that had finished and runs again (a survivor rolled back)
+            await self._install(restore, restore["peer_epochs"][self.spec.rank])
+        ep.open()
+        if restore is None and self.spec.incarnation == 0:
+            self.obj._ft_unsaved_watch = UnsavedStateWatch(type(self.obj))
+        self._ready.set_result(None)
+
+    async def _main_to_end(self, args: tuple, kwargs: dict) -> Any:
+        """``main()``'s return value, with every pause and restore in between: a paused
+        rank waits for its restore, installs it and runs ``main()`` again."""
+        ep = self.ep
+        while True:
+            if self._parked is not None:
+                # paused: wait for the restore (a pause that came while the last one
+                # was installed holds too: main() must not run that restore's state
+                # while the round that paused it gives every rank another)
+                ep.rank_task = asyncio.current_task()
+                handle, epoch = await self._parked
+                self._parked = None
+                await self._install(handle, epoch)
+                continue
+            self._main = ep.rank_task = asyncio.ensure_future(self.obj.main(*args, **kwargs))
+            try:
+                return await self._main
+            except asyncio.CancelledError as exc:
+                if self._failure is not None:
+                    raise self._failure from None
+                if self._parked is None:
+                    if self._main.cancelling():  # cancelled from outside: the run ends
+                        raise
+                    # main() itself raised it: an application error like any other
+                    raise RuntimeError("main() raised asyncio.CancelledError") from exc
+
+    def _returned(self, value: Any) -> dict:
+        """``run``'s outcome for ``main()``'s return value: it must travel pickled."""
         unpicklable = _unpicklable(value)
         if unpicklable is not None:
             return self._error(f"{type(unpicklable).__name__}: main() returned a "
@@ -161,9 +181,9 @@ class RankHost:
                                f"({unpicklable}); a rank's result travels to the driver "
                                f"pickled, on every transport: return plain data",
                                unpicklable)
-        ep.flush()
+        self.ep.flush()
         # the position says whether the rank ever offered a safe point (None: never)
-        ep.events.record("finish", position=ep.position)
+        self.ep.events.record("finish", position=self.ep.position)
         return {"ok": True, "value": value}
 
     def _error(self, message: str, exc: BaseException) -> dict:
@@ -222,11 +242,15 @@ class RankHost:
         if self._main is not None and not self._main.done():
             self._main.cancel()
 
-    async def die(self, iteration: int | None = None, moment: str | None = None) -> None:
+    async def die(self, iteration: int | None = None, moment: str | None = None,
+                  kill: int | None = None) -> None:
         """Chaos: this rank's process dies now, at the top of ``iteration`` (or at
-        ``moment``: ``"return"``, as ``main()`` returns); its last word goes to the
-        coordinator. Nothing (not even a pause) can cancel a planned death."""
+        ``moment``: ``"return"``, as ``main()`` returns), firing the plan's kill ``kill``
+        (None: the job's loss); its last word goes to the coordinator. Nothing (not even
+        a pause) can cancel a planned death."""
         where = {"iteration": iteration} if moment is None else {"moment": moment}
+        if kill is not None:
+            where["kill"] = kill
         event = self.ep.events.make("killed", how="chaos", **where,
                                     incarnation=self.spec.incarnation)
         try:
@@ -234,11 +258,12 @@ class RankHost:
         finally:
             self._die()
 
-    def disconnect(self, iteration: int) -> None:
+    async def disconnect(self, iteration: int, kill: int) -> None:
         """Chaos: every direct connection of this rank closes now, at the top of
-        ``iteration`` (a network fault, not a death: the channels reconnect)."""
+        ``iteration``, firing the plan's kill ``kill`` (a network fault, not a death: the
+        channels reconnect)."""
         self.link.report(self.ep.events.make("disconnected", how="chaos", iteration=iteration,
-                                             incarnation=self.spec.incarnation))
+                                             kill=kill, incarnation=self.spec.incarnation))
         self.link.cut(None, 0.0)
 
     # ------------------------------------------------------- coordinator calls

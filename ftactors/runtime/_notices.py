@@ -1,20 +1,21 @@
 """What a run must tell its user about fault tolerance it did not exercise or cannot give.
 
 A run that verifies is only evidence when the failures it planned happened and the state
-it claims to protect was protected. Ways a run can look tested while it is not
-(issue 24, item 4), each told as a ``FaultToleranceWarning`` (``base/_warnings``) and
-kept in the result:
+it claims to protect was protected. Ways a run can look tested while it is not, each
+told as a ``FaultToleranceWarning`` (``base/_warnings``) and kept in the result:
 
 * a planned kill that never fired (its iteration was past the end of the loop or after
   a ``break``, it named an incarnation that never lived or was already gone, the program
   has no ``iterations()`` loop, its time came after the end of the run, its recovery
   round or phase never came, its moment of a rank's or a spare's life never came):
-  ``kill_tally`` matches the plan against the ``killed``
-  (and ``stalled``) events and says why each unfired one did not fire;
+  ``kill_tally`` finds each kill's firing by its identity (the event of a firing names
+  its kill, ``runtime/_chaos_fabric``) and says why each unfired one did not fire;
   ``RunResult.metrics`` has ``kills_planned``, ``kills_fired`` and ``kills_unfired``;
 * a rank restored past the top of its first loop with nothing registered: the rank
-  reports it at the restore (``restored_unregistered``), the driver warns then
-  (``on_report``) and the metrics list the ranks;
+  reports it at the restore (``restored_unregistered``) and the metrics list the ranks;
+  the driver warns then (``on_report``) if a loop of the program carries state from one
+  iteration to the next (``_carried_state``): a task-farm worker that only receives
+  tasks and sends results has nothing to register, and is not told to;
 * a protocol that will never checkpoint: known before the start from the options
   (``Protocol.start_notices``, e.g. ReadyMessageFlush with no interval), or only at the
   end when no rank ever offered a safe point to protocols that checkpoint only there
@@ -34,10 +35,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ..base._events import Event
-from ..base._warnings import (KillNotFiredWarning, NoCheckpointWarning,
-                              NothingRegisteredWarning, StaleLocalWarning,
-                              UnsavedStateWarning, warn)
+from ..base import (Event, KillNotFiredWarning, NoCheckpointWarning, NothingRegisteredWarning,
+                    StaleLocalWarning, UnsavedStateWarning, warn)
+from ._carried_state import loops_carry_state
 from ._chaos import Kill
 from ._protocol import protocol_classes
 from ._stale_locals import stale_key, stale_text
@@ -54,10 +54,11 @@ def at_start(rank_cls: type, options: dict, spares: int) -> list[str]:
     return told
 
 
-def on_report(event: Event, earlier: list[Event]) -> None:
+def on_report(event: Event, earlier: list[Event], rank_cls: type) -> None:
     """A rank's report reached the driver (after the ``earlier`` ones): warn now of one
-    that says a rank was restored with nothing registered, or that its loop changes state
-    no checkpoint holds (once per run for the same state)."""
+    that says a rank of ``rank_cls`` was restored with nothing registered while its
+    loops carry state, or that its loop changes state no checkpoint holds (once per run
+    for the same state)."""
     if event.kind == "unsaved_state":
         names = event.detail["names"]
         if any(e.kind == event.kind and e.detail["names"] == names for e in earlier):
@@ -77,7 +78,7 @@ def on_report(event: Event, earlier: list[Event]) -> None:
             if stale_key(item) not in told:
                 warn(StaleLocalWarning, stale_text([event.rank], event.detail["position"],
                                                    item))
-    if event.kind == "restored_unregistered":
+    if event.kind == "restored_unregistered" and loops_carry_state(rank_cls):
         loop, iteration = event.detail["position"]
         warn(NothingRegisteredWarning,
              f"rank {event.rank} was restored to iteration {iteration} of loop {loop} "
@@ -109,16 +110,14 @@ def after_run(rank_cls: type, kills: list[Kill], metrics: dict, events: list[Eve
 
 def kill_tally(kills: list[Kill], events: list[Event]) -> dict[str, list[dict]]:
     """``kills_planned``, ``kills_fired`` (each a kill's settings) and ``kills_unfired``
-    (``{"kill": settings, "why": reason}``), matching each planned kill to the event of
-    its firing (each event fires one kill)."""
-    strikes = [ev for ev in events if ev.kind in ("killed", "stalled", "disconnected")]
+    (``{"kill": settings, "why": reason}``): a kill fired when an event of the timeline
+    names it (``kill``: its index in the plan, as every firing's event does)."""
+    hits = {ev.detail.get("kill") for ev in events}
     planned, fired, unfired = [], [], []
-    for kill in kills:
+    for i, kill in enumerate(kills):
         settings = describe(kill)
         planned.append(settings)
-        hit = next((ev for ev in strikes if _fired_by(kill, ev)), None)
-        if hit is not None:
-            strikes.remove(hit)
+        if i in hits:
             fired.append(settings)
         else:
             unfired.append({"kill": settings, "why": _why_unfired(kill, events)})
@@ -138,27 +137,6 @@ def describe(kill: Kill) -> dict[str, Any]:
 def kill_text(settings: dict) -> str:
     """A kill's settings (``describe``) as the user would write the kill."""
     return "Kill(" + ", ".join(f"{k}={v!r}" for k, v in settings.items()) + ")"
-
-
-def _fired_by(kill: Kill, ev: Event) -> bool:
-    """Whether event ``ev`` (a ``killed``, ``stalled`` or ``disconnected`` one) is
-    ``kill`` firing."""
-    d = ev.detail
-    if kill.spare is not None:
-        return d.get("spare") == kill.spare and d.get("moment") == kill.moment
-    if ev.rank != kill.rank:
-        return False
-    if kill.moment is not None:
-        return (ev.kind == "killed" and d.get("moment") == kill.moment
-                and d.get("incarnation", kill.incarnation) == kill.incarnation)
-    if kill.recovery_round is not None:
-        return (ev.kind == "killed" and d.get("during_recovery") == kill.recovery_round
-                and d.get("phase") == kill.recovery_phase)
-    if kill.time_s is not None:
-        return d.get("at_s") == kill.time_s
-    return (ev.kind in ("killed", "disconnected") and d.get("how") == "chaos"
-            and d.get("iteration") == kill.iteration
-            and d.get("incarnation", 0) == kill.incarnation)
 
 
 def _why_unfired(kill: Kill, events: list[Event]) -> str:

@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..base._errors import ConfigError
-from ..facade._collectives import LARGE_COLLECTIVES_BYTES
+from ..base import ConfigError
+from ..facade import LARGE_COLLECTIVES_BYTES
 
 INTERVAL, OWN_ROUNDS, STATE = "interval", "own rounds", "state"
 ROLES = {
@@ -237,7 +237,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
     _ray("reuse_processes", bool, True,
          "keep the rank processes of a run that completed (and chaos did not touch) for "
          "the driver's next run, instead of starting new ones: a process start costs "
-         "about a second of CPU (see transports/_warm.py); not with rank_num_cpus > 0 "
+         "about a second of CPU (see transports/ray/warm.py); not with rank_num_cpus > 0 "
          "(an idle kept process would hold its CPUs); False: every run starts its own"),
     _ray("rank_nodes", list, None, "the node id each rank starts on (one per rank; a rank "
                                    "whose node is gone starts anywhere)"),

@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..base._events import CHECKPOINT_KINDS, Event
+from ..base import CHECKPOINT_KINDS, Event
 
 NEWS_KINDS = ("killed", "failure_detected", "recovery_level", "recovery_end", "job_lost")
 """The coordinator's events reported as they happen."""

@@ -30,9 +30,8 @@ import asyncio
 import itertools
 from typing import Any, ClassVar
 
-from ..engine._envelope import Envelope
-from ..engine._hooks import passes_on
-from ..base._errors import ProtocolError
+from ..engine import Envelope, passes_on
+from ..base import ProtocolError
 
 CONSISTENCY, LEVEL, SPARES = "consistency", "level", "spares"
 ROLES = {

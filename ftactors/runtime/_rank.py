@@ -114,12 +114,9 @@ class SafePoints:
             raise StopAsyncIteration
         i = self._i
         self._i = i + 1
-        if i in ft.kill_iterations:  # chaos strikes before the safe point is offered
-            ft.kill_iterations.discard(i)
-            await ft.die(i)
-        if i in ft.disconnect_iterations:
-            ft.disconnect_iterations.discard(i)
-            ft.disconnect(i)
+        strike = ft.strikes.pop(i, None)
+        if strike is not None:  # chaos strikes before the safe point is offered
+            await strike()
         ft.at_safe_point(i)
         watch = self._rank._ft_unsaved_watch
         if watch is not None:

@@ -14,10 +14,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..base._events import EventLog
-from ..engine._envelope import Envelope
-from ..engine._vector import RankVector
-from ..engine._waits import Wait
+from ..base import EventLog
+from ..engine import Envelope, RankVector, Wait
 
 
 class LinkContext(Protocol):

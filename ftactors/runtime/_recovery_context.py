@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from ..base._errors import ProtocolError
+from ..base import ProtocolError
 from ._checkpoints import load_own
 from ._deaths import NewFailure, RankDied
 
@@ -86,7 +86,7 @@ class RecoveryContext:
     @property
     def restore(self):
         """The set the run was started from (``restart_from``), or None."""
-        return self._c.restore
+        return self._c.config.restore
 
     @property
     def wired(self):
@@ -108,7 +108,7 @@ class RecoveryContext:
         return self._c.unstarted()
 
     def running(self, rank: int) -> bool:
-        return self._c.running(rank)
+        return self._c.supervisor.running(rank)
 
     def clock(self) -> float:
         """The run's clock (virtual on sim)."""
@@ -134,11 +134,11 @@ class RecoveryContext:
 
     async def call_handle(self, handle: Any, handler: Callable | str, *args) -> Any:
         """Ask the incarnation ``handle``; a dead one raises ``RankDied``."""
-        return await self._c.asking(self._c.fabric.call(handle, rpc_name(handler), *args))
+        return await self._c.supervisor.asking(self._c.fabric.call(handle, rpc_name(handler), *args))
 
     async def call_handle_kept(self, handle: Any, handler: Callable | str, *args) -> Any:
         """``call_handle``, the answer kept by the coordinator."""
-        return await self._c.asking(self._c.fabric.call_kept(handle, rpc_name(handler),
+        return await self._c.supervisor.asking(self._c.fabric.call_kept(handle, rpc_name(handler),
                                                              *args))
 
     async def node_of(self, handle: Any):
@@ -179,7 +179,7 @@ class RecoveryContext:
         await self._c.rewire()
 
     def start_rank(self, rank: int, restore: Any = None) -> None:
-        self._c.start_rank(rank, restore)
+        self._c.supervisor.start_rank(rank, restore)
 
     def restore_spec(self, snapshot: Any, notes: dict | None = None, **kwargs):
         return self._c.restore_spec(snapshot, notes, **kwargs)

@@ -24,8 +24,8 @@ START_ATTEMPTS = 3
 
 class SparePool:
     """The coordinator's spares; ``coordinator`` provides ``fabric``, ``events``,
-    ``helper(coro)`` (background work stopped with the run) and ``strike_spare(index,
-    moment, handle)`` (chaos)."""
+    ``helper(coro)`` (background work stopped with the run); each moment of a spare's
+    life is handed to ``chaos.reached`` (chaos may strike there: ``ChaosFabric``)."""
 
     def __init__(self, coordinator, size: int):
         self.c = coordinator
@@ -56,7 +56,7 @@ class SparePool:
         c = self.c
         try:
             spare = await c.fabric.spawn_spare()
-            await c.strike_spare(index, "starting", spare)
+            await c.chaos.reached(spare, spare=index, moment="starting")
             await c.fabric.ping(spare)  # it counts once it answers
         except RankDied as died:
             self.starting -= 1
@@ -73,7 +73,7 @@ class SparePool:
         self._watchers[spare] = c.helper(self._watch(spare, index))
         c.events.record("spare_ready", spare=index)
         self._changed.set()
-        await c.strike_spare(index, "idle", spare)
+        await c.chaos.reached(spare, spare=index, moment="idle")
 
     async def _watch(self, spare, index: int) -> None:
         await self.c.fabric.watch(spare)

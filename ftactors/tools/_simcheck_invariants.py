@@ -10,9 +10,9 @@
   (Algorithm 8 bounds what a recovery line can use, not the count; the paper gives no
   bound). What is bounded is the part of it that is older than every cluster's newest
   CLC: each step of a rollback cascade adds at most one such CLC, so never more than there
-  are clusters. (An earlier form, at most as many CLCs as clusters in all, held on 1,000
-  ``Flood`` runs but not on a program that splits its communicator in every iteration,
-  where a cluster waiting out a recovery took no CLC while the others went on.)
+  are clusters. (The count of all CLCs held is not bounded by the number of clusters:
+  in a program that splits its communicator in every iteration, a cluster waiting out
+  a recovery takes no CLC while the others go on.)
 * A give-up (``ft.RankFailed``) of StandbyReplacement or RSBackup is correct only if the
   failures really took data no copy or code can rebuild. That is decided here from the
   failed ranks and the placement of the copies, not from the protocol's own inventories

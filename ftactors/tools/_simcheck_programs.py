@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import sys
 
-from ..runtime._program_code import code_objects, wildcard_receives
-from ..runtime._rank import Rank
-from ..runtime._stale_locals import stale_key, stale_text
-from ..runtime._unsaved_state import digest as state_digest
+from ..runtime import (Rank, code_objects, digest as state_digest, stale_key, stale_text,
+                       wildcard_receives)
 
 FRAMEWORK_ATTRS = frozenset(vars(Rank).get("__annotations__", {})) | {"comm", "ft",
                                                                       "run_identity"}

@@ -16,7 +16,7 @@ causes are read from those facts, never from the program's text:
 """
 from __future__ import annotations
 
-from ..engine._constants import ANY_SOURCE, ANY_TAG
+from ..engine import ANY_SOURCE, ANY_TAG
 
 PROGRAM_KINDS = ("recv", "probe", "ssend")
 """Waits on one named peer's message (a request's is the same once named)."""

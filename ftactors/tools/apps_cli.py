@@ -16,11 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..runtime._options import add_option_flags, option_values
-from ..runtime._protocol import stack_refusal
+from ..runtime import add_option_flags, option_values, stack_refusal, working_stacks
 # public beside stack_names and protocol_stack: every stack of two or more protocols that
 # --protocol takes (bench nodes runs each)
-from ..runtime._protocol import working_stacks  # noqa: F401
 from ._common import write_json
 from .programs import (APPS, add_program_arguments, app_module, is_reference, program_from_args,
                        resolve)

@@ -23,10 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import ftactors as ft
-from ..base._storage import open_filesystem
-from ..runtime._chaos import KILL_METHODS
-from ..runtime._notices import kill_text
-from ..runtime._options import add_option_flags
+from ..base import open_filesystem
+from ..runtime import KILL_METHODS, add_option_flags, kill_text
 from .node_loss import remove_node, shutdown_cluster
 from .apps_cli import protocol_stack
 from .experiment import (Experiment, ExperimentError, RunSpec, experiment_from_dict,

@@ -11,7 +11,7 @@ import sys
 
 from ..protocols.shared.units import (default_group_size, pairs_from_trace, ranks_in_trace,
                                 suggest_groups, traffic_inside)
-from ..runtime._trace import plot_trace, read_traffic
+from ..runtime import plot_trace, read_traffic
 from ._common import command_parser, run_command
 from .advise import add_advise
 from .apps_cli import add_demo, add_run

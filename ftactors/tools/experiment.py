@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ftactors as ft
-from .._run import _prepare
-from ..runtime._options import INTERVAL, option_values, with_role
-from ..runtime._protocol import protocol_classes
+from ..runtime import INTERVAL, RunConfig, option_values, protocol_classes, with_role
 from .apps_cli import APPS, app_module, parse_pair, protocol_stack, stack_names
 from .programs import FORMS, Program, is_reference, literal, parse_kwargs, resolve
 
@@ -465,8 +463,8 @@ def _run_spec(run_id, app, protocol, ranks, schedule, seed, sections, transport,
                                   f"0..{cluster.nodes - 1} and a time >= 0")
     try:
         cls = protocol_stack(program.cls, stack)
-        _prepare(cls, ranks, args=program.args, kwargs=program.kwargs, transport=transport,
-                 spares=spares, seed=seed, chaos=chaos, **options)  # checks, starts nothing
+        RunConfig.of(cls, ranks, args=program.args, kwargs=program.kwargs, transport=transport,
+                     spares=spares, seed=seed, chaos=chaos, **options)  # checks, starts nothing
     except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
         raise ExperimentError(f"{here}: {exc}") from None
     interval = run_interval(cls, options)

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import sys
 
-from ..runtime._options import options_table, options_text
+from ..runtime import OWN_ROUNDS, core_default, options_table, options_text, with_role
 # public: an option's role, as its Option record declares it (bench nodes leaves a level's
 # own-round options out of a stack whose consistency protocol hands its parts to the levels)
-from ..runtime._options import OWN_ROUNDS, with_role  # noqa: F401
 # public: a core option's declared default (the asyncio floor of bench solver polls as long
 # as a rank does)
-from ..runtime._options import core_default  # noqa: F401
 from .apps_cli import protocol_stack, stack_names
 
 

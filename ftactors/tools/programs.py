@@ -156,7 +156,7 @@ def resolve(name: str, args=(), kwargs: dict | None = None, check: str | None = 
         _check_arguments(name, mod.RANK_CLASS, args, kwargs)
         return Program(name, mod.RANK_CLASS, tuple(args), kwargs, module=mod)
     cls = _load(name, "program")
-    from ..runtime._rank import check_rank_class
+    from ..runtime import check_rank_class
     try:
         check_rank_class(cls)
     except TypeError:

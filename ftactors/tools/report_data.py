@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..base._storage import open_filesystem
+from ..base import open_filesystem
 from .run_metrics import CHECKPOINT_KINDS, EVENT_SCHEMA, RESULT_SCHEMA, UNTESTED
 
 # The columns the report reads, with the types chaos writes; others are ignored.

@@ -15,7 +15,7 @@ from statistics import fmean
 
 import pyarrow as pa
 
-from ..base._events import CHECKPOINT_KINDS
+from ..base import CHECKPOINT_KINDS
 
 
 

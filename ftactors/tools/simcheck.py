@@ -64,8 +64,7 @@ from ._simcheck_stalls import stall_causes
 from ..protocols import ForcedCheckpointStorm
 from .apps_cli import protocol_arg
 from .programs import add_program_arguments, program_from_args
-from ..runtime._chaos import RANK_MOMENTS, SPARE_MOMENTS
-from ..runtime._notices import describe, kill_text
+from ..runtime import RANK_MOMENTS, SPARE_MOMENTS, describe, kill_text
 
 ITERATIONS, PER_PEER, INTERVAL = 9, 2, 3
 JITTER_S = 2e-5

@@ -255,6 +255,20 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         moves after an iteration of nothing but polls (``polled_in_vain``), and slow
         callbacks are measured in wall time in debug mode.
         """
+        self._drop_cancelled()
+        ready = self._ready
+        if not ready and not self._stopping:
+            self._idle()
+        elif (len(ready) <= self._pollers and not self._threads_in_flight
+              and self._next_timer() > self._vtime):  # only pollers, to poll again
+            step = POLL_STEP_S * 2.0 ** min(self._poll_streak, 60)
+            self._vtime = min(self._next_timer(), self._vtime + step)
+        self._take_due()
+        self._run_ready()
+
+    def _drop_cancelled(self) -> None:
+        """Take cancelled timers off the heads of both heaps (and, once they are more
+        than the stock loop's share of the timer heap, out of all of it)."""
         scheduled = self._scheduled
         sched_count = len(scheduled)
         if (sched_count > _MIN_SCHEDULED_TIMER_HANDLES
@@ -267,25 +281,19 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
                 else:
                     live.append(entry)
             heapq.heapify(live)
-            self._scheduled = scheduled = live
+            self._scheduled = live
             self._timer_cancelled_count = 0
         else:
             while scheduled and scheduled[0][2]._cancelled:
                 self._timer_cancelled_count -= 1
                 heapq.heappop(scheduled)[2]._scheduled = False
-
         background = self._background
         while background and background[0][2]._cancelled:
             heapq.heappop(background)[2]._scheduled = False
 
-        ready = self._ready
-        if not ready and not self._stopping:
-            self._idle()
-        elif (len(ready) <= self._pollers and not self._threads_in_flight
-              and self._next_timer() > self._vtime):  # only pollers, to poll again
-            step = POLL_STEP_S * 2.0 ** min(self._poll_streak, 60)
-            self._vtime = min(self._next_timer(), self._vtime + step)
-
+    def _take_due(self) -> None:
+        """Move every timer due at the current virtual time to the ready queue."""
+        scheduled, background, ready = self._scheduled, self._background, self._ready
         now = self._vtime
         while scheduled and scheduled[0][0] <= now:
             handle = heapq.heappop(scheduled)[2]
@@ -298,37 +306,35 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
             ready.append(handle)
         self.callbacks_run += len(ready)
 
-        # Run only what is ready now; callbacks scheduled by these run in the
-        # next iteration, as in the stock loop.
-        popleft = ready.popleft
-        ntodo, polled = len(ready), 0
-        if self._debug:
-            for _ in range(ntodo):
-                handle = popleft()
-                if handle._cancelled:
-                    continue
-                try:
-                    self._current_handle = handle
-                    t0 = time.perf_counter()
-                    handle._run()
-                    dt = time.perf_counter() - t0
-                    if dt >= self.slow_callback_duration:
-                        logger.warning("Executing %r took %.3f wall seconds",
-                                       handle, dt)
-                finally:
-                    self._current_handle = None
-                if self._polled:
-                    self._polled, polled = False, polled + 1
-        else:
-            for _ in range(ntodo):
-                handle = popleft()
-                if not handle._cancelled:
-                    handle._run()
-                    if self._polled:
-                        self._polled, polled = False, polled + 1
+    def _run_ready(self) -> None:
+        """Run only what is ready now (callbacks scheduled by these run in the next
+        iteration, as in the stock loop), counting the iteration's pollers."""
+        popleft, debug = self._ready.popleft, self._debug
+        ntodo, polled = len(self._ready), 0
+        for _ in range(ntodo):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            if debug:
+                self._run_timed(handle)
+            else:
+                handle._run()
+            if self._polled:
+                self._polled, polled = False, polled + 1
         self._pollers = polled if polled == ntodo else 0
         self._poll_streak = self._poll_streak + 1 if self._pollers else 0
-        handle = None  # Break reference cycles if a callback raised.
+
+    def _run_timed(self, handle) -> None:
+        """Debug mode: run ``handle``, warning when it took long in wall time."""
+        try:
+            self._current_handle = handle
+            t0 = time.perf_counter()
+            handle._run()
+            dt = time.perf_counter() - t0
+            if dt >= self.slow_callback_duration:
+                logger.warning("Executing %r took %.3f wall seconds", handle, dt)
+        finally:
+            self._current_handle = None
 
     def _idle(self) -> None:
         """Find the next thing to do when no callback is ready.

@@ -7,7 +7,7 @@ addressed to it is dropped. Used for fast tests of the protocol logic. A spare i
 placeholder (``LocalSpare``) that can die like any host: promoting a dead one fails.
 
 Network faults (``Chaos(method="disconnect")``, ``Partition``) are modelled on a *wire*
-per pair of ranks, as the direct data plane behaves on Ray (``_direct``): a cut wire loses
+per pair of ranks, as the direct data plane behaves on Ray (``direct``): a cut wire loses
 the batches in flight on it and holds those sent after, then connects again (at once here,
 after a handshake's round trips on ``sim``, when the partition ends) and sends them all,
 in order. A sender whose wire is down holds a window's worth at most, then waits. A new
@@ -18,11 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..runtime._coordinator import RankDied
-from ..engine._endpoint import Link
-from ..engine._envelope import Envelope
-from ..runtime._host import Killed, RankHost, RankSpec
-from ._direct import WINDOW_BYTES
+from ..runtime import Killed, RankDied, RankHost, RankSpec
+from ..engine import Envelope, Link
+from .direct import WINDOW_BYTES
 
 
 class LocalLink(Link):
@@ -70,11 +68,12 @@ class LocalSpare:
 
 
 class LocalFabric:
-    """In-process hosts, wired through the event loop."""
+    """In-process hosts, wired through the event loop (a ``runtime._fabric.Fabric``)."""
 
     name = "local"
     link_class = LocalLink
     hosts_here = True  # the coordinator may read a host's endpoint directly
+    heartbeat_interval_s = None  # a rank in this process cannot hang apart from the run
     deadlock_check_s = 0.2
     """How often the coordinator reads the ranks' waits (``runtime/_deadlock``): two
     readings in a row that find every rank blocked and nothing moving end the run."""
@@ -339,6 +338,10 @@ class LocalFabric:
         if method != "sigstop":
             self._mark_dead(host)
         host.cancel_all()
+
+    def metrics(self) -> dict:
+        """No figures of its own."""
+        return {}
 
     async def shutdown(self, completed: bool = False) -> None:
         for host in self.hosts.values():

@@ -21,9 +21,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from ..engine._envelope import Envelope
-from ..runtime._deadlock import BACKGROUND
-from ..runtime._options import CORE_OPTIONS
+from ..engine import Envelope
+from ..runtime import BACKGROUND, CORE_OPTIONS
 from .local import LocalFabric, LocalLink
 
 DEFAULTS = {o.name: o.default for o in CORE_OPTIONS if o.name.startswith("sim_")}

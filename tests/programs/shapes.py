@@ -3,6 +3,8 @@ of different lengths, ranks with different roles, two loops, a loop one rank lea
 Each returns something that tells a wrong execution from a right one."""
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 
 import ftactors as ft
@@ -19,36 +21,77 @@ class Farm(ft.Rank):
     async def main(self, ntasks=20):
         comm = self.comm
         st = ft.Status()
-        if self.rank == 0:
-            self.register("results", {})
-            self.register("next", 0)
-            self.register("closed", 0)
-            async for _ in self.iterations(10**9):
-                if self.closed == self.size - 1:
-                    break
-                data = await comm.recv(source=ft.ANY_SOURCE, tag=ft.ANY_TAG, status=st)
-                src, tag = st.Get_source(), st.Get_tag()
-                if tag == READY:
-                    if self.next < ntasks:
-                        await comm.send(self.next, dest=src, tag=START)
-                        self.next += 1
-                    else:
-                        await comm.send(None, dest=src, tag=EXIT)
-                elif tag == DONE:
-                    self.results[data[0]] = data[1]
+        if self.rank:
+            done = await self.work(st)
+            await comm.send(None, dest=0, tag=EXIT)
+            return done
+        self.register("results", {})
+        self.register("next", 0)
+        self.register("closed", 0)
+        async for _ in self.iterations(10**9):
+            if self.closed == self.size - 1:
+                break
+            data = await self.take(st)
+            src, tag = st.Get_source(), st.Get_tag()
+            if tag == READY:
+                if self.next < ntasks:
+                    await comm.send(self.next, dest=src, tag=START)
+                    self.next += 1
                 else:
-                    self.closed += 1
-            return sorted(self.results.items())
+                    await comm.send(None, dest=src, tag=EXIT)
+            elif tag == DONE:
+                self.results[data[0]] = data[1]
+            else:
+                self.closed += 1
+        return sorted(self.results.items())
+
+    async def work(self, st) -> int:
+        """A worker's loop, one turn per task; the number of tasks it did."""
         self.register("done", 0)
         async for _ in self.iterations(10**9):
-            await comm.send(None, dest=0, tag=READY)
-            task = await comm.recv(source=0, tag=ft.ANY_TAG, status=st)
-            if st.Get_tag() != START:
+            if not await self.turn(st):
                 break
-            await comm.send((task, task * task), dest=0, tag=DONE)
             self.done += 1
-        await comm.send(None, dest=0, tag=EXIT)
         return self.done
+
+    async def turn(self, st) -> bool:
+        """A worker's turn: READY, then a task done (True) or told to exit (False)."""
+        await self.comm.send(None, dest=0, tag=READY)
+        task = await self.task(st)
+        if st.Get_tag() != START:
+            return False
+        await self.comm.send((task, task * task), dest=0, tag=DONE)
+        return True
+
+    async def take(self, st):
+        """The master's next message, from any worker, with any tag (into ``st``)."""
+        return await self.comm.recv(source=ft.ANY_SOURCE, tag=ft.ANY_TAG, status=st)
+
+    async def task(self, st):
+        """A worker's next message from the master (a task, or EXIT)."""
+        return await self.comm.recv(source=0, tag=ft.ANY_TAG, status=st)
+
+
+class PollingFarm(Farm):
+    """The farm with ranks that poll instead of blocking: the master loops over
+    ``iprobe(ANY_SOURCE, ANY_TAG)``, each worker over its task request's ``test()``,
+    yielding between polls. A rank that polls never blocks in a receive, so a
+    checkpoint round must take its state at a failed poll, as at a blocked receive
+    (``Endpoint.polled``): it never reaches its next safe point before the message it
+    polls for comes, and that message may come only after the round."""
+
+    async def take(self, st):
+        while not self.comm.iprobe(source=ft.ANY_SOURCE, tag=ft.ANY_TAG, status=st):
+            await asyncio.sleep(0)
+        return await self.comm.recv(source=st.Get_source(), tag=st.Get_tag(), status=st)
+
+    async def task(self, st):
+        req = self.comm.irecv(source=0, tag=ft.ANY_TAG)
+        while True:
+            done, task = req.test(st)
+            if done:
+                return task
+            await asyncio.sleep(0)
 
 
 class Uneven(ft.Rank):
@@ -133,6 +176,7 @@ class BreakFirst(ft.Rank):
 
 
 def farm_check(results, reference) -> bool:
-    """sim-check's judge of a Farm run (``--check tests.programs.shapes:farm_check``):
-    the master's collected results; which worker did which task depends on timing."""
-    return results[0] == reference[0]
+    """sim-check's judge of a Farm or PollingFarm run (``--check tests.programs.shapes:farm_check``):
+    the master's collected results, and every task done exactly once (the workers'
+    counts add up to the tasks); which worker did which task depends on timing."""
+    return results[0] == reference[0] and sum(results[1:]) == sum(reference[1:])

@@ -17,7 +17,7 @@ from ftactors.tools.apps_cli import protocol_stack
 
 from . import shapes
 
-SHAPES = {"Farm": (shapes.Farm, 3), "Uneven3": (shapes.Uneven, 3),
+SHAPES = {"Farm": (shapes.Farm, 3), "PollingFarm": (shapes.PollingFarm, 3), "Uneven3": (shapes.Uneven, 3),
           "Uneven4": (shapes.Uneven, 4), "UnevenHalo": (shapes.UnevenHalo, 3),
           "Roles": (shapes.Roles, 3), "TwoLoops": (shapes.TwoLoops, 3),
           "BreakFirst": (shapes.BreakFirst, 3)}
@@ -32,9 +32,10 @@ def plain(name: str, transport: str):
 
 
 def answer(name: str, results: list):
-    """What must not change: the farm's master's results (which worker did which task
-    depends on timing), every rank's result otherwise."""
-    return results[0] if name == "Farm" else results
+    """What must not change: the farm's master's results and how many tasks the workers
+    did in all (which worker did which task depends on timing), every rank's result
+    otherwise."""
+    return (results[0], sum(results[1:])) if name.endswith("Farm") else results
 
 
 ROUND_EVENTS = {"ready-flush": "checkpoint_part", "standby": "backup", "rs": "rs_checkpoint"}
@@ -75,6 +76,8 @@ KILLS = {
     # and (on sim, virtual time) whoever is where at a time: mostly blocked in a receive
     "Farm": [ft.Kill(1, iteration=3), ft.Kill(0, iteration=12), ft.Kill(0, moment="return"),
              ft.Kill(2, moment="finished"), ft.Kill(1, time_s=0.0001)],
+    "PollingFarm": [ft.Kill(1, iteration=3), ft.Kill(0, iteration=12),
+                    ft.Kill(0, moment="return"), ft.Kill(1, time_s=0.0001)],
     "Uneven3": [ft.Kill(2, iteration=5), ft.Kill(1, moment="finished"),
                 ft.Kill(0, moment="return")],
     "Uneven4": [ft.Kill(3, iteration=4), ft.Kill(1, moment="finished")],

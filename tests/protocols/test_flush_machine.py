@@ -208,3 +208,32 @@ def test_a_lazy_marker_precedes_the_first_message_on_an_unmarked_channel_uncount
     assert m0.complete("R", [1]) is not None  # rank 0 waits for no counted marker
     m1.take(0, "flush_go", go[0].data, 0)
     assert m1.before_send(0) == []  # every member joined: no more lazy markers
+
+
+def test_a_lazy_marker_that_comes_after_the_round_is_over_does_not_begin_it_again():
+    """Rank 1 sends rank 0 its first message after joining, before the root's count has
+    reached it: a lazy marker goes first. Rank 0 (the root) completed the round already
+    (the lazy marker is not in its count): the marker is dropped, and the round is not
+    begun again under the same name (it would be joined and checkpointed twice)."""
+    m1, m0 = FlushRounds(1), FlushRounds(0)
+    count = m1.start("R", range(2), sent_to=[], announce=True)
+    go = m0.start("R", range(2), sent_to=[], announce=True) + m0.take(1, "flush_count",
+                                                                     count[0].data, 0)
+    assert m0.complete("R", []) is not None and "R" not in m0.rounds
+    lazy = m1.before_send(0)
+    assert [e.op for e in lazy] == ["marker"]
+    assert m0.take(1, "marker", lazy[0].data, 0) == []
+    assert "R" not in m0.rounds  # not a round to join again
+    m1.take(0, "flush_go", [e for e in go if e.op == "flush_go"][0].data, 0)
+    assert m1.complete("R", []) is not None
+
+
+def test_a_round_over_is_remembered_only_for_the_last_few():
+    """The record of rounds over is bounded (``DONE_KEPT``): a long run keeps no
+    growing set."""
+    from ftactors.protocols.shared.flush import DONE_KEPT
+    m0 = FlushRounds(0)
+    for k in range(DONE_KEPT + 5):
+        m0.start(k, range(1), sent_to=[])
+        assert m0.complete(k, []) is not None
+    assert list(m0.done) == list(range(5, DONE_KEPT + 5))

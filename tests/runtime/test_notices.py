@@ -155,6 +155,19 @@ def test_a_rank_restored_with_nothing_registered_is_named(transport):
 
 
 @pytest.mark.parametrize("transport", ["local", "sim"])
+def test_a_rank_report_warned_of_as_an_error_ends_the_run_with_it(transport):
+    """A driver that makes warnings errors: the warning a rank's report raises (in the
+    coordinator's report handler, not the driver's code) ends the run as that error once
+    the run is over, on every transport; it once left the run waiting forever."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ft.NothingRegisteredWarning, match="rank 1 was restored to "
+                           "iteration 4 of loop 0 with nothing registered"):
+            ft.run(SbIterating, ranks=3, spares=1, args=(8,), transport=transport,
+                   timeout_s=60, chaos=ft.Chaos(kill=[(1, 5)]))
+
+
+@pytest.mark.parametrize("transport", ["local", "sim"])
 def test_a_restore_to_the_top_of_the_first_loop_lost_nothing(transport):
     """Restored to iteration 0 of the first loop, a program that registers nothing
     starts that loop as it first did: nothing to tell."""

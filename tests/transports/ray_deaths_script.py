@@ -10,7 +10,7 @@ import threading
 
 import ftactors as ft
 from ftactors.protocols import StandbyReplacement
-from ftactors.transports.ray_driver import DEATH_NOTICES
+from ftactors.transports.ray.driver import DEATH_NOTICES
 
 NOTICE = "A worker died or was killed while executing a task"
 

@@ -1,4 +1,4 @@
-"""The direct data plane's sockets (``transports/_direct``) without Ray: the handshake,
+"""The direct data plane's sockets (``transports/direct``) without Ray: the handshake,
 framing, backpressure, and what a listener does with peers that cannot prove they belong
 to the run."""
 import asyncio
@@ -18,11 +18,13 @@ import pytest
 from ftactors.engine import _payload
 from ftactors.engine._envelope import APP, Envelope
 from ftactors.engine._payload import pack, unpack
-from ftactors.transports import _direct
-from ftactors.transports._direct import (COUNT, HEADER, HIGH_WATER_BYTES, MAC_BYTES, NONCE_BYTES,
-                                          OOB, OOB_COUNT, ROWS, SESSION_BYTES, WINDOW_BYTES,
-                                          Counters, Listener, Peers, RunSecret, encode,
-                                          secure_run_dir)
+from ftactors.transports.direct import (WINDOW_BYTES, Counters, Listener, Peers, handshake, shm,
+                                        secure_run_dir, wire)
+from ftactors.transports.direct import listener as listening
+from ftactors.transports.direct import peers as sending
+from ftactors.transports.direct.handshake import MAC_BYTES, NONCE_BYTES, SESSION_BYTES, RunSecret
+from ftactors.transports.direct.peers import HIGH_WATER_BYTES
+from ftactors.transports.direct.wire import COUNT, HEADER, OOB, OOB_COUNT, ROWS, encode
 
 
 def _env(i: int, piggyback=None) -> Envelope:
@@ -298,7 +300,7 @@ def test_a_sender_faster_than_its_reader_is_throttled_and_loses_nothing(tmp_path
             conn = peers.conns[1]
             if conn.ready:  # what the kernel has not taken
                 peak = max(peak, conn.wire.pending_bytes)
-            peak_unacked = max(peak_unacked, conn.unacked)
+            peak_unacked = max(peak_unacked, conn.window.unacked)
             waiting = peers.congested(1)
             if waiting is not None:
                 waits += 1
@@ -397,7 +399,7 @@ def test_a_partition_holds_senders_within_the_window_and_heals(tmp_path):
             peers.send(1, *encode([Envelope(APP, 0, 1, "w", 0, sent, pack(blob), seq=sent)], True))
             sent += 1
         conn = peers.conns[1]
-        assert WINDOW_BYTES < conn.unacked <= WINDOW_BYTES + (65 << 10)
+        assert WINDOW_BYTES < conn.window.unacked <= WINDOW_BYTES + (65 << 10)
         assert len(got) == 1 and not conn.ready
         await asyncio.wait_for(peers.congested(1), 10)
         await _until(lambda: len(got) == sent)
@@ -494,13 +496,13 @@ def test_out_of_band_arrays_arrive_intact_writable_and_owned(tmp_path, same_node
             kind, body_, buffers = encode(batch, True)
             assert peers.send(1, kind, body_, buffers)
             conn = peers.conns[1]
-            kept = conn.frames[-1]
+            kept = conn.window.frames[-1]
             oob = [b for env in batch for b in env.payload.buffers]
             assert [type(kept) is tuple, len(oob)] == [True, len(buffers)]
             assert len(kept) == 2 + len(oob)  # header, body (not joined: no copy), buffers
             if oob:  # the window holds the payload's own buffers
                 assert all(k is b for k, b in zip(kept[2:], oob))
-                assert conn.unacked >= sum(map(len, oob))
+                assert conn.window.unacked >= sum(map(len, oob))
         await _until(lambda: len(got) == 7)
         assert [e.app_seq for e in got] == list(range(7))
         for env, n in zip(got, sizes):
@@ -520,7 +522,7 @@ def test_frames_longer_than_the_kernel_takes_at_once_arrive_whole(tmp_path, monk
     what the kernel did not take, from the middle of a piece) and read in parts (the
     listener carries a partial frame over to the next read): small, in-band and
     out-of-band frames, back to back, all arrive intact and in order."""
-    monkeypatch.setattr(_direct, "SEND_BUFFER_BYTES", 8 << 10)
+    monkeypatch.setattr(sending, "SEND_BUFFER_BYTES", 8 << 10)
     written = []
     real_writev = os.writev
 
@@ -528,7 +530,7 @@ def test_frames_longer_than_the_kernel_takes_at_once_arrive_whole(tmp_path, monk
         n = real_writev(fd, pieces)
         written.append(n < sum(map(len, pieces)))
         return n
-    monkeypatch.setattr(_direct.os, "writev", writev)
+    monkeypatch.setattr(sending.os, "writev", writev)
     sizes = [LARGE - 8, LARGE + 8, 1 << 20]
 
     async def body():
@@ -556,7 +558,7 @@ def test_a_cut_in_the_middle_of_an_out_of_band_frame_resends_it_whole(tmp_path, 
     sender reconnects and writes the whole frame again from its window, and every frame
     arrives once, intact."""
     cuts = []
-    fill = _direct._Inbound.buffer_updated
+    fill = listening._Inbound.buffer_updated
 
     def cut_midway(inbound, nbytes):
         fill(inbound, nbytes)
@@ -565,7 +567,7 @@ def test_a_cut_in_the_middle_of_an_out_of_band_frame_resends_it_whole(tmp_path, 
             cuts.append(filling.at)
             (inbound.listener.disconnect if side == "listener" else peers.disconnect)()
 
-    monkeypatch.setattr(_direct._Inbound, "buffer_updated", cut_midway)
+    monkeypatch.setattr(listening._Inbound, "buffer_updated", cut_midway)
     size = 8 << 20
 
     async def body():
@@ -667,7 +669,7 @@ def test_a_full_segment_sends_on_the_socket_and_frees_acknowledged_regions(tmp_p
     on the socket; regions come free as frames are acknowledged, so later buffers use
     the segment again, wrapping around it: a stream of arrays of mixed sizes arrives
     intact and in order either way."""
-    monkeypatch.setattr(_direct, "SEGMENT_BYTES", 5 << 20)
+    monkeypatch.setattr(shm, "SEGMENT_BYTES", 5 << 20)
     sizes = [(2 << 20) + 8 * k for k in range(5)] + [3 << 20, 1 << 20]
 
     async def body():
@@ -675,7 +677,7 @@ def test_a_full_segment_sends_on_the_socket_and_frees_acknowledged_regions(tmp_p
             for i in range(40):
                 assert peers.send(1, *encode([_arrays_env(i, sizes[i % len(sizes)])], True))
                 if i % 4 == 3:  # a burst of four does not fit: let the listener catch up
-                    await _until(lambda: peers.conns[1].base == i + 1)
+                    await _until(lambda: peers.conns[1].window.base == i + 1)
             await _until(lambda: len(got) == 40)
             assert [e.app_seq for e in got] == list(range(40))
             assert all(_intact(e, sizes[e.app_seq % len(sizes)]) for e in got)
@@ -689,15 +691,15 @@ def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path,
     buffers when it makes the next frame's, so the allocator reuses their memory
     (holding them had every 1 MiB buffer page-faulted afresh: ~140 faults a message)."""
     held, refs = [], []
-    real = _direct._Inbound._shared
+    real = listening._Inbound._shared
 
-    def shared(inbound, entries):
+    def shared(inbound, *table):
         held.append(sum(ref() is not None for ref in refs))
-        given = real(inbound, entries)
+        given = real(inbound, *table)
         refs.extend(weakref.ref(b) for b in given if b is not None)
         return given
 
-    monkeypatch.setattr(_direct._Inbound, "_shared", shared)
+    monkeypatch.setattr(listening._Inbound, "_shared", shared)
 
     async def body():
         secret = RunSecret()
@@ -719,7 +721,7 @@ def test_a_receiver_holds_no_delivered_buffer_while_it_copies_the_next(tmp_path,
 def test_a_segment_is_a_ring_of_regions_freed_in_frame_order():
     """Regions are taken after the newest, wrap to the start when the end has no room,
     and come free only when the frames that hold them are acknowledged."""
-    segment = _direct._Segment(10)
+    segment = shm.Segment(10)
     try:
         assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
         assert segment.put(2, b"c" * 3) is None  # 2 left at the end, nothing at the start
@@ -740,7 +742,7 @@ def test_a_segment_takes_its_start_again_first_and_the_window_counts_it(tmp_path
     when its end has room, so the pages in use stay as few as the bytes in flight; and
     the bytes a frame holds in the segment count in the channel's window, so a sender
     that runs ahead of its peer waits instead of walking the whole segment."""
-    segment = _direct._Segment(10)
+    segment = shm.Segment(10)
     try:
         assert [segment.put(0, b"a" * 4), segment.put(1, b"b" * 4)] == [0, 4]
         segment.release(1)
@@ -753,8 +755,8 @@ def test_a_segment_takes_its_start_again_first_and_the_window_counts_it(tmp_path
             for i in range(3):
                 assert peers.send(1, *encode([_arrays_env(i, 2 << 20)], True))
             conn = peers.conns[1]
-            assert conn.unacked >= 6 << 20 and conn.congested()
-            await _until(lambda: len(got) == 3 and conn.unacked == 0)
+            assert conn.window.unacked >= 6 << 20 and conn.congested()
+            await _until(lambda: len(got) == 3 and conn.window.unacked == 0)
             assert listener.counters.shared == 3
     asyncio.run(body())
 
@@ -765,7 +767,7 @@ def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monke
     the sender keeps the region until the frame is acknowledged, writes the frame again
     on a new connection, the listener maps the segment again: delivered once, intact."""
     cuts = []
-    fill = _direct._Inbound.buffer_updated
+    fill = listening._Inbound.buffer_updated
 
     def cut_midway(inbound, nbytes):
         fill(inbound, nbytes)
@@ -774,7 +776,7 @@ def test_a_cut_in_the_middle_of_a_shared_memory_frame_resends_it(tmp_path, monke
             cuts.append(filling.at)
             inbound.listener.disconnect()  # the listener's end resets
 
-    monkeypatch.setattr(_direct._Inbound, "buffer_updated", cut_midway)
+    monkeypatch.setattr(listening._Inbound, "buffer_updated", cut_midway)
     sizes = (8 << 20, 1 << 20)  # the first in the segment, the second on the socket
 
     async def body():
@@ -832,9 +834,9 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
             raise OSError(1, "Operation not permitted")
         monkeypatch.setattr(socket, "send_fds", send_fds)
     elif how == "listener_refuses":
-        real_fcntl = _direct.fcntl.fcntl
-        monkeypatch.setattr(_direct.fcntl, "fcntl", lambda fd, cmd, *arg: (
-            0 if cmd == _direct.fcntl.F_GET_SEALS else real_fcntl(fd, cmd, *arg)))
+        real_fcntl = shm.fcntl.fcntl
+        monkeypatch.setattr(shm.fcntl, "fcntl", lambda fd, cmd, *arg: (
+            0 if cmd == shm.fcntl.F_GET_SEALS else real_fcntl(fd, cmd, *arg)))
     else:
         def memfd_create(*args):
             raise OSError(38, "Function not implemented")
@@ -844,8 +846,8 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
         async with _channel(tmp_path) as (listener, peers, got):
             for i in range(3):  # before the connection is made: shared memory, if any
                 assert peers.send(1, *encode([_arrays_env(i, 2 << 20, LARGE)], True))
-            kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].frames]
-            assert all(k & _direct.SHM for k in kinds) == (how != "no_memfd")
+            kinds = [HEADER.unpack_from(frame[0])[1] for frame in peers.conns[1].window.frames]
+            assert all(k & wire.SHM for k in kinds) == (how != "no_memfd")
             await _until(lambda: len(got) == 3, show=listener.counters.as_dict)
             assert peers.send(1, *encode([_arrays_env(3, 2 << 20, LARGE)], True))  # after it
             await _until(lambda: len(got) == 4, show=listener.counters.as_dict)
@@ -856,8 +858,8 @@ def test_a_segment_that_cannot_be_passed_or_taken_leaves_the_channel_on_the_sock
             assert c.shared_refused == (how == "listener_refuses")
             # the rewritten frames' bytes were counted: the acknowledgements (on their
             # way back, not yet read under load) bring the count to zero
-            await _until(lambda: peers.conns[1].unacked == 0,
-                         show=lambda: peers.conns[1].unacked)
+            await _until(lambda: peers.conns[1].window.unacked == 0,
+                         show=lambda: peers.conns[1].window.unacked)
     asyncio.run(body())
 
 
@@ -912,12 +914,12 @@ def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(t
         listener, endpoint, got = await _listening(tmp_path, secret)
         loop = asyncio.get_running_loop()
         c = listener.counters
-        segment = _direct._Segment(1 << 20)
+        segment = shm.Segment(1 << 20)
         _, body_, _ = encode([_env(0)], True)
 
         def frame(offset):
-            return (HEADER.pack(len(body_), ROWS | OOB | _direct.SHM) + OOB_COUNT.pack(1)
-                    + _direct.SHM_ENTRY.pack(4096, offset) + body_)
+            return (HEADER.pack(len(body_), ROWS | OOB | wire.SHM) + OOB_COUNT.pack(1)
+                    + wire.SHM_ENTRY.pack(4096, offset) + body_)
 
         stranger = os.memfd_create("stranger")
         sock, answer = await _prove(endpoint.path, RunSecret(), [stranger])
@@ -936,7 +938,7 @@ def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(t
         os.ftruncate(unsealed, 1 << 20)
         for k, fds in enumerate(([], [unsealed], [segment.fd, segment.fd])):
             sock, answer = await _prove(endpoint.path, secret, fds)
-            assert answer == _direct.NOT_SHARED and c.shared_refused == min(k, len(fds))
+            assert answer == handshake.NOT_SHARED and c.shared_refused == min(k, len(fds))
             await loop.sock_sendall(sock, frame(0))
             await _until(lambda: c.bad_frame == 2 + k)
             sock.close()
@@ -944,7 +946,7 @@ def test_shared_memory_is_taken_only_from_a_proven_peer_and_within_its_segment(t
         assert _descriptors("unsealed") == 0
 
         sock, answer = await _prove(endpoint.path, secret, [segment.fd])
-        assert answer == _direct.SHARED and c.shared_refused == 2
+        assert answer == handshake.SHARED and c.shared_refused == 2
         await loop.sock_sendall(sock, frame(segment.size - 100))
         await _until(lambda: c.bad_frame == 5, show=c.as_dict)
         assert got == [] and c.frames == 0

@@ -10,7 +10,8 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols import StandbyReplacement
-from ftactors.transports._direct import NONCE_BYTES, ROWS
+from ftactors.transports.direct.handshake import NONCE_BYTES
+from ftactors.transports.direct.wire import ROWS
 
 
 class Exchange(ft.Rank):

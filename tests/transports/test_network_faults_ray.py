@@ -1,6 +1,6 @@
 """Network faults on Ray: CG's direct connections dropped again and again, and a rank cut
 off for a while, give the failure-free answer with no rank declared failed (the channels
-reconnect and resend; ``_direct``)."""
+reconnect and resend; ``direct``)."""
 import asyncio
 
 import pytest

@@ -48,8 +48,8 @@ def test_a_late_kill_report_drops_the_dead_incarnations_notice_not_its_replaceme
     replacement's, should it die unplanned, must still be printed."""
     from ftactors.base._events import Event
     from ftactors.transports.ray import RayFabric
-    from ftactors.transports.ray_driver import DeathNotices
-    import ftactors.transports.ray as ray_transport
+    from ftactors.transports.ray.driver import DeathNotices
+    import ftactors.transports.ray.fabric as ray_transport
 
     fabric = RayFabric({}, None)
     fabric._rank_worker.update({(1, 0): "dead0", (1, 1): "spare1"})

@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 
 import ftactors as ft
-from ftactors.transports import _sources
+from ftactors.transports.ray import by_value
 
 CELL = "<notebook-cell-7>"
 SOURCE = '''import ftactors as ft
@@ -60,7 +60,7 @@ def test_code_shipped_by_value_keeps_its_file_names(cell_module):
     (cloudpickle 3.1.3 alone writes ``<dynamic-code>``), and still run."""
     cloudpickle.register_pickle_by_value(cell_module)
     try:
-        blob = _sources.dumps((cell_module.Cell, cell_module.fail_in_the_cell))
+        blob = by_value.dumps((cell_module.Cell, cell_module.fail_in_the_cell))
     finally:
         cloudpickle.unregister_pickle_by_value(cell_module)
     elsewhere = (

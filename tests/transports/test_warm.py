@@ -1,5 +1,5 @@
 """The pool of kept rank processes and the run token that keeps a finished run's late
-calls and batches away from the run a kept process serves now (``transports/_warm``);
+calls and batches away from the run a kept process serves now (``transports/ray/warm``);
 no Ray started (the actor class is called as a plain object)."""
 import asyncio
 import pickle
@@ -10,7 +10,7 @@ import pytest
 from ftactors.base._errors import ProtocolError
 from ftactors.engine._envelope import APP, Envelope, to_rows
 from ftactors.engine._payload import Payload
-from ftactors.transports._warm import Warm, WarmProcesses
+from ftactors.transports.ray.warm import Warm, WarmProcesses
 from ftactors.transports.ray import RankActor
 
 

@@ -1,4 +1,4 @@
-"""Rank processes kept between the runs of one driver (``transports/_warm``): the next
+"""Rank processes kept between the runs of one driver (``transports/ray/warm``): the next
 run takes the processes a completed run left, never those of a run that failed or that
 chaos touched, and a kept process that died meanwhile is passed over."""
 import asyncio
@@ -9,7 +9,7 @@ import pytest
 
 import ftactors as ft
 from ftactors.protocols import StandbyReplacement
-from ftactors.transports._warm import WARM, Warm
+from ftactors.transports.ray.warm import WARM, Warm
 
 pytestmark = pytest.mark.ray
 
@@ -99,7 +99,7 @@ def _pid(warm: Warm) -> int:
 def test_a_kept_process_that_hangs_is_killed_and_passed_over(ray_session, monkeypatch):
     """A kept process that cannot answer (stopped) does not hang the next run: after
     ``WARM_START_S`` it is killed and a new process takes its place."""
-    import ftactors.transports.ray as ray_transport
+    import ftactors.transports.ray.fabric as ray_transport
     monkeypatch.setattr(ray_transport, "WARM_START_S", 2.0)
     first = sorted(_pids(ft.run(Pids, 2)))
     os.kill(first[0], signal.SIGSTOP)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from ftactors.runtime._checkpoints import position_index
-from ftactors.base._errors import RankFailed
+from ftactors.runtime import position_index
+from ftactors.base import RankFailed
 
 from ..shared.determinants import NOTE, hand_determinants
 from ..shared.parts import PartTaker

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ftactors.engine._envelope import APP, Envelope
+from ftactors.engine import APP, Envelope
 
 from ..shared.units import Groups
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ftactors.base._errors import ConfigError
-from ftactors.runtime._options import INTERVAL, STATE, Option, declared_values
+from ftactors.base import ConfigError
+from ftactors.runtime import INTERVAL, Option, STATE, declared_values
 
 from ..shared.units import Groups
 

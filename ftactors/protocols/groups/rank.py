@@ -109,9 +109,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors.engine._determinants import DETS
-from ftactors.engine._envelope import Envelope
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL
+from ftactors.engine import DETS, Envelope
+from ftactors.runtime import CONSISTENCY, LEVEL
 
 from ..shared.determinants import ReplaysDeterminants
 from ..shared.flush import Flush

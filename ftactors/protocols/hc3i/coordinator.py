@@ -14,7 +14,7 @@ import asyncio
 import warnings
 from dataclasses import dataclass, field
 
-from ftactors.base._errors import ProtocolError
+from ftactors.base import ProtocolError
 
 from . import machine as _ddv
 from .options import NODE, hc3i_settings

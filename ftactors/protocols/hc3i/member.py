@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from ftactors.engine._envelope import APP, Envelope
+from ftactors.engine import APP, Envelope
 
 from . import machine as _ddv
 from ..shared.units import Groups

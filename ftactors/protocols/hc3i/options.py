@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from ftactors.base._errors import ConfigError
-from ftactors.runtime._options import INTERVAL, NONE, STATE, Option, declared_values
+from ftactors.base import ConfigError
+from ftactors.runtime import INTERVAL, NONE, Option, STATE, declared_values
 
 from ..shared.units import Groups
 

@@ -11,14 +11,14 @@ Theory of operation
 groups the ranks by the Ray node they run on; the coordinator finds the nodes once the
 ranks exist and tells every rank before ``main()`` starts. Where every rank is on one
 node (the ``local`` and ``sim`` transports, a one-machine Ray) that is one cluster: the
-protocol is then coordinated checkpointing of the whole run, with no forced CLC. (It
-used to fall back to clusters of ceil(sqrt(n)) consecutive ranks: two arbitrary halves
-for 4 ranks, which CG's collectives cross at every step, so every crossing message forced
-a CLC in the other half: a forced-checkpoint storm, issue 19.) Any group definition or
-policy is accepted instead (``"fixed:K"``, ``"trace:PATH"``: Algorithm 2 on a message
-trace, as ``ftactors groups suggest`` forms them, a JSON/YAML file, a list of lists). A
-cluster's smallest rank is its primary leader: it runs the unforced checkpoint timer.
-A run whose clusters force CLCs much faster than they take unforced ones says so
+protocol is then coordinated checkpointing of the whole run, with no forced CLC. (No
+arbitrary split stands in for nodes: clusters of consecutive ranks that the program's
+collectives cross at every step, as CG's cross two halves of 4 ranks, make every
+crossing message force a CLC in the other half, a forced-checkpoint storm.) Any group
+definition or policy is accepted instead (``"fixed:K"``, ``"trace:PATH"``: Algorithm 2
+on a message trace, as ``ftactors groups suggest`` forms them, a JSON/YAML file, a list
+of lists). A cluster's smallest rank is its primary leader: it runs the unforced
+checkpoint timer. A run whose clusters force CLCs much faster than they take unforced ones says so
 (``protocols/hc3i/storm.py``: a ``hc3i_storm`` event and a warning naming the cluster
 pairs and the remedy).
 
@@ -141,9 +141,9 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors.engine._envelope import APP, Envelope
-from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL, Protocol
+from ftactors.engine import APP, Envelope
+from ftactors.base import ProtocolError
+from ftactors.runtime import CONSISTENCY, LEVEL, Protocol
 
 from . import machine as _ddv
 from .member import AT_COMMIT, CUT, DELIVER, DEPEND, FORCE, LATE, ClcMember, Logged

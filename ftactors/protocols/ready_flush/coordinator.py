@@ -10,11 +10,8 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from ftactors.runtime._recovery_context import NewFailure
-from ftactors.runtime._recovery_context import RankDied
-from ftactors.runtime._checkpoints import position_index, prune_sets, seal_set
-from ftactors.base._errors import ConfigError, ProtocolError
-from ftactors.base._storage import open_store
+from ftactors.runtime import NewFailure, RankDied, position_index, prune_sets, seal_set
+from ftactors.base import ConfigError, ProtocolError, open_store
 
 from ..shared.flush import checkpoint_position
 from ..shared.intervals import daly

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from typing import Iterable, NamedTuple
 
-from ftactors.base._errors import ProtocolError
+from ftactors.base import ProtocolError
 
 
 class Phase(enum.Enum):

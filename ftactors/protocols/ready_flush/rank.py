@@ -121,11 +121,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftactors.runtime._checkpoints import position_index, store_part
-from ftactors.base._errors import ProtocolError
-from ftactors.base._warnings import NoCheckpointWarning
-from ftactors.runtime._protocol import CONSISTENCY, LEVEL, MOVED
-from ftactors.base._storage import open_store
+from ftactors.runtime import CONSISTENCY, LEVEL, MOVED, position_index, store_part
+from ftactors.base import NoCheckpointWarning, ProtocolError, open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.joining import JoinsRounds, Part

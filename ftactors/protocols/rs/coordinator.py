@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ftactors.runtime._checkpoints import position_index, prune_sets, seal_set
-from ftactors.runtime._recovery_context import NewFailure, RankDied
-from ftactors.base._errors import RankFailed
-from ftactors.runtime._escalation import LevelExhausted, LowerLevel
-from ftactors.base._storage import open_store
+from ftactors.runtime import (LevelExhausted, LowerLevel, NewFailure, RankDied, position_index,
+                              prune_sets, seal_set)
+from ftactors.base import RankFailed, open_store
 
 from .machine import RecoveryPlan, Undecodable, choose_recovery
 from .placement import Placement, place, virtual_nodes

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from ftactors.base._errors import ConfigError
-from ftactors.runtime._options import INTERVAL, OWN_ROUNDS, Option, declared_values
+from ftactors.base import ConfigError
+from ftactors.runtime import INTERVAL, OWN_ROUNDS, Option, declared_values
 
 from ..shared.level_plan import OPTIONS as PLAN_OPTIONS
 

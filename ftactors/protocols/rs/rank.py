@@ -123,10 +123,8 @@ from typing import Any
 
 import numpy as np
 
-from ftactors.runtime._checkpoints import position_index, store_part
-from ftactors.base._errors import ProtocolError
-from ftactors.runtime._protocol import LEVEL, MOVED, parts_lead
-from ftactors.base._storage import open_store
+from ftactors.runtime import LEVEL, MOVED, parts_lead, position_index, store_part
+from ftactors.base import ProtocolError, open_store
 from ftactors.protocols.rs.erasure import RSCode, partial_products, xor_into
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ftactors.runtime._checkpoints import part_name, set_prefix
+from ftactors.runtime import part_name, set_prefix
 
 from .erasure import RSCode
 from .placement import Placement

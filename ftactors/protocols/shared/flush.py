@@ -55,8 +55,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Sequence
 
-from ftactors.base._errors import ProtocolError
-from ftactors.engine._waits import Wait
+from ftactors.base import ProtocolError
+from ftactors.engine import Wait
 
 OPS = ("marker", "flush_count", "flush_go", "flush_begin")
 """The control operations a protocol hands to ``Flush.take``."""
@@ -104,6 +104,17 @@ class _Round:
     announced: bool = False
 
 
+DONE_KEPT = 16
+"""Rounds over that a rank remembers. A lazy marker (``before_send``) goes while its
+sender has not had the root's count, so it can reach a receiver that completed the round
+already (it was not in that count); remembered as over, it is dropped there, where it
+would otherwise begin the round afresh, to be joined and checkpointed a second time under
+the same name (two different cuts called one round: a recovery mixing them lost a
+message). It comes at most one round late: once its channel is in use, the sender's
+counted marker of the next round follows it on the same FIFO channel, and the receiver
+cannot complete that round before it."""
+
+
 def _furthest(a, b):
     return b if a is None or (b is not None and tuple(b) > tuple(a)) else a
 
@@ -112,11 +123,19 @@ class FlushRounds:
     """One rank's side of every flush round: what it sends when it joins a round or hears
     a flush message, and when a round is complete for it (the module docstring)."""
 
-    __slots__ = ("me", "rounds")
+    __slots__ = ("me", "rounds", "done")
 
     def __init__(self, me: int):
         self.me = me
         self.rounds: dict[Hashable, _Round] = {}
+        # rounds over here, newest last (``DONE_KEPT``): a lazy marker may still come
+        self.done: dict[Hashable, None] = {}
+
+    def _over(self, round_id: Hashable) -> None:
+        del self.rounds[round_id]
+        self.done[round_id] = None
+        if len(self.done) > DONE_KEPT:
+            del self.done[next(iter(self.done))]
 
     def _round(self, round_id) -> _Round:
         r = self.rounds.get(round_id)
@@ -164,6 +183,8 @@ class FlushRounds:
         application messages from ``src`` this rank has received (a marker's cut)."""
         if op == "marker":
             round_id, value, *lazy = data  # a lazy marker is not in the root's count
+            if round_id in self.done:  # a lazy one, from a peer not told yet it is over
+                return []
             r = self._round(round_id)
             r.markers[src] = value
             r.cuts[src] = received
@@ -229,7 +250,7 @@ class FlushRounds:
             raise ProtocolError(f"flush round {round_id!r} waited for before it was started")
         if r.expected is None or r.counted < r.expected:
             return None
-        del self.rounds[round_id]
+        self._over(round_id)
         # the channel to self is never in transit: nothing of it is cut
         cut = {p: 0 for p in received_from if p != self.me and p in r.members}
         cut.update(r.cuts)
@@ -241,7 +262,7 @@ class FlushRounds:
         r = self._round(round_id)
         if not set(peers) <= r.markers.keys():
             return None
-        del self.rounds[round_id]
+        self._over(round_id)
         return r.markers
 
 
@@ -339,16 +360,22 @@ class Flush:
                     lazy=lambda: [p for p in r.members if p != me and p not in r.markers])
 
     def reset(self) -> None:
-        """Forget every round (after a rollback the peers start over)."""
+        """Forget every round, those over too (after a rollback the peers start over, and
+        the re-execution takes rounds of the same names again)."""
         if self.rounds is not None:
             self.rounds.rounds.clear()
+            self.rounds.done.clear()
 
     def moving(self) -> dict:
-        """The rounds under way, for a migration to carry: a peer's marker that reached
-        this process before the move is not sent again."""
-        return {} if self.rounds is None else dict(self.rounds.rounds)
+        """The rounds under way and those over, for a migration to carry: a peer's
+        marker that reached this process before the move is not sent again, and a late
+        lazy marker of a round over does not begin it again in the new process."""
+        if self.rounds is None:
+            return {"rounds": {}, "done": {}}
+        return {"rounds": dict(self.rounds.rounds), "done": dict(self.rounds.done)}
 
-    def moved(self, rank: int, rounds: dict) -> None:
+    def moved(self, rank: int, moving: dict) -> None:
         """Take back the rounds ``moving`` gave, in the rank's new process."""
         self.rounds = FlushRounds(rank)
-        self.rounds.rounds.update(rounds)
+        self.rounds.rounds.update(moving["rounds"])
+        self.rounds.done.update(moving["done"])

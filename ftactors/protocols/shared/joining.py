@@ -40,8 +40,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
-from ftactors.engine._constants import ANY_SOURCE
-from ftactors.runtime._protocol import MOVED
+from ftactors.engine import ANY_SOURCE
+from ftactors.runtime import MOVED
 
 from .level_plan import PlannedLevel
 

@@ -62,10 +62,9 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
-from ftactors.base._errors import ConfigError
-from ftactors.runtime._recovery_context import NewFailure
-from ftactors.runtime._options import INTERVAL, Option, declared_values, with_role
-from ftactors.runtime._protocol import Protocol, parts_lead, protocol_classes
+from ftactors.base import ConfigError
+from ftactors.runtime import (INTERVAL, NewFailure, Option, Protocol, declared_values,
+                              parts_lead, protocol_classes, with_role)
 
 from .flush import checkpoint_position
 from .multilevel import FailureKind, Level, Plan, optimal_plan

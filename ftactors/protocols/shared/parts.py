@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, Hashable
 
-from ftactors.runtime._recovery_context import RankDied
+from ftactors.runtime import RankDied
 
 
 GIVEN_GRACE_S = 2.0

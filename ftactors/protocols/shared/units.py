@@ -89,8 +89,8 @@ from typing import Iterable, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ftactors.base._errors import ConfigError
-from ftactors.runtime._trace import read_traffic
+from ftactors.base import ConfigError
+from ftactors.runtime import read_traffic
 
 __all__ = [
     "DEFAULT_KINDS", "POLICIES", "Groups", "PairTraffic", "default_group_size", "form_groups",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ftactors.runtime._escalation import LevelExhausted, LowerLevel
+from ftactors.runtime import LevelExhausted, LowerLevel
 
 from .machine import INITIAL, choose_round, part_holder, partner
 from .rank import StandbyReplacement

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 
-from ftactors.base._errors import ProtocolError, RankFailed
+from ftactors.base import ProtocolError, RankFailed
 
 INITIAL = None
 """The round "before main() first ran": every rank can restore it without a backup."""

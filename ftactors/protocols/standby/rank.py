@@ -90,11 +90,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ftactors.runtime._checkpoints import position_index, seal_set, store_part
-from ftactors.base._errors import ProtocolError
-from ftactors.base._warnings import NoSparesWarning
-from ftactors.runtime._protocol import LEVEL, MOVED, SPARES, parts_lead, protocol_classes
-from ftactors.base._storage import open_store
+from ftactors.runtime import (LEVEL, MOVED, SPARES, parts_lead, position_index,
+                              protocol_classes, seal_set, store_part)
+from ftactors.base import NoSparesWarning, ProtocolError, open_store
 
 from ..shared.flush import OPS as FLUSH_OPS, Flush
 from ..shared.intervals import Pacer

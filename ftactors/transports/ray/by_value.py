@@ -1,8 +1,9 @@
-"""The source lines of user code shipped by value, so that tracebacks show them.
+"""Shipping the user's code by value, with its source lines, so that ranks run it and
+their tracebacks show it.
 
 Ray workers cannot import a user module that lives in a script, a notebook or a file
-only the driver can read, so ``ray.py`` pickles such modules by value
-(``cloudpickle.register_pickle_by_value``). Their code objects keep their file names
+only the driver can read, so such modules are pickled by value (``ship``:
+``cloudpickle.register_pickle_by_value``). Their code objects keep their file names
 and line numbers, but a worker that cannot read the file (another node, a notebook
 cell, code compiled from a string) prints a traceback without a line of the user's code.
 The driver therefore ships the lines its own ``linecache`` has for those files, and the
@@ -25,6 +26,8 @@ import inspect
 import io
 import linecache
 import marshal
+import os
+import sys
 from types import CodeType, ModuleType
 
 import cloudpickle
@@ -82,3 +85,37 @@ def dumps(obj) -> bytes:
     out = io.BytesIO()
     _WholeCode(out, protocol=5).dump(obj)
     return out.getvalue()
+
+
+def ship(cls: type) -> list:
+    """Ship the user's classes by value when workers could not import their modules
+    (scripts, notebooks, test files); returns those modules.
+
+    A program file loaded by reference (``path/to/solver.py:Solver``) had its folder
+    put on the driver's ``sys.path`` only, so the modules it imported from there
+    (``from helper import step``) are shipped by value too: the top-level modules of
+    the folder of a top-level module shipped (modules of a package are imported by
+    their package's name, which a worker resolves as the driver did)."""
+    shipped = []
+    for klass in cls.__mro__:
+        mod = sys.modules.get(klass.__module__)
+        name = klass.__module__
+        if mod is None or name == "builtins" or name.split(".")[0] in ("ftactors", "ray"):
+            continue
+        if name == "__main__" or not _importable_everywhere(mod):
+            cloudpickle.register_pickle_by_value(mod)
+            shipped.append(mod)
+    folders = {os.path.dirname(mod.__file__) for mod in shipped
+               if "." not in mod.__name__ and getattr(mod, "__file__", None)}
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None)
+        if ("." not in name and path and os.path.dirname(path) in folders
+                and mod not in shipped and not _importable_everywhere(mod)):
+            cloudpickle.register_pickle_by_value(mod)
+            shipped.append(mod)
+    return shipped
+
+
+def _importable_everywhere(mod) -> bool:
+    path = getattr(mod, "__file__", None) or ""
+    return "site-packages" in path or "dist-packages" in path
