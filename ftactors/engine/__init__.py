@@ -5,6 +5,7 @@ from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, SUCCESS, TAG_UB, UNDEFIN
 from ._determinants import ANY, DETS, SOME
 from ._endpoint import Endpoint, Link
 from ._envelope import APP, COLLECTIVE_SUFFIX, CTRL, Envelope, from_rows, to_rows
+from ._hooks import passes_on
 from ._payload import LentPayload, Payload, is_plain, unpack, unpack_lent
 from ._snapshots import blank_snapshot
 from ._synchronous import Synchronous
@@ -13,7 +14,7 @@ from ._waits import Wait
 
 __all__ = [
     "ANY", "ANY_SOURCE", "ANY_TAG", "APP", "COLLECTIVE_SUFFIX", "CTRL", "DETS",
-    "Endpoint", "Envelope", "LentPayload", "Link", "PROC_NULL", "Payload", "RankVector", "SOME",
-    "SUCCESS", "Synchronous", "TAG_UB", "UNDEFINED", "Wait", "blank_snapshot",
-    "from_rows", "is_plain", "to_rows", "unpack", "unpack_lent",
+    "Endpoint", "Envelope", "LentPayload", "Link", "PROC_NULL", "Payload", "RankVector",
+    "SOME", "SUCCESS", "Synchronous", "TAG_UB", "UNDEFINED", "Wait", "blank_snapshot",
+    "from_rows", "is_plain", "passes_on", "to_rows", "unpack", "unpack_lent",
 ]

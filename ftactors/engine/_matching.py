@@ -37,10 +37,6 @@ class Posted:
         self.fut = fut
         self.what = what
 
-    def matches(self, env: Envelope) -> bool:
-        return ((self.source == ANY_SOURCE or self.source == env.src)
-                and (self.tag == ANY_TAG or self.tag == env.tag))
-
 
 class Matcher:
     """Matching state of one rank, all communicators."""
@@ -56,8 +52,10 @@ class Matcher:
         """A message is ready for the application: complete a receive or queue it."""
         posted = self._posted.get(env.comm)
         if posted:
+            src, tag = env.src, env.tag
             for i, p in enumerate(posted):
-                if p.matches(env):
+                if ((p.source == ANY_SOURCE or p.source == src)
+                        and (p.tag == ANY_TAG or p.tag == tag)):
                     if not p.consume:
                         del posted[i]
                         p.deliver(env)
@@ -93,6 +91,14 @@ class Matcher:
             self._posted.setdefault(p.ctx, []).append(p)
         return env
 
+    def add(self, p: Posted) -> None:
+        """Queue ``p`` without looking for a match (its caller just found none)."""
+        posted = self._posted.get(p.ctx)
+        if posted is None:
+            self._posted[p.ctx] = [p]
+        else:
+            posted.append(p)
+
     def awaited(self, fut) -> Posted | None:
         """The pending receive or probe whose task awaits ``fut``, if any."""
         for ps in self._posted.values():
@@ -100,6 +106,12 @@ class Matcher:
                 if p.fut is fut:
                     return p
         return None
+
+    def blocking_sources(self) -> list[int]:
+        """The sources of the pending receives and probes a task awaits (``fut``) whose
+        message has not come (a cancelled one not withdrawn yet waits no more)."""
+        return [p.source for ps in self._posted.values() for p in ps
+                if p.fut is not None and not p.fut.done()]
 
     def posted_receives(self) -> list[Posted]:
         """The receives posted and not completed yet (probes not listed)."""

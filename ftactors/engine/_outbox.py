@@ -24,7 +24,7 @@ order, between ``hold`` and ``release``.
 delegating call per message would cost more than the split is worth. Its own state is
 set in ``_init_outbox``. From the rest of the endpoint it reads ``rank``, ``size``,
 ``epoch``, ``peer_epochs`` (the destination's incarnation to stamp), ``link``, ``owner``
-(the protocol stack), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
+(the protocol stack, whose ``on_send`` it looks up once: ``_hooks``), ``trace``, ``_loop``, ``deliver`` (a message to itself) and the
 positions' ``_replay_sent`` (sends of a restored rank before its resume point are
 dropped) and ``determinants`` (what a message carries of them, ``_determinants``); ``sent`` is set back by restores and resume points (``_positions``). The
 batching tests run it with only those (``tests/engine/test_batches.py``).
@@ -36,6 +36,7 @@ from typing import Any, Awaitable
 from ._channels import OutChannels
 from ._determinants import DETS
 from ._envelope import APP, CTRL, Envelope
+from ._hooks import message_hook
 from ._payload import Payload, pack
 from ._vector import RankVector
 
@@ -58,6 +59,7 @@ class Outbox:
 
     def _init_outbox(self) -> None:
         self.sent = RankVector(self.size)  # application messages sent to each rank
+        self._on_send = message_hook(self.owner, "on_send")  # None: no protocol's (``_hooks``)
         self.resends_suppressed = 0
         self._sent_at_cut = None  # restored from a state taken "now": see ``send_app``
         self._out = OutChannels()
@@ -108,9 +110,12 @@ class Outbox:
             carried = dets.outgoing(dst)
             if carried is not None:
                 env.piggyback = {DETS: carried}
-        env = self.owner.on_send(env)
-        if env is not None:
-            self.transmit(env)
+        on_send = self._on_send
+        if on_send is not None:
+            env = on_send(env)
+            if env is None:  # held by a protocol
+                return app_seq
+        self.transmit(env)
         return app_seq
 
     def send_control(self, dst: int, protocol: str, op: str, data: Any = None) -> None:
@@ -151,7 +156,8 @@ class Outbox:
                     self._flush_pending = True
                     self._loop.call_soon(self.flush)
                 self.link.send(dst, [env])
-                self.count_out(env, 1)
+                key = (dst, env.dst_epoch, env.src_epoch)  # (``count_out`` without a call)
+                self.wire_out[key] = self.wire_out.get(key, 0) + 1
                 return
             box = self._outbox[dst] = []
         box.append(env)

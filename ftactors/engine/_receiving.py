@@ -14,10 +14,11 @@ come before the rank has started, or for a restored incarnation before its proto
 have reset, wait until ``open``.
 
 A receive takes the first queued message that matches, else posts itself and waits
-(the rank is then *blocked*: ``blocked`` lists the sources of such waits, and the
-protocol stack hears of each one at once, ``on_blocked``; a poll that finds nothing, a
-failed ``iprobe`` or a receive request's ``test``, is such a block for an instant:
-``polled``); a blocking receive's message is *in flight* from the moment it matches until its task
+(the rank is then *blocked*: its posted receive is its wait record, ``_waits``, which
+``blocked`` reads; the protocol stack hears of each such wait at once, ``on_blocked``,
+if some protocol of it overrides that hook; a poll that finds nothing, a failed
+``iprobe`` or a receive request's ``test``, is such a block for an instant: ``polled``);
+a blocking receive's message is *in flight* from the moment it matches until its task
 resumes (neither queued nor consumed), so a snapshot taken in between (``state_now``)
 finds it there.
 
@@ -27,7 +28,8 @@ stale, here and in the channels.
 ``Receiving`` is a mixin of ``Endpoint`` (``_endpoint``): ``deliver`` -> ``_dispatch``
 -> ``_accept_app`` -> ``Matcher.arrive`` and ``receive`` are the hot path, so they are
 the endpoint's own methods, with no delegating call. Its own state is set in
-``_init_receiving``. From the rest of the endpoint it reads ``rank``, ``owner``,
+``_init_receiving``. From the rest of the endpoint it reads ``rank``, ``owner`` (whose
+``on_receive`` and ``on_blocked`` it looks up once: ``_hooks``),
 ``link``, ``trace``, ``sync``, ``peer_epochs``, ``_loop``, ``keep_base`` (whether
 ``state_now`` needs what is in flight), the positions' ``_reentry``,
 ``_received_again`` and ``_consumed`` (a consumed message is logged for replay), the
@@ -44,22 +46,11 @@ from ._channels import InChannels
 from ._constants import ANY_SOURCE, ANY_TAG
 from ._determinants import DETS, IPROBE, PROBE, RECV
 from ._envelope import COLLECTIVE_SUFFIX, CTRL, KIND_NAMES, Envelope
+from ._hooks import message_hook
 from ._matching import Matcher, Posted
 from ._payload import unpack
 from ._synchronous import SYNC
 from ._vector import RankVector
-
-
-class _Polling:
-    """The wait of a poll that found nothing (``Receiving.polled``): not done while the
-    protocols hear of it."""
-
-    @staticmethod
-    def done() -> bool:
-        return False
-
-
-_POLLING = _Polling()
 
 
 class Receiving:
@@ -76,7 +67,10 @@ class Receiving:
         self._waiting: list[list[Envelope]] | None = []
         self._early: list[Envelope] = []  # accepted for a restored incarnation, not open yet
         self._in_flight: list[Envelope] = []  # matched by a blocking receive, not resumed yet
-        self._blocked_waits: list[tuple[int, asyncio.Future]] = []  # see ``blocked``
+        # None: no protocol of the owner's class does anything with them (``_hooks``)
+        self._on_receive = message_hook(self.owner, "on_receive")
+        self._on_blocked = message_hook(self.owner, "on_blocked")
+        self._polled: tuple = ()  # the sources of a poll that found nothing (``polled``)
         # envelopes the link delivered, by batch: (src, its epoch, mine) -> how many
         # (``_waits``: what is in flight)
         self.wire_in: dict[tuple[int, int, int], int] = {}
@@ -132,16 +126,22 @@ class Receiving:
                 self._gaps.setdefault(src, {})[env.app_seq] = env
             return
         self.received.bump(src)
-        self._accept_app(env)
+        if self._on_receive is None:  # (``_accept_app`` without a call: no protocol's hook)
+            self.matcher.arrive(env)
+        else:
+            self._accept_app(env)
         gaps = self._gaps.get(src)
         while gaps and self.received[src] in gaps:
             nxt = gaps.pop(self.received.bump(src))
             self._accept_app(nxt)
 
     def _accept_app(self, env: Envelope) -> None:
-        env = self.owner.on_receive(env)
-        if env is not None:
-            self.matcher.arrive(env)
+        on_receive = self._on_receive
+        if on_receive is not None:
+            env = on_receive(env)
+            if env is None:  # held by a protocol
+                return
+        self.matcher.arrive(env)
 
     def deliver_now(self, env: Envelope) -> None:
         """Hand an application envelope to matching (protocols release held ones here)."""
@@ -174,10 +174,12 @@ class Receiving:
         p = Posted(ctx, source, tag,
                    _resolver(fut, self.matcher, self._matched if track else None),
                    True, fut, what)  # (the task's wait, read from here: ``_waits``)
-        self.matcher.post(p)
+        self.matcher.add(p)  # nothing queued matches it (looked above)
         self._flush_before_wait()
         try:
-            env = await self._blocked_on(fut, source)
+            if self._on_blocked is not None:
+                self._on_blocked()  # (it may release a held message: then no wait)
+            env = await fut
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             if fut.done() and not fut.cancelled():
@@ -205,55 +207,30 @@ class Receiving:
             self.determinants.found(kind, (env.src, env.tag), k)
         return env
 
-    async def _blocked_on(self, fut: asyncio.Future, source: int):
-        """Wait for ``fut``, a posted receive or probe from ``source`` that nothing queued
-        matched: the rank is *blocked* on ``source`` meanwhile (``blocked`` lists the
-        sources of such waits), and its protocols hear of it at once (``on_blocked``: a
-        checkpoint round may take its state now rather than wait for a safe point it
-        cannot reach before this message comes)."""
-        wait = (source, fut)
-        self._blocked_waits.append(wait)
-        try:
-            self.owner.on_blocked()
-            if fut.done():  # the protocol released a message it held: no wait
-                return fut.result()
-            return await fut
-        finally:
-            self._blocked_waits.remove(wait)
-
-    def requests_blocked(self, waits: list[tuple[int, asyncio.Future]]) -> None:
-        """The program waits on receive requests (``waits``: their world sources and
-        futures; ``Request.wait``, ``Waitall``): blocked on those sources as in a blocking
-        receive, and the protocols hear of it at once (``on_blocked``). Until
-        ``requests_unblocked(waits)``."""
-        self._blocked_waits.extend(waits)
-        self.owner.on_blocked()
-
-    def requests_unblocked(self, waits: list[tuple[int, asyncio.Future]]) -> None:
-        for wait in waits:
-            self._blocked_waits.remove(wait)
+    def blocked_now(self) -> None:
+        """A wait of the rank's program on a message just began with nothing queued to
+        end it (a blocking receive or probe posted, receive requests waited for): the
+        protocols hear of it at once (``on_blocked``: a checkpoint round may take the
+        rank's state now rather than wait for a safe point it cannot reach before that
+        message comes)."""
+        if self._on_blocked is not None:
+            self._on_blocked()
 
     def polled(self, sources: Iterable[int]) -> None:
         """The program polled for a message from each of ``sources`` (world ranks,
         ANY_SOURCE: any) and found none (``iprobe``, a receive request's ``test``): for
-        the protocols a short block on them (``on_blocked``). A rank that polls until its
-        message comes waits for it as a blocked one does, so a checkpoint round that
-        message may come only after takes the rank's state now; as a rank that never
-        blocks, it polled for ever while the round waited for its next safe point."""
-        waits = [(source, _POLLING) for source in sources]
-        self._blocked_waits.extend(waits)
+        the protocols a short block on them (``on_blocked``; ``blocked`` lists them
+        meanwhile). A rank that polls until its message comes waits for it as a blocked
+        one does, so a checkpoint round that message may come only after takes the
+        rank's state now; as a rank that never blocks, it polled for ever while the
+        round waited for its next safe point."""
+        if self._on_blocked is None:  # no protocol hears of blocks
+            return
+        self._polled = tuple(sources)
         try:
-            self.owner.on_blocked()
+            self._on_blocked()
         finally:
-            for wait in waits:
-                self._blocked_waits.remove(wait)
-
-    @property
-    def blocked(self) -> list[int]:
-        """The world sources (ANY_SOURCE: any) of the receives and probes that wait now
-        with no message yet: one matched already, whose task has not resumed, waits no
-        more (a batch that brings a message and then a marker behind it)."""
-        return [source for source, fut in self._blocked_waits if not fut.done()]
+            self._polled = ()
 
     def _matched(self, env: Envelope) -> Envelope:
         """A blocking receive got ``env``; until its task resumes, the message is neither
@@ -314,10 +291,11 @@ class Receiving:
         fut = self._loop.create_future()
         p = Posted(ctx, source, tag, _resolver(fut, self.matcher, requeue=False),
                    consume=False, fut=fut)
-        self.matcher.post(p)
+        self.matcher.add(p)  # nothing queued matches it (looked above)
         self._flush_before_wait()
         try:
-            return self._took(k, await self._blocked_on(fut, source), PROBE)
+            self.blocked_now()
+            return self._took(k, await fut, PROBE)
         except asyncio.CancelledError:
             self.matcher.withdraw(p)
             raise

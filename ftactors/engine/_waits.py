@@ -24,6 +24,13 @@ engine keeps where they happen, at no cost to a message:
   batch's epochs are read from its first envelope (a batch is one flush of one outbox,
   stamped for one incarnation pair).
 
+The same records tell the protocols whom the rank is blocked on (``blocked``: the
+sources of its blocking receives and probes, and of the receive requests it waits for,
+whose message has not come): a checkpoint round joins a rank blocked on a message that
+may come only after it (``protocols/shared/joining``). So a receive that blocks writes
+nothing but its posted receive, and the protocols hear of the wait at once
+(``Receiving.blocked_now``) only if one of them overrides ``on_blocked``.
+
 A rank's wait ends only when something reaches it: a message (counted on the wire, its
 own to itself included) or a coordinator's request (which the coordinator counts). So
 two readings with the same wire counts and the same ``wait_count`` (records begun) saw
@@ -32,8 +39,9 @@ a run that can never progress (``runtime/_deadlock``); protocols may read ``wait
 (``RankContext``) to let a blocked rank join a round.
 
 ``Waits`` is a mixin of ``Endpoint``: its state is set in ``_init_waits``; it reads the
-endpoint's ``epoch``, ``position`` and ``program_tasks``, the outbox's ``wire_out`` and
-the receiving's ``wire_in`` (each counted where its envelopes pass).
+endpoint's ``epoch``, ``position`` and ``program_tasks``, the outbox's ``wire_out``, the
+receiving's ``wire_in`` (each counted where its envelopes pass), ``matcher`` (the posted
+receives) and ``_polled``.
 """
 from __future__ import annotations
 
@@ -69,6 +77,8 @@ class Wait(NamedTuple):
         lazy: a function that gives ``ranks`` when the record is read (``wait_state``),
             for a record that would cost a pass over many ranks to fill at every wait;
             never pickled.
+        receives: the receive requests waited for, as ``(world source, future)`` pairs
+            (``blocked``); never pickled.
     """
 
     kind: str
@@ -78,12 +88,14 @@ class Wait(NamedTuple):
     what: str = ""
     ranks: tuple = ()
     lazy: Callable[[], Iterable[int]] | None = None
+    receives: tuple = ()
 
     def resolved(self) -> "Wait":
         """This record with ``ranks`` filled by ``lazy`` (picklable)."""
-        if self.lazy is None:
+        if self.lazy is None and not self.receives:
             return self
-        return self._replace(ranks=tuple(self.lazy()), lazy=None)
+        ranks = self.ranks if self.lazy is None else tuple(self.lazy())
+        return self._replace(ranks=ranks, lazy=None, receives=())
 
     def describe(self) -> str:
         """One line: ``receive from rank 1, tag 7, communicator w``."""
@@ -122,7 +134,9 @@ class Waits:
         self.rank_task: asyncio.Task | None = None  # set by the host: whose wait is the rank's
 
     def wait_begin(self, wait: Wait):
-        """The current task blocks on ``wait`` now; returns what ``wait_end`` needs."""
+        """The current task blocks on ``wait`` now; returns what ``wait_end`` needs (a
+        wait on receive requests, ``wait.receives``, then tells the protocols:
+        ``blocked_now``)."""
         task = _current_task()
         waits = self._waits
         before = waits.get(task)
@@ -147,6 +161,20 @@ class Waits:
             yield
         finally:
             self.wait_end(token)
+
+    @property
+    def blocked(self) -> list[int]:
+        """The world sources (ANY_SOURCE: any) of the messages the rank's tasks wait for
+        now with none come yet: blocking receives and probes (their posted receives),
+        the receive requests of request waits (their records' ``receives``) and, while
+        the protocols hear of it, a poll that found nothing (``Receiving.polled``). One
+        matched already, whose task has not resumed, waits no more (a batch that brings
+        a message and then a marker behind it)."""
+        sources = self.matcher.blocking_sources() + list(self._polled)
+        for wait in self._waits.values():
+            if wait.receives:
+                sources += [source for source, fut in wait.receives if not fut.done()]
+        return sources
 
     @property
     def waiting(self) -> Wait | None:

@@ -353,7 +353,11 @@ async def waitall(requests: Iterable[Request], statuses: list | None = None) -> 
     statuses = _statuses_for(statuses, len(requests))
     pending = [req for req in requests if not req._ready()]
     if len(pending) > 1:
-        await _named(pending, _done_or_failed([req._future for req in pending]), every=True)
+        futures = [req._future for req in pending]
+        # a receive's future completes or is cancelled, never fails: receives alone are
+        # waited for in order, with one done callback at a time (``_all_done``)
+        await _named(pending, _all_done(futures) if all(req._cancellable for req in pending)
+                     else _done_or_failed(futures), every=True)
     return [req._complete(None if statuses is None else statuses[i]) if req._ready()
             else await req.wait(None if statuses is None else statuses[i])
             for i, req in enumerate(requests)]
@@ -379,6 +383,35 @@ async def _done_or_failed(futures: list) -> None:
     finally:
         for f in futures:
             f.remove_done_callback(done)
+
+
+async def _all_done(futures: list) -> None:
+    """Return once every future is done, for futures that never fail: a done callback
+    on the first one not done only, which looks past those done since before it moves
+    on, so a batch of messages that completes many costs one loop callback, not one
+    each (a window of small receives: 97 -> 86 Python calls a message)."""
+    waiter = asyncio.get_running_loop().create_future()
+    left = iter(futures)
+    waiting = None
+
+    def advance(_=None) -> None:
+        nonlocal waiting
+        if waiter.done():  # the waiting task was cancelled
+            return
+        for f in left:
+            if not f.done():
+                waiting = f
+                f.add_done_callback(advance)
+                return
+        waiting = None
+        waiter.set_result(None)
+
+    advance()
+    try:
+        await waiter
+    finally:
+        if waiting is not None:
+            waiting.remove_done_callback(advance)
 
 
 def testall(requests: Sequence[Request], statuses: list | None = None):
@@ -531,18 +564,16 @@ async def _named(requests, waiting, every: bool = False) -> None:
                     lazy=lambda: sorted({k[1].source for k in known if k[1].source is not None}))
     else:
         wait = Wait("any", what="; ".join(k[1].describe() for k in known))
-    token = ep.wait_begin(wait)
     # receives waited for block the rank as a blocking receive does: a checkpoint round
     # may take its state now rather than wait for a safe point it cannot reach first
-    receives = [(k[1].source, req._future) for k, req in zip(known, requests)
-                if k[1].kind == "recv" and req._future is not None]
+    receives = tuple((k[1].source, req._future) for k, req in zip(known, requests)
+                     if k[1].kind == "recv" and req._future is not None)
+    token = ep.wait_begin(wait._replace(receives=receives) if receives else wait)
     try:
         if receives:
-            ep.requests_blocked(receives)
+            ep.blocked_now()
         await waiting
     finally:
-        if receives:
-            ep.requests_unblocked(receives)
         ep.wait_end(token)
 
 

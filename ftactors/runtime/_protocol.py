@@ -30,7 +30,7 @@ import asyncio
 import itertools
 from typing import Any, ClassVar
 
-from ..engine import Envelope
+from ..engine import Envelope, passes_on
 from ..base import ProtocolError
 
 CONSISTENCY, LEVEL, SPARES = "consistency", "level", "spares"
@@ -120,11 +120,14 @@ class Protocol:
         check_stack(cls)
 
     # --------------------------------------------------------------- message path
+    # (the endpoint does not call these three where no mixin overrides them: ``passes_on``)
+    @passes_on
     def on_send(self, env: Envelope) -> Envelope | None:
         """An outgoing application envelope. Return it (maybe changed) to go on, or None
         when the protocol holds it (release later with ``self.ft.transmit``)."""
         return env
 
+    @passes_on
     def on_receive(self, env: Envelope) -> Envelope | None:
         """An incoming application envelope, in channel order, before matching. Return it
         to deliver, or None to hold it (release later with ``self.ft.deliver_now``)."""
@@ -137,6 +140,7 @@ class Protocol:
             f"rank {getattr(self, 'rank', '?')} got a control message for protocol "
             f"{env.comm!r}, which is not in its stack {protocol_names(type(self))}")
 
+    @passes_on
     def on_blocked(self) -> None:
         """A receive or probe of the rank just began to wait: nothing queued matches it
         (``Endpoint.blocked`` lists the sources of such waits). Synchronous, on the receive's path: a

@@ -54,7 +54,8 @@ class RankContext(Protocol):
     """Bytes of messages a protocol keeps in a log (counted in the run's metrics)."""
     keep_base: Any
     blocked: list
-    """The world sources of the receives and probes waiting now (``on_blocked``)."""
+    """The world sources of the receives and probes waiting now, and of the receive
+    requests waited for (``on_blocked``; read from the wait records: ``engine/_waits``)."""
     restored_from: Any
     """The blob this rank was restored from (a protocol may drop it once not needed)."""
     restored_line: Any

@@ -82,3 +82,41 @@ def test_waitall_raises_the_first_failure_in_order_without_waiting_for_the_rest(
             await asyncio.wait_for(waitall(requests), 5)
         assert not requests[0] and requests[2]  # the one before completed, the rest not
     asyncio.run(body())
+
+
+def watchers(future) -> int:
+    """How many done callbacks wait on ``future``."""
+    return len(future._callbacks or ())
+
+
+def test_waitall_on_receives_watches_one_future_at_a_time():
+    """Receives' futures never fail, so ``waitall`` watches only the first one not done:
+    a batch that completes many (the whole window in one delivery) costs one loop
+    callback, not one per receive; any order, a cancelled receive and a cancelled wait
+    come out as with one wait per request."""
+    async def body():
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in range(64)]
+        requests = [Request(f, lambda v: (v, Status.of(0, v)), cancellable=True)
+                    for f in futures]
+        task = asyncio.ensure_future(waitall(requests))
+        await asyncio.sleep(0)
+        assert [watchers(f) for f in futures[:2]] == [1, 0]  # the first one only
+        for i in range(63, 0, -1):  # all but the first, in the other order
+            futures[i].set_result(i)
+        await asyncio.sleep(0)
+        assert not task.done() and watchers(futures[0]) == 1
+        requests[0].cancel()  # a cancelled receive completes the window
+        assert await task == [None] + list(range(1, 64))
+        assert not any(map(watchers, futures)) and not any(requests)
+
+        fresh = [loop.create_future() for _ in range(3)]
+        requests = [Request(f, cancellable=True) for f in fresh]
+        task = asyncio.ensure_future(waitall(requests))
+        await asyncio.sleep(0)
+        fresh[0].set_result(0)
+        task.cancel()  # the callback for the next one is left behind, not run
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not any(map(watchers, fresh)) and all(requests[1:])
+    asyncio.run(body())

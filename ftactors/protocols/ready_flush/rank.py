@@ -254,6 +254,8 @@ class ReadyMessageFlush(JoinsRounds):
         if name != NAME:
             return super().rounds_to_begin_now(name)
         st = self._ready
+        if not (st.undecided or st.where.targets):  # (asked at every blocking receive)
+            return []
         st.where.decided(f.result() for f in st.undecided.values() if f.done())
         for key in [k for k, f in st.undecided.items() if f.done()]:
             del st.undecided[key]

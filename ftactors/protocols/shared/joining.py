@@ -327,9 +327,24 @@ class JoinsRounds(PlannedLevel):
         finally:
             joins.parked -= 1
 
+    def _quiet(self) -> bool:
+        """No level has a round here (begun, heard of or sealing) and no message is held:
+        then no message is held or late and no round is to be joined, so the hooks pass
+        each message on untouched (what every message tests first)."""
+        joins = self.__dict__.get("_joins")
+        if joins is None:
+            return True
+        if joins.joined or joins.held:
+            return False
+        for flush in self._round_flushes.values():
+            if flush.rounds is not None and flush.rounds.rounds:
+                return False
+        return True
+
     def _must_join(self) -> bool:
         joins = self._joins_machine()
-        wants = joins.pending() or any(self.rounds_to_begin_now(n) for n in joins.levels)
+        wants = ((not self._quiet() and joins.pending())
+                 or any(self.rounds_to_begin_now(n) for n in joins.levels))
         received = self.ft.received
         return wants and joins.must_join_now(self.ft.blocked, lambda src: received[src] == 0)
 
@@ -343,12 +358,13 @@ class JoinsRounds(PlannedLevel):
     def on_send(self, env):
         # none before the first round level (a level keeping another protocol's parts
         # takes no rounds: its first send may come before anything made the machine)
-        for name, flush in self.__dict__.get("_round_flushes", {}).items():
-            flush.before_send(self.ft, name, env.dst)
+        if not self._quiet():
+            for name, flush in self._round_flushes.items():
+                flush.before_send(self.ft, name, env.dst)
         return super().on_send(env)
 
     def on_receive(self, env):
-        if self._joins_machine().arrive(env):
+        if not self._quiet() and self._joins_machine().arrive(env):
             return None
         return super().on_receive(env)
 
