@@ -8,7 +8,8 @@ it (the first marker it gets: markers go to every rank) at whichever comes first
 
 (a) its next safe point: its part is that safe point's state, nothing to replay (the
     common case of lockstep programs);
-(b) the moment it is *blocked* in a receive or probe whose message may come only after
+(b) the moment it is *blocked* in a receive or probe (or a wait on receive requests,
+    or a poll that found nothing: ``iprobe``, ``test``) whose message may come only after
     a round: from a rank whose marker of a round not joined yet it holds (that rank may
     be parked waiting for the round), or from any source (``Endpoint.blocked``, the
     ``on_blocked`` hook); or it is *parked* at a safe point waiting for a round (of any
