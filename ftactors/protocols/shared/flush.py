@@ -110,7 +110,10 @@ sender has not had the root's count, so it can reach a receiver that completed t
 already (it was not in that count); remembered as over, it is dropped there, where it
 would otherwise begin the round afresh, to be joined and checkpointed a second time under
 the same name (two different cuts called one round: a recovery mixing them lost a
-message). It comes at most one round late: once its channel is in use, the sender's
+message). Counted markers are never dropped: a round may be begun again under its name on
+purpose (ReadyMessageFlush's coordinator placing a position twice), and then every
+participant starts it again (``start`` forgets it was over). A lazy marker comes at most
+one round late: once its channel is in use, the sender's
 counted marker of the next round follows it on the same FIFO channel, and the receiver
 cannot complete that round before it."""
 
@@ -152,6 +155,7 @@ class FlushRounds:
         ``also``; the list of them, and ``at`` (where its part resumes), to the root.
         ``announce``: members join out of step (the root tells them the round began)."""
         me, root = self.me, members[0]
+        self.done.pop(round_id, None)  # begun again under the same name (a placed position)
         out = sorted(set(sent_to).union(also).difference((me,)))
         out = [p for p in out if p in members]
         effects = [Send(tuple(out), "marker", (round_id, data))] if out else []
@@ -183,7 +187,7 @@ class FlushRounds:
         application messages from ``src`` this rank has received (a marker's cut)."""
         if op == "marker":
             round_id, value, *lazy = data  # a lazy marker is not in the root's count
-            if round_id in self.done:  # a lazy one, from a peer not told yet it is over
+            if lazy and round_id in self.done:  # from a peer not told yet it is over
                 return []
             r = self._round(round_id)
             r.markers[src] = value
