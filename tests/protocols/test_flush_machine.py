@@ -237,3 +237,22 @@ def test_a_round_over_is_remembered_only_for_the_last_few():
         m0.start(k, range(1), sent_to=[])
         assert m0.complete(k, []) is not None
     assert list(m0.done) == list(range(5, DONE_KEPT + 5))
+
+
+def test_a_round_begun_again_under_its_name_completes_again():
+    """ReadyMessageFlush's coordinator may place a position twice: every participant
+    begins the round of that name again once it is over here, some before others. A
+    counted marker of it that reaches a rank before that rank begins it again is taken
+    (only a lazy one of a round over is dropped), and the round completes again."""
+    world = World(3)
+    for _ in range(2):
+        world.app(1, 0)
+        world.app(2, 1)
+        world.start(1, "R", range(3), announce=True)
+        while world.step():  # rank 1's marker reaches rank 0 before rank 0 begins
+            pass
+        for r in (0, 2):
+            world.start(r, "R", range(3), announce=True)
+        while world.step():
+            pass
+        assert all(world.complete(r, "R") is not None for r in range(3))
