@@ -7,7 +7,8 @@ the message its ``app_seq`` (the k-th message to that destination) and passes it
 the protocol stack (``on_send``: a protocol may add piggyback data, log, hold or drop
 it); ``transmit`` stamps the channel sequence number and puts it in the destination's
 batch. The first message to a destination since the sending task last waited for a
-message (or the outbox last flushed) goes at once, and schedules nothing: the task may
+message (or passed a safe point, or the outbox last flushed) goes at once, and schedules
+nothing: the task may
 compute for long before it yields, and its peer may be waiting for exactly that message
 (an ``isend`` before a computation, a collective's step, a result sent to a root); a
 scheduled flush behind it would cost every exchange a loop turn of its own. The next
