@@ -138,21 +138,42 @@ def test_a_task_that_waits_for_a_message_sends_its_batch_first():
         asyncio.run(body())
 
 
-def test_the_first_message_since_the_task_yielded_goes_at_once():
+def test_the_first_message_since_the_task_waited_goes_at_once_and_schedules_nothing():
     """A task may compute for long before it yields: the first message to each
-    destination leaves as it is sent (an isend before a computation, a root's result);
-    the next ones to that destination batch until the task yields or receives."""
+    destination leaves as it is sent (an isend before a computation, a collective's step,
+    a root's result), with no flush scheduled behind it (that flush found nothing and
+    cost every exchange a loop turn); the next ones to that destination batch until the
+    task waits for a message or the batch is flushed."""
     async def body():
         out, link = _sender()
         out.send_app("world", 1, 0, out.pack("first", 1))
-        assert link.batches == [1]
+        assert link.batches == [1] and not out._flush_pending
+        await asyncio.sleep(0)  # a yield that is no wait for a message
         for i in range(3):
             out.send_app("world", 1, 0, out.pack(i, 1))
-        assert link.batches == [1]
+        assert link.batches == [1] and out._flush_pending
         await asyncio.sleep(0)
         assert link.batches == [1, 3]
-        out.send_app("world", 1, 0, out.pack("after the turn", 1))
+        out.send_app("world", 1, 0, out.pack("after the flush", 1))
         assert link.batches == [1, 3, 1]
+    asyncio.run(body())
+
+
+def test_a_safe_point_sends_the_batch_and_begins_a_step():
+    """At a safe point what the step queued leaves, and the next step's first message to
+    each destination goes at once again (a loop that sends to a root every iteration and
+    receives nothing is not held a computation behind)."""
+    async def body():
+        ep, link = _endpoint()
+        ep.enter_loop(3)
+        ep.at_safe_point(0)
+        ep.send_app("world", 1, 0, ep.pack("a", 1))  # at once
+        ep.send_app("world", 1, 0, ep.pack("b", 1))  # queued
+        assert link.batches == [1]
+        ep.at_safe_point(1)
+        assert link.batches == [1, 1]
+        ep.send_app("world", 1, 0, ep.pack("c", 1))
+        assert link.batches == [1, 1, 1]
     asyncio.run(body())
 
 
