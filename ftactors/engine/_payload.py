@@ -195,10 +195,12 @@ def _dumps_array(arr: np.ndarray, protocol: int, buffer_callback) -> bytes:
     return out.getvalue()
 
 
-def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
-         large_bytes: int = LARGE_BUFFER_BYTES) -> Payload:
+def pack(obj: Any, put_large: Callable[[memoryview, int | None], Any] | None = None,
+         large_bytes: int = LARGE_BUFFER_BYTES, dst: int | None = None) -> Payload:
     """Pickle ``obj``; buffers of ``large_bytes`` and more go through ``put_large``
-    (the transport's threshold, ``Link.large_bytes``).
+    (the transport's threshold, ``Link.large_bytes``), told the payload's destination
+    ``dst`` (None: several, or not known), where it may copy them straight to: each
+    buffer is pickle's own view of the object's memory, copied once, by ``put_large``.
 
     Raises:
         TypeError: ``obj`` (or something inside it) cannot be pickled.
@@ -214,7 +216,7 @@ def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
         if view.nbytes < large_bytes:
             return True  # pickle in-band
         total += view.nbytes
-        large.append(put_large(view) if put_large else bytes(view))
+        large.append(put_large(view, dst) if put_large else bytes(view))
         return False
 
     t = type(obj)

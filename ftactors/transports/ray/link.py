@@ -76,12 +76,18 @@ class RayLink(Link):
             if peers is None:
                 self.listener.disconnect()
 
-    def put_large(self, view: memoryview):
-        """A buffer for the direct plane (a copy: the sender may change its array once
-        ``send`` returns; a bytearray, so that it also arrives writable in a batch that
-        goes by actor call with a reference beside it), or from ``store_bytes`` on a
-        reference to it in the object store."""
+    def put_large(self, view: memoryview, dst: int | None = None):
+        """A buffer for the direct plane, or from ``store_bytes`` on a reference to it in
+        the object store. For the direct plane it is copied (the sender may change its
+        array once ``send`` returns) once: to ``dst`` on this node, straight into the
+        channel's shared-memory segment (``Peers.place``); otherwise into a bytearray (so
+        that it also arrives writable in a batch that goes by actor call with a
+        reference beside it)."""
         if self.direct is not None and view.nbytes < self.store_bytes:
+            if dst is not None:
+                placed = self.direct.place(dst, view)
+                if placed is not None:
+                    return placed
             return bytearray(view)
         return ray.put(np.frombuffer(view, dtype=np.uint8))
 
