@@ -9,7 +9,8 @@ a message that is one array: ``facade._buffers.array_bytes``).
 Buffers of at least ``LARGE_BUFFER_BYTES`` (numpy array data and anything else that
 hands pickle a ``PickleBuffer``; ``bytes`` are always pickled in-band) travel out-of-band:
 the transport's ``put_large`` stores each one once (the Ray transport copies it for its
-direct plane, or puts it in the shared object store and ships only the reference), and
+direct plane, to a rank on its node straight into the shared-memory segment the message
+travels through, or puts it in the shared object store and ships only the reference), and
 the receiver rebuilds the
 object over that buffer. Such buffers are read-only where they are shared: on Ray from
 ``object_store_bytes`` on (zero-copy views of the object store) and on the local and sim

@@ -14,12 +14,13 @@ body and its payloads' buffers: no copy, in the window too), written with ``os.w
 on a duplicate of the socket's descriptor (at once when nothing is pending; the pieces
 the kernel has not taken stay referenced until the socket is writable again).
 
-Buffers of ``shm_bytes`` and more to a peer on this node are copied into a free region
-of the segment instead (``wire.shm_head``) once the listener has said it took the
-segment; a segment that cannot be made or passed, or that the listener does not take,
-leaves the channel on the socket (``shared_fallback``; the frames kept with buffers in
-the segment are rewritten with them inline, ``wire.unshare``), so nothing waits on shared
-memory that is not there.
+Buffers of ``shm_bytes`` and more to a peer on this node go in the segment instead
+(``wire.shm_head``): copied there as they are pickled (``place``, called by the link's
+``put_large``) or, for a buffer pickled for no one destination, as the frame is written
+(``_shared``). A segment that cannot be made or passed, or that the listener does not
+take, leaves the channel on the socket (``shared_fallback``; the frames kept with
+buffers in the segment are rewritten with them inline, ``wire.unshare``), so nothing
+waits on shared memory that is not there.
 
 A connection that ends without ``close`` (a reset, an idle timeout, a NIC flap;
 ``Chaos(method="disconnect")`` and ``Partition`` make them) is made again with backoff

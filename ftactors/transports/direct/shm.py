@@ -8,10 +8,15 @@ channel instead of the socket. A segment is an anonymous memory file (``memfd``:
 anywhere, so a killed rank leaves nothing in ``/dev/shm``; it goes when the last process
 holding it closes it or dies), ``SEGMENT_BYTES`` long, its size sealed (``SEALS``) before
 its descriptor is passed: reading a page cut off the end of a mapping would kill the
-reader. The sender copies a frame's buffers into free regions (``Segment.put``) and the
-frame names their offsets; regions are taken lowest first (``Ring``, offsets only) and
-freed in frame order once the listener has acknowledged the frames holding them
-(``release``). The listener lends each region to its rank as it is (``Mapping.lend``: a
+reader. A buffer is copied in once: as the payload is pickled for a peer on this node,
+pickle's buffer callback copies it straight into a free region whose read-only view
+becomes the payload's buffer (``Segment.place``), and the frame names the region's
+offset; a buffer pickled for no one destination (a broadcast's, forwarded) is copied in
+as its frame is written (``Segment.put``). Regions are taken lowest first (``Ring``,
+offsets only) and come free once the listener has acknowledged the frames holding them
+(``release``) and, for a placed one, its view is gone: a payload the sender keeps (an
+``Isend`` not waited for, a protocol's log) holds what was sent, and travels again from
+there. The listener lends each region to its rank as it is (``Mapping.lend``: a
 read-only view, so a receive into the program's buffer copies the bytes straight from
 there) and has every payload lent from a frame that is still alive take its own copy
 before it acknowledges the frame (``listener``). A frame written again after a

@@ -18,7 +18,8 @@ actor-call path handles, measured on Ray 2.60 (see docs/architecture/transports.
   ``object_store_bytes`` travel on the direct plane as out-of-band frames (``direct``:
   written without a joined copy, read into a writable buffer the receiver owns; to a rank
   on the same node, from ``shared_memory_bytes`` on, through the channel's shared-memory
-  segment). Larger ones (every one with ``data_plane="ray"``) are ``ray.put`` once by
+  segment, into which ``put_large`` copies them as they are pickled: the sender's one
+  copy). Larger ones (every one with ``data_plane="ray"``) are ``ray.put`` once by
   the sender and travel as references; receivers fetch them before the channel layer
   sees the envelope, as read-only zero-copy views of the object store. The sender owns
   those objects, so a message from a rank that died before its receiver fetched it is
