@@ -63,6 +63,8 @@ class RayLink(Link):
         if self.direct is not None and not refs:
             if self.direct.send(dst, *encode(envs, plain)):
                 return
+        if refs:
+            _writable(envs)
         batch = pickle.dumps(to_rows(envs), protocol=5) if plain and not refs else envs
         self.peers[dst].deliver.remote(batch, self.token)
 
@@ -175,6 +177,20 @@ copies the first ones while the object manager pulls the rest."""
 
 async def _awaited(ref):
     return await ref
+
+
+def _writable(envs: list[Envelope]) -> None:
+    """Before a batch with object references goes by actor call: the payloads' arrays
+    (a region of a shared-memory segment, ``put_large``; an area a forwarded message
+    was read into) become bytearrays, which Ray pickles in band, so that they arrive
+    writable as on the direct plane (Ray would rebuild an array as a read-only view of
+    the object store). A copy, on this rare path only: a message with a buffer of
+    ``object_store_bytes`` and a smaller one."""
+    for env in envs:
+        buffers = env.payload.buffers
+        if any(type(b) is np.ndarray for b in buffers):
+            env.payload.buffers = tuple(bytearray(b) if type(b) is np.ndarray else b
+                                        for b in buffers)
 
 
 def _shape(envs: list[Envelope]) -> tuple[bool, bool]:
