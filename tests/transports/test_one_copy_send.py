@@ -2,7 +2,7 @@
 peer on this node is copied by pickle's buffer callback straight into the channel's
 shared-memory segment, with no intermediate bytes of the payload's size and no second
 copy when the frame is written; the region is held while the sender's payload lives
-(an ``Isend`` not waited for, a protocol's log), so what it holds stays what was sent,
+(a message a protocol logged or holds), so what it holds stays what was sent,
 and it travels again with no copy. Real sockets on one loop, no Ray."""
 import asyncio
 import tracemalloc
@@ -82,8 +82,8 @@ def test_a_large_buffer_is_copied_once_straight_into_the_segment(tmp_path, monke
 
 def test_a_payload_the_sender_keeps_holds_its_region_and_travels_again_uncopied(
         tmp_path, monkeypatch):
-    """A payload still alive when its frame is acknowledged (an ``Isend`` not waited for,
-    a message a protocol logged) keeps its region: the next messages go elsewhere in the
+    """A payload still alive when its frame is acknowledged (a message a protocol
+    logged or holds) keeps its region: the next messages go elsewhere in the
     segment, and sent again (a replay) it is written with no copy, whole. Once it is
     dropped its region is taken again, from the lowest offset."""
     copied = _copies_into_segments(monkeypatch)

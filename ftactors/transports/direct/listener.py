@@ -22,8 +22,9 @@ straight into a byte array (``wire.Filling``, the loop's ``recv_into``; not zero
 first, a pass over memory that measured 10-20% of a 16 MiB message), which becomes the
 payload's buffer: the receiver owns it and an array rebuilt over it is writable. The
 array is one of the connection's receive areas that nothing references any more, when
-there is one (``areas.Areas``: the pages are there already), else a fresh one. A shared-memory frame's regions are lent to the rank as they are
-(``shm.Mapping.lend``, a read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
+there is one (``areas.Areas``: the pages are there already), else a fresh one. A
+shared-memory frame's regions are lent to the rank as they are (``shm.Mapping.lend``, a
+read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
 program's buffer (``Recv``, ``Irecv``, the large collectives' pieces) copies the message
 straight from the sender's copy: one copy on this side. The sender reuses a region once
 its frame is acknowledged, so before it acknowledges a frame that lent regions (one loop

@@ -14,9 +14,9 @@ becomes the payload's buffer (``Segment.place``), and the frame names the region
 offset; a buffer pickled for no one destination (a broadcast's, forwarded) is copied in
 as its frame is written (``Segment.put``). Regions are taken lowest first (``Ring``,
 offsets only) and come free once the listener has acknowledged the frames holding them
-(``release``) and, for a placed one, its view is gone: a payload the sender keeps (an
-``Isend`` not waited for, a protocol's log) holds what was sent, and travels again from
-there. The listener lends each region to its rank as it is (``Mapping.lend``: a
+(``release``) and, for a placed one, its view is gone: a payload the sender keeps (a
+message a protocol logged, or holds for a rank on the move) holds what was sent, and
+travels again from there. The listener lends each region to its rank as it is (``Mapping.lend``: a
 read-only view, so a receive into the program's buffer copies the bytes straight from
 there) and has every payload lent from a frame that is still alive take its own copy
 before it acknowledges the frame (``listener``). A frame written again after a
@@ -58,7 +58,7 @@ class Ring:
     frame it travels in, until that frame is acknowledged (``release``), and by the
     sender's payload that was written there (``place``), until nothing references it
     (``dead``); it is free once neither holds it. A payload still alive at the
-    acknowledgement (an ``Isend`` not waited for yet, a message a protocol logged)
+    acknowledgement (a message a protocol logged, or holds for a rank on the move)
     keeps its region, so what it holds stays what was sent, and may travel again
     (``assign``) with no copy."""
 
