@@ -86,7 +86,7 @@ class Outbox:
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
         """Pickle ``obj`` for sending (large buffers to the transport's store)."""
         put = None if dst == self.rank else self.link.put_large
-        return pack(obj, put, self.link.large_bytes)
+        return pack(obj, put, self.link.large_bytes, dst)
 
     def send_app(self, ctx: str, dst: int, tag: int, payload: Payload) -> int | None:
         """Send one application message (world rank ``dst``) through the protocol stack;
