@@ -15,6 +15,7 @@ from ftactors.engine._endpoint import Endpoint, Link
 from ftactors.engine._outbox import BATCH_BYTES, BATCH_MAX, Outbox
 from ftactors.engine._payload import unpack
 from ftactors.engine._vector import RankVector
+from ftactors.engine._waits import Wait
 
 
 class Recording(Link):
@@ -173,6 +174,23 @@ def test_a_safe_point_sends_the_batch_and_begins_a_step():
         ep.at_safe_point(1)
         assert link.batches == [1, 1]
         ep.send_app("world", 1, 0, ep.pack("c", 1))
+        assert link.batches == [1, 1, 1]
+    asyncio.run(body())
+
+
+def test_a_request_wait_sends_the_batch_and_the_next_message_goes_at_once():
+    """A task that waits for requests (``Waitall`` on a window of ``Irecv``) blocks as a
+    receive does: what it queued leaves first, and its next message to each destination
+    goes at once (OSU's receiver answers each window with an acknowledgement: held until
+    it had posted the next window, the sender's next window waited that long)."""
+    async def body():
+        ep, link = _endpoint()
+        ep.send_app("world", 1, 0, ep.pack("ack", 1))     # at once
+        ep.send_app("world", 1, 0, ep.pack("queued", 1))  # queued
+        token = ep.wait_begin(Wait("request", what="a window of receives"))
+        assert link.batches == [1, 1]
+        ep.wait_end(token)
+        ep.send_app("world", 1, 0, ep.pack("next ack", 1))
         assert link.batches == [1, 1, 1]
     asyncio.run(body())
 
