@@ -164,7 +164,7 @@ class MeteredCG(CG):
         return {**out, "verified": all(verified)}
 
     async def iterations(self, n: int):
-        with self._timed or Meter(lambda: 0):
+        with self._timed or nullcontext():
             async for i in super().iterations(n):
                 yield i
 
