@@ -15,7 +15,7 @@ Run as ``python -m benchmarks._cg_asyncio CLASS RANKS``: one JSON line as ``_cg_
 prints (the slowest rank's seconds of the timed outer iterations, the last zeta, NPB's
 check). Rank counts are powers of two (the doubling here has no fold-in step).
 ``bench profile`` runs its ranks too (``spawn_ranks``, ``_cg_rank`` with a meter around the
-timed iterations), counting the messages each sends (``_Mesh.sent``).
+timed iterations), counting the messages each sends (``_Mesh.messages_sent``).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class _Mesh:
         self.links: dict[int, _Frames] = {}
         self.inbox: dict[int, list] = {}
         self.waiting: dict[int, asyncio.Future] = {}
-        self.sent = 0  # messages sent
+        self.messages_sent = 0
 
     async def connect(self, socks: dict[int, socket.socket]) -> None:
         loop = asyncio.get_running_loop()
@@ -68,7 +68,7 @@ class _Mesh:
 
     def send(self, peer: int, obj) -> None:
         """Send ``obj`` to ``peer``: one pickled frame."""
-        self.sent += 1
+        self.messages_sent += 1
         self.links[peer].transport.write(_frame(0, pickle.dumps(obj, protocol=5)))
 
     async def sent(self, peer: int) -> None:

@@ -176,7 +176,7 @@ async def _floor_ping_pong(mesh: _Mesh, round_trips: int) -> dict:
     async def loop(timed):
         with timed or nullcontext():
             await _latency(mesh, SIZE, 0, round_trips, s_buf, r_buf)
-    return await metered_passes(loop, lambda: mesh.sent, 0)
+    return await metered_passes(loop, lambda: mesh.messages_sent, 0)
 
 
 async def _floor_cg(mesh: _Mesh, problem_class: str) -> dict:
@@ -184,7 +184,7 @@ async def _floor_cg(mesh: _Mesh, problem_class: str) -> dict:
 
     async def loop(timed):
         zetas.append((await _cg_rank(mesh, problem_class, timed))[1])
-    out = await metered_passes(loop, lambda: mesh.sent, 0)
+    out = await metered_passes(loop, lambda: mesh.messages_sent, 0)
     return {**out, "verified": all(verify_zeta(CG_CLASSES[problem_class], z)[0]
                                    for z in zetas)}
 
