@@ -20,7 +20,7 @@ Each rank measures its own process between entering and leaving the loop (``Mete
 they call) in a pass under the profiler; ``cpu_us``, ``time.process_time`` over the same
 loop in a separate pass without it (cProfile makes a call several times dearer). A rank
 runs the loop three times: unmetered (warming caches and connections), for CPU, profiled.
-Ranks wait without polling unless ``--poll-spin-us`` is given (``poll_spin_us`` = 0 on
+Ranks wait without polling unless ``--poll-us`` is given (``poll_spin_us`` = 0 on
 both ways): a polling rank burns its wait as CPU, and its polls as calls, so the figures
 would be the peer's speed rather than the message's cost. The JSON also has each loop's
 CPU on the loop's own thread (``thread_us``: without a Ray worker's own threads) and
@@ -196,11 +196,11 @@ def run_case(case: str, way: str, args) -> list[dict]:
     if way == "asyncio":
         body, first = ((_floor_ping_pong, args.round_trips) if case == "ping-pong"
                        else (_floor_cg, problem))
-        return spawn_ranks(ranks, body, first, poll_spin_us=args.poll_spin_us)
+        return spawn_ranks(ranks, body, first, poll_spin_us=args.poll_us)
     program, first = ((PingPong, args.round_trips) if case == "ping-pong"
                       else (MeteredCG, problem))
     return ft.run(program, ranks, args=(first, args.top), transport="ray", address=args.address,
-                  poll_spin_us=args.poll_spin_us, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+                  poll_spin_us=args.poll_us, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
                   timeout_s=3600).results
 
 
@@ -306,7 +306,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cg", default="S:4",
                         help="CG's CLASS:RANKS, ranks a power of two (default S:4; 'none' "
                              "skips it)")
-    parser.add_argument("--poll-spin-us", type=int, default=0,
+    parser.add_argument("--poll-us", type=int, default=0,
                         help="both ways' poll_spin_us (default 0: waits sleep, so CPU and "
                              "calls are the messages' own)")
     parser.add_argument("--top", type=int, default=10,
@@ -324,12 +324,12 @@ def main(args) -> int:
                                       f"or none (got {args.cg!r})")
     cases = ["ping-pong"] * (args.round_trips > 0) + ["cg"] * (args.cg is not None)
     if not cases or args.repetitions < 1 or args.round_trips < 0 or args.top < 0 \
-            or args.poll_spin_us < 0:
+            or args.poll_us < 0:
         return usage_error("profile", "something to run (--round-trips > 0 or --cg), "
-                                      "--repetitions >= 1, --top and --poll-spin-us >= 0")
+                                      "--repetitions >= 1, --top and --poll-us >= 0")
     print(f"calls and CPU per message: ping-pong {SIZE} B x {args.round_trips}, CG "
           f"{'none' if args.cg is None else '%s x%d' % args.cg}, {args.repetitions} "
-          f"repetition(s), poll_spin_us {args.poll_spin_us}, load {os.getloadavg()[0]:.1f}")
+          f"repetition(s), poll_spin_us {args.poll_us}, load {os.getloadavg()[0]:.1f}")
     machine = machine_info()
     samples, tops = measure(args, cases)
     summary = summarize(samples)
@@ -337,6 +337,6 @@ def main(args) -> int:
     print(f"load at the end: {os.getloadavg()[0]:.1f}")
     write_results(args, "profile", {
         "repetitions": args.repetitions, "round_trips": args.round_trips,
-        "cg": None if args.cg is None else list(args.cg), "poll_spin_us": args.poll_spin_us,
+        "cg": None if args.cg is None else list(args.cg), "poll_spin_us": args.poll_us,
         "rows": summary, "top": tops}, machine)
     return 0

@@ -73,3 +73,4 @@ def test_profile_bench_rejects_bad_options():
     assert main(["bench", "profile", "--cg", "S:3"]) == 2
     assert main(["bench", "profile", "--cg", "Q:2"]) == 2
     assert main(["bench", "profile", "--cg", "none", "--round-trips", "0"]) == 2
+    assert main(["bench", "profile", "--poll-us", "-1"]) == 2
