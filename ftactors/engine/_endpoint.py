@@ -70,8 +70,9 @@ class Link:
         once it does (the sender writes faster than ``dst`` reads). Default: never."""
         return None
 
-    def put_large(self, view: memoryview) -> Any:
-        """Store one large buffer for shipping; default: an immutable copy."""
+    def put_large(self, view: memoryview, dst: int | None = None) -> Any:
+        """Store one large buffer for shipping (to world rank ``dst``, when the payload
+        has one destination); default: an immutable copy."""
         return bytes(view)
 
     async def resolve(self, payload: Payload) -> Payload:

@@ -6,10 +6,13 @@ A communicator hands over (context, destination, tag, packed payload). ``send_ap
 the message its ``app_seq`` (the k-th message to that destination) and passes it down
 the protocol stack (``on_send``: a protocol may add piggyback data, log, hold or drop
 it); ``transmit`` stamps the channel sequence number and puts it in the destination's
-batch. The first message to a destination since the sending task last yielded goes at
-once: the task may compute for long before it yields, and its peer may be waiting for
-exactly that message (an ``isend`` before a computation, a collective's last step, a
-result sent to a root). The next ones to that destination in the same turn are batched,
+batch. The first message to a destination since the sending task last waited for a
+message (or passed a safe point, or the outbox last flushed) goes at once, and schedules
+nothing: the task may
+compute for long before it yields, and its peer may be waiting for exactly that message
+(an ``isend`` before a computation, a collective's step, a result sent to a root); a
+scheduled flush behind it would cost every exchange a loop turn of its own. The next
+ones to that destination before then are batched,
 because on Ray one call per message costs far more than one call per batch; batches are
 flushed as one per destination when the sending task yields to the event loop, when a
 batch is full (``BATCH_MAX`` messages, or ``BATCH_BYTES`` of mid-sized ones), or at once
@@ -67,7 +70,8 @@ class Outbox:
         self._outbox_bytes: dict[int, int] = {}  # per batch: bytes of its counted messages
         self._held: dict[int, list[Envelope]] = {}  # destinations on the move (see hold)
         self._flush_pending = False
-        self._sent_now: set[int] = set()  # written at once since the task last yielded
+        # written at once since the task last waited for a message or the outbox flushed
+        self._sent_now: set[int] = set()
         # envelopes handed to the link, by batch: (dst, its epoch, mine) -> how many
         # (``_waits``: what is in flight)
         self.wire_out: dict[tuple[int, int, int], int] = {}
@@ -82,7 +86,7 @@ class Outbox:
     def pack(self, obj: Any, dst: int | None = None) -> Payload:
         """Pickle ``obj`` for sending (large buffers to the transport's store)."""
         put = None if dst == self.rank else self.link.put_large
-        return pack(obj, put, self.link.large_bytes)
+        return pack(obj, put, self.link.large_bytes, dst)
 
     def send_app(self, ctx: str, dst: int, tag: int, payload: Payload) -> int | None:
         """Send one application message (world rank ``dst``) through the protocol stack;
@@ -150,11 +154,8 @@ class Outbox:
             return
         box = self._outbox.get(dst)
         if box is None:
-            if dst not in self._sent_now:  # the first since the task yielded: at once
+            if dst not in self._sent_now:  # the first since the task waited: at once
                 self._sent_now.add(dst)
-                if not self._flush_pending:  # (the turn's end forgets it)
-                    self._flush_pending = True
-                    self._loop.call_soon(self.flush)
                 self.link.send(dst, [env])
                 key = (dst, env.dst_epoch, env.src_epoch)  # (``count_out`` without a call)
                 self.wire_out[key] = self.wire_out.get(key, 0) + 1
@@ -200,6 +201,8 @@ class Outbox:
         is queued still goes as one batch per destination, in order."""
         if self._flush_pending:
             self.flush()
+        elif self._sent_now:
+            self._sent_now.clear()
 
     def _flush_one(self, dst: int) -> None:
         envs = self._outbox.pop(dst, None)

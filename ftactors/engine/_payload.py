@@ -9,7 +9,8 @@ a message that is one array: ``facade._buffers.array_bytes``).
 Buffers of at least ``LARGE_BUFFER_BYTES`` (numpy array data and anything else that
 hands pickle a ``PickleBuffer``; ``bytes`` are always pickled in-band) travel out-of-band:
 the transport's ``put_large`` stores each one once (the Ray transport copies it for its
-direct plane, or puts it in the shared object store and ships only the reference), and
+direct plane, to a rank on its node straight into the shared-memory segment the message
+travels through, or puts it in the shared object store and ships only the reference), and
 the receiver rebuilds the
 object over that buffer. Such buffers are read-only where they are shared: on Ray from
 ``object_store_bytes`` on (zero-copy views of the object store) and on the local and sim
@@ -195,10 +196,12 @@ def _dumps_array(arr: np.ndarray, protocol: int, buffer_callback) -> bytes:
     return out.getvalue()
 
 
-def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
-         large_bytes: int = LARGE_BUFFER_BYTES) -> Payload:
+def pack(obj: Any, put_large: Callable[[memoryview, int | None], Any] | None = None,
+         large_bytes: int = LARGE_BUFFER_BYTES, dst: int | None = None) -> Payload:
     """Pickle ``obj``; buffers of ``large_bytes`` and more go through ``put_large``
-    (the transport's threshold, ``Link.large_bytes``).
+    (the transport's threshold, ``Link.large_bytes``), told the payload's destination
+    ``dst`` (None: several, or not known), where it may copy them straight to: each
+    buffer is pickle's own view of the object's memory, copied once, by ``put_large``.
 
     Raises:
         TypeError: ``obj`` (or something inside it) cannot be pickled.
@@ -214,7 +217,7 @@ def pack(obj: Any, put_large: Callable[[memoryview], Any] | None = None,
         if view.nbytes < large_bytes:
             return True  # pickle in-band
         total += view.nbytes
-        large.append(put_large(view) if put_large else bytes(view))
+        large.append(put_large(view, dst) if put_large else bytes(view))
         return False
 
     t = type(obj)

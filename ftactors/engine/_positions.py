@@ -35,7 +35,8 @@ not run again (else the restored rank's collectives waited on contexts nobody el
 ``_init_positions``; ``sent`` (the outbox's counts) is set back here on a restore and
 taken up again at the resume point. From the rest of the endpoint it reads ``rank``,
 ``owner`` (the registered attributes live on it) and, at a safe point, ``keep_base`` and
-``_take_base`` (``_snapshots``).
+``_take_base`` (``_snapshots``), and it calls the outbox's ``_flush_before_wait`` there: a
+safe point begins a step, whose first message to each destination goes at once.
 """
 from __future__ import annotations
 
@@ -130,6 +131,7 @@ class Positions:
     def at_safe_point(self, iteration: int) -> None:
         self.position = (self._loop_count - 1, iteration)
         self._consumed_since = 0
+        self._flush_before_wait()
         self.determinants.at_safe_point()
         if self._since_safe_point:
             self._since_safe_point.clear()

@@ -41,7 +41,10 @@ a run that can never progress (``runtime/_deadlock``); protocols may read ``wait
 ``Waits`` is a mixin of ``Endpoint``: its state is set in ``_init_waits``; it reads the
 endpoint's ``epoch``, ``position`` and ``program_tasks``, the outbox's ``wire_out``, the
 receiving's ``wire_in`` (each counted where its envelopes pass), ``matcher`` (the posted
-receives) and ``_polled``.
+receives) and ``_polled``; a wait that begins calls the outbox's ``_flush_before_wait``,
+as a blocking receive does (what the task queued leaves before it blocks, and its next
+message to each destination goes at once: a receiver's answer to a window of requests
+is not held while it posts the next window).
 """
 from __future__ import annotations
 
@@ -137,6 +140,7 @@ class Waits:
         """The current task blocks on ``wait`` now; returns what ``wait_end`` needs (a
         wait on receive requests, ``wait.receives``, then tells the protocols:
         ``blocked_now``)."""
+        self._flush_before_wait()
         task = _current_task()
         waits = self._waits
         before = waits.get(task)

@@ -197,6 +197,7 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
     nothing)."""
     from ftactors.protocols.standby.machine import part_holder
     failed, sources, named = set(), {}, False
+    given = set()  # (rank, holder): the holder's new life was given that rank's copies
     for e in events:
         d = e.detail
         if e.kind == "rs_parity_mixed":
@@ -204,6 +205,9 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
                     f"executions' encodings")
         if e.kind == "failure_detected":
             failed.add(e.rank)
+            given = {(r, h) for r, h in given if h != e.rank}
+        elif e.kind == "part_copies_restored":  # a cascade's earlier round gave them back
+            given |= {(int(r), h) for r, h in d["holders"].items()}
         elif e.kind == "part_sources":
             sources = {int(r): s for r, s in d["sources"].items()}
         elif e.kind == "recovery_level":
@@ -213,7 +217,8 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
                 return (f"the recovery of ranks {sorted(failed)} names level {d['level']}, "
                         f"but its parts came from {sources}")
             lost = [r for r, s in sources.items()
-                    if s == "standby" and part_holder(units, r) in failed]
+                    if s == "standby" and part_holder(units, r) in failed
+                    and (r, part_holder(units, r)) not in given]
             if lost:
                 return (f"the parts of ranks {lost} came from partner copies whose holders "
                         f"failed in that recovery ({sorted(failed)})")
@@ -228,7 +233,7 @@ def part_level_problem(events, levels: list[str], units, parity: int | None = No
         elif e.kind == "recovery_end":
             if not named:
                 return f"the recovery of ranks {sorted(failed)} names no level"
-            failed, sources, named = set(), {}, False
+            failed, sources, named, given = set(), {}, False, set()
     return ""
 
 

@@ -223,6 +223,9 @@ def test_solver_bench_table_from_samples():
     floor = solver.summarize({("S", 4): {"mpi4py": [1.0], "asyncio": [2.0], "direct": [5.0]}})
     assert floor["above_floor"] == {"CG S x4": 2.5}
     assert "asyncio floor, CG S x4: direct/asyncio 2.50x" in solver.format_table(floor)
+    (target,) = floor["targets"]  # issue #42's: what ftactors adds to the floor
+    assert target["figure"] == "direct/asyncio" and target["bound"] == 1.15
+    assert not target["met"]
     alone = solver.summarize({("B", 2): {"direct": [200.0]}})  # no baseline: no ratio
     assert alone["table"][("B", 2)]["direct"] == {"seconds": 200.0, "samples": [200.0]}
     assert "no ratios" in solver.format_table(alone) and alone["targets"] == []

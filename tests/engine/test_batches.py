@@ -15,6 +15,7 @@ from ftactors.engine._endpoint import Endpoint, Link
 from ftactors.engine._outbox import BATCH_BYTES, BATCH_MAX, Outbox
 from ftactors.engine._payload import unpack
 from ftactors.engine._vector import RankVector
+from ftactors.engine._waits import Wait
 
 
 class Recording(Link):
@@ -138,21 +139,59 @@ def test_a_task_that_waits_for_a_message_sends_its_batch_first():
         asyncio.run(body())
 
 
-def test_the_first_message_since_the_task_yielded_goes_at_once():
+def test_the_first_message_since_the_task_waited_goes_at_once_and_schedules_nothing():
     """A task may compute for long before it yields: the first message to each
-    destination leaves as it is sent (an isend before a computation, a root's result);
-    the next ones to that destination batch until the task yields or receives."""
+    destination leaves as it is sent (an isend before a computation, a collective's step,
+    a root's result), with no flush scheduled behind it (that flush found nothing and
+    cost every exchange a loop turn); the next ones to that destination batch until the
+    task waits for a message or the batch is flushed."""
     async def body():
         out, link = _sender()
         out.send_app("world", 1, 0, out.pack("first", 1))
-        assert link.batches == [1]
+        assert link.batches == [1] and not out._flush_pending
+        await asyncio.sleep(0)  # a yield that is no wait for a message
         for i in range(3):
             out.send_app("world", 1, 0, out.pack(i, 1))
-        assert link.batches == [1]
+        assert link.batches == [1] and out._flush_pending
         await asyncio.sleep(0)
         assert link.batches == [1, 3]
-        out.send_app("world", 1, 0, out.pack("after the turn", 1))
+        out.send_app("world", 1, 0, out.pack("after the flush", 1))
         assert link.batches == [1, 3, 1]
+    asyncio.run(body())
+
+
+def test_a_safe_point_sends_the_batch_and_begins_a_step():
+    """At a safe point what the step queued leaves, and the next step's first message to
+    each destination goes at once again (a loop that sends to a root every iteration and
+    receives nothing is not held a computation behind)."""
+    async def body():
+        ep, link = _endpoint()
+        ep.enter_loop(3)
+        ep.at_safe_point(0)
+        ep.send_app("world", 1, 0, ep.pack("a", 1))  # at once
+        ep.send_app("world", 1, 0, ep.pack("b", 1))  # queued
+        assert link.batches == [1]
+        ep.at_safe_point(1)
+        assert link.batches == [1, 1]
+        ep.send_app("world", 1, 0, ep.pack("c", 1))
+        assert link.batches == [1, 1, 1]
+    asyncio.run(body())
+
+
+def test_a_request_wait_sends_the_batch_and_the_next_message_goes_at_once():
+    """A task that waits for requests (``Waitall`` on a window of ``Irecv``) blocks as a
+    receive does: what it queued leaves first, and its next message to each destination
+    goes at once (OSU's receiver answers each window with an acknowledgement: held until
+    it had posted the next window, the sender's next window waited that long)."""
+    async def body():
+        ep, link = _endpoint()
+        ep.send_app("world", 1, 0, ep.pack("ack", 1))     # at once
+        ep.send_app("world", 1, 0, ep.pack("queued", 1))  # queued
+        token = ep.wait_begin(Wait("request", what="a window of receives"))
+        assert link.batches == [1, 1]
+        ep.wait_end(token)
+        ep.send_app("world", 1, 0, ep.pack("next ack", 1))
+        assert link.batches == [1, 1, 1]
     asyncio.run(body())
 
 

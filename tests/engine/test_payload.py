@@ -98,7 +98,7 @@ def test_large_buffers_go_to_put_large_on_both_paths():
     arr = np.ones(LARGE_BUFFER_BYTES // 8)
     for obj in (arr, [arr, Color.RED]):  # plain, and through cloudpickle
         stored = []
-        payload = pack(obj, lambda view: stored.append(bytes(view)) or len(stored))
+        payload = pack(obj, lambda view, dst: stored.append(bytes(view)) or len(stored))
         assert payload.buffers == (1,) and payload.nbytes == len(payload.data) + arr.nbytes
         assert len(stored) == 1 and stored[0] == arr.tobytes()
 
@@ -107,9 +107,9 @@ def test_the_out_of_band_threshold_is_the_callers():
     """A transport's own threshold (``Link.large_bytes``): buffers from it on go out of
     band, smaller ones are pickled in-band."""
     arr = np.ones(4096 // 8)
-    assert pack(arr, bytes).buffers == ()  # the default threshold: in-band
+    assert pack(arr, lambda view, dst: bytes(view)).buffers == ()  # the default threshold: in-band
     for large_bytes, oob in ((4096, 1), (4097, 0)):
-        payload = pack(arr, bytes, large_bytes)
+        payload = pack(arr, lambda view, dst: bytes(view), large_bytes)
         assert len(payload.buffers) == oob
         assert np.array_equal(unpack(payload), arr)
 

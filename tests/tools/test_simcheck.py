@@ -286,6 +286,31 @@ def test_rs_parts_are_judged_from_the_units_and_the_parity_blocks():
                                                      units(three, three.ranks))
 
 
+def test_a_holder_given_its_copies_back_in_a_cascade_holds_them_again():
+    """rs+standby+groups seed 5009: rank 0 (holder of rank 4's copies) died as the
+    recovery of rank 1 began; its new life was given rank 4's copies back
+    (``part_copies_restored``); rank 5 died before that recovery ended, and the next round
+    restored rank 4's part from rank 0's copy: right, not a copy of a failed holder. A
+    holder that fails again after it was given them has lost them again."""
+    from ftactors.tools._simcheck_invariants import part_level_problem
+    from ftactors.tools.simcheck import units
+    three = setups()["rs+standby+groups"]
+    unit = units(three, three.ranks)
+
+    def judge(*middle):
+        events = [_ev("failure_detected", 1), _ev("failure_detected", 0), *middle,
+                  _ev("failure_detected", 5),
+                  _ev("part_sources", sources={0: "standby", 1: "standby", 4: "standby",
+                                               5: "groups"}),
+                  _ev("recovery_level", level="groups"), _ev("recovery_end")]
+        return part_level_problem(events, three.levels, unit)
+    given = _ev("part_copies_restored", holders={4: 0, 5: 1}, failed={})
+    assert judge(given) == ""
+    assert "came from partner copies whose holders failed" in judge()
+    assert "came from partner copies whose holders failed" in judge(
+        given, _ev("failure_detected", 0))
+
+
 def test_cli_checks_a_protocol_at_scale_on_a_halo(capsys):
     assert default_reach(8) is None and default_reach(64) == 1  # n^2 messages: a halo
     assert cli.main(["sim-check", "--protocol", "standby", "--ranks", "64", "--runs", "2"]) == 0

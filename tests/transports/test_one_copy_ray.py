@@ -6,6 +6,8 @@ a message that waits for its receive (unexpected), or one ``recv`` takes as an o
 gets a copy of its own before its region is reused: every receive gets exactly what
 was sent, though the sender's later messages reuse the same region. So do the messages
 the protocols keep, log and replay across a kill."""
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -85,6 +87,68 @@ def test_posted_buffer_receives_copy_from_the_segment_only(ray_session):
     assert shared["shared"] == 8 and got["lent"] == 8, f"{shared} {got}"  # through the segment
     assert got["posted_copies"] == 0  # one copy each: segment -> the program's buffer
     assert got["waiting_copies"] == 4  # the three unexpected and the object: their own
+
+
+BIG = 4 << 20
+"""Bytes of each array the sender copies once (OSU's largest bandwidth size here)."""
+
+
+async def _traced(send) -> int:
+    """Await ``send``; the most memory Python's allocators held meanwhile beyond what they
+    held before (numpy arrays and bytearrays are traced; the segment, a mapping, is not)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        await send
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+class SendOnce(ft.Rank):
+    """Rank 0 sends 4 MiB arrays to rank 1 on its node: with ``Send`` into a posted
+    ``Irecv`` and a ``Recv``, and a dict of two with ``send``; each time, how much memory
+    its send allocated (main's path made a bytearray of every array before copying it
+    into the segment)."""
+
+    async def main(self):
+        comm = self.comm
+        arrays = [np.arange(BIG // 8, dtype=np.float64) * (k + 2) for k in range(4)]
+        if self.rank == 0:
+            grown = []
+            for k in range(2):
+                await comm.recv(source=1, tag=9)  # the receive is posted
+                grown.append(await _traced(comm.Send(arrays[k], 1, k)))
+                arrays[k][:] = -1  # the program's array is its own again
+            grown.append(await _traced(comm.send(
+                {"a": arrays[2], "b": arrays[3], "n": 7}, 1, 2)))
+            await comm.Barrier()
+            return grown, self.ft.link.listener.counters.placed
+        got = []
+        into = np.zeros(BIG // 8)
+        req = comm.Irecv(into, 0, 0)
+        await comm.send(None, 0, 9)
+        await req.wait()
+        got.append(np.array_equal(into, arrays[0]))
+        await comm.send(None, 0, 9)
+        await comm.Recv(into, 0, 1)
+        got.append(np.array_equal(into, arrays[1]))
+        obj = await comm.recv(source=0, tag=2)
+        got.append(obj["n"] == 7 and np.array_equal(obj["a"], arrays[2])
+                   and np.array_equal(obj["b"], arrays[3]) and obj["a"].flags.writeable)
+        await comm.Barrier()
+        return got
+
+
+def test_a_large_send_copies_once_into_the_segment(ray_session):
+    """The buffers of ``Send`` and of an object's ``send`` are copied by the sender once,
+    straight into the shared-memory segment (``placed``: none copied again when its
+    frame is written), with nothing of their size allocated on the way; ``Irecv``,
+    ``Recv`` and ``recv`` get exactly what was sent."""
+    (grown, placed), got = ft.run(SendOnce, 2, transport="ray", timeout_s=120).results
+    assert got == [True] * 3
+    assert all(g < BIG // 4 for g in grown), grown
+    assert placed == 4
 
 
 class BufferRing(ft.Rank):

@@ -141,6 +141,7 @@ class _Standby:
     pacer: Pacer | None = None                        # backup_interval_s in iterations
     parts_mode: bool = False  # keeping a hands_parts protocol's parts, no rounds of ours
     copies: dict = field(default_factory=dict)  # rank -> {part key -> its part}
+    listed: dict = field(default_factory=dict)  # the copies as ft_rpc_standby_parts listed them
     moved: bool = False  # restored by a migration: own and held copies came with it
 
 
@@ -449,11 +450,17 @@ class StandbyReplacement(JoinsRounds):
         return ft.link.share(blob)
 
     def ft_rpc_standby_parts(self) -> dict:
-        """The keys of the parts this rank keeps copies of, by rank."""
-        return {r: sorted(v) for r, v in self._standby.copies.items()}
+        """The keys of the parts this rank keeps copies of, by rank; ``ft_rpc_standby_part``
+        answers from these copies. The rank keeps running between the two calls, and a
+        newer part that arrives meanwhile drops the oldest copy (``on_part``): read from
+        the live table, a copy listed could be gone when it is asked for."""
+        st = self._standby
+        st.listed = {r: dict(v) for r, v in st.copies.items()}
+        return {r: sorted(v) for r, v in st.listed.items()}
 
     def ft_rpc_standby_part(self, rank: int, key) -> bytes:
-        return self._standby.copies[rank][key]
+        """A copy ``ft_rpc_standby_parts`` listed."""
+        return self._standby.listed[rank][key]
 
     async def ft_rpc_standby_part_keep(self, rank: int, handles: dict) -> None:
         """This rank was restarted and held copies of ``rank``'s parts, which went with

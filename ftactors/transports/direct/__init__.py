@@ -23,7 +23,10 @@ perform what they decide:
   acknowledgements and where a new connection resumes, so a connection that closes on
   its own loses no frame and delivers none twice; the window also bounds memory.
 - ``shm``: shared-memory segments between ranks on one node (anonymous, sealed, passed
-  on the Unix socket with the proof; nothing named to clean up).
+  on the Unix socket with the proof; nothing named to clean up), into which a sender
+  copies a large buffer once, as it pickles it.
+- ``areas``: the receive areas a connection reuses for the large buffers it reads from
+  its socket, once nothing references them.
 - ``listener`` and ``peers``: the listening and the sending side on the rank's event
   loop (buffered reads into a receive area, ``os.writev`` of a frame's pieces,
   reconnection with backoff, backpressure).

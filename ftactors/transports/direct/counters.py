@@ -9,7 +9,7 @@ class Counters:
 
     FIELDS = ("connections", "tcp_connections", "frames", "auth_failed", "auth_timeout",
               "oversized", "handshake_lost", "truncated", "bad_frame", "dropped_sends",
-              "throttled", "reconnects", "resent", "shared", "shared_refused",
+              "throttled", "reconnects", "resent", "shared", "placed", "shared_refused",
               "shared_fallback", "lent", "lent_copied", "polled_waits", "not_polling")
 
     def __init__(self):

@@ -18,11 +18,13 @@ resumes.
 Frames are then read by a buffered protocol: bytes go straight from the socket into a
 receive area (``RECV_BYTES``), where whole frames are decoded in place (``wire.read_head``,
 ``wire.decode``; only a partial frame at its end is kept), and an out-of-band buffer
-straight into a byte array of its own (``wire.Filling``, the loop's ``recv_into``;
-``numpy.empty``: not zeroed first, a pass over memory that measured 10-20% of a 16 MiB
-message), which becomes the payload's buffer: the receiver owns it and an array rebuilt
-over it is writable. A shared-memory frame's regions are lent to the rank as they are
-(``shm.Mapping.lend``, a read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
+straight into a byte array (``wire.Filling``, the loop's ``recv_into``; not zeroed
+first, a pass over memory that measured 10-20% of a 16 MiB message), which becomes the
+payload's buffer: the receiver owns it and an array rebuilt over it is writable. The
+array is one of the connection's receive areas that nothing references any more, when
+there is one (``areas.Areas``: the pages are there already), else a fresh one. A
+shared-memory frame's regions are lent to the rank as they are (``shm.Mapping.lend``, a
+read-only view; the payload a ``_payload.LentPayload``), so that a receive into the
 program's buffer (``Recv``, ``Irecv``, the large collectives' pieces) copies the message
 straight from the sender's copy: one copy on this side. The sender reuses a region once
 its frame is acknowledged, so before it acknowledges a frame that lent regions (one loop
@@ -51,6 +53,7 @@ from typing import Callable
 
 from ...engine import LentPayload
 from . import shm
+from .areas import Areas
 from .counters import Counters
 from .handshake import AUTH_TIMEOUT_S, RunSecret, ServerHandshake
 from .window import ACK_DELAY_S, Acks, Session
@@ -104,6 +107,7 @@ class _Inbound(asyncio.BufferedProtocol):
         self.acks: Acks | None = None
         self.ack_timer = None
         self.area = memoryview(bytearray(RECV_BYTES))
+        self.areas = Areas()  # what out-of-band buffers from the socket are read into
         self.filling: Filling | None = None  # an out-of-band frame whose buffers arrive
         self.raw: socket.socket | None = None  # reads the proof and its descriptors (Unix)
         self.fds: list[int] = []  # descriptors passed with the proof, not yet taken
@@ -133,6 +137,7 @@ class _Inbound(asyncio.BufferedProtocol):
             if filling.advance():
                 self.filling = None
                 self._complete(filling.kind, filling.body, filling.buffers, filling.nbytes)
+                filling = None  # its areas are the rank's now (``areas``)
                 if not self.refused:
                     self._parse(self.buf)
 
@@ -279,7 +284,8 @@ class _Inbound(asyncio.BufferedProtocol):
                 given = self._shared(lengths, offsets)
                 if given is None:
                     return 0
-            filling = Filling(kind, bytes(buf[start:start + size]), lengths, given)
+            filling = Filling(kind, bytes(buf[start:start + size]), lengths, given,
+                              self.areas.take)
             pos = start + size
             with memoryview(buf) as view:  # what already arrived of the buffers
                 pos += filling.take(view[pos:])

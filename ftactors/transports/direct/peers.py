@@ -14,12 +14,13 @@ body and its payloads' buffers: no copy, in the window too), written with ``os.w
 on a duplicate of the socket's descriptor (at once when nothing is pending; the pieces
 the kernel has not taken stay referenced until the socket is writable again).
 
-Buffers of ``shm_bytes`` and more to a peer on this node are copied into a free region
-of the segment instead (``wire.shm_head``) once the listener has said it took the
-segment; a segment that cannot be made or passed, or that the listener does not take,
-leaves the channel on the socket (``shared_fallback``; the frames kept with buffers in
-the segment are rewritten with them inline, ``wire.unshare``), so nothing waits on shared
-memory that is not there.
+Buffers of ``shm_bytes`` and more to a peer on this node go in the segment instead
+(``wire.shm_head``): copied there as they are pickled (``place``, called by the link's
+``put_large``) or, for a buffer pickled for no one destination, as the frame is written
+(``_shared``). A segment that cannot be made or passed, or that the listener does not
+take, leaves the channel on the socket (``shared_fallback``; the frames kept with
+buffers in the segment are rewritten with them inline, ``wire.unshare``), so nothing
+waits on shared memory that is not there.
 
 A connection that ends without ``close`` (a reset, an idle timeout, a NIC flap;
 ``Chaos(method="disconnect")`` and ``Partition`` make them) is made again with backoff
@@ -472,16 +473,43 @@ class Peers:
                 del self.conns[dst]
         self.endpoints = list(endpoints)
 
+    def _channel(self, dst: int) -> "_Outbound | None":
+        """The channel to ``dst``, opened now if need be; None when ``dst`` has no
+        direct endpoint."""
+        conn = self.conns.get(dst)
+        if conn is None:
+            if dst >= len(self.endpoints) or self.endpoints[dst] is None:
+                return None
+            conn = self.conns[dst] = _Outbound(self, dst, self.endpoints[dst])
+        return conn
+
+    def place(self, dst: int, buf):
+        """``buf`` (a buffer being pickled for ``dst``) copied straight into the segment
+        of the channel to ``dst``, a peer on this node: the read-only view of its region
+        that becomes the payload's buffer (``shm.Segment.place``: the region is held until
+        the view dies and its frames are acknowledged, and ``send`` writes only its
+        offset), or None when it goes the usual way (too small, not on this node, no
+        segment, none free that large)."""
+        if self.shm_bytes is None or len(buf) < self.shm_bytes:
+            return None
+        conn = self._channel(dst)
+        if conn is None or not conn.shared or conn.closed:
+            return None
+        region = conn.segment.place(buf)
+        if region is not None:
+            self.counters.placed += 1
+        return region
+
     def send(self, dst: int, kind: int, body: bytes, buffers: list = ()) -> bool:
         """Queue one frame for ``dst``, with the out-of-band ``buffers`` of ``encode``
         after its body (referenced, not copied); False when ``dst`` has no direct
         endpoint or the frame is too long (the caller sends it another way)."""
         nbytes = len(body) + sum(map(len, buffers)) if buffers else len(body)
-        if nbytes > MAX_FRAME_BYTES or dst >= len(self.endpoints) or self.endpoints[dst] is None:
+        if nbytes > MAX_FRAME_BYTES:
             return False
-        conn = self.conns.get(dst)
+        conn = self._channel(dst)
         if conn is None:
-            conn = self.conns[dst] = _Outbound(self, dst, self.endpoints[dst])
+            return False
         if buffers and conn.shared:
             shared = self._shared(conn, len(body), kind, buffers)
             if shared is not None:
@@ -498,16 +526,22 @@ class Peers:
 
     def _shared(self, conn: "_Outbound", size: int, kind: int, buffers: list):
         """An out-of-band frame's header for a peer on this node, its buffers of
-        ``shm_bytes`` and more copied into the channel's segment: ``(head, inline)``,
-        ``inline`` the buffers that still go on the socket; None when none went in."""
+        ``shm_bytes`` and more in the channel's segment (there already when ``place``
+        put them there, else copied now): ``(head, inline)``, ``inline`` the buffers
+        that still go on the socket; None when none went in."""
         if conn.closed:
             return None
         frame = conn.window.next  # the number the frame gets
+        segment = conn.segment
         offsets, inline = [], []
         for buf in buffers:
             offset = None
             if len(buf) >= self.shm_bytes:
-                offset = conn.segment.put(frame, buf)
+                offset = segment.holder(buf.obj) if type(buf) is memoryview else None
+                if offset is not None:
+                    segment.assign(offset, frame)
+                else:
+                    offset = segment.put(frame, buf)
             if offset is None:
                 inline.append(buf)
             offsets.append(INLINE if offset is None else offset)

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import pickle
 import struct
+from typing import Callable
 
 import cloudpickle
 import numpy as np
 
 from ...engine import Envelope, from_rows, to_rows
+from .areas import fresh
 
 HEADER = struct.Struct("!IB")
 """Frame header: body length (bytes), body kind."""
@@ -163,18 +165,19 @@ def unshare(frame: tuple, segment) -> tuple[tuple, int]:
 
 
 class Filling:
-    """An out-of-band frame whose buffers arrive: one byte array each, read into in
-    turn (``view`` from ``at`` on is where the next bytes go); ``given`` buffers (out of
-    shared memory) are there already."""
+    """An out-of-band frame whose buffers arrive: one byte array each (``take(n)``
+    gives it: a fresh one by default, a reused receive area on a connection,
+    ``areas``), read into in turn (``view`` from ``at`` on is where the next bytes go);
+    ``given`` buffers (out of shared memory) are there already."""
 
     __slots__ = ("kind", "body", "buffers", "todo", "nbytes", "index", "view", "at")
 
-    def __init__(self, kind: int, body: bytes, lengths: tuple, given: list | None = None):
+    def __init__(self, kind: int, body: bytes, lengths: tuple, given: list | None = None,
+                 take: Callable[[int], np.ndarray] = fresh):
         self.kind = kind
         self.body = body
         given = given or [None] * len(lengths)
-        # not zeroed first: every byte is read into them
-        self.buffers = [np.empty(n, np.uint8) if g is None else g for n, g in zip(lengths, given)]
+        self.buffers = [take(n) if g is None else g for n, g in zip(lengths, given)]
         self.todo = [b for b, g in zip(self.buffers, given) if g is None]
         self.nbytes = len(body) + sum(lengths)
         self.index = 0

@@ -18,7 +18,8 @@ actor-call path handles, measured on Ray 2.60 (see docs/architecture/transports.
   ``object_store_bytes`` travel on the direct plane as out-of-band frames (``direct``:
   written without a joined copy, read into a writable buffer the receiver owns; to a rank
   on the same node, from ``shared_memory_bytes`` on, through the channel's shared-memory
-  segment). Larger ones (every one with ``data_plane="ray"``) are ``ray.put`` once by
+  segment, into which ``put_large`` copies them as they are pickled: the sender's one
+  copy). Larger ones (every one with ``data_plane="ray"``) are ``ray.put`` once by
   the sender and travel as references; receivers fetch them before the channel layer
   sees the envelope, as read-only zero-copy views of the object store. The sender owns
   those objects, so a message from a rank that died before its receiver fetched it is
@@ -62,6 +63,8 @@ class RayLink(Link):
         if self.direct is not None and not refs:
             if self.direct.send(dst, *encode(envs, plain)):
                 return
+        if refs:
+            _writable(envs)
         batch = pickle.dumps(to_rows(envs), protocol=5) if plain and not refs else envs
         self.peers[dst].deliver.remote(batch, self.token)
 
@@ -76,12 +79,18 @@ class RayLink(Link):
             if peers is None:
                 self.listener.disconnect()
 
-    def put_large(self, view: memoryview):
-        """A buffer for the direct plane (a copy: the sender may change its array once
-        ``send`` returns; a bytearray, so that it also arrives writable in a batch that
-        goes by actor call with a reference beside it), or from ``store_bytes`` on a
-        reference to it in the object store."""
+    def put_large(self, view: memoryview, dst: int | None = None):
+        """A buffer for the direct plane, or from ``store_bytes`` on a reference to it in
+        the object store. For the direct plane it is copied (the sender may change its
+        array once ``send`` returns) once: to ``dst`` on this node, straight into the
+        channel's shared-memory segment (``Peers.place``); otherwise into a bytearray (so
+        that it also arrives writable in a batch that goes by actor call with a
+        reference beside it)."""
         if self.direct is not None and view.nbytes < self.store_bytes:
+            if dst is not None:
+                placed = self.direct.place(dst, view)
+                if placed is not None:
+                    return placed
             return bytearray(view)
         return ray.put(np.frombuffer(view, dtype=np.uint8))
 
@@ -168,6 +177,20 @@ copies the first ones while the object manager pulls the rest."""
 
 async def _awaited(ref):
     return await ref
+
+
+def _writable(envs: list[Envelope]) -> None:
+    """Before a batch with object references goes by actor call: the payloads' arrays
+    (a region of a shared-memory segment, ``put_large``; an area a forwarded message
+    was read into) become bytearrays, which Ray pickles in band, so that they arrive
+    writable as on the direct plane (Ray would rebuild an array as a read-only view of
+    the object store). A copy, on this rare path only: a message with a buffer of
+    ``object_store_bytes`` and a smaller one."""
+    for env in envs:
+        buffers = env.payload.buffers
+        if any(type(b) is np.ndarray for b in buffers):
+            env.payload.buffers = tuple(bytearray(b) if type(b) is np.ndarray else b
+                                        for b in buffers)
 
 
 def _shape(envs: list[Envelope]) -> tuple[bool, bool]:

@@ -1,6 +1,7 @@
 """Shared-memory segments step by step (``transports/direct/shm``): the ring's regions
 without memory, a segment's copies, and what a listener agrees to map."""
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -51,8 +52,53 @@ def test_a_ring_frees_regions_only_in_frame_order_and_only_below_the_count():
     ring.release(0)  # nothing delivered yet
     assert ring.take(3, 1) is None
     ring.release(2)  # frames 0 and 1
-    assert [r[0] for r in ring.regions] == [2]
+    assert [frame for _, frame, _ in ring.regions.values()] == [2]
     assert ring.take(3, 8) == 0
+
+
+class _View:
+    """Something a weak reference can follow, as it does a payload's buffer."""
+
+
+def test_a_held_region_is_free_only_once_its_view_is_gone_and_its_frames_delivered():
+    """What a sender's payload written straight into the segment does (``place``): the
+    region is taken with no frame, held while the payload's view lives, and may travel
+    in frames (again, with no copy); it comes free once both its frames are delivered
+    and its view is gone, whichever is last. (A ring that freed it at the
+    acknowledgement would let the next message overwrite an ``Isend``'s or a log's
+    bytes; one that waited for the view alone would reuse a region still in flight.)"""
+    ring = Ring(8)
+    first, second = _View(), _View()
+    assert ring.take(None, 4) == 0
+    ring.hold(0, first)
+    assert ring.holder(first) == 0 and ring.holder(second) is None
+    ring.assign(0, 0)
+    ring.release(1)  # delivered, but the view lives: still taken
+    assert ring.take(1, 8) is None
+    ring.assign(0, 1)  # sent again (a protocol's replay): the same region, no copy
+    del first
+    assert ring.take(2, 8) is None  # frame 1 is not delivered yet
+    ring.release(2)
+    assert ring.take(2, 8) == 0
+    ring.release(3)
+    assert ring.take(None, 4) == 0
+    ring.hold(0, second)
+    del second  # never written in a frame (gone another way, dropped): free at once
+    assert ring.take(3, 8) == 0
+
+
+def test_a_view_gone_in_another_thread_frees_its_region_at_the_next_take():
+    """A payload may be dropped in whatever thread releases it last: its weak
+    reference's callback only queues the region, which the ring's own thread frees."""
+    ring = Ring(4)
+    view = [_View()]
+    assert ring.take(None, 4) == 0
+    ring.hold(0, view[0])
+    thread = threading.Thread(target=view.clear)
+    thread.start()
+    thread.join()
+    assert ring.regions and len(ring.dead) == 1
+    assert ring.take(0, 4) == 0 and not ring.dead and not ring.held
 
 
 def test_a_ring_refuses_a_region_larger_than_itself():
@@ -70,6 +116,37 @@ def test_a_segment_copies_into_the_region_it_takes():
         assert bytes(segment.map[:8]) == b"eeeabbbb"
     finally:
         segment.close()
+
+
+def test_a_segment_places_a_buffer_once_in_a_region_its_read_only_view_holds():
+    """``place`` copies the sender's buffer into the segment and hands back the view of
+    its region that becomes the payload's buffer: read-only (it is what was sent), and
+    recognised by ``holder`` through the memoryview ``wire.encode`` makes of it."""
+    segment = Segment(10)
+    try:
+        src = bytearray(b"abcd")
+        region = segment.place(memoryview(src))
+        src[:] = b"zzzz"  # the sender's array is its own again
+        assert bytes(region) == b"abcd" and bytes(segment.map[:4]) == b"abcd"
+        assert not region.flags.writeable
+        assert segment.holder(memoryview(region).cast("B").obj) == 0
+        assert segment.place(b"e" * 7) is None  # 6 left
+        segment.assign(0, 0)
+        segment.release(1)
+        assert segment.put(1, b"f" * 6) == 4  # the region still held by its view
+        del region
+        segment.release(2)
+        assert segment.put(2, b"g" * 10) == 0
+    finally:
+        segment.close()
+
+
+def test_a_segment_closes_while_a_placed_view_is_alive():
+    """A payload kept past its channel (a log) keeps the memory it holds readable."""
+    segment = Segment(1 << 12)
+    region = segment.place(b"abc")
+    segment.close()
+    assert bytes(region) == b"abc"
 
 
 def test_a_mapping_lends_regions_as_they_are_and_refuses_one_outside_the_segment():
