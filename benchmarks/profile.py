@@ -25,9 +25,9 @@ both ways): a polling rank burns its wait as CPU, and its polls as calls, so the
 would be the peer's speed rather than the message's cost. The JSON also has each loop's
 CPU on the loop's own thread (``thread_us``: without a Ray worker's own threads) and
 wall time. Every figure is the median over repetitions, the ways taking turns in each.
-``--top`` adds ftactors' functions of most own time (CPU time of the loop's thread, as the
-profiler saw it: read them as shares, not as costs), per round trip of rank 0 and per
-message of CG's rank 0.
+``--top`` lists ftactors' functions of most own time, per round trip of rank 0 and per
+message of CG's rank 0: CPU time of the loop's thread under the profiler, less what its
+clock costs a call (``profiler_cost``); read them as shares, not as costs.
 """
 from __future__ import annotations
 
