@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 BENCHES = ("transport", "sim", "apps", "recovery", "erasure", "checkpoint", "migrate", "groups",
             "rs", "hc3i", "solver", "kernel", "footprint", "levels", "parts", "deaths", "nodes",
-            "collectives", "osu")
+            "collectives", "osu", "profile")
 """Names of the benchmark modules in this package."""
 
 

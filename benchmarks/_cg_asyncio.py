@@ -14,10 +14,13 @@ protocols or checks. So ``direct / asyncio`` is what ftactors adds, and
 Run as ``python -m benchmarks._cg_asyncio CLASS RANKS``: one JSON line as ``_cg_mpi``
 prints (the slowest rank's seconds of the timed outer iterations, the last zeta, NPB's
 check). Rank counts are powers of two (the doubling here has no fold-in step).
+``bench profile`` runs its ranks too (``spawn_ranks``, ``_cg_rank`` with a meter around the
+timed iterations), counting the messages each sends (``_Mesh.messages_sent``).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import pickle
@@ -47,6 +50,7 @@ class _Mesh:
         self.links: dict[int, _Frames] = {}
         self.inbox: dict[int, list] = {}
         self.waiting: dict[int, asyncio.Future] = {}
+        self.messages_sent = 0
 
     async def connect(self, socks: dict[int, socket.socket]) -> None:
         loop = asyncio.get_running_loop()
@@ -64,6 +68,7 @@ class _Mesh:
 
     def send(self, peer: int, obj) -> None:
         """Send ``obj`` to ``peer``: one pickled frame."""
+        self.messages_sent += 1
         self.links[peer].transport.write(_frame(0, pickle.dumps(obj, protocol=5)))
 
     async def sent(self, peer: int) -> None:
@@ -94,8 +99,10 @@ class _Mesh:
         return parts
 
 
-async def _cg_rank(mesh: _Mesh, problem_class: str) -> tuple:
-    """One rank of CG: the slowest rank's seconds and the last zeta."""
+async def _cg_rank(mesh: _Mesh, problem_class: str,
+                   timed: contextlib.AbstractContextManager | None = None) -> tuple:
+    """One rank of CG: the slowest rank's seconds and the last zeta; ``timed`` (a context
+    manager) is entered around the timed iterations."""
     rank, size = mesh.rank, mesh.size
     cls = CG_CLASSES[problem_class]
     lo, hi = row_range(cls.na, rank, size)
@@ -116,28 +123,31 @@ async def _cg_rank(mesh: _Mesh, problem_class: str) -> tuple:
     x = np.ones(hi - lo)
     await mesh.doubling(None)  # every rank is ready: the timing starts together
     t0 = time.perf_counter()
-    for _ in range(cls.niter):
-        x, zeta, _ = await power_step_async(matvec, x, dot, cls.shift)
+    with timed or contextlib.nullcontext():
+        for _ in range(cls.niter):
+            x, zeta, _ = await power_step_async(matvec, x, dot, cls.shift)
     seconds = time.perf_counter() - t0
     return max((await mesh.doubling(seconds)).values()), zeta
 
 
-async def _rank(rank: int, size: int, socks: dict, body, args: tuple):
-    Spin().start(asyncio.get_running_loop(), core_default("poll_spin_us") * 1e-6)
+async def _rank(rank: int, size: int, socks: dict, body, args: tuple, spin_us: int):
+    Spin().start(asyncio.get_running_loop(), spin_us * 1e-6)
     mesh = _Mesh(rank, size)
     await mesh.connect(socks)
     return await body(mesh, *args)
 
 
-def _child(rank: int, size: int, socks: dict, body, args: tuple, results) -> None:
-    results.put((rank, asyncio.run(_rank(rank, size, socks, body, args))))
+def _child(rank: int, size: int, socks: dict, body, args: tuple, spin_us: int,
+           results) -> None:
+    results.put((rank, asyncio.run(_rank(rank, size, socks, body, args, spin_us))))
 
 
-def spawn_ranks(ranks: int, body, *args) -> list:
+def spawn_ranks(ranks: int, body, *args,
+                poll_spin_us: int = core_default("poll_spin_us")) -> list:
     """What ``await body(mesh, *args)`` returned on each rank (in rank order), run in
     ``ranks`` processes started afresh, each with a ``_Mesh`` to every other and its loop
-    polled as a rank's is (``body``: a module-level coroutine function, which ``spawn``
-    pickles by name)."""
+    polled as a rank's is, for ``poll_spin_us`` (``body``: a module-level coroutine
+    function, which ``spawn`` pickles by name)."""
     pairs = {(a, b): socket.socketpair() for a in range(ranks) for b in range(a + 1, ranks)}
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -146,7 +156,7 @@ def spawn_ranks(ranks: int, body, *args) -> list:
         socks = {b if a == rank else a: pair[0] if a == rank else pair[1]
                  for (a, b), pair in pairs.items() if rank in (a, b)}
         procs.append(context.Process(target=_child, args=(rank, ranks, socks, body, args,
-                                                          results)))
+                                                          poll_spin_us, results)))
         procs[-1].start()
     out = dict(results.get(timeout=1800) for _ in procs)
     for proc in procs:
