@@ -25,27 +25,38 @@ def transport(request):
 
 
 SECONDS = {
-    "tests/protocols/test_stacks_nodes.py": 350, "tests/programs/test_wildcard_replay.py": 90,
-    "tests/benchmarks/test_bench_smoke.py": 156,
-    "tests/transports/test_deaths_ray.py": 108, "tests/protocols/test_ready_flush_ray.py": 106,
-    "tests/protocols/test_standby_ray.py": 71, "tests/tools/test_stacks_cli.py": 68,
-    "tests/tools/test_cli.py": 66, "tests/facade/test_conformance.py": 64,
-    "tests/tools/test_simcheck.py": 60, "tests/protocols/test_stacks_ray.py": 52,
-    "tests/facade/test_mpi4py_buf.py": 47, "tests/transports/test_ray_driver.py": 46,
-    "tests/facade/test_buffer_api.py": 39, "tests/transports/test_warm_ray.py": 35,
-    "tests/facade/test_mpi4py_p2p_obj.py": 25, "tests/protocols/test_rs_parts.py": 23,
-    "tests/facade/test_mpi4py_cart.py": 23, "tests/facade/test_mpi4py_cco_obj.py": 23,
-    "tests/test_run.py": 21, "tests/runtime/test_notices.py": 20, "tests/apps/test_cg.py": 20,
-    "tests/protocols/test_ddv_piggyback_ray.py": 18,
-    # its own two-node cluster with a dashboard (about 200 s of Ray jobs): not at the
-    # very start, where its head failed to start twice within 3 minutes beside the node
-    # module's five-node cluster starting, nor last, where it alone made the tail
-    "tests/tools/test_job_submit.py": 100,
+    "tests/protocols/test_stacks_nodes.py": 163, "tests/transports/test_deaths_ray.py": 82,
+    "tests/protocols/test_stacks_ray.py": 61,
+    # its own two-node cluster with a dashboard (about 130 s alone, 130-360 s in the
+    # suite): not at the very start, where its head failed to start twice within 3
+    # minutes beside the node module's five-node cluster starting, nor last, where it
+    # alone made the tail; this figure starts it seventh, a minute or so in
+    "tests/tools/test_job_submit.py": 47,
+    "tests/protocols/test_ready_flush_ray.py": 57,
+    "tests/protocols/test_ddv_piggyback_ray.py": 49,
+    "tests/benchmarks/test_bench_smoke.py": 49, "tests/transports/test_warm_ray.py": 45,
+    "tests/tools/test_cli.py": 45, "tests/tools/test_simcheck.py": 44,
+    "tests/facade/test_mpi4py_buf.py": 42, "tests/tools/test_stacks_cli.py": 39,
+    "tests/protocols/test_standby_ray.py": 37, "tests/programs/test_shapes_rounds.py": 35,
+    "tests/transports/test_ray_driver.py": 30, "tests/facade/test_conformance.py": 30,
+    "tests/protocols/test_ready_flush.py": 30, "tests/programs/test_shapes_groups.py": 29,
+    "tests/programs/test_farm_ray.py": 29, "tests/facade/test_buffer_api.py": 28,
+    "tests/benchmarks/test_bench_osu.py": 28, "tests/programs/test_register_idiom.py": 26,
+    "tests/protocols/test_code_before_loop.py": 25, "tests/runtime/test_deadlock.py": 22,
+    "tests/tools/test_simcheck_programs.py": 22, "tests/protocols/test_rs_parts.py": 21,
+    "tests/protocols/test_rs_backup.py": 20, "tests/programs/test_wildcard_replay.py": 17,
+    "tests/test_site.py": 17, "tests/apps/test_cg.py": 16,
+    "tests/protocols/test_shared_store.py": 15, "tests/transports/test_direct_ray.py": 15,
+    "tests/transports/test_large_arrays_ray.py": 14, "tests/test_run.py": 13,
+    "tests/programs/test_jacobi_columns.py": 12, "tests/protocols/test_ddv_piggyback.py": 11,
+    "tests/tools/test_report.py": 11, "tests/runtime/test_notices.py": 11,
+    "tests/protocols/test_level_plan.py": 10,
 }
-"""Seconds each of the longest modules took in a full run of the suite (worker time,
---durations=0, Nov 27 2026, with rank processes kept between runs): the order in which
-they start (a negative figure: after every other module). Stale figures only change the
-order, never what runs."""
+"""Seconds each of the longest modules took in a full run of the suite (the sum of its
+tests' times in the JUnit report, -n 3 --dist loadfile on a machine shared with other
+work, Nov 29 2026; test_warm_ray and test_ray_driver as estimated after they started
+fewer processes): the order in which they start (a negative figure: after every other
+module). Stale figures only change the order, never what runs."""
 
 
 def _seconds(item) -> float:

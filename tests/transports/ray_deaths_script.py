@@ -1,6 +1,7 @@
-"""Runs in its own Python process (see test_ray_driver.py): one StandbyReplacement run
-on the embedded Ray in which chaos kills rank 1 at iteration 3 (planned) and rank 2 kills
-its own process at iteration 6 (unplanned: the framework did not ask for it). Waits until
+"""Runs in a Python process of its own (``ray_driver_script.py``, after
+``ray_threads_script``; see test_ray_driver.py): one StandbyReplacement run on the
+embedded Ray in which chaos kills rank 1 at iteration 3 (planned) and rank 2 kills its
+own process at iteration 6 (unplanned: the framework did not ask for it). Waits until
 Ray's notice of the planned death was dropped and that of the unplanned one printed, then
 prints ``DROPPED n`` and ``UNPLANNED PID p`` (the pid the printed notice must name)."""
 import os

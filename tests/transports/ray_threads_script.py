@@ -1,7 +1,8 @@
-"""Runs in its own Python process (see test_ray_threads.py): ft.run on the embedded Ray
-from a thread that then ends, from a second thread, from the main thread, and as
-``await ft.run_async`` in an event loop that runs in a thread. Prints one line per run and
-``ALL RUNS FINISHED`` at the end; any failure raises (exit code 1)."""
+"""Runs in a Python process of its own (``ray_driver_script.py``, first; see
+test_ray_driver.py): ft.run on the embedded Ray from a thread that then ends, from a
+second thread, from the main thread, and as ``await ft.run_async`` in an event loop that
+runs in a thread. Prints one line per run and ``ALL RUNS FINISHED`` at the end; any
+failure raises (exit code 1)."""
 import asyncio
 import os
 import sys

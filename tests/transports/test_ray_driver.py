@@ -1,6 +1,7 @@
-"""The embedded Ray from the driver's side, each in a Python process of its own (the test
-session's Ray was started by its main thread): runs from threads that end do not take Ray
-down, and a planned kill prints no Ray crash notice while an unplanned death still does."""
+"""The embedded Ray from the driver's side, in a Python process of its own (the test
+session's Ray was started by its main thread; ``ray_driver_script.py`` runs both parts in
+one process): runs from threads that end do not take Ray down, and a planned kill prints
+no Ray crash notice while an unplanned death still does."""
 import subprocess
 import sys
 from pathlib import Path
@@ -13,29 +14,34 @@ HERE = Path(__file__).parent
 NOTICE = "A worker died or was killed while executing a task"
 
 
-def _script(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(HERE / name), *args], capture_output=True,
-                          text=True, timeout=420)
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """What ``ray_driver_script.py`` printed (stdout, stderr, the text of both)."""
+    marker = tmp_path_factory.mktemp("driver") / "marker"
+    out = subprocess.run([sys.executable, str(HERE / "ray_driver_script.py"), str(marker)],
+                         capture_output=True, text=True, timeout=600)
+    assert "PART threads" in out.stdout and "PART deaths" in out.stdout, (
+        f"exited with {out.returncode}\n{out.stdout}{out.stderr}")
+    return out.stdout, out.stderr, out.stdout + out.stderr
 
 
-def test_runs_from_threads_that_end_keep_ray_and_the_process_alive():
-    out = _script("ray_threads_script.py")
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_runs_from_threads_that_end_keep_ray_and_the_process_alive(driver):
+    stdout, stderr, text = driver
+    assert "PART threads 0" in stdout, text
     for line in ("first (thread): ring of 3 ranks gave 15", "first: thread ended",
                  "second (thread): ring of 3 ranks gave 15",
                  "third (main thread): ring of 3 ranks gave 15",
                  "fourth (run_async in a thread's event loop): ring of 3 ranks gave 15",
                  "ALL RUNS FINISHED"):
-        assert line in out.stdout, out.stdout + out.stderr
-    assert "Failed to connect to GCS" not in out.stderr
+        assert line in stdout, text
+    assert "Failed to connect to GCS" not in stderr
 
 
-def test_planned_kill_prints_no_ray_notice_an_unplanned_death_does(tmp_path):
-    out = _script("ray_deaths_script.py", str(tmp_path / "marker"))
-    assert out.returncode == 0, out.stdout + out.stderr
-    text = out.stdout + out.stderr
-    assert "DROPPED 1" in out.stdout, text
-    pid = next(line.split()[-1] for line in out.stdout.splitlines()
+def test_planned_kill_prints_no_ray_notice_an_unplanned_death_does(driver):
+    stdout, _, text = driver
+    assert "PART deaths 0" in stdout, text
+    assert "DROPPED 1" in stdout, text
+    pid = next(line.split()[-1] for line in stdout.splitlines()
                if line.startswith("UNPLANNED PID"))
     notices = [line for line in text.splitlines() if NOTICE in line]
     assert len(notices) == 1, text  # the planned kill's notice was dropped

@@ -46,10 +46,18 @@ class Frozen(ft.Rank):
 
 @pytest.fixture(autouse=True)
 def empty_pool(ray_session):
-    """No process kept by earlier tests of this worker: each test sees its own runs'."""
+    """No process kept by earlier tests of this worker: each test sees its own runs'.
+    Those processes are set aside meanwhile and given back afterwards (killed only if
+    the pool is full then), so the worker's later Ray tests need not start them again
+    (a process start costs about a second of CPU)."""
     import ray
+    aside = []
     while (warm := WARM.take(_job(), None)) is not None:
-        ray.kill(warm.actor, no_restart=True)
+        aside.append(warm)
+    yield
+    for warm in aside:
+        if not WARM.give(_job(), warm):
+            ray.kill(warm.actor, no_restart=True)
 
 
 def _pids(result) -> set[int]:
