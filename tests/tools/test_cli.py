@@ -31,6 +31,7 @@ SMOKE = {  # subcommand -> the test (anywhere under tests/) that runs it on a sm
     "bench hc3i": "test_hc3i_bench_json",
     "bench migrate": "test_every_run_verifies_against_the_failure_free_reference",
     "bench osu": "test_osu_bench_runs_every_way_at_the_smallest_sizes",
+    "bench profile": "test_profile_bench_measures_both_ways_on_both_shapes",
     "bench nodes": "test_the_node_is_survived_by_the_expected_level_with_the_failure_free_answer",
     "bench recovery": "test_bench_recovery_quick",
     "bench rs": "test_rs_bench_json",
