@@ -196,6 +196,34 @@ def _dumps_array(arr: np.ndarray, protocol: int, buffer_callback) -> bytes:
     return out.getvalue()
 
 
+class _InBand:
+    """A C-contiguous array whose buffer goes in-band, for ``pickle.dumps``: the same
+    reduction and bytes as ``_reduce_array`` under ``_dumps_array`` (a writable array's
+    buffer as a bytearray, a read-only one's as bytes), without the ``Pickler``,
+    ``BytesIO``, dispatch table and buffer callback a message of a few bytes paid for
+    (half of packing an 8-byte array)."""
+
+    __slots__ = ("arr", "dtype")
+
+    def __init__(self, arr: np.ndarray, dtype: str):
+        self.arr, self.dtype = arr, dtype
+
+    def __reduce__(self):
+        arr = self.arr
+        view = memoryview(arr).cast("B")
+        data = bytearray(view) if arr.flags.writeable else bytes(view)
+        return _array, (data, self.dtype, arr.shape, "C")
+
+
+def _dumps_small(arr: np.ndarray) -> bytes | None:
+    """``_dumps_array`` of an array with no out-of-band buffer, by ``_InBand``; None for
+    one it does not take (a dtype a string cannot say, not C-contiguous, 0-d, empty)."""
+    dtype = _dtype_str(arr.dtype)
+    if dtype is None or not arr.flags.c_contiguous or not arr.ndim or not arr.size:
+        return None
+    return pickle.dumps(_InBand(arr, dtype), protocol=5)
+
+
 def pack(obj: Any, put_large: Callable[[memoryview, int | None], Any] | None = None,
          large_bytes: int = LARGE_BUFFER_BYTES, dst: int | None = None) -> Payload:
     """Pickle ``obj``; buffers of ``large_bytes`` and more go through ``put_large``
@@ -208,6 +236,10 @@ def pack(obj: Any, put_large: Callable[[memoryview, int | None], Any] | None = N
     """
     if type(obj) in _ATOMS:  # no out-of-band buffers possible
         return Payload(pickle.dumps(obj, protocol=5))
+    if type(obj) is np.ndarray and obj.nbytes < large_bytes:  # nothing out of band
+        data = _dumps_small(obj)
+        if data is not None:
+            return Payload(data)
     large: list = []
     total = 0
 
