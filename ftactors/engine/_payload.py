@@ -197,31 +197,29 @@ def _dumps_array(arr: np.ndarray, protocol: int, buffer_callback) -> bytes:
 
 
 class _InBand:
-    """A C-contiguous array whose buffer goes in-band, for ``pickle.dumps``: the same
-    reduction and bytes as ``_reduce_array`` under ``_dumps_array`` (a writable array's
-    buffer as a bytearray, a read-only one's as bytes), without the ``Pickler``,
-    ``BytesIO``, dispatch table and buffer callback a message of a few bytes paid for
-    (half of packing an 8-byte array)."""
+    """An array whose buffer goes in-band, for ``pickle.dumps``: ``_reduce_array``'s
+    reduction, whose ``PickleBuffer`` a pickler with no buffer callback writes in-band
+    (a writable array's as a bytearray, a read-only one's as bytes), so the bytes are
+    ``_dumps_array``'s without the ``Pickler``, ``BytesIO``, dispatch table and buffer
+    callback a message of a few bytes paid for (half of packing an 8-byte array)."""
 
-    __slots__ = ("arr", "dtype")
+    __slots__ = ("arr",)
 
-    def __init__(self, arr: np.ndarray, dtype: str):
-        self.arr, self.dtype = arr, dtype
+    def __init__(self, arr: np.ndarray):
+        self.arr = arr
 
     def __reduce__(self):
-        arr = self.arr
-        view = memoryview(arr).cast("B")
-        data = bytearray(view) if arr.flags.writeable else bytes(view)
-        return _array, (data, self.dtype, arr.shape, "C")
+        return _reduce_array(self.arr)
 
 
 def _dumps_small(arr: np.ndarray) -> bytes | None:
     """``_dumps_array`` of an array with no out-of-band buffer, by ``_InBand``; None for
-    one it does not take (a dtype a string cannot say, not C-contiguous, 0-d, empty)."""
-    dtype = _dtype_str(arr.dtype)
-    if dtype is None or not arr.flags.c_contiguous or not arr.ndim or not arr.size:
+    one whose reduction is numpy's own (``_reduce_array``), which would pickle what it
+    holds without ``_dumps_array``'s dispatch table."""
+    flags = arr.flags
+    if _dtype_str(arr.dtype) is None or not (flags.c_contiguous or flags.f_contiguous):
         return None
-    return pickle.dumps(_InBand(arr, dtype), protocol=5)
+    return pickle.dumps(_InBand(arr), protocol=5)
 
 
 def pack(obj: Any, put_large: Callable[[memoryview, int | None], Any] | None = None,

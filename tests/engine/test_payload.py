@@ -185,20 +185,21 @@ def test_own_settles_a_payload_before_its_memory_is_reused():
 
 def test_a_small_array_packs_to_the_same_bytes_without_a_pickler_of_its_own():
     """``_dumps_small`` (no ``Pickler`` per message) writes exactly what ``_dumps_array``
-    wrote for an array with nothing out of band, writable or not, any faithful dtype and
-    shape; what it does not take (not C-contiguous, 0-d, empty, a record or object dtype)
-    goes the general way."""
+    wrote for an array with nothing out of band, writable or not, any faithful dtype,
+    shape and order; what it does not take (strided, a record or object dtype) goes the
+    general way."""
     from ftactors.engine._payload import _dumps_array, _dumps_small
     taken = [np.zeros(8, np.uint8), np.arange(10.0), np.arange(12).reshape(3, 4),
              np.ones((2, 3, 4), np.complex128), np.array([True, False]),
-             np.arange(5, dtype=">f8"), np.frombuffer(b"abcdefgh", np.uint8)]
+             np.arange(5, dtype=">f8"), np.frombuffer(b"abcdefgh", np.uint8),
+             np.array(3.0), np.zeros(0), np.zeros((0, 3)), np.arange(6).reshape(2, 3).T]
     for arr in taken:
         data = _dumps_small(arr)
         assert data == _dumps_array(arr, 5, lambda buf: True), (arr.dtype, arr.shape)
         back = pickle.loads(data)
         assert back.dtype == arr.dtype and back.shape == arr.shape and (back == arr).all()
         assert back.flags.writeable == arr.flags.writeable
-    refused = [np.arange(6).reshape(2, 3).T, np.arange(4)[::2], np.array(3.0), np.zeros(0),
-               np.zeros(3, dtype=[("x", "f8")]), np.array(["a", "b"], dtype=object)]
+    refused = [np.arange(4)[::2], np.zeros(3, dtype=[("x", "f8")]),
+               np.array(["a", "b"], dtype=object)]
     assert all(_dumps_small(arr) is None for arr in refused)
     assert unpack(pack(np.arange(4)[::2])).tolist() == [0, 2]  # the general way still
