@@ -8,11 +8,10 @@ the protocol stack (``on_send``: a protocol may add piggyback data, log, hold or
 it); ``transmit`` stamps the channel sequence number and puts it in the destination's
 batch. The first message to a destination since the sending task last waited for a
 message (or passed a safe point, or the outbox last flushed) goes at once, and schedules
-nothing: the task may
-compute for long before it yields, and its peer may be waiting for exactly that message
-(an ``isend`` before a computation, a collective's step, a result sent to a root); a
-scheduled flush behind it would cost every exchange a loop turn of its own. The next
-ones to that destination before then are batched,
+nothing: the task may compute for long before it yields, and its peer may be waiting
+for exactly that message (an ``isend`` before a computation, a collective's step, a
+result sent to a root); a scheduled flush behind it would cost every exchange a loop
+turn of its own. The next ones to that destination before then are batched,
 because on Ray one call per message costs far more than one call per batch; batches are
 flushed as one per destination when the sending task yields to the event loop, when a
 batch is full (``BATCH_MAX`` messages, or ``BATCH_BYTES`` of mid-sized ones), or at once
